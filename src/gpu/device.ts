@@ -1,0 +1,87 @@
+// Device acquisition: read what the adapter offers, request only what our kernels can use.
+// No kernel requires `shader-f16` (SwiftShader and many real GPUs lack it): f16 weights are
+// packed two per u32 and unpacked to f32 in the shaders.
+
+export interface GpuFeatures {
+  /** `shader-f16` is available (f16 arithmetic in WGSL); kernels never require it. */
+  shaderF16: boolean;
+  /** `subgroups` is available and was requested. */
+  subgroups: boolean;
+}
+
+export interface GpuLimits {
+  maxStorageBufferBindingSize: number;
+  maxBufferSize: number;
+  maxComputeWorkgroupSizeX: number;
+  maxComputeInvocationsPerWorkgroup: number;
+  maxComputeWorkgroupStorageSize: number;
+  maxComputeWorkgroupsPerDimension: number;
+  maxStorageBuffersPerShaderStage: number;
+  minStorageBufferOffsetAlignment: number;
+  minUniformBufferOffsetAlignment: number;
+}
+
+export interface GpuAdapterDescription {
+  vendor: string;
+  architecture: string;
+  description: string;
+}
+
+export interface GpuContext {
+  device: GPUDevice;
+  adapter: GpuAdapterDescription;
+  features: GpuFeatures;
+  limits: GpuLimits;
+}
+
+export interface AcquireDeviceOptions {
+  powerPreference?: GPUPowerPreference;
+}
+
+const LIMIT_NAMES: (keyof GpuLimits)[] = [
+  'maxStorageBufferBindingSize',
+  'maxBufferSize',
+  'maxComputeWorkgroupSizeX',
+  'maxComputeInvocationsPerWorkgroup',
+  'maxComputeWorkgroupStorageSize',
+  'maxComputeWorkgroupsPerDimension',
+  'maxStorageBuffersPerShaderStage',
+  'minStorageBufferOffsetAlignment',
+  'minUniformBufferOffsetAlignment',
+];
+
+/** Asks `gpu` (navigator.gpu in a page, Dawn in Node) for an adapter and a device with the adapter's best limits. */
+export async function acquireDevice(gpu: GPU | undefined, options: AcquireDeviceOptions = {}): Promise<GpuContext> {
+  if (!gpu) throw new Error('WebGPU is not available here (navigator.gpu is missing).');
+  const adapter = await gpu.requestAdapter({ powerPreference: options.powerPreference ?? 'high-performance' });
+  if (!adapter) throw new Error('WebGPU is available but no GPU adapter was found.');
+
+  const requiredFeatures: GPUFeatureName[] = [];
+  const shaderF16 = adapter.features.has('shader-f16');
+  const subgroups = adapter.features.has('subgroups');
+  if (shaderF16) requiredFeatures.push('shader-f16');
+  if (subgroups) requiredFeatures.push('subgroups' as GPUFeatureName);
+
+  // Ask for the adapter's own maxima: the defaults (128 MiB bindings) are far below what
+  // desktop GPUs allow, and the large tensors of real models need them.
+  const requiredLimits: Record<string, number> = {};
+  for (const name of LIMIT_NAMES) {
+    if (name.startsWith('min')) continue; // alignments: keep the defaults (the adapter's are never larger)
+    const value = (adapter.limits as unknown as Record<string, number>)[name];
+    if (typeof value === 'number') requiredLimits[name] = value;
+  }
+  const device = await adapter.requestDevice({ requiredFeatures, requiredLimits });
+  device.lost.then((info) => {
+    if (info.reason !== 'destroyed') console.error(`webgpu-llama: GPU device lost: ${info.message}`);
+  });
+
+  const limits = {} as GpuLimits;
+  for (const name of LIMIT_NAMES) limits[name] = (device.limits as unknown as Record<string, number>)[name];
+  const info = adapter.info;
+  return {
+    device,
+    adapter: { vendor: info?.vendor ?? '', architecture: info?.architecture ?? '', description: info?.description ?? '' },
+    features: { shaderF16, subgroups },
+    limits,
+  };
+}

@@ -1,0 +1,42 @@
+// WebGPU for Node through Dawn (the `webgpu` package). On a machine without a GPU, Dawn finds
+// no Vulkan adapter; Debian's chromium ships SwiftShader (Vulkan on the CPU), which we then use.
+import { existsSync } from 'node:fs';
+import { create, globals } from 'webgpu';
+import { acquireDevice, type AcquireDeviceOptions, type GpuContext } from '../gpu/device.ts';
+
+export const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
+
+let installedGlobals = false;
+
+/** A `GPU` object for Node, falling back to SwiftShader when Dawn finds no adapter. */
+export async function createNodeGpu(options: { log?: (message: string) => void } = {}): Promise<GPU> {
+  if (!installedGlobals) {
+    // Dawn's constants (GPUBufferUsage, GPUShaderStage, ...) as in a browser.
+    Object.assign(globalThis, globals);
+    installedGlobals = true;
+  }
+  let gpu = create([]) as GPU;
+  if (await gpu.requestAdapter()) return gpu;
+  if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) {
+    process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
+    gpu = create([]) as GPU;
+    if (await gpu.requestAdapter()) {
+      (options.log ?? ((m) => process.stderr.write(m + '\n')))(
+        `webgpu-llama: no GPU adapter found; using SwiftShader (CPU) from ${SWIFTSHADER_ICD}`,
+      );
+      return gpu;
+    }
+  }
+  throw new Error(
+    'No WebGPU adapter found. Install a Vulkan driver, or Debian\'s chromium (which ships SwiftShader) ' +
+      'and libvulkan1, or set VK_ICD_FILENAMES.',
+  );
+}
+
+let shared: Promise<GpuContext> | undefined;
+
+/** One device per process, shared by everything in it (tests, CLI, server). */
+export function nodeGpuContext(options: AcquireDeviceOptions & { log?: (message: string) => void } = {}): Promise<GpuContext> {
+  shared ??= createNodeGpu(options).then((gpu) => acquireDevice(gpu, options));
+  return shared;
+}
