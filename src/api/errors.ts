@@ -1,0 +1,138 @@
+// OpenAI-shaped API errors: `{"error": {"message", "type", "param", "code"}}` with an HTTP status.
+// Browser code: nothing here may import Node modules.
+
+/** The `error` object of an error response body. */
+export interface ApiErrorObject {
+  message: string;
+  type: string;
+  param: string | null;
+  code: string | null;
+}
+
+/** An error response body. */
+export interface ApiErrorBody {
+  error: ApiErrorObject;
+}
+
+/**
+ * An error the API answers with. `status` is the HTTP status; `type`, `param` and `code` go into
+ * the body as OpenAI does (`type` e.g. 'invalid_request_error', `param` the request field at fault).
+ */
+export class ApiError extends Error {
+  readonly status: number;
+  readonly type: string;
+  readonly param: string | null;
+  readonly code: string | null;
+  /** Response headers that go with the error (405: `allow`). */
+  readonly headers: Readonly<Record<string, string>>;
+
+  constructor(
+    status: number,
+    message: string,
+    options: {
+      type?: string;
+      param?: string | null;
+      code?: string | null;
+      headers?: Record<string, string>;
+      cause?: unknown;
+    } = {},
+  ) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'ApiError';
+    this.status = status;
+    this.type = options.type ?? (status >= 500 ? 'server_error' : 'invalid_request_error');
+    this.param = options.param ?? null;
+    this.code = options.code ?? null;
+    this.headers = { ...options.headers };
+  }
+
+  /** The response body: `{"error": {...}}`. */
+  toJSON(): ApiErrorBody {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
+  }
+}
+
+/** 400 invalid_request_error. */
+export function invalidRequest(message: string, param: string | null = null, code: string | null = null): ApiError {
+  return new ApiError(400, message, { type: 'invalid_request_error', param, code });
+}
+
+/** 400: a value of a known parameter that this runtime does not implement yet. */
+export function notSupportedYet(param: string, detail = ''): ApiError {
+  return invalidRequest(
+    `'${param}' is not supported yet by webgpu-llama${detail ? `: ${detail}` : ''}.`,
+    param,
+    'unsupported_value',
+  );
+}
+
+/** 404: the `model` of a request (or the id of GET /models/{id}) names no loaded model. */
+export function modelNotFound(model: string, param: string | null = 'model'): ApiError {
+  return new ApiError(404, `The model '${model}' does not exist or you do not have access to it.`, {
+    type: 'invalid_request_error',
+    param,
+    code: 'model_not_found',
+  });
+}
+
+/** 404: no such route. */
+export function routeNotFound(method: string, path: string): ApiError {
+  return new ApiError(404, `Unknown request URL: ${method} ${path}.`, { type: 'not_found_error', code: 'not_found' });
+}
+
+/** 405: the route exists, not with this method. */
+export function methodNotAllowed(method: string, path: string, allowed: readonly string[]): ApiError {
+  return new ApiError(405, `Method ${method} is not allowed for ${path}; use ${allowed.join(' or ')}.`, {
+    type: 'invalid_request_error',
+    code: 'method_not_allowed',
+    headers: { allow: allowed.join(', ') },
+  });
+}
+
+/** 413: the request body is over the host's limit. */
+export function payloadTooLarge(limitBytes: number): ApiError {
+  return new ApiError(413, `The request body is larger than the limit of ${limitBytes} bytes.`, {
+    type: 'invalid_request_error',
+    code: 'request_too_large',
+  });
+}
+
+/** 503: the model could not be loaded, so no request can be served. */
+export function serviceUnavailable(reason: string, cause?: unknown): ApiError {
+  return new ApiError(503, `The model failed to load: ${reason}`, {
+    type: 'service_unavailable',
+    code: 'model_load_failed',
+    cause,
+  });
+}
+
+/** Whether `err` is an abort (DOMException / Error named 'AbortError'). */
+export function isAbortError(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'AbortError';
+}
+
+/** A short human-readable reason from any thrown value. */
+export function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name;
+  if (typeof err === 'string') return err;
+  try {
+    return JSON.stringify(err) ?? String(err);
+  } catch {
+    return String(err);
+  }
+}
+
+/**
+ * Any thrown value as an ApiError: ApiErrors pass through, an abort becomes 499 (client closed
+ * the request; nobody reads it), everything else a 500 server_error carrying the message.
+ */
+export function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  if (isAbortError(err)) {
+    return new ApiError(499, 'The request was aborted by the client.', { type: 'invalid_request_error', code: 'aborted', cause: err });
+  }
+  return new ApiError(500, `The server had an error while processing your request: ${errorMessage(err)}`, {
+    type: 'server_error',
+    cause: err,
+  });
+}

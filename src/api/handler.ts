@@ -1,0 +1,217 @@
+// The one request handler every host uses (page fetch shim, Node HTTP server, workers): a plain
+// request in, a plain response out — no fetch Request/Response, no node:http.
+// Browser code: nothing here may import Node modules.
+import type { TextGenerator } from '../engine/types.ts';
+import { createCompletion, modelMatches, type CompletionChunk } from './completions.ts';
+import {
+  ApiError,
+  errorMessage,
+  invalidRequest,
+  isAbortError,
+  methodNotAllowed,
+  modelNotFound,
+  routeNotFound,
+  serviceUnavailable,
+  toApiError,
+} from './errors.ts';
+
+/**
+ * What the handler needs of a loaded model: its generator (ids, aliases, context length and
+ * `created` come from `generator.info`). An engine that does more may be passed as it is.
+ */
+export interface ApiEngine {
+  readonly generator: TextGenerator;
+}
+
+export interface ApiRequest {
+  method: string;
+  /** Path and query ('/v1/completions?ai_project_id=x'); an absolute URL works too. */
+  url: string;
+  /** The request body as text; null when there is none. */
+  body: string | null;
+  /** Aborts the request's generation (client gone). */
+  signal?: AbortSignal;
+}
+
+export interface ApiResponse {
+  status: number;
+  headers: Record<string, string>;
+  /** JSON text, or server-sent events: 'data: {json}\n\n' … 'data: [DONE]\n\n'. */
+  body: string | AsyncIterable<string>;
+}
+
+export interface ApiHandlerOptions {
+  /** Path the API lives under; default '/v1'. */
+  basePath?: string;
+  /** Told about every 5xx error (for a host's log). */
+  onError?: (error: ApiError) => void;
+}
+
+export const DEFAULT_BASE_PATH = '/v1';
+
+const JSON_HEADERS = { 'content-type': 'application/json' } as const;
+const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' } as const;
+
+/** A JSON response. */
+export function jsonResponse(status: number, value: unknown, headers: Record<string, string> = {}): ApiResponse {
+  return { status, headers: { ...JSON_HEADERS, ...headers }, body: JSON.stringify(value) };
+}
+
+/** The response for an error (any thrown value; see toApiError). */
+export function errorResponse(error: unknown): ApiResponse {
+  const apiError = toApiError(error);
+  return jsonResponse(apiError.status, apiError.toJSON(), { ...apiError.headers });
+}
+
+/** `basePath` without a trailing slash ('/' → ''). */
+export function normalizeBasePath(basePath: string): string {
+  return basePath.replace(/\/+$/, '');
+}
+
+/**
+ * Answers one API request. Routes under `basePath` (default '/v1'):
+ * `POST /completions`, `GET /models`, `GET /models/{id}`; another path → 404, another method →
+ * 405 (with `allow`). Query parameters (`ai_project_id`, ...) are accepted and ignored. The
+ * engine may be a promise: requests wait for it, and get 503 if it rejects (load failed).
+ * Never throws: every failure is an OpenAI error response. A stream that fails after its first
+ * chunk ends with an error event, then `data: [DONE]`; one aborted by `signal` just ends.
+ */
+export async function handleApiRequest(
+  engine: ApiEngine | Promise<ApiEngine>,
+  request: ApiRequest,
+  options: ApiHandlerOptions = {},
+): Promise<ApiResponse> {
+  try {
+    return await route(engine, request, options);
+  } catch (err) {
+    // Aborted: the client is gone and reads nothing; whatever was thrown, it is not a server error.
+    if (request.signal?.aborted) return errorResponse(isAbortError(err) ? err : abortedError(request.signal.reason));
+    const apiError = toApiError(err);
+    if (apiError.status >= 500) options.onError?.(apiError);
+    return errorResponse(apiError);
+  }
+}
+
+function abortedError(reason: unknown): unknown {
+  return isAbortError(reason) ? reason : new DOMException(errorMessage(reason), 'AbortError');
+}
+
+async function route(engine: ApiEngine | Promise<ApiEngine>, request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {
+  const method = request.method.toUpperCase();
+  const base = normalizeBasePath(options.basePath ?? DEFAULT_BASE_PATH);
+  let path = new URL(request.url, 'http://localhost').pathname;
+  if (path.length > 1) path = path.replace(/\/+$/, '');
+  if (path !== base && !path.startsWith(base + '/')) throw routeNotFound(method, path);
+  const rest = path.slice(base.length);
+
+  if (rest === '/completions') {
+    allowOnly(method, path, 'POST');
+    const generator = await resolveGenerator(engine, request.signal);
+    return completions(generator, request, options);
+  }
+  if (rest === '/models') {
+    allowOnly(method, path, 'GET');
+    const { info } = await resolveGenerator(engine, request.signal);
+    return jsonResponse(200, { object: 'list', data: [modelObject(info)] });
+  }
+  if (rest.startsWith('/models/')) {
+    allowOnly(method, path, 'GET');
+    let id: string;
+    try {
+      id = decodeURIComponent(rest.slice('/models/'.length));
+    } catch {
+      throw routeNotFound(method, path);
+    }
+    const { info } = await resolveGenerator(engine, request.signal);
+    if (!modelMatches(info, id)) throw modelNotFound(id, null);
+    return jsonResponse(200, modelObject(info));
+  }
+  throw routeNotFound(method, path);
+}
+
+function allowOnly(method: string, path: string, allowed: string): void {
+  if (method !== allowed) throw methodNotAllowed(method, path, [allowed]);
+}
+
+function modelObject(info: TextGenerator['info']) {
+  return { id: info.id, object: 'model' as const, created: info.created, owned_by: 'webgpu-llama' };
+}
+
+/** Waits for the engine (503 if it failed to load), or for the abort of the request. */
+async function resolveGenerator(engine: ApiEngine | Promise<ApiEngine>, signal?: AbortSignal): Promise<TextGenerator> {
+  let loaded: ApiEngine;
+  try {
+    loaded = await abortable(Promise.resolve(engine), signal);
+  } catch (err) {
+    if (signal?.aborted) throw err;
+    throw serviceUnavailable(errorMessage(err), err);
+  }
+  if (!loaded || !loaded.generator) throw serviceUnavailable('the engine has no generator');
+  return loaded.generator;
+}
+
+function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (!signal) return promise;
+  signal.throwIfAborted();
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+async function completions(generator: TextGenerator, request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {
+  let body: unknown;
+  try {
+    if (request.body === null || request.body.trim() === '') throw new Error('the body is empty');
+    body = JSON.parse(request.body);
+  } catch (err) {
+    throw invalidRequest(
+      `We could not parse the JSON body of your request (${errorMessage(err)}). The API expects a JSON object.`,
+      null,
+      'invalid_json',
+    );
+  }
+  const result = await createCompletion(generator, body, request.signal ? { signal: request.signal } : {});
+  if (!isAsyncIterable(result)) return jsonResponse(200, result);
+
+  // Wait for the first chunk, so that a failure to start is a real error status, not a broken stream.
+  const chunks = result[Symbol.asyncIterator]();
+  let first: IteratorResult<CompletionChunk>;
+  try {
+    first = await chunks.next();
+  } catch (err) {
+    await chunks.return?.();
+    throw err;
+  }
+  return { status: 200, headers: { ...SSE_HEADERS }, body: serverSentEvents(chunks, first, request.signal, options) };
+}
+
+function isAsyncIterable(value: unknown): value is AsyncIterable<CompletionChunk> {
+  return typeof value === 'object' && value !== null && Symbol.asyncIterator in value;
+}
+
+/** Format of one server-sent event. */
+export function sseEvent(data: unknown): string {
+  return `data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
+}
+
+async function* serverSentEvents(
+  chunks: AsyncIterator<CompletionChunk>,
+  first: IteratorResult<CompletionChunk>,
+  signal: AbortSignal | undefined,
+  options: ApiHandlerOptions,
+): AsyncGenerator<string, void, void> {
+  try {
+    for (let step = first; !step.done; step = await chunks.next()) yield sseEvent(step.value);
+  } catch (err) {
+    if (signal?.aborted) return; // the client is gone; nobody reads more
+    const apiError = toApiError(err);
+    if (apiError.status >= 500) options.onError?.(apiError);
+    yield sseEvent(apiError.toJSON());
+  } finally {
+    // Ends the generation when the consumer stops reading early; a no-op once it is done.
+    await chunks.return?.();
+  }
+  yield sseEvent('[DONE]');
+}

@@ -1,0 +1,173 @@
+// The Node host: the API over node:http, answered by the same handler as the page shim.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { payloadTooLarge, type ApiError } from '../api/errors.ts';
+import { DEFAULT_BASE_PATH, errorResponse, handleApiRequest, type ApiEngine, type ApiResponse } from '../api/handler.ts';
+
+/** Request bodies above this are answered with 413. */
+export const DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024;
+
+export interface ServerOptions {
+  /** Interface to listen on; default '127.0.0.1'. */
+  host?: string;
+  /** Port; default 8080; 0 picks a free one. */
+  port?: number;
+  /** Path the API lives under; default '/v1'. */
+  basePath?: string;
+  /** Largest accepted request body in bytes; default 4 MiB. */
+  maxBodyBytes?: number;
+  /** Where 5xx errors are reported; default console.error. */
+  log?: (message: string) => void;
+}
+
+export interface RunningServer {
+  /** The server's origin, e.g. 'http://127.0.0.1:8080' (the API is at `${url}/v1`). */
+  url: string;
+  /** Stops listening and closes every connection (aborting their generations). */
+  close(): Promise<void>;
+}
+
+class BodyTooLarge extends Error {}
+
+/**
+ * Serves the API over HTTP. Every request goes through handleApiRequest; a request whose
+ * connection closes before its response is done has its generation aborted. Bodies over
+ * `maxBodyBytes` get 413. CORS is open (any origin; preflights answered, Private Network Access
+ * included) so that a page on another origin can call it. Resolves once listening.
+ */
+export function startServer(engine: ApiEngine | Promise<ApiEngine>, options: ServerOptions = {}): Promise<RunningServer> {
+  const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? 8080;
+  const basePath = options.basePath ?? DEFAULT_BASE_PATH;
+  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const log = options.log ?? ((message: string) => console.error(message));
+  Promise.resolve(engine).catch(() => {}); // a load failure is answered per request with 503
+  const onError = (error: ApiError) => log(`webgpu-llama: ${error.status} ${error.message}`);
+
+  const server = createServer((req, res) => {
+    serve(req, res).catch((err: unknown) => {
+      log(`webgpu-llama: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+      if (!res.headersSent) send(res, corsHeaders(req), errorResponse(err));
+      else res.destroy();
+    });
+  });
+
+  async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const cors = corsHeaders(req);
+    const method = (req.method ?? 'GET').toUpperCase();
+    if (method === 'OPTIONS') {
+      const headers: Record<string, string> = { ...cors, 'access-control-max-age': '86400' };
+      if (req.headers['access-control-request-private-network'] === 'true') {
+        headers['access-control-allow-private-network'] = 'true';
+      }
+      res.writeHead(204, headers).end();
+      return;
+    }
+
+    const controller = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) controller.abort(new DOMException('The client closed the connection.', 'AbortError'));
+    });
+
+    let body: string | null;
+    try {
+      body = await readBody(req, maxBodyBytes);
+    } catch (err) {
+      if (!(err instanceof BodyTooLarge)) throw err;
+      send(res, { ...cors, connection: 'close' }, errorResponse(payloadTooLarge(maxBodyBytes)));
+      return;
+    }
+    if (body === '' && (method === 'GET' || method === 'HEAD')) body = null;
+
+    const response = await handleApiRequest(
+      engine,
+      { method, url: req.url ?? '/', body, signal: controller.signal },
+      { basePath, onError },
+    );
+    if (controller.signal.aborted) {
+      await drain(response);
+      return;
+    }
+    if (typeof response.body === 'string') {
+      send(res, cors, response);
+      return;
+    }
+    res.writeHead(response.status, { ...cors, ...response.headers });
+    res.flushHeaders();
+    // The text is small: write without waiting for the socket, so a slow reader does not hold the model.
+    for await (const event of response.body) {
+      if (res.destroyed) break; // ends the generation (the loop's return())
+      res.write(event);
+    }
+    if (!res.destroyed) res.end();
+  }
+
+  return new Promise<RunningServer>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      const address = server.address() as AddressInfo;
+      const shownHost = address.family === 'IPv6' || address.address.includes(':') ? `[${address.address}]` : address.address;
+      resolve({
+        url: `http://${shownHost}:${address.port}`,
+        close: () =>
+          new Promise<void>((done, fail) => {
+            server.close((err) => (err ? fail(err) : done()));
+            server.closeAllConnections();
+          }),
+      });
+    });
+  });
+}
+
+function corsHeaders(req: IncomingMessage): Record<string, string> {
+  const requested = req.headers['access-control-request-headers'];
+  return {
+    'access-control-allow-origin': '*',
+    'access-control-allow-methods': 'GET, POST, OPTIONS',
+    'access-control-allow-headers': typeof requested === 'string' && requested ? requested : 'authorization, content-type',
+  };
+}
+
+function send(res: ServerResponse, extraHeaders: Record<string, string>, response: ApiResponse): void {
+  const body = typeof response.body === 'string' ? response.body : '';
+  res.writeHead(response.status, {
+    ...extraHeaders,
+    ...response.headers,
+    'content-length': String(Buffer.byteLength(body)),
+  });
+  res.end(body);
+}
+
+/** Ends a response nobody will read (its generation stops at once: the signal is aborted). */
+async function drain(response: ApiResponse): Promise<void> {
+  if (typeof response.body !== 'string') await response.body[Symbol.asyncIterator]().return?.();
+}
+
+/**
+ * The request body as text. Over `limit` bytes: keeps reading (and dropping) the rest, so the
+ * client gets to read the 413, then rejects with BodyTooLarge; past 16 × `limit` it stops reading.
+ */
+function readBody(req: IncomingMessage, limit: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length']);
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooLarge = Number.isFinite(declared) && declared > limit;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) tooLarge = true;
+      if (tooLarge) {
+        chunks.length = 0;
+        if (size > 16 * limit) {
+          req.pause();
+          reject(new BodyTooLarge());
+        }
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => (tooLarge ? reject(new BodyTooLarge()) : resolve(Buffer.concat(chunks).toString('utf8'))));
+    req.on('error', reject);
+  });
+}
