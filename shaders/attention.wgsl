@@ -1,0 +1,144 @@
+// Causal grouped-query attention over a KV cache, for prefill (T tokens) and decode (T = 1):
+//
+//   out[t, h] = softmax_j( q[t, h] · K[j, g(h)] / sqrt(head_dim) ) · V[j, g(h)],  j <= start_pos + t
+//
+// where g(h) = h / (num_heads / num_kv_heads) is the KV head that query head h shares with its
+// group (GQA, Ainslie et al. 2023; MHA when num_kv_heads == num_heads). The caches are
+// [context_rows, num_kv_heads, head_dim] row-major and already hold the rows of the T new tokens.
+//
+// One workgroup per (query token t, head h). It walks the keys in blocks of WORKGROUP_SIZE, one key
+// per thread for the scores, and keeps an online softmax (Milakov & Gimelshein, 2018; as in
+// FlashAttention): a running max m, a running sum l of exp(score - m) and an accumulator of
+// exp(score - m)-weighted values, all rescaled by exp(m_old - m_new) whenever the max grows. So
+// memory does not grow with the context length. For the value sum, each thread owns output
+// dimensions d = lid, lid + WORKGROUP_SIZE, ... (up to MAX_HEAD_DIM in all).
+
+struct Params {
+  T: u32,
+  start_pos: u32,
+  num_heads: u32,
+  num_kv_heads: u32,
+  head_dim: u32,
+  scale: f32, // 1 / sqrt(head_dim)
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;  // [T, num_heads, head_dim]
+@group(0) @binding(2) var<storage, read> q: array<f32>;          // [T, num_heads, head_dim]
+@group(0) @binding(3) var<storage, read> k_cache: array<f32>;    // [context_rows, num_kv_heads, head_dim]
+@group(0) @binding(4) var<storage, read> v_cache: array<f32>;    // [context_rows, num_kv_heads, head_dim]
+
+const WORKGROUP_SIZE: u32 = 64u;
+const MAX_HEAD_DIM: u32 = 256u;
+const DIMS_PER_THREAD: u32 = MAX_HEAD_DIM / WORKGROUP_SIZE;
+// Stands in for -infinity (WGSL has no literal for it); exp(NEG_LARGE - finite) is exactly 0.
+const NEG_LARGE: f32 = -1e30;
+
+var<workgroup> q_shared: array<f32, MAX_HEAD_DIM>;     // this (t, h)'s query vector
+var<workgroup> p_shared: array<f32, WORKGROUP_SIZE>;   // exp(score - m) of the current key block
+var<workgroup> reduce_buf: array<f32, WORKGROUP_SIZE>;
+
+// Workgroup-wide max / sum of one value per thread. Must be called by all threads (barriers).
+fn workgroup_max(v: f32, lid: u32) -> f32 {
+  reduce_buf[lid] = v;
+  workgroupBarrier();
+  for (var stride = WORKGROUP_SIZE / 2u; stride > 0u; stride >>= 1u) {
+    if (lid < stride) {
+      reduce_buf[lid] = max(reduce_buf[lid], reduce_buf[lid + stride]);
+    }
+    workgroupBarrier();
+  }
+  let result = reduce_buf[0];
+  workgroupBarrier(); // all have read the result before reduce_buf is reused
+  return result;
+}
+
+fn workgroup_sum(v: f32, lid: u32) -> f32 {
+  reduce_buf[lid] = v;
+  workgroupBarrier();
+  for (var stride = WORKGROUP_SIZE / 2u; stride > 0u; stride >>= 1u) {
+    if (lid < stride) {
+      reduce_buf[lid] += reduce_buf[lid + stride];
+    }
+    workgroupBarrier();
+  }
+  let result = reduce_buf[0];
+  workgroupBarrier();
+  return result;
+}
+
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let item = wg.y * grid.x + wg.x; // flat (t, h), uniform across the workgroup
+  if (item >= params.T * params.num_heads) {
+    return;
+  }
+  let t = item / params.num_heads;
+  let h = item % params.num_heads;
+  let kv_head = h / (params.num_heads / params.num_kv_heads);
+  let head_dim = params.head_dim;
+  let q_base = item * head_dim;                      // q[t, h, 0] (and out[t, h, 0])
+  let kv_row_stride = params.num_kv_heads * head_dim; // one cache position
+  let kv_offset = kv_head * head_dim;                // this KV head within a position
+
+  for (var d = lid; d < head_dim; d += WORKGROUP_SIZE) {
+    q_shared[d] = q[q_base + d];
+  }
+  workgroupBarrier();
+
+  // Causal mask: token t at position start_pos + t sees cache rows 0 ..= start_pos + t.
+  let n_keys = params.start_pos + t + 1u;
+
+  var m = NEG_LARGE; // running max of the scores so far
+  var l = 0.0;       // running sum of exp(score - m)
+  var acc: array<f32, DIMS_PER_THREAD>; // running sum of exp(score - m) * V[j, d] for owned d
+
+  for (var j0 = 0u; j0 < n_keys; j0 += WORKGROUP_SIZE) {
+    // Scores: thread lid takes key j0 + lid.
+    let j = j0 + lid;
+    let valid = j < n_keys;
+    var score = NEG_LARGE;
+    if (valid) {
+      let k_base = j * kv_row_stride + kv_offset;
+      var dot = 0.0;
+      for (var d = 0u; d < head_dim; d++) {
+        dot += q_shared[d] * k_cache[k_base + d];
+      }
+      score = dot * params.scale;
+    }
+
+    // Every block has at least one valid key (j0 < n_keys), so m_new is a real score.
+    let m_new = max(m, workgroup_max(score, lid));
+    var p = 0.0;
+    if (valid) {
+      p = exp(score - m_new);
+    }
+    p_shared[lid] = p;
+    let block_sum = workgroup_sum(p, lid); // its barriers also publish p_shared
+    let correction = exp(m - m_new);       // rescales what was summed under the old max
+    l = l * correction + block_sum;
+
+    let block_keys = min(WORKGROUP_SIZE, n_keys - j0);
+    for (var c = 0u; c < DIMS_PER_THREAD; c++) {
+      let d = lid + c * WORKGROUP_SIZE;
+      if (d < head_dim) {
+        var a = acc[c] * correction;
+        for (var jj = 0u; jj < block_keys; jj++) {
+          a += p_shared[jj] * v_cache[(j0 + jj) * kv_row_stride + kv_offset + d];
+        }
+        acc[c] = a;
+      }
+    }
+    m = m_new;
+    // p_shared is next written after workgroup_max's barriers, which every thread reaches only
+    // after finishing the loop above: no extra barrier needed here.
+  }
+
+  for (var c = 0u; c < DIMS_PER_THREAD; c++) {
+    let d = lid + c * WORKGROUP_SIZE;
+    if (d < head_dim) {
+      out[q_base + d] = acc[c] / l;
+    }
+  }
+}

@@ -1,0 +1,554 @@
+// Every GPU kernel against the plain CPU reference (test/reference/cpu-ops.ts), on seeded random
+// inputs whose sizes are deliberately not multiples of the workgroup sizes or of 4.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createNodeGpu } from '../src/node/gpu.ts';
+import { acquireDevice, type GpuContext } from '../src/gpu/device.ts';
+import type { GpuMatrix, WeightDType } from '../src/gpu/tensor.ts';
+import { Kernels } from '../src/gpu/kernels.ts';
+import {
+  createF32Buffer,
+  createStorageBuffer,
+  createU32Buffer,
+  createWeightMatrix,
+  readBufferF32,
+} from '../src/gpu/buffers.ts';
+import {
+  addRef,
+  attentionRef,
+  bf16BitsToF32,
+  embeddingRef,
+  f16BitsToF32,
+  f32ToBf16Bits,
+  f32ToF16Bits,
+  matmulRef,
+  packHalves,
+  rmsNormRef,
+  ropeInvFreq,
+  ropeRef,
+  swigluRef,
+} from './reference/cpu-ops.ts';
+
+// ---- helpers -------------------------------------------------------------------------------
+
+/** mulberry32: a tiny seeded PRNG, so every run sees the same inputs. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** n uniform values in [-scale, scale). */
+function randomF32(n: number, seed: number, scale = 1): Float32Array {
+  const next = prng(seed);
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) out[i] = (next() * 2 - 1) * scale;
+  return out;
+}
+
+function maxAbs(a: Float32Array): number {
+  let m = 0;
+  for (const v of a) m = Math.max(m, Math.abs(v));
+  return m;
+}
+
+function maxAbsDiff(a: Float32Array, b: Float32Array): number {
+  expect(a.length).toBe(b.length);
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return Number.isNaN(m) ? Infinity : m;
+}
+
+/**
+ * Max abs error within relTol of the expected values' magnitude (tight enough that any indexing
+ * slip fails). Under SwiftShader every kernel passes at 1e-6: run with RELTOL=1e-6 to see the margin.
+ */
+function expectClose(actual: Float32Array, expected: Float32Array, relTol = Number(process.env.RELTOL ?? 1e-4)): void {
+  expect(actual.length).toBe(expected.length);
+  let worst = 0;
+  let worstAt = -1;
+  for (let i = 0; i < actual.length; i++) {
+    const err = Math.abs(actual[i] - expected[i]);
+    if (!(err <= worst)) {
+      worst = Number.isNaN(err) ? Infinity : err;
+      worstAt = i;
+    }
+  }
+  const tol = relTol * Math.max(maxAbs(expected), 1e-6);
+  if (!(worst <= tol)) {
+    throw new Error(
+      `max abs err ${worst} at [${worstAt}] (got ${actual[worstAt]}, want ${expected[worstAt]}) exceeds ${tol}`,
+    );
+  }
+}
+
+const DTYPES: WeightDType[] = ['f32', 'f16', 'bf16'];
+
+// Dawn's Node binding frees its instance once the object `create()` returned is garbage collected,
+// even while a device made from it is in use; the process then crashes at random (a mutex in freed
+// memory: "The futex facility returned an unexpected error code", SIGSEGV, std::system_error).
+// test/helpers/gpu.ts (nodeGpuContext) does not keep that object, so this file holds it itself.
+let gpu: GPU;
+let ctx: GpuContext;
+let device: GPUDevice;
+let kernels: Kernels;
+const created: GPUBuffer[] = [];
+
+function track<B extends GPUBuffer>(b: B): B {
+  created.push(b);
+  return b;
+}
+const input = (data: Float32Array, label = 'input') => track(createF32Buffer(device, data, label));
+const output = (floats: number, label = 'output') => track(createStorageBuffer(device, floats * 4, label));
+const read = (b: GPUBuffer, floats: number) => readBufferF32(device, b, floats);
+
+/**
+ * Uploads `values` as a [rows, cols] weight matrix in `dtype`, and returns the values it really
+ * holds (rounded to f16/bf16), which is what the reference must compute with.
+ */
+function weightMatrix(values: Float32Array, rows: number, cols: number, dtype: WeightDType): { W: GpuMatrix; held: Float32Array } {
+  if (dtype === 'f32') {
+    const W = createWeightMatrix(device, values, dtype, rows, cols, 'W f32');
+    track(W.buffer);
+    return { W, held: Float32Array.from(values) };
+  }
+  const toBits = dtype === 'f16' ? f32ToF16Bits : f32ToBf16Bits;
+  const fromBits = dtype === 'f16' ? f16BitsToF32 : bf16BitsToF32;
+  const bits = Uint16Array.from(values, toBits);
+  const W = createWeightMatrix(device, packHalves(bits), dtype, rows, cols, `W ${dtype}`);
+  track(W.buffer);
+  return { W, held: Float32Array.from(bits, fromBits) };
+}
+
+beforeAll(async () => {
+  gpu = await createNodeGpu({ log: () => {} });
+  ctx = await acquireDevice(gpu);
+  device = ctx.device;
+  // Compile the weight-format variants up front too (the async path); the bias ones compile lazily.
+  kernels = await Kernels.create(ctx, { weightDTypes: DTYPES });
+});
+
+afterAll(() => {
+  for (const b of created) b.destroy();
+  expect(gpu).toBeDefined(); // (and keeps `gpu` referenced until the end)
+});
+
+async function expectNoGpuErrors(work: () => Promise<void>): Promise<void> {
+  device.pushErrorScope('validation');
+  await work();
+  const error = await device.popErrorScope();
+  expect(error?.message ?? null).toBeNull();
+}
+
+// ---- 16-bit conversions ------------------------------------------------------------------
+
+describe('f16 / bf16 conversions (CPU reference)', () => {
+  it('rounds to known f16 bit patterns', () => {
+    expect(f32ToF16Bits(1)).toBe(0x3c00);
+    expect(f32ToF16Bits(-2)).toBe(0xc000);
+    expect(f32ToF16Bits(0.1)).toBe(0x2e66);
+    expect(f32ToF16Bits(65504)).toBe(0x7bff);
+    expect(f32ToF16Bits(65519)).toBe(0x7bff);
+    expect(f32ToF16Bits(65520)).toBe(0x7c00); // ties to even: rounds up to infinity
+    expect(f32ToF16Bits(2 ** -24)).toBe(0x0001); // smallest subnormal
+    expect(f32ToF16Bits(2 ** -25)).toBe(0x0000); // tie -> even (0)
+    expect(f32ToF16Bits(1.5 * 2 ** -25)).toBe(0x0001);
+    expect(f32ToF16Bits(2 ** -14)).toBe(0x0400); // smallest normal
+    expect(f32ToF16Bits(1 + 2 ** -11)).toBe(0x3c00); // tie -> even mantissa
+    expect(f32ToF16Bits(1 + 3 * 2 ** -11)).toBe(0x3c02);
+    expect(f32ToF16Bits(-0)).toBe(0x8000);
+    expect(f16BitsToF32(0x3555)).toBeCloseTo(0.333251953125, 12);
+    expect(f16BitsToF32(0x7c00)).toBe(Infinity);
+  });
+
+  it('round-trips every finite f16 pattern', () => {
+    for (let h = 0; h < 0x10000; h++) {
+      if ((h & 0x7c00) === 0x7c00) continue; // inf / NaN
+      expect(f32ToF16Bits(f16BitsToF32(h))).toBe(h);
+    }
+  });
+
+  it('rounds to known bf16 bit patterns and round-trips', () => {
+    expect(f32ToBf16Bits(1)).toBe(0x3f80);
+    expect(f32ToBf16Bits(-2)).toBe(0xc000);
+    expect(f32ToBf16Bits(1 + 2 ** -8)).toBe(0x3f80); // tie -> even
+    expect(f32ToBf16Bits(1 + 3 * 2 ** -8)).toBe(0x3f82);
+    expect(f32ToBf16Bits(3.4028234663852886e38)).toBe(0x7f80); // rounds up to infinity
+    for (let b = 0; b < 0x10000; b += 7) {
+      if ((b & 0x7f80) === 0x7f80) continue;
+      expect(f32ToBf16Bits(bf16BitsToF32(b))).toBe(b);
+    }
+  });
+
+  it('packs two halves per word, low half first', () => {
+    expect(Array.from(packHalves(Uint16Array.of(0x1111, 0x2222, 0xffff)))).toEqual([0x22221111, 0x0000ffff]);
+  });
+});
+
+// ---- kernels -------------------------------------------------------------------------------
+
+describe('weight formats on the GPU', () => {
+  // Every 16-bit pattern, read by the embedding kernel (one table row per high byte): checks
+  // load_weight for f16 and bf16 bit for bit, including odd element indices and signs.
+  for (const dtype of ['f16', 'bf16'] as const) {
+    it(`${dtype}: load_weight decodes every finite bit pattern exactly`, async () => {
+      const bits = new Uint16Array(0x10000);
+      for (let i = 0; i < bits.length; i++) bits[i] = i;
+      const fromBits = dtype === 'f16' ? f16BitsToF32 : bf16BitsToF32;
+      const W = createWeightMatrix(device, packHalves(bits), dtype, 256, 256, 'all patterns');
+      track(W.buffer);
+      const tokens = track(createU32Buffer(device, Uint32Array.from({ length: 256 }, (_, i) => i), 'tokens'));
+      const out = output(0x10000);
+      const batch = kernels.begin();
+      batch.embedding(out, W, tokens, 256);
+      batch.submit();
+      const got = await read(out, 0x10000);
+      const exponentMask = dtype === 'f16' ? 0x7c00 : 0x7f80;
+      let mismatches = 0;
+      let flushedSubnormals = 0;
+      for (let h = 0; h < 0x10000; h++) {
+        if ((h & exponentMask) === exponentMask) continue; // inf / NaN: no model weight is one
+        const want = fromBits(h);
+        if (got[h] === want) continue;
+        // A GPU may flush subnormals to zero; tolerated (they are below 6e-5 for f16).
+        if ((h & exponentMask) === 0 && got[h] === 0) flushedSubnormals++;
+        else mismatches++;
+      }
+      expect(mismatches).toBe(0);
+      expect(flushedSubnormals).toBeLessThanOrEqual(2 * 1023);
+    });
+  }
+});
+
+describe('embedding', () => {
+  const vocab = 37;
+  const cols = 61;
+  for (const dtype of DTYPES) {
+    for (const T of [1, 3, 17]) {
+      it(`${dtype}, T=${T}`, async () => {
+        const { W, held } = weightMatrix(randomF32(vocab * cols, 11 + T), vocab, cols, dtype);
+        const next = prng(T);
+        const ids = Array.from({ length: T }, (_, t) => (t === 0 ? vocab - 1 : Math.floor(next() * vocab)));
+        const tokens = track(createU32Buffer(device, Uint32Array.from(ids), 'tokens'));
+        const out = output(T * cols);
+        const batch = kernels.begin();
+        batch.embedding(out, W, tokens, T);
+        batch.submit();
+        expect(Array.from(await read(out, T * cols))).toEqual(Array.from(embeddingRef(held, cols, ids)));
+      });
+    }
+  }
+
+  it('gives a zero row for a token id outside the table', async () => {
+    const { W, held } = weightMatrix(randomF32(vocab * cols, 5), vocab, cols, 'f32');
+    const tokens = track(createU32Buffer(device, Uint32Array.of(2, vocab, 0), 'tokens'));
+    const out = output(3 * cols);
+    const batch = kernels.begin();
+    batch.embedding(out, W, tokens, 3);
+    batch.submit();
+    const got = await read(out, 3 * cols);
+    const want = embeddingRef(held, cols, [2, 0, 0]);
+    want.fill(0, cols, 2 * cols);
+    expect(Array.from(got)).toEqual(Array.from(want));
+  });
+});
+
+describe('rmsNorm', () => {
+  for (const [T, dim] of [[1, 61], [3, 61], [17, 61], [3, 300], [2, 8]]) {
+    it(`T=${T}, dim=${dim}`, async () => {
+      const x = randomF32(T * dim, 100 + dim + T, 3);
+      const gamma = randomF32(dim, 200 + dim, 2);
+      const eps = 1e-5;
+      const out = output(T * dim);
+      const batch = kernels.begin();
+      batch.rmsNorm(out, input(x), input(gamma), T, dim, eps);
+      batch.submit();
+      expectClose(await read(out, T * dim), rmsNormRef(x, gamma, T, dim, eps));
+    });
+  }
+
+  it('respects eps (tiny inputs)', async () => {
+    const T = 2;
+    const dim = 61;
+    const x = randomF32(T * dim, 7, 1e-3);
+    const gamma = randomF32(dim, 8);
+    const out = output(T * dim);
+    const batch = kernels.begin();
+    batch.rmsNorm(out, input(x), input(gamma), T, dim, 1e-2);
+    batch.submit();
+    expectClose(await read(out, T * dim), rmsNormRef(x, gamma, T, dim, 1e-2));
+  });
+});
+
+describe('matmul (matvec for T=1, tiled for T>1)', () => {
+  for (const dtype of DTYPES) {
+    for (const T of [1, 3, 17]) {
+      for (const withBias of [false, true]) {
+        it(`${dtype}, T=${T}, rows=173, cols=61${withBias ? ', bias' : ''}`, async () => {
+          const rows = 173;
+          const cols = 61;
+          const { W, held } = weightMatrix(randomF32(rows * cols, 300 + T), rows, cols, dtype);
+          const x = randomF32(T * cols, 400 + T);
+          const bias = withBias ? randomF32(rows, 500) : undefined;
+          const y = output(T * rows);
+          const batch = kernels.begin();
+          batch.matmul(y, input(x), W, T, bias && input(bias));
+          batch.submit();
+          expectClose(await read(y, T * rows), matmulRef(x, held, T, rows, cols, bias));
+        });
+      }
+    }
+  }
+
+  // matvec shares a row among a team of threads sized by K (1 thread for tiny K, up to the
+  // whole workgroup for long K): cover a team of one, a full team with K longer than the
+  // workgroup, and rows that end in the middle of a workgroup. T=20: K over several matmul tiles.
+  for (const [T, rows, cols] of [[1, 5, 300], [20, 5, 300], [1, 131, 5], [1, 67, 1500]]) {
+    it(`f16, T=${T}, rows=${rows}, cols=${cols}`, async () => {
+      const { W, held } = weightMatrix(randomF32(rows * cols, 600 + T), rows, cols, 'f16');
+      const x = randomF32(T * cols, 700 + T);
+      const y = output(T * rows);
+      const batch = kernels.begin();
+      batch.matmul(y, input(x), W, T);
+      batch.submit();
+      expectClose(await read(y, T * rows), matmulRef(x, held, T, rows, cols));
+    });
+  }
+});
+
+describe('rope', () => {
+  const cases = [
+    { T: 3, numHeads: 6, headDim: 8, startPos: 5, theta: 10000 },
+    { T: 17, numHeads: 2, headDim: 6, startPos: 0, theta: 10000 },
+    { T: 1, numHeads: 3, headDim: 64, startPos: 1000, theta: 500000 }, // angles far outside [-π, π]
+    { T: 2, numHeads: 1, headDim: 128, startPos: 7000, theta: 10000 },
+    { T: 3, numHeads: 2, headDim: 64, startPos: 7, theta: 10000 },
+  ];
+  for (const { T, numHeads, headDim, startPos, theta } of cases) {
+    for (const pairing of ['adjacent', 'halves'] as const) {
+      it(`${pairing}, T=${T}, heads=${numHeads}, headDim=${headDim}, startPos=${startPos}`, async () => {
+        const n = T * numHeads * headDim;
+        const x = randomF32(n, 800 + n + startPos);
+        const invFreq = ropeInvFreq(headDim, theta);
+        const xBuf = input(x);
+        const batch = kernels.begin();
+        batch.rope(xBuf, T, numHeads, headDim, startPos, input(invFreq), pairing);
+        batch.submit();
+        expectClose(await read(xBuf, n), ropeRef(x, T, numHeads, headDim, startPos, invFreq, pairing));
+      });
+    }
+  }
+
+  it("'adjacent' and 'halves' differ by far more than the tolerance (the tests can tell them apart)", async () => {
+    const [T, numHeads, headDim, startPos] = [3, 6, 8, 5];
+    const n = T * numHeads * headDim;
+    const x = randomF32(n, 900);
+    const invFreq = ropeInvFreq(headDim, 10000);
+    const xBuf = input(x);
+    const batch = kernels.begin();
+    batch.rope(xBuf, T, numHeads, headDim, startPos, input(invFreq), 'adjacent');
+    batch.submit();
+    const got = await read(xBuf, n);
+    const halves = ropeRef(x, T, numHeads, headDim, startPos, invFreq, 'halves');
+    const adjacent = ropeRef(x, T, numHeads, headDim, startPos, invFreq, 'adjacent');
+    expect(maxAbsDiff(adjacent, halves)).toBeGreaterThan(1000 * 1e-4 * maxAbs(halves));
+    expectClose(got, adjacent);
+    expect(() => expectClose(got, halves)).toThrow(/exceeds/);
+  });
+});
+
+describe('attention', () => {
+  const cases = [
+    { T: 3, startPos: 5, numHeads: 6, numKvHeads: 2, headDim: 8 },
+    { T: 17, startPos: 0, numHeads: 6, numKvHeads: 3, headDim: 6 },
+    { T: 1, startPos: 70, numHeads: 6, numKvHeads: 2, headDim: 64 }, // decode, keys span two blocks of 64
+    { T: 17, startPos: 60, numHeads: 4, numKvHeads: 4, headDim: 16 }, // MHA, queries straddle a block edge
+    { T: 3, startPos: 130, numHeads: 2, numKvHeads: 1, headDim: 200 }, // several dims per thread
+    { T: 2, startPos: 3, numHeads: 2, numKvHeads: 2, headDim: 256 }, // the largest head
+  ];
+  for (const { T, startPos, numHeads, numKvHeads, headDim } of cases) {
+    it(`T=${T}, startPos=${startPos}, heads=${numHeads}/${numKvHeads}, headDim=${headDim}`, async () => {
+      const contextRows = startPos + T + 4;
+      const kvRow = numKvHeads * headDim;
+      const q = randomF32(T * numHeads * headDim, 1000 + headDim, 2);
+      // Cache rows the queries must not see hold large values, so any causal-mask leak shows.
+      const kCache = randomF32(contextRows * kvRow, 1100 + headDim, 2);
+      const vCache = randomF32(contextRows * kvRow, 1200 + headDim);
+      for (let i = (startPos + T) * kvRow; i < contextRows * kvRow; i++) {
+        kCache[i] = 5;
+        vCache[i] = 100;
+      }
+      const out = output(T * numHeads * headDim);
+      const batch = kernels.begin();
+      batch.attention(out, input(q), input(kCache), input(vCache), T, startPos, numHeads, numKvHeads, headDim);
+      batch.submit();
+      const want = attentionRef(q, kCache, vCache, T, startPos, numHeads, numKvHeads, headDim);
+      expectClose(await read(out, T * numHeads * headDim), want);
+    });
+  }
+});
+
+describe('swiglu', () => {
+  for (const n of [1, 61, 1000]) {
+    it(`n=${n}`, async () => {
+      const gate = randomF32(n, 1300 + n, 8);
+      if (n > 2) gate[2] = -200; // exp(200) overflows f32: must still give -0 * up, not NaN
+      const up = randomF32(n, 1400 + n, 2);
+      const out = output(n);
+      const batch = kernels.begin();
+      batch.swiglu(out, input(gate), input(up), n);
+      batch.submit();
+      expectClose(await read(out, n), swigluRef(gate, up));
+    });
+  }
+});
+
+describe('add', () => {
+  const n = 1003;
+  const a = randomF32(n, 1500);
+  const b = randomF32(n, 1600);
+  it('out = a + b', async () => {
+    const out = output(n);
+    const batch = kernels.begin();
+    batch.add(out, input(a), input(b), n);
+    batch.submit();
+    expectClose(await read(out, n), addRef(a, b));
+  });
+  it('in place: out aliases a (residual x += f(x))', async () => {
+    const aBuf = input(a);
+    await expectNoGpuErrors(async () => {
+      const batch = kernels.begin();
+      batch.add(aBuf, aBuf, input(b), n);
+      batch.submit();
+    });
+    expectClose(await read(aBuf, n), addRef(a, b));
+  });
+  it('in place: out aliases b', async () => {
+    const bBuf = input(b);
+    const batch = kernels.begin();
+    batch.add(bBuf, input(a), bBuf, n);
+    batch.submit();
+    expectClose(await read(bBuf, n), addRef(a, b));
+  });
+  it('refuses out == a == b', () => {
+    const buf = input(a);
+    expect(() => kernels.begin().add(buf, buf, buf, n)).toThrow(/one buffer/);
+  });
+});
+
+describe('a whole batch', () => {
+  it('chains dispatches and copies in order, across several uniform chunks', async () => {
+    // x -> rmsnorm -> matmul -> add into x, repeated: 300 dispatches (more than one 128-slot chunk).
+    const [T, d] = [3, 61];
+    const x0 = randomF32(T * d, 1700);
+    const gamma = randomF32(d, 1701);
+    const { W, held } = weightMatrix(randomF32(d * d, 1702, 0.1), d, d, 'bf16');
+    const x = input(x0);
+    const xb = output(T * d);
+    const y = output(T * d);
+    const snapshot = output(T * d);
+    const gammaBuf = input(gamma);
+    const rounds = 100;
+    await expectNoGpuErrors(async () => {
+      const batch = kernels.begin();
+      for (let r = 0; r < rounds; r++) {
+        batch.rmsNorm(xb, x, gammaBuf, T, d, 1e-5);
+        batch.matmul(y, xb, W, T);
+        batch.add(x, x, y, T * d);
+        if (r === 0) batch.copy(x, 0, snapshot, 0, T * d * 4);
+      }
+      batch.submit();
+    });
+    let want = x0;
+    let wantSnapshot = x0;
+    for (let r = 0; r < rounds; r++) {
+      want = addRef(want, matmulRef(rmsNormRef(want, gamma, T, d, 1e-5), held, T, d, d));
+      if (r === 0) wantSnapshot = want;
+    }
+    expectClose(await read(snapshot, T * d), wantSnapshot);
+    expectClose(await read(x, T * d), want, 1e-3); // 100 rounds of f32 rounding
+  });
+
+  it('refuses to record after submit', () => {
+    const batch = kernels.begin();
+    batch.submit();
+    expect(() => batch.swiglu(output(4), input(new Float32Array(4)), input(new Float32Array(4)), 4)).toThrow(/submitted/);
+  });
+});
+
+describe('2-D grid folding (workgroup counts above the per-dimension limit)', () => {
+  // A limit of 7 workgroups per dimension forces the kernels onto a folded 2-D grid with a
+  // ragged last row, as a 128k vocabulary would against the real 65535 limit.
+  let folded: Kernels;
+  beforeAll(async () => {
+    folded = await Kernels.create(ctx, { maxWorkgroupsPerDimension: 7 });
+  });
+
+  it('refuses a dispatch that does not fit even folded', () => {
+    expect(() => folded.grid(50)).toThrow(/exceeds/);
+    expect(folded.grid(49)).toEqual([7, 7]);
+    expect(folded.grid(37)).toEqual([7, 6]);
+  });
+
+  it('matvec over 37 rows', async () => {
+    const [rows, cols] = [37, 61];
+    const { W, held } = weightMatrix(randomF32(rows * cols, 1800), rows, cols, 'f16');
+    const x = randomF32(cols, 1801);
+    const y = output(rows);
+    const batch = folded.begin();
+    batch.matmul(y, input(x), W, 1);
+    batch.submit();
+    expectClose(await read(y, rows), matmulRef(x, held, 1, rows, cols));
+  });
+
+  it('embedding, rmsNorm, rope, attention, swiglu, add', async () => {
+    const [T, d, vocab] = [17, 70, 23]; // embedding: 17*70/256 -> 5 workgroups; rmsNorm: 17 -> 7 x 3
+    const { W, held } = weightMatrix(randomF32(vocab * d, 1900), vocab, d, 'f32');
+    const ids = Array.from({ length: T }, (_, t) => (t * 7) % vocab);
+    const tokens = track(createU32Buffer(device, Uint32Array.from(ids), 'tokens'));
+    const emb = output(T * d);
+    const normed = output(T * d);
+    const gamma = randomF32(d, 1901);
+
+    const [numHeads, numKvHeads, headDim, startPos] = [2, 1, 64, 2]; // rope: 17*2*32 pairs -> 5; attention: 34 -> 7 x 5
+    const q0 = randomF32(T * numHeads * headDim, 1902);
+    const contextRows = startPos + T;
+    const kCache = randomF32(contextRows * numKvHeads * headDim, 1903);
+    const vCache = randomF32(contextRows * numKvHeads * headDim, 1904);
+    const invFreq = ropeInvFreq(headDim, 10000);
+    const q = input(q0);
+    const attn = output(T * numHeads * headDim);
+
+    const n = 5000; // 20 workgroups
+    const gate = randomF32(n, 1905, 4);
+    const up = randomF32(n, 1906);
+    const act = output(n);
+    const sum = output(n);
+
+    const batch = folded.begin();
+    batch.embedding(emb, W, tokens, T);
+    batch.rmsNorm(normed, emb, input(gamma), T, d, 1e-6);
+    batch.rope(q, T, numHeads, headDim, startPos, input(invFreq), 'halves');
+    batch.attention(attn, q, input(kCache), input(vCache), T, startPos, numHeads, numKvHeads, headDim);
+    batch.swiglu(act, input(gate), input(up), n);
+    batch.add(sum, act, input(up), n);
+    batch.submit();
+
+    const embWant = embeddingRef(held, d, ids);
+    expectClose(await read(emb, T * d), embWant);
+    expectClose(await read(normed, T * d), rmsNormRef(embWant, gamma, T, d, 1e-6));
+    const qWant = ropeRef(q0, T, numHeads, headDim, startPos, invFreq, 'halves');
+    expectClose(await read(q, q0.length), qWant);
+    expectClose(
+      await read(attn, T * numHeads * headDim),
+      attentionRef(qWant, kCache, vCache, T, startPos, numHeads, numKvHeads, headDim),
+    );
+    const actWant = swigluRef(gate, up);
+    expectClose(await read(act, n), actWant);
+    expectClose(await read(sum, n), addRef(actWant, up));
+  });
+});

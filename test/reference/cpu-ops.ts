@@ -1,0 +1,222 @@
+// Plain CPU implementations of every kernel: the truth the GPU kernels are tested against, and the
+// building blocks of the CPU reference forward pass. Written for obviousness, not speed: loops in
+// the order of the formulas, sums in float64 (JS numbers), results rounded to f32 at the end.
+
+/** out[t, c] = table[tokens[t], c] for a row-major table with `cols` columns. */
+export function embeddingRef(table: Float32Array, cols: number, tokens: number[]): Float32Array {
+  const out = new Float32Array(tokens.length * cols);
+  tokens.forEach((token, t) => {
+    for (let c = 0; c < cols; c++) out[t * cols + c] = table[token * cols + c];
+  });
+  return out;
+}
+
+/** out[t, i] = x[t, i] / sqrt(mean_j x[t, j]^2 + eps) * gamma[i]. */
+export function rmsNormRef(x: Float32Array, gamma: Float32Array, T: number, dim: number, eps: number): Float32Array {
+  const out = new Float32Array(T * dim);
+  for (let t = 0; t < T; t++) {
+    let sumSq = 0;
+    for (let i = 0; i < dim; i++) sumSq += x[t * dim + i] * x[t * dim + i];
+    const invRms = 1 / Math.sqrt(sumSq / dim + eps);
+    for (let i = 0; i < dim; i++) out[t * dim + i] = x[t * dim + i] * invRms * gamma[i];
+  }
+  return out;
+}
+
+/** y[t, r] = sum_k x[t, k] * W[r, k] (+ bias[r]); W row-major [rows, cols]. */
+export function matmulRef(
+  x: Float32Array,
+  W: Float32Array,
+  T: number,
+  rows: number,
+  cols: number,
+  bias?: Float32Array,
+): Float32Array {
+  const y = new Float32Array(T * rows);
+  for (let t = 0; t < T; t++) {
+    for (let r = 0; r < rows; r++) {
+      let sum = bias ? bias[r] : 0;
+      for (let k = 0; k < cols; k++) sum += x[t * cols + k] * W[r * cols + k];
+      y[t * rows + r] = sum;
+    }
+  }
+  return y;
+}
+
+/** invFreq[i] = theta^(-2i / headDim) for i < headDim / 2. */
+export function ropeInvFreq(headDim: number, theta: number): Float32Array {
+  const invFreq = new Float32Array(headDim / 2);
+  for (let i = 0; i < headDim / 2; i++) invFreq[i] = Math.pow(theta, (-2 * i) / headDim);
+  return invFreq;
+}
+
+/**
+ * Rotary embedding of x [T, numHeads, headDim], returned as a rotated copy. Token t is at
+ * position startPos + t; pair i turns by angle (startPos + t) * invFreq[i]. 'adjacent' pairs
+ * (x[2i], x[2i+1]); 'halves' pairs (x[i], x[i + headDim/2]).
+ */
+export function ropeRef(
+  x: Float32Array,
+  T: number,
+  numHeads: number,
+  headDim: number,
+  startPos: number,
+  invFreq: Float32Array,
+  pairing: 'adjacent' | 'halves',
+): Float32Array {
+  const out = Float32Array.from(x);
+  const half = headDim / 2;
+  for (let t = 0; t < T; t++) {
+    const pos = startPos + t;
+    for (let h = 0; h < numHeads; h++) {
+      const base = (t * numHeads + h) * headDim;
+      for (let i = 0; i < half; i++) {
+        const ia = pairing === 'adjacent' ? base + 2 * i : base + i;
+        const ib = pairing === 'adjacent' ? base + 2 * i + 1 : base + i + half;
+        // The angle rounded to f32, as Hugging Face, llama.cpp and the GPU kernel compute it; at
+        // long positions that rounding is the largest difference between implementations.
+        const angle = Math.fround(pos * invFreq[i]);
+        const cos = Math.cos(angle);
+        const sin = Math.sin(angle);
+        const a = x[ia];
+        const b = x[ib];
+        out[ia] = a * cos - b * sin;
+        out[ib] = a * sin + b * cos;
+      }
+    }
+  }
+  return out;
+}
+
+/**
+ * Causal grouped-query attention. q and the result are [T, numHeads, headDim]; the caches are
+ * [contextRows, numKvHeads, headDim]. Query t (position startPos + t) attends to cache rows
+ * 0 ..= startPos + t; query head h reads KV head floor(h / (numHeads / numKvHeads)).
+ */
+export function attentionRef(
+  q: Float32Array,
+  kCache: Float32Array,
+  vCache: Float32Array,
+  T: number,
+  startPos: number,
+  numHeads: number,
+  numKvHeads: number,
+  headDim: number,
+): Float32Array {
+  const out = new Float32Array(T * numHeads * headDim);
+  const groupSize = numHeads / numKvHeads;
+  const scale = 1 / Math.sqrt(headDim);
+  for (let t = 0; t < T; t++) {
+    const nKeys = startPos + t + 1;
+    for (let h = 0; h < numHeads; h++) {
+      const kvHead = Math.floor(h / groupSize);
+      const qBase = (t * numHeads + h) * headDim;
+      const kvBase = (j: number) => (j * numKvHeads + kvHead) * headDim;
+
+      const scores = new Float64Array(nKeys);
+      for (let j = 0; j < nKeys; j++) {
+        let dot = 0;
+        for (let d = 0; d < headDim; d++) dot += q[qBase + d] * kCache[kvBase(j) + d];
+        scores[j] = dot * scale;
+      }
+      const max = Math.max(...scores);
+      let sum = 0;
+      for (let j = 0; j < nKeys; j++) {
+        scores[j] = Math.exp(scores[j] - max);
+        sum += scores[j];
+      }
+      for (let d = 0; d < headDim; d++) {
+        let acc = 0;
+        for (let j = 0; j < nKeys; j++) acc += scores[j] * vCache[kvBase(j) + d];
+        out[qBase + d] = acc / sum;
+      }
+    }
+  }
+  return out;
+}
+
+/** silu(gate) * up, silu(g) = g / (1 + e^-g). */
+export function swigluRef(gate: Float32Array, up: Float32Array): Float32Array {
+  const out = new Float32Array(gate.length);
+  for (let i = 0; i < gate.length; i++) out[i] = (gate[i] / (1 + Math.exp(-gate[i]))) * up[i];
+  return out;
+}
+
+/** a + b elementwise. */
+export function addRef(a: Float32Array, b: Float32Array): Float32Array {
+  const out = new Float32Array(a.length);
+  for (let i = 0; i < a.length; i++) out[i] = a[i] + b[i];
+  return out;
+}
+
+// ---- 16-bit floats -------------------------------------------------------------------------
+
+/** Rounds v to the nearest integer, ties to even (IEEE 754's default rounding). */
+function roundHalfEven(v: number): number {
+  const floor = Math.floor(v);
+  const frac = v - floor;
+  if (frac > 0.5) return floor + 1;
+  if (frac < 0.5) return floor;
+  return floor % 2 === 0 ? floor : floor + 1;
+}
+
+const f32Scratch = new Float32Array(1);
+const u32Scratch = new Uint32Array(f32Scratch.buffer);
+
+/** IEEE binary16 bits of x (first rounded to f32, then to f16 with ties to even; overflow gives ±inf). */
+export function f32ToF16Bits(x: number): number {
+  x = Math.fround(x);
+  if (Number.isNaN(x)) return 0x7e00;
+  const sign = x < 0 || Object.is(x, -0) ? 0x8000 : 0;
+  const a = Math.abs(x);
+  // 65520 is halfway between the largest half (65504) and 2^16: it and above round to infinity.
+  if (a >= 65520) return sign | 0x7c00;
+  if (a < 2 ** -14) {
+    // Subnormal: a multiple of 2^-24. A result of 1024 is the smallest normal, which the
+    // encoding (exponent field 1, mantissa 0) gets right by itself.
+    return sign | roundHalfEven(a * 2 ** 24);
+  }
+  let e = Math.floor(Math.log2(a));
+  if (2 ** e > a) e--; // guard log2 rounding
+  if (2 ** (e + 1) <= a) e++;
+  let m = roundHalfEven((a / 2 ** e - 1) * 1024); // exact: a has 24 significant bits
+  if (m === 1024) {
+    m = 0;
+    e++;
+  }
+  return sign | ((e + 15) << 10) | m;
+}
+
+/** The value of IEEE binary16 bits h. */
+export function f16BitsToF32(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const e = (h >> 10) & 0x1f;
+  const m = h & 0x3ff;
+  if (e === 0) return sign * m * 2 ** -24;
+  if (e === 31) return m ? NaN : sign * Infinity;
+  return sign * (1 + m / 1024) * 2 ** (e - 15);
+}
+
+/** bfloat16 bits of x: the top 16 bits of its f32, rounded to nearest, ties to even. */
+export function f32ToBf16Bits(x: number): number {
+  f32Scratch[0] = x;
+  const bits = u32Scratch[0];
+  if (Number.isNaN(f32Scratch[0])) return 0x7fc0;
+  const lowerHalf = bits & 0xffff;
+  let upper = bits >>> 16;
+  if (lowerHalf > 0x8000 || (lowerHalf === 0x8000 && upper & 1)) upper += 1; // may carry into the exponent: correct
+  return upper & 0xffff;
+}
+
+/** The value of bfloat16 bits b. */
+export function bf16BitsToF32(b: number): number {
+  u32Scratch[0] = (b & 0xffff) << 16;
+  return f32Scratch[0];
+}
+
+/** Packs 16-bit patterns two per u32, element 2i in the low half of word i; an odd count pads with 0. */
+export function packHalves(bits: Uint16Array): Uint32Array {
+  const words = new Uint32Array(Math.ceil(bits.length / 2));
+  for (let i = 0; i < bits.length; i++) words[i >> 1] |= bits[i] << (16 * (i & 1));
+  return words;
+}
