@@ -7,6 +7,9 @@ import { acquireDevice, type AcquireDeviceOptions, type GpuContext } from '../gp
 export const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 
 let installedGlobals = false;
+/** Every GPU object Dawn gave us. Dawn's devices die (and the process with them) if the GPU
+ * object that made them is garbage-collected, so they live as long as the process. */
+const liveGpus: GPU[] = [];
 
 /** A `GPU` object for Node, falling back to SwiftShader when Dawn finds no adapter. */
 export async function createNodeGpu(options: { log?: (message: string) => void } = {}): Promise<GPU> {
@@ -16,10 +19,12 @@ export async function createNodeGpu(options: { log?: (message: string) => void }
     installedGlobals = true;
   }
   let gpu = create([]) as GPU;
+  liveGpus.push(gpu);
   if (await gpu.requestAdapter()) return gpu;
   if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) {
     process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
     gpu = create([]) as GPU;
+    liveGpus.push(gpu);
     if (await gpu.requestAdapter()) {
       (options.log ?? ((m) => process.stderr.write(m + '\n')))(
         `webgpu-llama: no GPU adapter found; using SwiftShader (CPU) from ${SWIFTSHADER_ICD}`,
