@@ -1,0 +1,119 @@
+// safetensors reader: an 8-byte little-endian header length, a JSON header naming each tensor's
+// dtype, shape and byte range (relative to the end of the header), then the data. Only the header
+// is read here; tensor bytes are streamed later. Sharded checkpoints list their shards in
+// model.safetensors.index.json (`weight_map`: tensor name -> shard file).
+import type { ByteSource, ModelFiles } from '../files.ts';
+
+export type SafetensorsDType = 'F32' | 'F16' | 'BF16';
+
+export interface SafetensorsTensorInfo {
+  name: string;
+  dtype: SafetensorsDType;
+  /** Row-major shape ([rows, cols] for a matrix). */
+  shape: number[];
+  /** The shard file holding the tensor. */
+  file: string;
+  /** Absolute byte offset in `file`. */
+  offset: number;
+  byteLength: number;
+}
+
+export interface SafetensorsHeader {
+  file: string;
+  metadata: Record<string, string>;
+  tensors: SafetensorsTensorInfo[];
+  /** Absolute offset where the data section begins (8 + header length). */
+  dataOffset: number;
+}
+
+const DTYPE_BYTES: Record<SafetensorsDType, number> = { F32: 4, F16: 2, BF16: 2 };
+
+/** Headers over 100 MB are certainly not real (the format's own reference rejects them too). */
+const MAX_HEADER_BYTES = 100_000_000;
+
+export async function readSafetensorsHeader(source: ByteSource): Promise<SafetensorsHeader> {
+  const file = source.name;
+  if (source.size < 8) throw new Error(`${file} is too small to be a safetensors file (${source.size} bytes)`);
+  const lenBytes = await source.read(0, 8);
+  const headerLength = Number(new DataView(lenBytes.buffer, lenBytes.byteOffset, 8).getBigUint64(0, true));
+  if (headerLength > MAX_HEADER_BYTES || 8 + headerLength > source.size) {
+    throw new Error(`${file} is not a valid safetensors file (header length ${headerLength}, file ${source.size} bytes)`);
+  }
+  const dataOffset = 8 + headerLength;
+  let header: Record<string, unknown>;
+  try {
+    header = JSON.parse(new TextDecoder().decode(await source.read(8, headerLength))) as Record<string, unknown>;
+  } catch (e) {
+    throw new Error(`${file}: the safetensors header is not valid JSON: ${(e as Error).message}`);
+  }
+  if (header === null || typeof header !== 'object' || Array.isArray(header)) {
+    throw new Error(`${file}: the safetensors header is not a JSON object`);
+  }
+  const metadata: Record<string, string> = {};
+  const tensors: SafetensorsTensorInfo[] = [];
+  for (const [name, value] of Object.entries(header)) {
+    if (name === '__metadata__') {
+      Object.assign(metadata, value as Record<string, string>);
+      continue;
+    }
+    const entry = value as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
+    if (!entry || typeof entry.dtype !== 'string' || !Array.isArray(entry.shape) || !Array.isArray(entry.data_offsets)) {
+      throw new Error(`${file}: malformed header entry for tensor ${name}`);
+    }
+    const dtype = entry.dtype;
+    if (!(dtype in DTYPE_BYTES)) {
+      throw new Error(`${file}: tensor ${name} has dtype ${dtype}; only F32, F16 and BF16 tensors are supported`);
+    }
+    const shape = entry.shape.map(Number);
+    const [begin, end] = entry.data_offsets.map(Number);
+    const elements = shape.reduce((a, b) => a * b, 1);
+    const byteLength = elements * DTYPE_BYTES[dtype as SafetensorsDType];
+    if (!(end - begin === byteLength) || begin < 0) {
+      throw new Error(`${file}: tensor ${name} has data_offsets [${begin}, ${end}] that do not match ${dtype} ${JSON.stringify(shape)}`);
+    }
+    if (dataOffset + end > source.size) {
+      throw new Error(`${file}: tensor ${name} lies past the end of the file (${source.size} bytes); is the file truncated?`);
+    }
+    tensors.push({ name, dtype: dtype as SafetensorsDType, shape, file, offset: dataOffset + begin, byteLength });
+  }
+  return { file, metadata, tensors, dataOffset };
+}
+
+/**
+ * The tensors of a checkpoint: `model.safetensors`, or the shards listed in
+ * `model.safetensors.index.json`. Throws naming the missing file when neither exists. The shard
+ * sources it opens are added to `opened` when given (to stream from them later).
+ */
+export async function readSafetensorsCheckpoint(files: ModelFiles, opened?: Map<string, ByteSource>): Promise<SafetensorsTensorInfo[]> {
+  const indexSource = await files.open('model.safetensors.index.json');
+  if (indexSource) {
+    let index: { weight_map?: Record<string, string> };
+    try {
+      index = JSON.parse(new TextDecoder().decode(await indexSource.read(0, indexSource.size)));
+    } catch (e) {
+      throw new Error(`model.safetensors.index.json is not valid JSON: ${(e as Error).message}`);
+    }
+    const weightMap = index.weight_map;
+    if (!weightMap || typeof weightMap !== 'object') throw new Error('model.safetensors.index.json has no weight_map');
+    const shardNames = [...new Set(Object.values(weightMap))];
+    const out: SafetensorsTensorInfo[] = [];
+    for (const shard of shardNames) {
+      const source = await files.open(shard);
+      if (!source) throw new Error(`Missing shard ${shard} (listed in model.safetensors.index.json)`);
+      opened?.set(shard, source);
+      const header = await readSafetensorsHeader(source);
+      const inShard = new Map(header.tensors.map((t) => [t.name, t]));
+      for (const [name, file] of Object.entries(weightMap)) {
+        if (file !== shard) continue;
+        const info = inShard.get(name);
+        if (!info) throw new Error(`Tensor ${name} is listed in model.safetensors.index.json under ${shard} but is not in that file`);
+        out.push(info);
+      }
+    }
+    return out;
+  }
+  const single = await files.open('model.safetensors');
+  if (!single) throw new Error(`Missing model.safetensors (or model.safetensors.index.json) in ${files.id}`);
+  opened?.set('model.safetensors', single);
+  return (await readSafetensorsHeader(single)).tensors;
+}

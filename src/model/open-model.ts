@@ -1,0 +1,118 @@
+// Opening a model: read the headers (GGUF, or a Hugging Face folder's config files and safetensors
+// headers), build the LlamaConfig and the tokenizer, and list the tensors by canonical name. No
+// tensor data is read here; uploadLlamaWeights streams it to the GPU afterwards.
+import type { TextTokenizer } from '../tokenizer/types.ts';
+import { createHfTokenizer } from '../tokenizer/hf-tokenizer.ts';
+import { tokenizerFromGguf } from '../tokenizer/gguf-tokenizer.ts';
+import { configFromGguf, configFromHf, type LlamaConfig } from './config.ts';
+import { readJsonFile, type ByteSource, type ModelFiles } from './files.ts';
+import { readGgufHeader, type GgufMetadata, type GgufTensorType } from './formats/gguf.ts';
+import { readSafetensorsCheckpoint, type SafetensorsDType } from './formats/safetensors.ts';
+import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf } from './tensor-names.ts';
+import { checkTensors, weightBytes, type ModelTensor, type WeightSource } from './weights.ts';
+import type { WeightDType } from '../gpu/tensor.ts';
+
+export { uploadLlamaWeights } from './weights.ts';
+export type { LlamaWeights, LlamaLayerWeights, LoadProgress, LoadProgressCallback, ModelTensor, UploadOptions } from './weights.ts';
+
+export interface OpenedModel extends WeightSource {
+  /** Default model id (folder name, or GGUF file name without `.gguf`). */
+  id: string;
+  format: 'gguf' | 'safetensors';
+  config: LlamaConfig;
+  tokenizer: TextTokenizer;
+  /** Bytes of the tensors the model uploads (what the progress callback counts up to). */
+  totalBytes: number;
+  /** Every tensor found, by canonical Hugging Face name (including ones the model does not use). */
+  tensors: ReadonlyMap<string, ModelTensor>;
+  files: ModelFiles;
+  sources: ReadonlyMap<string, ByteSource>;
+  /** The GGUF metadata (GGUF models only). */
+  ggufMetadata?: GgufMetadata;
+}
+
+const GGUF_DTYPES: Record<GgufTensorType, WeightDType> = { F32: 'f32', F16: 'f16', BF16: 'bf16' };
+const SAFETENSORS_DTYPES: Record<SafetensorsDType, WeightDType> = { F32: 'f32', F16: 'f16', BF16: 'bf16' };
+
+/** Reads the headers of a model: a single GGUF file, or a Hugging Face folder. */
+export async function openModel(files: ModelFiles): Promise<OpenedModel> {
+  return files.ggufFile !== undefined ? openGguf(files, files.ggufFile) : openHfFolder(files);
+}
+
+async function openGguf(files: ModelFiles, fileName: string): Promise<OpenedModel> {
+  const source = await files.open(fileName);
+  if (!source) throw new Error(`Missing GGUF file ${fileName}`);
+  const header = await readGgufHeader(source);
+  const { metadata } = header;
+  if (header.tensors.some((t) => t.name === 'rope_freqs.weight')) {
+    throw new Error('Unsupported RoPE scaling: the GGUF has rope_freqs.weight (Llama 3.1-style frequency factors)');
+  }
+  const config = configFromGguf(metadata, undefined, header.tensors.map((t) => t.name));
+  const tensors = new Map<string, ModelTensor>();
+  for (const t of header.tensors) {
+    const name = hfNameFromGguf(t.name);
+    if (name === null) continue; // not a tensor this runtime uses
+    tensors.set(name, {
+      name,
+      sourceName: t.name,
+      shape: hfShapeFromGguf(t.ne),
+      dtype: GGUF_DTYPES[t.type],
+      file: fileName,
+      offset: t.offset,
+      byteLength: t.byteLength,
+    });
+  }
+  checkTensors(config, tensors);
+  const tokenizer = tokenizerFromGguf(metadata);
+  return {
+    id: files.id,
+    format: 'gguf',
+    config,
+    tokenizer,
+    totalBytes: weightBytes(config, tensors),
+    tensors,
+    files,
+    sources: new Map([[fileName, source]]),
+    ggufMetadata: metadata,
+  };
+}
+
+async function openHfFolder(files: ModelFiles): Promise<OpenedModel> {
+  const configJson = await readJsonFile<Record<string, unknown>>(files, 'config.json');
+  if (!configJson) throw new Error(`Missing config.json in ${files.id} (a Hugging Face model folder needs config.json, tokenizer.json and model.safetensors)`);
+  const config = configFromHf(configJson);
+  const tokenizerJson = await readJsonFile<Record<string, unknown>>(files, 'tokenizer.json');
+  if (!tokenizerJson) throw new Error(`Missing tokenizer.json in ${files.id}`);
+  const tokenizerConfig = await readJsonFile<Record<string, unknown>>(files, 'tokenizer_config.json');
+  const generationConfig = await readJsonFile<Record<string, unknown>>(files, 'generation_config.json');
+
+  const tensors = new Map<string, ModelTensor>();
+  const sources = new Map<string, ByteSource>();
+  for (const t of await readSafetensorsCheckpoint(files, sources)) {
+    tensors.set(t.name, {
+      name: t.name,
+      sourceName: t.name,
+      shape: t.shape,
+      dtype: SAFETENSORS_DTYPES[t.dtype],
+      file: t.file,
+      offset: t.offset,
+      byteLength: t.byteLength,
+    });
+  }
+  // A missing lm_head means tied embeddings unless config.json says explicitly they are not.
+  if (!config.tieWordEmbeddings && !tensors.has(GLOBAL_TENSOR_NAMES.lmHead) && configJson.tie_word_embeddings !== false) {
+    config.tieWordEmbeddings = true;
+  }
+  checkTensors(config, tensors);
+  const tokenizer = createHfTokenizer({ tokenizerJson, tokenizerConfig, generationConfig, modelConfig: configJson });
+  return {
+    id: files.id,
+    format: 'safetensors',
+    config,
+    tokenizer,
+    totalBytes: weightBytes(config, tensors),
+    tensors,
+    files,
+    sources,
+  };
+}

@@ -1,0 +1,261 @@
+// A tokenizer.json built from a GGUF's `tokenizer.ggml.*` keys, so a GGUF model is tokenized by the
+// same @huggingface/tokenizers code path as a Hugging Face folder.
+//
+// 'llama' (SentencePiece BPE): the GGUF has pieces, scores and token types but no merges. The merges
+// are derived as Hugging Face's converter (transformers' SentencePieceExtractor) derives them:
+// every split of a piece into two pieces that are both in the vocabulary is a merge; merges rank by
+// the score of the piece they form, higher first (a stable sort), and the splits of one piece by
+// (id of left, id of right). Normalizer, decoder and post_processor mirror the "legacy" Llama
+// tokenizer.json (Prepend ▁, spaces -> ▁, byte fallback).
+//
+// 'gpt2' (byte-level BPE, Llama 3, Qwen2, SmolLM): vocabulary and `tokenizer.ggml.merges`, with the
+// pre-tokenizer regex chosen by `tokenizer.ggml.pre`.
+import type { GgufMetadata, GgufValue } from '../model/formats/gguf.ts';
+import { HfTokenizer } from './hf-tokenizer.ts';
+
+/** llama.cpp token types. */
+export const TokenType = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;
+
+export interface GgufTokenizerParts {
+  tokenizerJson: Record<string, unknown>;
+  tokenizerConfig: Record<string, unknown>;
+  bosId: number | null;
+  eosIds: number[];
+  addBos: boolean;
+}
+
+function stringArray(metadata: GgufMetadata, key: string): string[] {
+  const v = metadata[key];
+  if (!Array.isArray(v)) throw new Error(`GGUF metadata has no ${key}`);
+  return v as string[];
+}
+
+function numberArray(metadata: GgufMetadata, key: string): number[] | undefined {
+  const v = metadata[key];
+  if (v === undefined) return undefined;
+  if (!Array.isArray(v)) throw new Error(`GGUF metadata ${key} is not an array`);
+  return (v as GgufValue[]).map((x) => Number(x));
+}
+
+function optionalId(metadata: GgufMetadata, key: string, vocabSize: number): number | null {
+  const v = metadata[key];
+  if (typeof v !== 'number' && typeof v !== 'bigint') return null;
+  const id = Number(v);
+  return id >= 0 && id < vocabSize ? id : null;
+}
+
+function optionalBool(metadata: GgufMetadata, key: string): boolean | undefined {
+  const v = metadata[key];
+  return typeof v === 'boolean' ? v : undefined;
+}
+
+/** SentencePiece merges from pieces and scores, exactly as transformers' converter orders them. */
+export function mergesFromScores(tokens: readonly string[], scores: readonly number[]): [string, string][] {
+  const vocab = new Map<string, number>();
+  tokens.forEach((t, i) => vocab.set(t, i)); // a duplicate piece keeps its last id, as a Python dict would
+  const candidates: { left: string; right: string; score: number }[] = [];
+  const seen = new Set<string>();
+  for (let i = 0; i < tokens.length; i++) {
+    const piece = tokens[i];
+    if (seen.has(piece)) continue; // dict iteration visits each piece once, at its first position
+    seen.add(piece);
+    const score = scores[vocab.get(piece)!];
+    const chars = Array.from(piece); // split by code points, as Python slices strings
+    if (chars.length < 2) continue;
+    const local: { left: string; right: string; l: number; r: number }[] = [];
+    for (let k = 1; k < chars.length; k++) {
+      const left = chars.slice(0, k).join('');
+      const right = chars.slice(k).join('');
+      const l = vocab.get(left);
+      const r = vocab.get(right);
+      if (l !== undefined && r !== undefined) local.push({ left, right, l, r });
+    }
+    local.sort((a, b) => a.l - b.l || a.r - b.r);
+    for (const m of local) candidates.push({ left: m.left, right: m.right, score });
+  }
+  // Array.prototype.sort is stable: equal scores keep their order.
+  candidates.sort((a, b) => b.score - a.score);
+  return candidates.map((c) => [c.left, c.right]);
+}
+
+/** GPT-2 style pre-tokenizer regexes, by `tokenizer.ggml.pre`. */
+const LLAMA3_PATTERN =
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const QWEN2_PATTERN =
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+function byteLevelPreTokenizer(pre: string): { preTokenizer: unknown; normalizer: unknown; ignoreMerges: boolean } {
+  const split = (pattern: string) => ({
+    type: 'Sequence',
+    pretokenizers: [
+      { type: 'Split', pattern: { Regex: pattern }, behavior: 'Isolated', invert: false },
+      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
+    ],
+  });
+  switch (pre) {
+    case 'llama3':
+    case 'llama-v3':
+    case 'llama-bpe':
+      return { preTokenizer: split(LLAMA3_PATTERN), normalizer: null, ignoreMerges: true };
+    case 'qwen2':
+    case 'deepseek-r1-qwen':
+      return { preTokenizer: split(QWEN2_PATTERN), normalizer: { type: 'NFC' }, ignoreMerges: false };
+    case 'default':
+    case 'gpt2':
+    case 'gpt-2':
+    case 'smollm':
+    case 'starcoder':
+    case 'refact':
+      return {
+        preTokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
+        normalizer: null,
+        ignoreMerges: false,
+      };
+    default:
+      throw new Error(`Unsupported GGUF pre-tokenizer '${pre}' (tokenizer.ggml.pre)`);
+  }
+}
+
+/** The tokenizer.json (and settings) a GGUF's tokenizer.ggml.* keys describe. */
+export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
+  const model = metadata['tokenizer.ggml.model'];
+  if (typeof model !== 'string') throw new Error('GGUF metadata has no tokenizer (tokenizer.ggml.model)');
+  const tokens = stringArray(metadata, 'tokenizer.ggml.tokens');
+  const n = tokens.length;
+  const types = numberArray(metadata, 'tokenizer.ggml.token_type') ?? new Array<number>(n).fill(TokenType.NORMAL);
+  if (types.length !== n) throw new Error('GGUF tokenizer.ggml.token_type does not match tokenizer.ggml.tokens in length');
+
+  const bosId = optionalId(metadata, 'tokenizer.ggml.bos_token_id', n);
+  const eosId = optionalId(metadata, 'tokenizer.ggml.eos_token_id', n);
+  const eotId = optionalId(metadata, 'tokenizer.ggml.eot_token_id', n);
+  let unkId = optionalId(metadata, 'tokenizer.ggml.unknown_token_id', n);
+  const eosIds = [eosId, eotId].filter((id): id is number => id !== null);
+
+  // The vocabulary. A duplicate piece keeps its first id (a JSON object has one entry per key);
+  // its later ids decode as the unknown token.
+  const vocab: Record<string, number> = Object.create(null); // '__proto__' is a plain key
+  for (let i = 0; i < n; i++) if (!Object.hasOwn(vocab, tokens[i])) vocab[tokens[i]] = i;
+
+  // Special and user-defined tokens are "added tokens": matched whole in the text, never split.
+  const addedTokens: Record<string, unknown>[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = types[i];
+    const special = t === TokenType.CONTROL || t === TokenType.UNKNOWN;
+    if (!special && t !== TokenType.USER_DEFINED) continue;
+    if (tokens[i].length === 0) continue;
+    addedTokens.push({ id: i, content: tokens[i], single_word: false, lstrip: false, rstrip: false, normalized: false, special });
+  }
+
+  const bosToken = bosId !== null ? tokens[bosId] : null;
+  const eosToken = eosId !== null ? tokens[eosId] : null;
+
+  let tokenizerJson: Record<string, unknown>;
+  let addBos: boolean;
+  if (model === 'llama') {
+    const scores = numberArray(metadata, 'tokenizer.ggml.scores');
+    if (!scores || scores.length !== n) throw new Error('GGUF SentencePiece tokenizer has no tokenizer.ggml.scores of the vocabulary length');
+    if (unkId === null) unkId = types.indexOf(TokenType.UNKNOWN) >= 0 ? types.indexOf(TokenType.UNKNOWN) : null;
+    const addSpacePrefix = optionalBool(metadata, 'tokenizer.ggml.add_space_prefix') ?? true;
+    addBos = optionalBool(metadata, 'tokenizer.ggml.add_bos_token') ?? true;
+    const normalizers: unknown[] = [];
+    if (addSpacePrefix) normalizers.push({ type: 'Prepend', prepend: '\u2581' });
+    normalizers.push({ type: 'Replace', pattern: { String: ' ' }, content: '\u2581' });
+    const decoders: unknown[] = [
+      { type: 'Replace', pattern: { String: '\u2581' }, content: ' ' },
+      { type: 'ByteFallback' },
+      { type: 'Fuse' },
+    ];
+    if (addSpacePrefix) decoders.push({ type: 'Strip', content: ' ', start: 1, stop: 0 });
+    tokenizerJson = {
+      version: '1.0',
+      truncation: null,
+      padding: null,
+      added_tokens: addedTokens,
+      normalizer: { type: 'Sequence', normalizers },
+      pre_tokenizer: null,
+      post_processor: bosTemplate(addBos ? bosToken : null, bosId),
+      decoder: { type: 'Sequence', decoders },
+      model: {
+        type: 'BPE',
+        dropout: null,
+        unk_token: unkId !== null ? tokens[unkId] : null,
+        continuing_subword_prefix: null,
+        end_of_word_suffix: null,
+        fuse_unk: true,
+        byte_fallback: true,
+        ignore_merges: false,
+        vocab,
+        merges: mergesFromScores(tokens, scores),
+      },
+    };
+  } else if (model === 'gpt2') {
+    const rawMerges = metadata['tokenizer.ggml.merges'];
+    if (!Array.isArray(rawMerges)) throw new Error('GGUF byte-level BPE tokenizer has no tokenizer.ggml.merges');
+    const merges = (rawMerges as string[]).map((m) => {
+      const space = m.indexOf(' ', 1);
+      if (space < 0) throw new Error(`GGUF tokenizer.ggml.merges entry ${JSON.stringify(m)} is not "left right"`);
+      return [m.slice(0, space), m.slice(space + 1)];
+    });
+    const pre = typeof metadata['tokenizer.ggml.pre'] === 'string' ? (metadata['tokenizer.ggml.pre'] as string) : 'default';
+    const { preTokenizer, normalizer, ignoreMerges } = byteLevelPreTokenizer(pre);
+    addBos = optionalBool(metadata, 'tokenizer.ggml.add_bos_token') ?? ignoreMerges; // llama3: yes; others: no
+    tokenizerJson = {
+      version: '1.0',
+      truncation: null,
+      padding: null,
+      added_tokens: addedTokens,
+      normalizer,
+      pre_tokenizer: preTokenizer,
+      post_processor: bosTemplate(addBos ? bosToken : null, bosId),
+      decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+      model: {
+        type: 'BPE',
+        dropout: null,
+        unk_token: unkId !== null ? tokens[unkId] : null,
+        continuing_subword_prefix: null,
+        end_of_word_suffix: null,
+        fuse_unk: false,
+        byte_fallback: false,
+        ignore_merges: ignoreMerges,
+        vocab,
+        merges,
+      },
+    };
+  } else {
+    throw new Error(`Unsupported GGUF tokenizer model '${model}' (tokenizer.ggml.model): supported are llama, gpt2`);
+  }
+  const tokenizerConfig: Record<string, unknown> = {
+    add_bos_token: addBos,
+    add_eos_token: false,
+    bos_token: bosToken,
+    eos_token: eosToken,
+    unk_token: unkId !== null ? tokens[unkId] : null,
+    clean_up_tokenization_spaces: false,
+    legacy: true,
+  };
+  return { tokenizerJson, tokenizerConfig, bosId, eosIds: [...new Set(eosIds)], addBos };
+}
+
+function bosTemplate(bosToken: string | null, bosId: number | null): unknown {
+  if (bosToken === null || bosId === null) return null;
+  return {
+    type: 'TemplateProcessing',
+    single: [{ SpecialToken: { id: bosToken, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
+    pair: [
+      { SpecialToken: { id: bosToken, type_id: 0 } },
+      { Sequence: { id: 'A', type_id: 0 } },
+      { SpecialToken: { id: bosToken, type_id: 1 } },
+      { Sequence: { id: 'B', type_id: 1 } },
+    ],
+    special_tokens: { [bosToken]: { id: bosToken, ids: [bosId], tokens: [bosToken] } },
+  };
+}
+
+/** A TextTokenizer from GGUF metadata. */
+export function tokenizerFromGguf(metadata: GgufMetadata): HfTokenizer {
+  const parts = ggufTokenizerParts(metadata);
+  return new HfTokenizer(
+    { tokenizerJson: parts.tokenizerJson, tokenizerConfig: parts.tokenizerConfig },
+    { addBos: parts.addBos, bosId: parts.bosId, eosIds: parts.eosIds },
+  );
+}

@@ -1,0 +1,165 @@
+// A TextTokenizer over @huggingface/tokenizers, from a tokenizer.json object (a Hugging Face
+// folder's, or one built from GGUF keys by gguf-tokenizer.ts, so both go through the same code).
+//
+// BOS is handled here, not by the tokenizer.json post_processor: we always encode with
+// add_special_tokens: false and prepend BOS ourselves when `addBos`. The post_processor is only
+// consulted (when tokenizer_config has no add_bos_token) to learn whether the model's own
+// template starts prompts with a BOS (Llama 3 does, Qwen2 does not).
+import { Tokenizer } from '@huggingface/tokenizers';
+import type { TextTokenizer } from './types.ts';
+
+type Json = Record<string, unknown>;
+
+export interface HfTokenizerSources {
+  /** The parsed tokenizer.json. */
+  tokenizerJson: Json;
+  /** The parsed tokenizer_config.json, if any. */
+  tokenizerConfig?: Json | null;
+  /** The parsed generation_config.json, if any (its eos_token_id may be a list). */
+  generationConfig?: Json | null;
+  /** The parsed config.json, if any (bos_token_id / eos_token_id fallbacks). */
+  modelConfig?: Json | null;
+}
+
+/** Settings decided by the caller instead of read from the config files (GGUF). */
+export interface HfTokenizerOverrides {
+  addBos?: boolean;
+  bosId?: number | null;
+  eosIds?: readonly number[];
+}
+
+function tokenContent(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (value && typeof value === 'object' && typeof (value as Json).content === 'string') return (value as Json).content as string;
+  return undefined;
+}
+
+function idList(value: unknown): number[] {
+  if (typeof value === 'number') return [value];
+  if (Array.isArray(value)) return value.filter((v): v is number => typeof v === 'number');
+  return [];
+}
+
+export class HfTokenizer implements TextTokenizer {
+  readonly vocabSize: number;
+  readonly bosId: number | null;
+  readonly eosIds: readonly number[];
+  readonly addBos: boolean;
+  private readonly tokenizer: Tokenizer;
+  private readonly specialIds: Set<number>;
+
+  constructor(sources: HfTokenizerSources, overrides: HfTokenizerOverrides = {}) {
+    const { tokenizerJson } = sources;
+    const tokenizerConfig = sources.tokenizerConfig ?? {};
+    const generationConfig = sources.generationConfig ?? {};
+    const modelConfig = sources.modelConfig ?? {};
+    // The library requires these keys to be present (null when absent).
+    const json: Json = { ...tokenizerJson };
+    for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) json[key] ??= null;
+    json.added_tokens ??= [];
+    this.tokenizer = new Tokenizer(json, { ...tokenizerConfig });
+    keepByteOrderMarks(this.tokenizer.decoder);
+
+    const addedTokens = (json.added_tokens as { id: number; content: string; special?: boolean }[]) ?? [];
+    this.specialIds = new Set(addedTokens.filter((t) => t.special).map((t) => t.id));
+
+    let maxId = -1;
+    for (const [, id] of this.tokenizer.get_vocab(true)) if (id > maxId) maxId = id;
+    for (const t of addedTokens) if (t.id > maxId) maxId = t.id;
+    this.vocabSize = maxId + 1;
+
+    const toId = (content: string | undefined): number | undefined =>
+      content === undefined ? undefined : this.tokenizer.token_to_id(content);
+
+    // What the post_processor puts before a prompt (normally [BOS] or nothing).
+    const prefix = this.templatePrefix();
+
+    let bosId: number | null | undefined = overrides.bosId;
+    if (bosId === undefined) {
+      bosId =
+        toId(tokenContent(tokenizerConfig.bos_token)) ??
+        (prefix.length === 1 ? prefix[0] : undefined) ??
+        idList(generationConfig.bos_token_id)[0] ??
+        idList(modelConfig.bos_token_id)[0] ??
+        null;
+    }
+    this.bosId = bosId;
+
+    let addBos = overrides.addBos;
+    if (addBos === undefined) {
+      if (typeof tokenizerConfig.add_bos_token === 'boolean') addBos = tokenizerConfig.add_bos_token;
+      else addBos = prefix.length > 0 && prefix[0] === bosId;
+    }
+    this.addBos = addBos && bosId !== null;
+
+    let eosIds = overrides.eosIds ? [...overrides.eosIds] : undefined;
+    if (!eosIds) {
+      eosIds = idList(generationConfig.eos_token_id);
+      const fromTokenizer = toId(tokenContent(tokenizerConfig.eos_token));
+      if (fromTokenizer !== undefined) eosIds.push(fromTokenizer);
+      if (eosIds.length === 0) eosIds.push(...idList(modelConfig.eos_token_id));
+    }
+    this.eosIds = [...new Set(eosIds)];
+    for (const id of this.eosIds) this.specialIds.add(id);
+    if (this.bosId !== null) this.specialIds.add(this.bosId);
+  }
+
+  /** Ids the tokenizer.json post_processor adds before the text of a single sequence. */
+  private templatePrefix(): number[] {
+    try {
+      const withSpecial = this.tokenizer.encode('a', { add_special_tokens: true }).ids;
+      const without = this.tokenizer.encode('a', { add_special_tokens: false }).ids;
+      for (let start = 0; start + without.length <= withSpecial.length; start++) {
+        if (without.every((id, i) => withSpecial[start + i] === id)) return withSpecial.slice(0, start);
+      }
+    } catch {
+      // No usable post_processor: no prefix.
+    }
+    return [];
+  }
+
+  encode(text: string, options: { addBos?: boolean } = {}): number[] {
+    const ids = text.length > 0 ? this.tokenizer.encode(text, { add_special_tokens: false }).ids : [];
+    const addBos = (options.addBos ?? this.addBos) && this.bosId !== null;
+    return addBos ? [this.bosId as number, ...ids] : ids;
+  }
+
+  decode(ids: readonly number[], options: { skipSpecialTokens?: boolean } = {}): string {
+    let list = [...ids];
+    if (options.skipSpecialTokens) list = list.filter((id) => !this.specialIds.has(id));
+    if (list.length === 0) return '';
+    return this.tokenizer.decode(list, { skip_special_tokens: options.skipSpecialTokens ?? false });
+  }
+
+  isSpecial(id: number): boolean {
+    return this.specialIds.has(id);
+  }
+
+  /** The token string of an id (vocabulary piece), or undefined. */
+  idToToken(id: number): string | undefined {
+    return this.tokenizer.id_to_token(id);
+  }
+
+  /** The id of a token string, or undefined. */
+  tokenToId(token: string): number | undefined {
+    return this.tokenizer.token_to_id(token);
+  }
+}
+
+/**
+ * The library's ByteFallback decoder fuses byte tokens with a default TextDecoder, which drops a
+ * leading U+FEFF (EF BB BF); the Rust tokenizers keep it. Swap in a decoder that keeps it.
+ */
+function keepByteOrderMarks(decoder: unknown): void {
+  if (!decoder || typeof decoder !== 'function' && typeof decoder !== 'object') return;
+  const d = decoder as { text_decoder?: unknown; decoders?: unknown[] };
+  if (d.text_decoder instanceof TextDecoder && !d.text_decoder.ignoreBOM) {
+    d.text_decoder = new TextDecoder('utf-8', { ignoreBOM: true });
+  }
+  if (Array.isArray(d.decoders)) d.decoders.forEach(keepByteOrderMarks);
+}
+
+/** A TextTokenizer from the parsed files of a Hugging Face folder. */
+export function createHfTokenizer(sources: HfTokenizerSources, overrides: HfTokenizerOverrides = {}): HfTokenizer {
+  return new HfTokenizer(sources, overrides);
+}
