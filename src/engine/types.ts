@@ -8,6 +8,18 @@ export interface SamplingParams {
   topP: number;
   /** Seed of the request's random stream; undefined = a fresh random seed. */
   seed?: number;
+  /** Keep the k most likely tokens; 0 or undefined disables it. */
+  topK?: number;
+  /** Drop tokens whose probability is below minP x the top probability; 0 or undefined disables it. */
+  minP?: number;
+  /** vLLM/HF repetition penalty over prompt and generated tokens (logit / p if > 0, else logit * p); 1 disables it. */
+  repetitionPenalty?: number;
+  /** OpenAI: logit[j] -= (count[j] > 0) * presencePenalty, counts over generated tokens. */
+  presencePenalty?: number;
+  /** OpenAI: logit[j] -= count[j] * frequencyPenalty, counts over generated tokens. */
+  frequencyPenalty?: number;
+  /** Token id -> bias added to the logit before everything else (-100 bans, +100 forces). */
+  logitBias?: ReadonlyMap<number, number>;
 }
 
 export interface GenerationRequest {
@@ -47,4 +59,52 @@ export interface TextGenerator {
    * Breaking out of the loop (return()) ends the request and frees the GPU for the next one.
    */
   generate(request: GenerationRequest): AsyncGenerator<number, FinishReason, void>;
+  /**
+   * Waits for the GPU, runs the prompt once, and returns a session from which sequences are
+   * decoded. The caller must close() it (also on errors and aborts).
+   */
+  openSession(request: SessionRequest): Promise<GenerationSession>;
+}
+
+// ---- Sessions: one prefill shared by several sequences (n, best_of), with logprobs ----
+
+export interface TokenLogprob {
+  id: number;
+  /** log-softmax of the model's raw logits (before bias, penalties and temperature). */
+  logprob: number;
+}
+
+export interface GeneratedToken extends TokenLogprob {
+  /** The `logprobs` most likely tokens at this step, most likely first (when asked for). */
+  topLogprobs?: TokenLogprob[];
+}
+
+export interface SessionRequest {
+  promptTokens: readonly number[];
+  /** Sampling shared by the sequences; sequence j draws from its own stream seeded by (seed, j). */
+  sampling: SamplingParams;
+  /** How many top alternatives to report per token (0..20); undefined = none. */
+  logprobs?: number;
+  /** Also score the prompt (echo + logprobs): `promptLogprobs` is then filled. */
+  promptLogprobs?: boolean;
+  signal?: AbortSignal;
+}
+
+export interface SequenceOptions {
+  /** The sequence's number within the session (choice index); seeds its random stream. */
+  index: number;
+  maxTokens: number;
+  /** Ids that end the sequence (not yielded). */
+  stopTokenIds: readonly number[];
+  /** Stop ids are not sampled before this many tokens were generated (vLLM `min_tokens`). */
+  minTokens?: number;
+}
+
+export interface GenerationSession {
+  /** Per prompt token, its logprob given the tokens before it (the first is null); when asked for. */
+  readonly promptLogprobs: readonly (GeneratedToken | null)[] | undefined;
+  /** Decodes one sequence from the shared prefill; sequences run one after another. */
+  sequence(options: SequenceOptions): AsyncGenerator<GeneratedToken, FinishReason, void>;
+  /** Ends the session and frees the GPU for the next request. Safe to call twice. */
+  close(): void;
 }
