@@ -1,8 +1,8 @@
 // Every GPU kernel against the plain CPU reference (test/reference/cpu-ops.ts), on seeded random
 // inputs whose sizes are deliberately not multiples of the workgroup sizes or of 4.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createNodeGpu } from '../src/node/gpu.ts';
-import { acquireDevice, type GpuContext } from '../src/gpu/device.ts';
+import type { GpuContext } from '../src/gpu/device.ts';
+import { testGpu } from './helpers/gpu.ts';
 import type { GpuMatrix, WeightDType } from '../src/gpu/tensor.ts';
 import { Kernels } from '../src/gpu/kernels.ts';
 import {
@@ -88,11 +88,6 @@ function expectClose(actual: Float32Array, expected: Float32Array, relTol = Numb
 
 const DTYPES: WeightDType[] = ['f32', 'f16', 'bf16'];
 
-// Dawn's Node binding frees its instance once the object `create()` returned is garbage collected,
-// even while a device made from it is in use; the process then crashes at random (a mutex in freed
-// memory: "The futex facility returned an unexpected error code", SIGSEGV, std::system_error).
-// test/helpers/gpu.ts (nodeGpuContext) does not keep that object, so this file holds it itself.
-let gpu: GPU;
 let ctx: GpuContext;
 let device: GPUDevice;
 let kernels: Kernels;
@@ -125,8 +120,7 @@ function weightMatrix(values: Float32Array, rows: number, cols: number, dtype: W
 }
 
 beforeAll(async () => {
-  gpu = await createNodeGpu({ log: () => {} });
-  ctx = await acquireDevice(gpu);
+  ctx = await testGpu();
   device = ctx.device;
   // Compile the weight-format variants up front too (the async path); the bias ones compile lazily.
   kernels = await Kernels.create(ctx, { weightDTypes: DTYPES });
@@ -134,7 +128,6 @@ beforeAll(async () => {
 
 afterAll(() => {
   for (const b of created) b.destroy();
-  expect(gpu).toBeDefined(); // (and keeps `gpu` referenced until the end)
 });
 
 async function expectNoGpuErrors(work: () => Promise<void>): Promise<void> {

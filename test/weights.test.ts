@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { acquireDevice, type GpuContext } from '../src/gpu/device.ts';
-import { createNodeGpu } from '../src/node/gpu.ts';
+import type { GpuContext } from '../src/gpu/device.ts';
+import { testGpu } from './helpers/gpu.ts';
 import { filesFromMemory } from '../src/model/files.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/model/open-model.ts';
 import { f16ToF32, toFloat32 } from '../src/model/weights.ts';
@@ -22,20 +22,11 @@ async function readBuffer(ctx: GpuContext, buffer: GPUBuffer): Promise<Uint8Arra
 
 const same = (a: Uint8Array, b: Uint8Array) => Buffer.compare(Buffer.from(a), Buffer.from(b)) === 0;
 
-// Dawn crashes the process (SIGSEGV, "std::system_error", futex errors) at the next queue operation
-// after a garbage collection has freed the `GPU` object that created the device.
-// nodeGpuContext() / testGpu() do not keep that object alive, so this file makes its own device
-// and holds the GPU object for the life of the process.
-let liveGpu: GPU | undefined;
-async function gpuContext(): Promise<GpuContext> {
-  liveGpu ??= await createNodeGpu({ log: () => {} });
-  return acquireDevice(liveGpu);
-}
 
 describe('weight upload', () => {
   let ctx: GpuContext;
   beforeAll(async () => {
-    ctx = await gpuContext();
+    ctx = await testGpu();
   });
 
   for (const layout of [
