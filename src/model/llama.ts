@@ -16,7 +16,7 @@ import { KvCache } from './kv-cache.ts';
 import type { LlamaWeights } from './weights.ts';
 
 /** RoPE inverse frequencies: θ_i = theta^(-2i/d) for i < d/2. */
-export function ropeInverseFrequencies(config: LlamaConfig): Float32Array {
+export function ropeInverseFrequencies(config: LlamaConfig): Float32Array<ArrayBuffer> {
   const half = config.headDim / 2;
   const invFreq = new Float32Array(half);
   for (let i = 0; i < half; i++) invFreq[i] = Math.pow(config.ropeTheta, (-2 * i) / config.headDim);
