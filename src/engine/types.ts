@@ -75,7 +75,10 @@ export interface TokenLogprob {
 }
 
 export interface GeneratedToken extends TokenLogprob {
-  /** The `logprobs` most likely tokens at this step, most likely first (when asked for). */
+  /**
+   * The `logprobs` most likely tokens at this step, most likely first, the lower id first on ties
+   * (when the session asked for logprobs; [] for logprobs 0; absent when it did not ask).
+   */
   topLogprobs?: TokenLogprob[];
 }
 
@@ -103,7 +106,13 @@ export interface SequenceOptions {
 export interface GenerationSession {
   /** Per prompt token, its logprob given the tokens before it (the first is null); when asked for. */
   readonly promptLogprobs: readonly (GeneratedToken | null)[] | undefined;
-  /** Decodes one sequence from the shared prefill; sequences run one after another. */
+  /**
+   * Decodes one sequence from the shared prefill; sequences run one after another. Returns 'stop'
+   * when a stop id is sampled (not yielded), 'length' after maxTokens tokens (0: none) or when
+   * prompt + generated tokens fill the context. Throws an AbortError at the next token once the
+   * session's signal aborts; misuse (a closed session, a second sequence while one runs) throws
+   * from the first next().
+   */
   sequence(options: SequenceOptions): AsyncGenerator<GeneratedToken, FinishReason, void>;
   /** Ends the session and frees the GPU for the next request. Safe to call twice. */
   close(): void;

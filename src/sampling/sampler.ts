@@ -1,74 +1,86 @@
-// Turning a step's logits into the next token. Order of operations (the API's):
-//   temperature -> top_p -> draw      (temperature 0 = greedy argmax)
-// logit_bias, penalties, top_k and min_p join this chain in the next issue, in the order
-// logit_bias -> penalties -> temperature -> top_k -> top_p -> min_p -> draw.
+// Turning a step's logits into the next token, on the CPU. The chain, in this exact order (the
+// API's, documented in the README):
+//
+//   1. logit_bias          logit[id] += bias[id]
+//   2. repetition penalty  each distinct token of prompt + generated: logit > 0 ? logit / p : logit * p
+//   3. presence/frequency  logit[j] -= c[j] * frequency + (c[j] > 0) * presence  (c: generated counts)
+//   (min_tokens)           stop ids get -Infinity until min_tokens tokens were generated
+//   4. temperature         0: greedy, argmax of the logits above (lowest id on ties), skip the rest
+//   5. top_k               keep the k most likely
+//   6. top_p               keep the shortest most-likely prefix whose mass reaches top_p
+//   7. min_p               keep p >= min_p * p_max (p after 5-6, renormalized)
+//   8. draw                one number u from the sequence's random stream; inverse CDF over the
+//                          survivors in ascending id order
+//
+// Steps 1-3 live in penalties.ts, 5-8 in truncation.ts. Logprobs (logprobs.ts) are computed from
+// the raw logits, before any of this.
+import type { SamplingParams } from '../engine/types.ts';
+import { applyLogitBias, applyPresenceFrequency, applyRepetitionPenalty, TokenHistory } from './penalties.ts';
 import type { RandomStream } from './random.ts';
+import { argmax, drawToken, DrawScratch } from './truncation.ts';
 
-export interface SamplerSettings {
-  temperature: number;
-  topP: number;
+export { argmax } from './truncation.ts';
+
+/**
+ * Steps 1-3 and the min_tokens ban: the logits the draw sees, written to `out` (float64). `raw`
+ * is left untouched.
+ */
+export function processLogits(
+  raw: ArrayLike<number>,
+  params: SamplingParams,
+  history: TokenHistory | null,
+  banned: Iterable<number> | null = null,
+  out: Float64Array = new Float64Array(raw.length),
+): Float64Array {
+  for (let i = 0; i < raw.length; i++) out[i] = raw[i];
+  applyLogitBias(out, params.logitBias);
+  if (history) {
+    applyRepetitionPenalty(out, history.seen, params.repetitionPenalty ?? 1);
+    applyPresenceFrequency(out, history.counts, params.presencePenalty ?? 0, params.frequencyPenalty ?? 0);
+  }
+  if (banned) for (const id of banned) if (id >= 0 && id < out.length) out[id] = -Infinity;
+  return out;
 }
 
-/** Index of the largest logit; the lowest index wins a tie, so greedy decoding is deterministic. */
-export function argmax(logits: ArrayLike<number>): number {
-  let best = 0;
-  let bestValue = -Infinity;
-  for (let i = 0; i < logits.length; i++) {
-    if (logits[i] > bestValue) {
-      bestValue = logits[i];
-      best = i;
-    }
-  }
-  return best;
+/** Steps 4-8 on processed logits. */
+export function pickToken(logits: Float64Array, params: SamplingParams, random: RandomStream, scratch?: DrawScratch): number {
+  if (params.temperature === 0) return argmax(logits);
+  return drawToken(logits, params, random, scratch);
 }
 
-/** softmax(logits / temperature) as float64 probabilities. */
-export function softmaxWithTemperature(logits: ArrayLike<number>, temperature: number): Float64Array {
-  const probs = new Float64Array(logits.length);
-  let max = -Infinity;
-  for (let i = 0; i < logits.length; i++) max = Math.max(max, logits[i]);
-  let sum = 0;
-  for (let i = 0; i < logits.length; i++) {
-    const p = Math.exp((logits[i] - max) / temperature);
-    probs[i] = p;
-    sum += p;
-  }
-  for (let i = 0; i < probs.length; i++) probs[i] /= sum;
-  return probs;
+/** The whole chain for one step without history (no repetition/presence/frequency state). */
+export function sampleToken(raw: ArrayLike<number>, params: SamplingParams, random: RandomStream): number {
+  return pickToken(processLogits(raw, params, null), params, random);
 }
 
 /**
- * Nucleus filter: the smallest set of most-probable tokens whose mass reaches `topP`
- * (the token that crosses the threshold is kept). Returns candidate ids, most probable first.
+ * The sampler of one sequence: its parameters, its random stream, its token history (prompt +
+ * generated) and its buffers. Nothing in it is shared with another sequence.
  */
-export function topPCandidates(probs: Float64Array, topP: number): number[] {
-  const order = Array.from(probs.keys()).sort((a, b) => probs[b] - probs[a] || a - b);
-  if (topP >= 1) return order;
-  let mass = 0;
-  let keep = 0;
-  while (keep < order.length) {
-    mass += probs[order[keep]];
-    keep++;
-    if (mass >= topP) break;
-  }
-  return order.slice(0, keep);
-}
+export class SequenceSampler {
+  readonly history: TokenHistory;
+  private readonly work: Float64Array;
+  private readonly scratch: DrawScratch | undefined;
 
-/** Draws from the candidates in proportion to their (renormalized) probabilities. */
-export function drawFrom(candidates: readonly number[], probs: Float64Array, random: RandomStream): number {
-  let total = 0;
-  for (const id of candidates) total += probs[id];
-  const u = random.next() * total;
-  let acc = 0;
-  for (const id of candidates) {
-    acc += probs[id];
-    if (u < acc) return id;
+  constructor(
+    readonly vocabSize: number,
+    readonly params: SamplingParams,
+    promptTokens: readonly number[],
+    private readonly random: RandomStream,
+  ) {
+    this.history = new TokenHistory(vocabSize, promptTokens);
+    this.work = new Float64Array(vocabSize);
+    this.scratch = params.temperature === 0 ? undefined : new DrawScratch(vocabSize);
   }
-  return candidates[candidates.length - 1];
-}
 
-export function sampleToken(logits: ArrayLike<number>, settings: SamplerSettings, random: RandomStream): number {
-  if (settings.temperature === 0) return argmax(logits);
-  const probs = softmaxWithTemperature(logits, settings.temperature);
-  return drawFrom(topPCandidates(probs, settings.topP), probs, random);
+  /** The next token from this step's raw logits; `banned` ids (stop ids before min_tokens) cannot be picked. */
+  sample(raw: ArrayLike<number>, banned: Iterable<number> | null = null): number {
+    const x = processLogits(raw, this.params, this.history, banned, this.work);
+    return pickToken(x, this.params, this.random, this.scratch);
+  }
+
+  /** Records the token the sequence went on with (it counts for the penalties from now on). */
+  accept(id: number): void {
+    this.history.accept(id);
+  }
 }
