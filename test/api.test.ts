@@ -1,12 +1,14 @@
 // The request layer (src/api) against a fake generator: validation, responses, streaming,
-// detokenization, stop strings, errors.
+// detokenization, stop strings, sessions, logprobs, errors. The contract as seen from outside
+// (every parameter, over HTTP) is the conformance suite, test/conformance/.
 import { describe, expect, it } from 'vitest';
 import { createCompletion, type CompletionChunk, type CompletionResponse } from '../src/api/completions.ts';
 import { IncrementalDetokenizer } from '../src/api/detokenize.ts';
 import { ApiError } from '../src/api/errors.ts';
-import { handleApiRequest, type ApiEngine, type ApiResponse } from '../src/api/handler.ts';
+import { handleApiRequest, parseRequestJson, type ApiEngine, type ApiResponse } from '../src/api/handler.ts';
+import { finiteLogprob, topLogprobsObject } from '../src/api/logprobs.ts';
 import { COMPLETION_PARAMS, validateCompletionRequest } from '../src/api/schema.ts';
-import { StopStringMatcher } from '../src/api/stream.ts';
+import { ChoiceText, StopStringMatcher } from '../src/api/stream.ts';
 import { DEFAULT_STORY, EOS, FakeGenerator, fakeEngine, type FakeGeneratorOptions } from './helpers/fake-generator.ts';
 
 type Json = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -43,6 +45,13 @@ async function events(response: ApiResponse): Promise<Json[]> {
       const data = e.slice('data: '.length);
       return data === '[DONE]' ? data : JSON.parse(data);
     });
+}
+
+/** The status of a response, after reading its body (a stream holds the model until read). */
+async function statusOf(pending: Promise<ApiResponse>): Promise<number> {
+  const r = await pending;
+  if (typeof r.body !== 'string') for await (const _ of r.body);
+  return r.status;
 }
 
 function streamedText(evs: Json[]): string {
@@ -103,37 +112,50 @@ describe('validation', () => {
     ['best_of', 0],
     ['echo', 'no'],
     ['logprobs', -1],
-    ['logprobs', 6],
+    ['logprobs', 21],
+    ['logprobs', 2.5],
     ['presence_penalty', 2.5],
     ['presence_penalty', 'x'],
     ['frequency_penalty', -3],
     ['logit_bias', [1]],
     ['logit_bias', { abc: 1 }],
     ['suffix', 5],
+    ['prompt', [[1], 'a']],
+    ['prompt', [[]]],
+    ['prompt', [1, -1]],
+    ['prompt', [1, 1.5]],
+    ['prompt', [[1, 2], [3, 'x']]],
+    ['n', 129],
+    ['best_of', 21],
+    ['top_k', -2],
+    ['top_k', 1.5],
+    ['min_p', 1.5],
+    ['min_p', -0.1],
+    ['repetition_penalty', 0],
+    ['repetition_penalty', -1],
+    ['repetition_penalty', 'high'],
+    ['ignore_eos', 'yes'],
+    ['min_tokens', -1],
+    ['min_tokens', 2.5],
+    ['stop_token_ids', 'x'],
+    ['stop_token_ids', [1.5]],
+    ['stop_token_ids', [-1]],
+    ['skip_special_tokens', 1],
+    ['include_stop_str_in_output', 'no'],
+    ['service_tier', 'fast'],
+    ['service_tier', 'over-limit'],
+    ['service_tier', 1],
+    ['extra_body', [1]],
+    ['extra_body', 'x'],
   ];
   it.each(badValues)('%s = %j → 400 naming the parameter', async (param, value) => {
     const error = await expectError(post(engine, { ...ok, [param]: value }), 400, param);
     expect(error.type).toBe('invalid_request_error');
   });
 
-  const notYet: [string, unknown][] = [
-    ['prompt', [1, 2, 3]],
-    ['prompt', [[1, 2], [3]]],
-    ['prompt', ['a', 'b']],
-    ['n', 2],
-    ['best_of', 3],
-    ['echo', true],
-    ['logprobs', 0],
-    ['logprobs', 5],
-    ['presence_penalty', 0.5],
-    ['frequency_penalty', -1],
-    ['logit_bias', { '5': 10 }],
-    ['suffix', ' and then'],
-  ];
-  it.each(notYet)('%s = %j → 400 not supported yet', async (param, value) => {
-    const error = await expectError(post(engine, { ...ok, [param]: value }), 400, param, 'unsupported_value');
-    expect(error.message).toMatch(/not supported yet/);
-    expect(error.message).toContain(param);
+  it('answers a non-empty suffix with 400: Llama has no fill-in-the-middle', async () => {
+    const error = await expectError(post(engine, { ...ok, suffix: ' and then' }), 400, 'suffix', 'unsupported_value');
+    expect(error.message).toMatch(/fill-in-the-middle/);
   });
 
   const accepted: [string, unknown][] = [
@@ -170,6 +192,34 @@ describe('validation', () => {
     ['logit_bias', null],
     ['suffix', ''],
     ['suffix', null],
+    ['prompt', [1, 300, 301]],
+    ['prompt', [[1, 300], [301]]],
+    ['prompt', ['a', 'b']],
+    ['n', 2],
+    ['best_of', 3],
+    ['echo', true],
+    ['logprobs', 0],
+    ['logprobs', 20],
+    ['presence_penalty', 0.5],
+    ['frequency_penalty', -1],
+    ['logit_bias', { '5': 10 }],
+    ['top_k', -1],
+    ['top_k', 0],
+    ['top_k', 5],
+    ['min_p', 0.1],
+    ['repetition_penalty', 1.3],
+    ['ignore_eos', true],
+    ['min_tokens', 2],
+    ['stop_token_ids', [2, 5]],
+    ['skip_special_tokens', false],
+    ['include_stop_str_in_output', true],
+    ['service_tier', 'auto'],
+    ['service_tier', 'flex'],
+    ['service_tier', null],
+    ['extra_body', {}],
+    ['extra_body', null],
+    ['extra_body', { top_k: 3 }],
+    ['user', 'u'],
   ];
   it.each(accepted)('%s = %j is accepted', async (param, value) => {
     const r = await post(engine, { ...ok, [param]: value });
@@ -189,31 +239,107 @@ describe('validation', () => {
   it('fills in the defaults', () => {
     expect(validateCompletionRequest({ model: 'm' })).toEqual({
       model: 'm',
-      prompt: '',
+      prompt: [{ text: '' }],
+      suffix: null,
       max_tokens: 16,
       temperature: 1,
       top_p: 1,
+      n: 1,
+      best_of: null,
       stream: false,
       stream_options: null,
-      seed: null,
-      stop: [],
-      user: null,
-      n: 1,
-      best_of: 1,
-      echo: false,
       logprobs: null,
+      echo: false,
+      stop: [],
       presence_penalty: 0,
       frequency_penalty: 0,
       logit_bias: null,
-      suffix: null,
+      seed: null,
+      user: null,
+      service_tier: 'auto',
+      extra_body: null,
+      top_k: 0,
+      min_p: 0,
+      repetition_penalty: 1,
+      ignore_eos: false,
+      min_tokens: 0,
+      stop_token_ids: [],
+      skip_special_tokens: true,
+      include_stop_str_in_output: false,
     });
     // null means the default, except max_tokens: null = no limit.
-    const nulls = validateCompletionRequest({ model: 'm', temperature: null, top_p: null, max_tokens: null, stop: null });
+    const nulls = validateCompletionRequest({ model: 'm', temperature: null, top_p: null, max_tokens: null, stop: null, top_k: null, service_tier: null });
     expect(nulls.temperature).toBe(1);
     expect(nulls.top_p).toBe(1);
     expect(nulls.max_tokens).toBeNull();
     expect(nulls.stop).toEqual([]);
+    expect(nulls.top_k).toBe(0);
+    expect(nulls.service_tier).toBe('auto');
     expect(validateCompletionRequest({ model: 'm', stop: 'x' }).stop).toEqual(['x']);
+  });
+
+  it('normalizes every prompt form to a list of prompts', () => {
+    const prompt = (p: unknown) => validateCompletionRequest({ model: 'm', prompt: p }).prompt;
+    expect(prompt('a')).toEqual([{ text: 'a' }]);
+    expect(prompt(['a', 'b'])).toEqual([{ text: 'a' }, { text: 'b' }]);
+    expect(prompt([1, 2])).toEqual([{ tokens: [1, 2] }]);
+    expect(prompt([[1, 2], [3]])).toEqual([{ tokens: [1, 2] }, { tokens: [3] }]);
+    expect(validateCompletionRequest({ model: 'm', logit_bias: { '5': -100, '0': 2.5 } }).logit_bias).toEqual(
+      new Map([
+        [5, -100],
+        [0, 2.5],
+      ]),
+    );
+  });
+
+  it('treats the keys of extra_body as top-level parameters', () => {
+    const p = validateCompletionRequest({ model: 'm', extra_body: { top_k: 3, min_p: 0.2, temperature: 0, stop: 'x' } });
+    expect(p).toMatchObject({ top_k: 3, min_p: 0.2, temperature: 0, stop: ['x'] });
+    // The same value in both places is fine; different values are not.
+    expect(validateCompletionRequest({ model: 'm', top_k: 3, extra_body: { top_k: 3 } }).top_k).toBe(3);
+  });
+
+  it('names parameters inside extra_body by their place', async () => {
+    await expectError(post(engine, { ...ok, extra_body: { top_k: 'x' } }), 400, 'extra_body.top_k', 'invalid_type');
+    await expectError(post(engine, { ...ok, extra_body: { min_p: 2 } }), 400, 'extra_body.min_p', 'value_above_maximum');
+    await expectError(post(engine, { ...ok, extra_body: { bogus: 1 } }), 400, 'extra_body.bogus', 'unknown_parameter');
+    await expectError(post(engine, { ...ok, extra_body: { extra_body: {} } }), 400, 'extra_body.extra_body', 'unknown_parameter');
+    await expectError(post(engine, { ...ok, top_k: 2, extra_body: { top_k: 3 } }), 400, 'extra_body.top_k', 'invalid_value');
+    await expectError(post(engine, { ...ok, extra_body: { stream_options: { include_usage: true } } }), 400, 'extra_body.stream_options');
+  });
+
+  it('checks the combinations of n, best_of, stream and min_tokens', async () => {
+    await expectError(post(engine, { ...ok, n: 3, best_of: 2 }), 400, 'best_of', 'invalid_value');
+    const error = await expectError(post(engine, { ...ok, n: 1, best_of: 2, stream: true }), 400, 'best_of', 'invalid_value');
+    expect(error.message).toMatch(/stream/);
+    // best_of equal to n changes nothing, so it streams.
+    expect(await statusOf(post(engine, { ...ok, n: 2, best_of: 2, stream: true }))).toBe(200);
+    expect(await statusOf(post(engine, { ...ok, n: 2, stream: true }))).toBe(200);
+    await expectError(post(engine, { ...ok, max_tokens: 3, min_tokens: 4 }), 400, 'min_tokens', 'invalid_value');
+    expect((await post(engine, { ...ok, max_tokens: null, min_tokens: 4 })).status).toBe(200);
+  });
+
+  it('checks token ids against the vocabulary', async () => {
+    const vocab = engine.generator.tokenizer.vocabSize;
+    for (const [param, body] of [
+      ['prompt', { prompt: [1, vocab] }],
+      ['prompt', { prompt: [[1], [2, vocab + 5]] }],
+      ['logit_bias', { logit_bias: { [vocab]: 1 } }],
+      ['stop_token_ids', { stop_token_ids: [vocab] }],
+    ] as const) {
+      const error = await expectError(post(engine, { ...ok, ...body }), 400, param, 'invalid_value');
+      expect(error.message).toContain(String(vocab - 1));
+    }
+    await expectError(post(engine, { ...ok, logit_bias: { '5': 101 } }), 400, 'logit_bias.5', 'value_above_maximum');
+    await expectError(post(engine, { ...ok, logit_bias: { '5': -100.5 } }), 400, 'logit_bias.5', 'value_below_minimum');
+    await expectError(post(engine, { ...ok, logit_bias: { '5': '1' } }), 400, 'logit_bias.5', 'invalid_type');
+    await expectError(post(engine, { ...ok, logit_bias: { '-1': 1 } }), 400, 'logit_bias', 'invalid_value');
+    await expectError(post(engine, { ...ok, logit_bias: { '05': 1 } }), 400, 'logit_bias', 'invalid_value');
+  });
+
+  it("answers 'over-limit' as a tier that cannot be asked for", async () => {
+    const error = await expectError(post(engine, { ...ok, service_tier: 'over-limit' }), 400, 'service_tier', 'invalid_value');
+    expect(error.message).toMatch(/cannot be requested/);
   });
 
   it('rejects NaN and infinities (callers that skip JSON)', async () => {
@@ -223,6 +349,8 @@ describe('validation', () => {
       ['max_tokens', Infinity],
       ['seed', NaN],
       ['presence_penalty', -Infinity],
+      ['min_p', NaN],
+      ['repetition_penalty', Infinity],
     ] as const) {
       const err = await createCompletion(engine.generator, { ...ok, [param]: value }).catch((e: unknown) => e);
       expect(err, param).toBeInstanceOf(ApiError);
@@ -271,7 +399,7 @@ describe('validation', () => {
     await expectError(post(engine, { ...ok, stream: true, stream_options: { include_usage: 1 } }), 400, 'stream_options.include_usage');
     await expectError(post(engine, { ...ok, stream: true, stream_options: { other: true } }), 400, 'stream_options.other');
     expect((await post(engine, { ...ok, stream_options: null })).status).toBe(200);
-    expect((await post(engine, { ...ok, stream: true, stream_options: {} })).status).toBe(200);
+    expect(await statusOf(post(engine, { ...ok, stream: true, stream_options: {} }))).toBe(200);
   });
 
   it('checks prompt + max_tokens against the context, naming both numbers', async () => {
@@ -312,14 +440,56 @@ describe('completions', () => {
   it('hands the generator the tokens, budget, sampling and stop ids', async () => {
     const { generator } = fakeEngine();
     await createCompletion(generator, { model: 'fake-llama', prompt: PROMPT, temperature: 0.7, top_p: 0.9, seed: 3, max_tokens: 7 });
-    const start = generator.events[0]!;
-    expect(start.kind).toBe('start');
-    if (start.kind !== 'start') return;
-    expect(start.request.promptTokens).toEqual(generator.tokenizer.encode(PROMPT));
-    expect(start.request.promptTokens[0]).toBe(1); // BOS
-    expect(start.request.maxTokens).toBe(7);
-    expect(start.request.sampling).toEqual({ temperature: 0.7, topP: 0.9, seed: 3 });
-    expect(start.request.stopTokenIds).toEqual([EOS]);
+    expect(generator.sessions).toHaveLength(1);
+    const session = generator.sessions[0]!;
+    expect(session.promptTokens).toEqual(generator.tokenizer.encode(PROMPT));
+    expect(session.promptTokens[0]).toBe(1); // BOS
+    expect(session.sampling).toEqual({
+      temperature: 0.7,
+      topP: 0.9,
+      seed: 3,
+      topK: 0,
+      minP: 0,
+      repetitionPenalty: 1,
+      presencePenalty: 0,
+      frequencyPenalty: 0,
+    });
+    expect(session.logprobs).toBeUndefined();
+    expect(session.promptLogprobs).toBeUndefined();
+    expect(generator.sequences.map((s) => s.options)).toEqual([{ index: 0, maxTokens: 7, stopTokenIds: [EOS] }]);
+  });
+
+  it('maps every sampling parameter, from the top level and from extra_body', async () => {
+    const { generator } = fakeEngine();
+    await createCompletion(generator, {
+      model: 'fake',
+      prompt: PROMPT,
+      temperature: 0.5,
+      presence_penalty: 0.25,
+      frequency_penalty: -0.5,
+      logit_bias: { '7': -100, '300': 3.5 },
+      top_k: 40,
+      extra_body: { min_p: 0.05, repetition_penalty: 1.2, min_tokens: 2, stop_token_ids: [300, 2], ignore_eos: false },
+      max_tokens: 5,
+    });
+    expect(generator.sessions[0]!.sampling).toEqual({
+      temperature: 0.5,
+      topP: 1,
+      topK: 40,
+      minP: 0.05,
+      repetitionPenalty: 1.2,
+      presencePenalty: 0.25,
+      frequencyPenalty: -0.5,
+      logitBias: new Map([
+        [7, -100],
+        [300, 3.5],
+      ]),
+    });
+    expect(generator.sequences[0]!.options).toEqual({ index: 0, maxTokens: 5, stopTokenIds: [EOS, 300], minTokens: 2 });
+    // ignore_eos drops EOS from the stop ids; top_k -1 is "off", as 0.
+    await createCompletion(generator, { model: 'fake', prompt: PROMPT, ignore_eos: true, top_k: -1, stop_token_ids: [300], max_tokens: 2 });
+    expect(generator.sessions[1]!.sampling.topK).toBe(0);
+    expect(generator.sequences[1]!.options.stopTokenIds).toEqual([300]);
   });
 
   it('stops at max_tokens with finish_reason length', async () => {
@@ -666,5 +836,231 @@ describe('StopStringMatcher', () => {
   it('passes everything through without stop strings', () => {
     const m = new StopStringMatcher([]);
     expect(m.push('abc')).toEqual({ text: 'abc', stopped: false });
+  });
+});
+
+describe('StopStringMatcher options', () => {
+  it('keeps the stop string with includeStop, and picks the longest of those starting first', () => {
+    const m = new StopStringMatcher(['ab', 'abc'], { includeStop: true });
+    expect(m.push('xxa')).toEqual({ text: 'xx', stopped: false });
+    expect(m.push('bcd')).toEqual({ text: 'abc', stopped: true });
+    const first = new StopStringMatcher(['ab', 'abc'], { includeStop: true });
+    expect(first.push('xxab')).toEqual({ text: 'xxab', stopped: true });
+  });
+
+  it('does not stop while not armed, but still holds back starts of a stop string', () => {
+    const m = new StopStringMatcher(['STOP']);
+    m.armed = false;
+    expect(m.push('a STOP b ST')).toEqual({ text: 'a STOP b ', stopped: false });
+    m.armed = true;
+    expect(m.push('OP c')).toEqual({ text: '', stopped: true });
+  });
+});
+
+describe('sessions', () => {
+  it('runs the n sequences of a prompt in ONE session, one after another, indexes 0..n-1', async () => {
+    const { generator } = fakeEngine();
+    const r = (await createCompletion(generator, { model: 'fake', prompt: PROMPT, n: 3, seed: 1, max_tokens: 4 })) as CompletionResponse;
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2]);
+    expect(generator.sessions).toHaveLength(1);
+    expect(generator.sequences.map((s) => s.options.index)).toEqual([0, 1, 2]);
+    expect(generator.events.map((e) => e.kind)).toEqual(['open', 'start', 'end', 'start', 'end', 'start', 'end', 'close']);
+  });
+
+  it('opens one session per prompt of a batch, in order; best_of candidates share it', async () => {
+    const { generator } = fakeEngine();
+    const r = (await createCompletion(generator, { model: 'fake', prompt: ['a', 'b'], n: 1, best_of: 3, max_tokens: 2 })) as CompletionResponse;
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1]);
+    expect(generator.sessions.map((s) => s.promptTokens)).toEqual([generator.tokenizer.encode('a'), generator.tokenizer.encode('b')]);
+    expect(generator.sequences.map((s) => s.options.index)).toEqual([0, 1, 2, 0, 1, 2]);
+    expect(generator.active).toBe(0);
+  });
+
+  it('asks for logprobs and prompt logprobs only when needed; no session for nothing to do', async () => {
+    const { generator } = fakeEngine();
+    await createCompletion(generator, { model: 'fake', prompt: PROMPT, logprobs: 3, max_tokens: 1 });
+    expect(generator.sessions.at(-1)).toMatchObject({ logprobs: 3 });
+    expect(generator.sessions.at(-1)!.promptLogprobs).toBeUndefined();
+    await createCompletion(generator, { model: 'fake', prompt: PROMPT, echo: true, max_tokens: 1 });
+    expect(generator.sessions.at(-1)!.promptLogprobs).toBeUndefined();
+    expect(generator.sessions.at(-1)!.logprobs).toBeUndefined();
+    await createCompletion(generator, { model: 'fake', prompt: PROMPT, echo: true, logprobs: 0, max_tokens: 0 });
+    expect(generator.sessions.at(-1)).toMatchObject({ logprobs: 0, promptLogprobs: true });
+    expect(generator.sequences).toHaveLength(2); // max_tokens 0 decodes nothing
+    const before = generator.sessions.length;
+    const r = (await createCompletion(generator, { model: 'fake', prompt: PROMPT, echo: true, max_tokens: 0, n: 2 })) as CompletionResponse;
+    expect(r.choices.map((c) => c.text)).toEqual([PROMPT, PROMPT]);
+    expect(generator.sessions.length).toBe(before);
+  });
+
+  it('ends a sequence at a stop string and goes on with the next one in the same session', async () => {
+    const { generator } = fakeEngine({ script: ' Hello world STOP and more' });
+    const r = (await createCompletion(generator, { model: 'fake', prompt: PROMPT, n: 2, stop: 'STOP', max_tokens: 20 })) as CompletionResponse;
+    expect(r.choices.map((c) => [c.text, c.finish_reason])).toEqual([
+      [' Hello world ', 'stop'],
+      [' Hello world ', 'stop'],
+    ]);
+    expect(generator.endings.map((e) => e.how)).toEqual(['returned', 'returned']);
+    expect(generator.active).toBe(0);
+  });
+
+  it('closes the session on a failure, an abort and a reader that stops early', async () => {
+    const failing = fakeEngine({ failAfter: 2 }).generator;
+    await expect(createCompletion(failing, { model: 'fake', prompt: PROMPT, n: 2 })).rejects.toThrow('fake GPU failure');
+    expect(failing.active).toBe(0);
+
+    const slow = fakeEngine({ delayMs: 5, script: ' a'.repeat(40) }).generator;
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 25);
+    await expect(createCompletion(slow, { model: 'fake', prompt: PROMPT, n: 3, max_tokens: 40 }, { signal: controller.signal })).rejects.toMatchObject({
+      name: 'AbortError',
+    });
+    expect(slow.active).toBe(0);
+    expect(slow.sequences).toHaveLength(1);
+
+    const streamed = fakeEngine({ script: ' a'.repeat(40) }).generator;
+    const chunks = (await createCompletion(streamed, { model: 'fake', prompt: PROMPT, n: 2, max_tokens: 40, stream: true })) as AsyncIterable<CompletionChunk>;
+    for await (const _ of chunks) break;
+    expect(streamed.active).toBe(0);
+  });
+
+  it('answers a full queue with 429 (rate_limit_exceeded, retry-after)', async () => {
+    const engine = fakeEngine({ delayMs: 5, script: ' a'.repeat(10), maxQueued: 1 });
+    const body = { model: 'fake', prompt: PROMPT, max_tokens: 10 };
+    const responses = await Promise.all([post(engine, body), post(engine, body), post(engine, body), post(engine, { ...body, stream: true })]);
+    expect(responses.map((r) => r.status)).toEqual([200, 200, 429, 429]);
+    const error = await expectError(Promise.resolve(responses[2]!), 429, null, 'rate_limit_exceeded');
+    expect(error.type).toBe('rate_limit_error');
+    expect(responses[2]!.headers['retry-after']).toBe('1');
+    // The queue drains; the next request is served.
+    expect((await post(engine, body)).status).toBe(200);
+  });
+});
+
+describe('logprobs and echo', () => {
+  it('gives a character spelled by byte tokens to the token that completes it', async () => {
+    const engine = fakeEngine({ script: ' a €' }); // ▁a ▁ <E2> <82> <AC>
+    const body = json(await post(engine, { model: 'fake', prompt: PROMPT, logprobs: 0 }));
+    const lp = body.choices[0].logprobs;
+    expect(body.choices[0].text).toBe(' a €');
+    expect(lp.tokens).toEqual([' a', ' ', '', '', '€']);
+    expect(lp.text_offset).toEqual([0, 2, 3, 3, 3]);
+    expect(lp.top_logprobs.map((t: Json) => Object.keys(t))).toEqual([[' a'], [' '], [''], [''], ['€']]);
+  });
+
+  it('shows a byte that never completes a character as U+FFFD, as the text does', async () => {
+    const engine = fakeEngine();
+    const t = engine.generator.tokenizer;
+    const scripted = fakeEngine({ script: [t.id('▁a'), t.id(0xe2)] });
+    const body = json(await post(scripted, { model: 'fake', prompt: PROMPT, logprobs: 1, max_tokens: 2 }));
+    expect(body.choices[0].text).toBe(' a\uFFFD');
+    expect(body.choices[0].logprobs.tokens).toEqual([' a', '\uFFFD']);
+  });
+
+  it('keys alternatives by the text they would add; special tokens by their own text', async () => {
+    // After the script, EOS is by far the most likely; banned by logit_bias, the runner-up is sampled.
+    const engine = fakeEngine({ script: ' a' });
+    const body = json(await post(engine, { model: 'fake', prompt: PROMPT, logprobs: 2, max_tokens: 2, logit_bias: { [EOS]: -100 } }));
+    const top = body.choices[0].logprobs.top_logprobs[1];
+    expect(Object.keys(top)[0]).toBe('</s>');
+    expect(Object.keys(top)).toContain(body.choices[0].logprobs.tokens[1]);
+    const raw = engine.generator.logits([...engine.generator.tokenizer.encode(PROMPT), engine.generator.tokenizer.id('▁a')], engine.generator.script({} as never));
+    expect(top['</s>']).toBeCloseTo(raw[EOS]! - Math.log(raw.reduce((s, v) => s + Math.exp(v), 0)), 9);
+  });
+
+  it('builds top_logprobs objects: k alternatives, the sampled one always, collisions resolved', () => {
+    const textOf = (id: number) => ['a', 'b', 'a', 'c'][id]!;
+    expect(topLogprobsObject({ id: 3, logprob: -5 }, 'c', [{ id: 0, logprob: -1 }, { id: 1, logprob: -2 }], 2, textOf)).toEqual({ a: -1, b: -2, c: -5 });
+    // The sampled token's value wins a shared key; otherwise the more likely one's.
+    expect(topLogprobsObject({ id: 2, logprob: -3 }, 'a', [{ id: 0, logprob: -1 }, { id: 2, logprob: -3 }], 2, textOf)).toEqual({ a: -3 });
+    expect(topLogprobsObject({ id: 1, logprob: -2 }, 'b', [{ id: 0, logprob: -1 }, { id: 2, logprob: -3 }], 2, textOf)).toEqual({ a: -1, b: -2 });
+    // k = 0: the sampled token alone.
+    expect(topLogprobsObject({ id: 1, logprob: -2 }, 'b', [{ id: 0, logprob: -1 }], 0, textOf)).toEqual({ b: -2 });
+    // '__proto__' is a plain key.
+    expect(Object.keys(topLogprobsObject({ id: 1, logprob: -2 }, '__proto__', [], 0, textOf))).toEqual(['__proto__']);
+    expect(finiteLogprob(-Infinity)).toBe(-9999);
+    expect(finiteLogprob(-1.5)).toBe(-1.5);
+  });
+
+  it('streams each token’s logprobs with the chunk that carries its text; held-back tokens come last', async () => {
+    const engine = fakeEngine({ script: ' Hello world STOP and more' });
+    const r = await post(engine, { model: 'fake', prompt: PROMPT, logprobs: 0, stop: 'STOP', stream: true });
+    const chunks = (await events(r)).slice(0, -1);
+    for (const chunk of chunks.slice(0, -1)) expect(chunk.choices[0].logprobs.tokens.join('')).toBe(chunk.choices[0].text);
+    const last = chunks.at(-1).choices[0];
+    expect(last.finish_reason).toBe('stop');
+    // 'ST' and 'OP' were generated (and counted) but cut: their entries come with the last chunk, past the text.
+    expect(last.logprobs.tokens.slice(-2)).toEqual(['ST', 'OP']);
+    const text = chunks.map((c: Json) => c.choices[0].text).join('');
+    expect(text).toBe(' Hello world ');
+    expect(last.logprobs.text_offset.slice(-2)).toEqual([13, 15]);
+  });
+
+  it('echoes the prompt as given; with logprobs, as decoded (so offsets hold)', async () => {
+    const engine = fakeEngine({ script: ' x' });
+    const prompt = 'a<s>b'; // '<s>' is parsed as BOS, which decodes to nothing
+    const plain = json(await post(engine, { model: 'fake', prompt, echo: true, max_tokens: 2 }));
+    expect(plain.choices[0].text).toBe('a<s>b x');
+    const scored = json(await post(engine, { model: 'fake', prompt, echo: true, logprobs: 1, max_tokens: 2 }));
+    const lp = scored.choices[0].logprobs;
+    expect(scored.choices[0].text).toBe('ab x');
+    expect(lp.tokens).toEqual(['', 'a', '', 'b', ' ', 'x']);
+    expect(lp.text_offset).toEqual([0, 0, 1, 1, 2, 3]);
+    expect(lp.token_logprobs[0]).toBeNull();
+    expect(lp.top_logprobs[0]).toBeNull();
+  });
+
+  it('scores the prompt with the logits of its own prefixes (real log-softmax)', async () => {
+    const engine = fakeEngine();
+    const g = engine.generator;
+    const ids = g.tokenizer.encode(PROMPT);
+    const body = json(await post(engine, { model: 'fake', prompt: PROMPT, echo: true, logprobs: 0, max_tokens: 0 }));
+    const expected = ids.slice(1).map((id, i) => {
+      const logits = g.logits(ids.slice(0, i + 1));
+      const lse = Math.log(logits.reduce((s, v) => s + Math.exp(v), 0));
+      return logits[id]! - lse;
+    });
+    body.choices[0].logprobs.token_logprobs.slice(1).forEach((v: number, i: number) => expect(v).toBeCloseTo(expected[i]!, 9));
+  });
+});
+
+describe('parseRequestJson', () => {
+  it('reads the NaN and Infinity that Python writes, outside strings only', () => {
+    expect(parseRequestJson('{"a": 1}')).toEqual({ a: 1 });
+    const parsed = parseRequestJson('{"t": NaN, "p": -Infinity, "q": Infinity, "s": "NaN \\" Infinity"}') as Json;
+    expect(parsed.t).toBeNaN();
+    expect(parsed.p).toBe(-Infinity);
+    expect(parsed.q).toBe(Infinity);
+    expect(parsed.s).toBe('NaN " Infinity');
+    expect(() => parseRequestJson('{"a": }')).toThrow();
+    expect(() => parseRequestJson('{"a": NaN,}')).toThrow();
+  });
+
+  it('names the parameter holding it', async () => {
+    const engine = fakeEngine();
+    await expectError(post(engine, '{"model": "fake", "prompt": "NaN and Infinity", "top_p": -Infinity}'), 400, 'top_p', 'invalid_type');
+    await expectError(post(engine, '{"model": "fake", "extra_body": {"min_p": NaN}}'), 400, 'extra_body.min_p', 'invalid_type');
+  });
+});
+
+describe('ChoiceText', () => {
+  const tokenizer = new FakeGenerator().tokenizer;
+  const prompt = tokenizer.encode(PROMPT);
+  const token = (piece: string | number) => ({ id: tokenizer.id(piece), logprob: -1 });
+
+  it('looks for stop strings only once min_tokens tokens were generated', () => {
+    const choice = new ChoiceText(tokenizer, prompt, { stop: ['ST'], includeStop: false, skipSpecialTokens: true, minTokens: 3, logprobs: null, textOffset: 0 });
+    expect(choice.push(token('▁a'))).toEqual({ piece: { text: ' a', entries: [] }, stopped: false });
+    expect(choice.push(token('ST'))).toEqual({ piece: { text: 'ST', entries: [] }, stopped: false });
+    // The third token arms the stop strings: 'S' 'T' completes one now.
+    expect(choice.push(token('S')).stopped).toBe(false);
+    expect(choice.push(token('T'))).toEqual({ piece: { text: '', entries: [] }, stopped: true });
+  });
+
+  it('counts offsets from the echo', () => {
+    const choice = new ChoiceText(tokenizer, prompt, { stop: [], includeStop: false, skipSpecialTokens: true, minTokens: 0, logprobs: 0, textOffset: 16 });
+    expect(choice.push(token('▁there')).piece.entries).toEqual([{ token: ' there', logprob: -1, top: { ' there': -1 }, offset: 16 }]);
+    expect(choice.push(token('▁was')).piece.entries[0]!.offset).toBe(22);
+    expect(choice.finish()).toEqual({ text: '', entries: [] });
   });
 });

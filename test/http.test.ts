@@ -190,6 +190,47 @@ describe('startServer', () => {
     expect(logged.join('\n')).toContain('fake GPU failure');
   });
 
+  it('answers 429 when the queue of waiting requests is full, and recovers', async () => {
+    const engine = fakeEngine({ delayMs: 5, script: ' a'.repeat(10), maxQueued: 1 });
+    const { url } = await start(engine);
+    const body = { model: 'fake', prompt: PROMPT, max_tokens: 10 };
+    const responses = await Promise.all([0, 1, 2].map(() => postJson(`${url}/v1/completions`, body)));
+    const statuses = responses.map((r) => r.status);
+    expect(statuses).toEqual([200, 200, 429]);
+    const error = (await responses[2]!.json()).error;
+    expect(error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded', param: null });
+    expect(responses[2]!.headers.get('retry-after')).toBe('1');
+    for (const r of responses.slice(0, 2)) expect((await r.json()).choices[0].text).toBe(' a'.repeat(10));
+    expect((await postJson(`${url}/v1/completions`, body)).status).toBe(200);
+  });
+
+  it('ends a stream of several choices that fails midway with an error event, then [DONE]', async () => {
+    const { url } = await start(fakeEngine({ failAfter: 3 }));
+    const r = await postJson(`${url}/v1/completions`, { model: 'fake', prompt: PROMPT, temperature: 0, stream: true, n: 2 });
+    const data = (await r.text()).split('\n\n').filter(Boolean).map((e) => e.replace(/^data: /, ''));
+    expect(data.at(-1)).toBe('[DONE]');
+    expect(JSON.parse(data.at(-2)!).error).toMatchObject({ type: 'server_error' });
+    // Choice 0 got its text before the failure; nothing claims to have finished.
+    const chunks = data.slice(0, -2).map((d) => JSON.parse(d));
+    expect(chunks.every((c) => c.choices[0].index === 0 && c.choices[0].finish_reason === null)).toBe(true);
+  });
+
+  it('frees the model when a client closes a stream of several choices', async () => {
+    const engine = fakeEngine({ delayMs: 10, script: ' a'.repeat(100), contextLength: 512 });
+    const { url } = await start(engine);
+    const controller = new AbortController();
+    const r = await postJson(`${url}/v1/completions`, { model: 'fake', prompt: PROMPT, max_tokens: 100, stream: true, n: 3 }, { signal: controller.signal });
+    const reader = r.body!.getReader();
+    await reader.read();
+    controller.abort();
+    await vi.waitFor(() => expect(engine.generator.active).toBe(0));
+    expect(engine.generator.sequences).toHaveLength(1);
+    expect(engine.generator.endings[0]!.how).toBe('aborted');
+    // The next request runs normally.
+    const next = await postJson(`${url}/v1/completions`, { model: 'fake', prompt: PROMPT, max_tokens: 3 });
+    expect((await next.json()).choices[0].text).toBe(' a a a');
+  });
+
   it('refuses a port in use', async () => {
     const { url } = await start(fakeEngine());
     const port = Number(new URL(url).port);
@@ -234,6 +275,38 @@ describe('cli', () => {
     expect(t.loads).toEqual([['models/x.gguf', {}]]);
   });
 
+  it('passes stop strings, sampling extensions, logit bias and --json parameters', async () => {
+    const engine = fakeEngine({ script: ' Hello world STOP and more' });
+    const t = io(engine);
+    const code = await runCli(
+      ['complete', '--model', 'm', '--prompt', PROMPT, '--stop', 'STOP', '--stop', 'never', '--top-k', '5', '--min-p', '0.1',
+        '--repetition-penalty', '1.1', '--presence-penalty', '0.5', '--frequency-penalty', '0.5', '--logit-bias', '7=-100',
+        '--json', '{"n": 2, "seed": 1}'],
+      t.io,
+    );
+    expect(t.err.join('')).toBe('');
+    expect(code).toBe(0);
+    expect(t.out.join('')).toBe(' Hello world \n--- choice 1\n Hello world \n');
+    expect(engine.generator.sessions[0]!.sampling).toMatchObject({
+      seed: 1,
+      topK: 5,
+      minP: 0.1,
+      repetitionPenalty: 1.1,
+      presencePenalty: 0.5,
+      frequencyPenalty: 0.5,
+      logitBias: new Map([[7, -100]]),
+    });
+  });
+
+  it('sends --ignore-eos and --json values that validation then checks', async () => {
+    const ok = io(fakeEngine({ script: ' a' }));
+    expect(await runCli(['complete', '--model', 'm', '--prompt', 'x', '--ignore-eos', '--max-tokens', '3', '--temperature', '0'], ok.io)).toBe(0);
+    expect(ok.out.join('')).toMatch(/^ a/);
+    const bad = io();
+    expect(await runCli(['complete', '--model', 'm', '--prompt', 'x', '--json', '{"top_k": "many"}'], bad.io)).toBe(1);
+    expect(bad.err.join('')).toContain('top_k');
+  });
+
   it('fails with a message and exit code 1', async () => {
     const cases: [string[], RegExp][] = [
       [[], /command is required/],
@@ -244,6 +317,11 @@ describe('cli', () => {
       [['complete', '--model', 'x', '--prompt', 'y', '--temperature', '9'], /temperature/],
       [['serve', '--model', 'x', '--port', '99999'], /--port/],
       [['serve', '--model', 'x', '--bogus'], /bogus/],
+      [['serve', '--model', 'x', '--stop', 'y'], /--stop is for 'complete'/],
+      [['complete', '--model', 'x', '--prompt', 'y', '--logit-bias', 'abc'], /--logit-bias takes ID=BIAS/],
+      [['complete', '--model', 'x', '--prompt', 'y', '--json', '[1]'], /--json must be a JSON object/],
+      [['complete', '--model', 'x', '--prompt', 'y', '--json', '{oops'], /--json must be a JSON object/],
+      [['complete', '--model', 'x', '--prompt', 'y', '--top-k', '1.5'], /--top-k must be an integer/],
     ];
     for (const [argv, message] of cases) {
       const t = io();

@@ -1,12 +1,18 @@
 // POST /v1/completions without the HTTP: a parsed JSON body in, an OpenAI completion (or an
 // async iterable of chunks) out. Every host goes through handler.ts, which calls this.
 // Browser code: nothing here may import Node modules.
-import type { FinishReason, ModelInfo, TextGenerator } from '../engine/types.ts';
+//
+// Sampling order (the engine applies it; this layer maps the parameters onto SamplingParams):
+//   logit_bias -> repetition_penalty, presence_penalty, frequency_penalty -> temperature
+//   -> top_k -> top_p -> min_p -> draw        (temperature 0: greedy, the argmax)
+import type { FinishReason, ModelInfo, SamplingParams, TextGenerator } from '../engine/types.ts';
 import { ApiError, invalidRequest, modelNotFound } from './errors.ts';
-import { validateCompletionRequest, type CompletionParams } from './schema.ts';
-import { generateText, type TextGenerationRequest } from './stream.ts';
+import { toLegacyLogprobs, type CompletionLogprobs, type LogprobEntry } from './logprobs.ts';
+import { validateCompletionRequest, type CompletionParams, type ServiceTier } from './schema.ts';
+import { runPrompt, type ChoiceSettings, type PromptPlan, type SequencePiece } from './stream.ts';
 
-export type { CompletionRequest, CompletionParams } from './schema.ts';
+export type { CompletionRequest, CompletionParams, CompletionExtensions, ServiceTier } from './schema.ts';
+export type { CompletionLogprobs } from './logprobs.ts';
 
 export interface CompletionUsage {
   prompt_tokens: number;
@@ -17,8 +23,8 @@ export interface CompletionUsage {
 export interface CompletionChoice {
   text: string;
   index: number;
-  /** Always null until `logprobs` is supported. */
-  logprobs: null;
+  /** With `logprobs`: the legacy shape (see logprobs.ts); null otherwise. */
+  logprobs: CompletionLogprobs | null;
   finish_reason: FinishReason;
 }
 
@@ -30,7 +36,8 @@ export interface CompletionResponse {
   created: number;
   /** The model's id (also when the request named an alias). */
   model: string;
-  service_tier: 'default';
+  /** The tier used: the requested one, 'default' for 'auto'. */
+  service_tier: ServiceTier;
   system_fingerprint?: string;
   choices: CompletionChoice[];
   usage: CompletionUsage;
@@ -38,23 +45,26 @@ export interface CompletionResponse {
 
 export interface CompletionChunkChoice {
   text: string;
+  /** The choice this piece belongs to (prompt position x n + j). */
   index: number;
-  logprobs: null;
-  /** null on every chunk but the last one with choices. */
+  /** With `logprobs`: the entries of the tokens whose text this chunk carries (offsets into the whole choice text). */
+  logprobs: CompletionLogprobs | null;
+  /** null on every chunk of a choice but its last. */
   finish_reason: FinishReason | null;
 }
 
 /**
- * One streamed chunk. Every chunk of a response has the same id and created. The last chunk
- * with choices has the finish_reason; with stream_options.include_usage, every chunk has
- * `usage: null` and one more chunk follows with `choices: []` and the usage.
+ * One streamed chunk, one choice's piece. Every chunk of a response has the same id and created.
+ * The choices of a request come one after another (each ends with its own finish_reason); with
+ * stream_options.include_usage, every chunk has `usage: null` and one more chunk follows with
+ * `choices: []` and the usage.
  */
 export interface CompletionChunk {
   id: string;
   object: 'text_completion';
   created: number;
   model: string;
-  service_tier: 'default';
+  service_tier: ServiceTier;
   system_fingerprint?: string;
   choices: CompletionChunkChoice[];
   usage?: CompletionUsage | null;
@@ -74,32 +84,109 @@ export function newCompletionId(): string {
   return id;
 }
 
-/** Prompt tokens and the token budget of a validated request, checked against the context. */
-function planGeneration(generator: TextGenerator, params: CompletionParams): { promptTokens: number[]; maxTokens: number } {
-  const promptTokens = generator.tokenizer.encode(params.prompt);
-  const context = generator.info.contextLength;
-  const n = promptTokens.length;
-  if (n === 0) {
-    throw invalidRequest('The prompt is empty and the model has no BOS token to start from.', 'prompt', 'invalid_value');
-  }
-  if (params.max_tokens === null) {
-    if (n >= context) {
-      throw new ApiError(
-        400,
-        `This model's maximum context length is ${context} tokens, however your prompt is ${n} tokens, which leaves no room for the completion. Please reduce the length of the prompt.`,
-        { param: 'prompt', code: 'context_length_exceeded' },
+/** Everything a validated request needs to run: prompts tokenized and checked, shared settings. */
+export interface CompletionPlan {
+  prompts: PromptPlan[];
+  settings: ChoiceSettings;
+  n: number;
+  bestOf: number;
+}
+
+function contextExceeded(message: string, param: string): ApiError {
+  return new ApiError(400, message, { param, code: 'context_length_exceeded' });
+}
+
+/** The token ids of `ids` outside the vocabulary, as a 400 naming `param`. */
+function checkVocabulary(ids: Iterable<number>, vocabSize: number, param: string, what: string): void {
+  for (const id of ids) {
+    if (id >= vocabSize) {
+      throw invalidRequest(
+        `Invalid '${param}': ${what} ${id} is outside the model's vocabulary (token ids are 0..${vocabSize - 1}).`,
+        param,
+        'invalid_value',
       );
     }
-    return { promptTokens, maxTokens: context - n };
   }
-  if (n + params.max_tokens > context) {
-    throw new ApiError(
-      400,
-      `This model's maximum context length is ${context} tokens, however you requested ${n + params.max_tokens} tokens (${n} in your prompt; ${params.max_tokens} for the completion). Please reduce your prompt or completion length.`,
-      { param: 'max_tokens', code: 'context_length_exceeded' },
-    );
-  }
-  return { promptTokens, maxTokens: params.max_tokens };
+}
+
+/** The sampling parameters of the engine contract, from the request's. */
+export function samplingParams(params: CompletionParams): SamplingParams {
+  return {
+    temperature: params.temperature,
+    topP: params.top_p,
+    ...(params.seed === null ? {} : { seed: params.seed }),
+    topK: params.top_k > 0 ? params.top_k : 0,
+    minP: params.min_p,
+    repetitionPenalty: params.repetition_penalty,
+    presencePenalty: params.presence_penalty,
+    frequencyPenalty: params.frequency_penalty,
+    ...(params.logit_bias && params.logit_bias.size > 0 ? { logitBias: new Map(params.logit_bias) } : {}),
+  };
+}
+
+/**
+ * Prompts tokenized and checked against the vocabulary and the context (each prompt + max_tokens
+ * must fit: 400 context_length_exceeded naming both numbers), logit_bias and stop_token_ids ids
+ * checked against the vocabulary, and the settings the engine gets.
+ */
+export function planCompletion(generator: TextGenerator, params: CompletionParams): CompletionPlan {
+  const { tokenizer } = generator;
+  const vocabSize = tokenizer.vocabSize;
+  const context = generator.info.contextLength;
+  const batch = params.prompt.length > 1;
+  const prompts = params.prompt.map((input, i): PromptPlan => {
+    const which = batch ? ` (prompt ${i})` : '';
+    let tokens: number[];
+    if ('tokens' in input) {
+      checkVocabulary(input.tokens, vocabSize, 'prompt', `token id${which}`);
+      tokens = input.tokens;
+    } else {
+      tokens = tokenizer.encode(input.text);
+    }
+    const n = tokens.length;
+    if (n === 0) {
+      throw invalidRequest(`The prompt${which} is empty and the model has no BOS token to start from.`, 'prompt', 'invalid_value');
+    }
+    let maxTokens: number;
+    if (params.max_tokens === null) {
+      if (n >= context) {
+        throw contextExceeded(
+          `This model's maximum context length is ${context} tokens, however your prompt${which} is ${n} tokens, which leaves no room for the completion. Please reduce the length of the prompt.`,
+          'prompt',
+        );
+      }
+      maxTokens = context - n;
+    } else {
+      if (n + params.max_tokens > context) {
+        throw contextExceeded(
+          `This model's maximum context length is ${context} tokens, however you requested ${n + params.max_tokens} tokens (${n} in your prompt${which}; ${params.max_tokens} for the completion). Please reduce your prompt or completion length.`,
+          'max_tokens',
+        );
+      }
+      maxTokens = params.max_tokens;
+    }
+    return { tokens, text: 'text' in input ? input.text : null, maxTokens };
+  });
+  if (params.logit_bias) checkVocabulary(params.logit_bias.keys(), vocabSize, 'logit_bias', 'token id');
+  checkVocabulary(params.stop_token_ids, vocabSize, 'stop_token_ids', 'token id');
+  const stopTokenIds = [...new Set([...(params.ignore_eos ? [] : tokenizer.eosIds), ...params.stop_token_ids])];
+  const bestOf = params.best_of ?? params.n;
+  return {
+    prompts,
+    n: params.n,
+    bestOf,
+    settings: {
+      sampling: samplingParams(params),
+      sequences: bestOf,
+      stopTokenIds,
+      minTokens: params.min_tokens,
+      stop: params.stop,
+      includeStop: params.include_stop_str_in_output,
+      skipSpecialTokens: params.skip_special_tokens,
+      logprobs: params.logprobs,
+      echo: params.echo,
+    },
+  };
 }
 
 /**
@@ -108,7 +195,7 @@ function planGeneration(generator: TextGenerator, params: CompletionParams): { p
  * generation errors reject it too (non-stream) or are thrown by the iterable (stream). With
  * `stream: true` it resolves to an async iterable of chunks whose generation starts on the first
  * next(); ending the iteration early (return()) ends the generation. `signal` aborts it (an
- * AbortError).
+ * AbortError) at the next token.
  */
 export async function createCompletion(
   generator: TextGenerator,
@@ -118,82 +205,85 @@ export async function createCompletion(
   const params = validateCompletionRequest(body);
   const info = generator.info;
   if (!modelMatches(info, params.model)) throw modelNotFound(params.model);
-  const { promptTokens, maxTokens } = planGeneration(generator, params);
-  const request: TextGenerationRequest = {
-    promptTokens,
-    maxTokens,
-    sampling: {
-      temperature: params.temperature,
-      topP: params.top_p,
-      ...(params.seed === null ? {} : { seed: params.seed }),
-    },
-    stopTokenIds: generator.tokenizer.eosIds,
-    stop: params.stop,
-    ...(options.signal ? { signal: options.signal } : {}),
-  };
+  const plan = planCompletion(generator, params);
   const meta = {
     id: newCompletionId(),
     object: 'text_completion' as const,
     created: Math.floor(Date.now() / 1000),
     model: info.id,
-    service_tier: 'default' as const,
+    service_tier: (params.service_tier === 'auto' ? 'default' : params.service_tier) as ServiceTier,
   };
+  const promptTokens = plan.prompts.reduce((sum, p) => sum + p.tokens.length, 0);
   const usage = (completionTokens: number): CompletionUsage => ({
-    prompt_tokens: promptTokens.length,
+    prompt_tokens: promptTokens,
     completion_tokens: completionTokens,
-    total_tokens: promptTokens.length + completionTokens,
+    total_tokens: promptTokens + completionTokens,
   });
 
   if (params.stream) {
     const includeUsage = params.stream_options?.include_usage ?? false;
-    return streamChunks(generator, request, meta, usage, includeUsage);
+    return streamChunks(generator, plan, meta, usage, includeUsage, options.signal);
   }
 
   options.signal?.throwIfAborted();
-  const pieces = generateText(generator, request);
-  let text = '';
-  for (;;) {
-    const step = await pieces.next();
-    if (step.done) {
-      const result = step.value;
-      return {
-        ...meta,
-        choices: [{ text: text + result.text, index: 0, logprobs: null, finish_reason: result.finishReason }],
-        usage: usage(result.completionTokens),
-      };
+  const choices: CompletionChoice[] = [];
+  let completionTokens = 0;
+  for (const [position, prompt] of plan.prompts.entries()) {
+    const candidates = Array.from({ length: plan.bestOf }, () => ({ text: '', entries: [] as LogprobEntry[], end: null as SequencePiece['end'] | null }));
+    for await (const piece of runPrompt(generator, prompt, plan.settings, options.signal)) {
+      const candidate = candidates[piece.sequence]!;
+      candidate.text += piece.text;
+      candidate.entries.push(...piece.entries);
+      if (piece.end) candidate.end = piece.end;
     }
-    text += step.value;
+    const ranked = candidates.map((c, j) => ({ ...c, j, end: c.end! }));
+    for (const c of ranked) completionTokens += c.end.completionTokens;
+    if (plan.bestOf > plan.n) {
+      // best_of: the n with the highest mean token logprob, best first (the lower index on ties);
+      // a candidate without tokens has no mean and comes last.
+      const mean = (c: (typeof ranked)[number]) => (c.end.completionTokens > 0 ? c.end.logprobSum / c.end.completionTokens : -Infinity);
+      ranked.sort((a, b) => mean(b) - mean(a) || a.j - b.j);
+    }
+    ranked.slice(0, plan.n).forEach((c, rank) => {
+      choices.push({
+        text: c.text,
+        index: position * plan.n + rank,
+        logprobs: plan.settings.logprobs === null ? null : toLegacyLogprobs(c.entries),
+        finish_reason: c.end.finishReason,
+      });
+    });
   }
+  return { ...meta, choices, usage: usage(completionTokens) };
 }
 
 type ChunkMeta = Pick<CompletionChunk, 'id' | 'object' | 'created' | 'model' | 'service_tier'>;
 
 async function* streamChunks(
   generator: TextGenerator,
-  request: TextGenerationRequest,
+  plan: CompletionPlan,
   meta: ChunkMeta,
   usage: (completionTokens: number) => CompletionUsage,
   includeUsage: boolean,
+  signal: AbortSignal | undefined,
 ): AsyncGenerator<CompletionChunk, void, void> {
-  const chunk = (text: string, finishReason: FinishReason | null): CompletionChunk => ({
-    ...meta,
-    choices: [{ text, index: 0, logprobs: null, finish_reason: finishReason }],
-    ...(includeUsage ? { usage: null } : {}),
-  });
-  const pieces = generateText(generator, request);
-  try {
-    for (;;) {
-      const step = await pieces.next();
-      if (step.done) {
-        const result = step.value;
-        yield chunk(result.text, result.finishReason);
-        if (includeUsage) yield { ...meta, choices: [], usage: usage(result.completionTokens) };
-        return;
-      }
-      yield chunk(step.value, null);
+  // With stream, best_of is n (validation refuses more): sequence j is choice j.
+  let completionTokens = 0;
+  for (const [position, prompt] of plan.prompts.entries()) {
+    for await (const piece of runPrompt(generator, prompt, plan.settings, signal)) {
+      if (piece.end) completionTokens += piece.end.completionTokens;
+      yield {
+        ...meta,
+        choices: [
+          {
+            text: piece.text,
+            index: position * plan.n + piece.sequence,
+            logprobs: plan.settings.logprobs === null ? null : toLegacyLogprobs(piece.entries),
+            finish_reason: piece.end?.finishReason ?? null,
+          },
+        ],
+        ...(includeUsage ? { usage: null } : {}),
+      };
     }
-  } finally {
-    // Ends the generation when the consumer stops early; a no-op once it has finished.
-    await pieces.return({ finishReason: 'stop', completionTokens: 0, text: '' });
   }
+  if (includeUsage) yield { ...meta, choices: [], usage: usage(completionTokens) };
 }

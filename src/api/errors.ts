@@ -106,6 +106,21 @@ export function serviceUnavailable(reason: string, cause?: unknown): ApiError {
   });
 }
 
+/** 429: the queue of requests waiting for the GPU is full. */
+export function queueFull(reason: string, cause?: unknown): ApiError {
+  return new ApiError(429, `Too many requests are waiting for the model: ${reason}.`, {
+    type: 'rate_limit_error',
+    code: 'rate_limit_exceeded',
+    headers: { 'retry-after': '1' },
+    cause,
+  });
+}
+
+/** Whether `err` is the engine's QueueFullError (src/engine/scheduler.ts), by name: no engine import here. */
+export function isQueueFullError(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'QueueFullError';
+}
+
 /** Whether `err` is an abort (DOMException / Error named 'AbortError'). */
 export function isAbortError(err: unknown): boolean {
   return typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'AbortError';
@@ -124,10 +139,12 @@ export function errorMessage(err: unknown): string {
 
 /**
  * Any thrown value as an ApiError: ApiErrors pass through, an abort becomes 499 (client closed
- * the request; nobody reads it), everything else a 500 server_error carrying the message.
+ * the request; nobody reads it), the engine's QueueFullError 429, everything else a 500
+ * server_error carrying the message.
  */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
+  if (isQueueFullError(err)) return queueFull(errorMessage(err), err);
   if (isAbortError(err)) {
     return new ApiError(499, 'The request was aborted by the client.', { type: 'invalid_request_error', code: 'aborted', cause: err });
   }

@@ -73,8 +73,10 @@ export function normalizeBasePath(basePath: string): string {
  * `POST /completions`, `GET /models`, `GET /models/{id}`; another path → 404, another method →
  * 405 (with `allow`). Query parameters (`ai_project_id`, ...) are accepted and ignored. The
  * engine may be a promise: requests wait for it, and get 503 if it rejects (load failed).
- * Never throws: every failure is an OpenAI error response. A stream that fails after its first
- * chunk ends with an error event, then `data: [DONE]`; one aborted by `signal` just ends.
+ * Never throws: every failure is an OpenAI error response (the engine's queue full: 429; JSON
+ * with NaN or Infinity in it, as Python writes them: a 400 naming the parameter). A stream that
+ * fails after its first chunk ends with an error event, then `data: [DONE]`; one aborted by
+ * `signal` just ends.
  */
 export async function handleApiRequest(
   engine: ApiEngine | Promise<ApiEngine>,
@@ -164,7 +166,7 @@ async function completions(generator: TextGenerator, request: ApiRequest, option
   let body: unknown;
   try {
     if (request.body === null || request.body.trim() === '') throw new Error('the body is empty');
-    body = JSON.parse(request.body);
+    body = parseRequestJson(request.body);
   } catch (err) {
     throw invalidRequest(
       `We could not parse the JSON body of your request (${errorMessage(err)}). The API expects a JSON object.`,
@@ -185,6 +187,55 @@ async function completions(generator: TextGenerator, request: ApiRequest, option
     throw err;
   }
   return { status: 200, headers: { ...SSE_HEADERS }, body: serverSentEvents(chunks, first, request.signal, options) };
+}
+
+const NON_FINITE = '\u0000webgpu-llama:';
+
+/**
+ * JSON.parse, and where that fails, once more with the bare NaN, Infinity and -Infinity that
+ * Python's json.dumps writes: they become those numbers, so that validation names the parameter
+ * that holds one (a 400 on `temperature`, not on the whole body).
+ */
+export function parseRequestJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    let out = '';
+    let inString = false;
+    let replaced = false;
+    for (let i = 0; i < text.length; i++) {
+      const c = text[i]!;
+      if (inString) {
+        out += c;
+        if (c === '\\') out += text[++i] ?? '';
+        else if (c === '"') inString = false;
+        continue;
+      }
+      if (c === '"') {
+        inString = true;
+        out += c;
+        continue;
+      }
+      const word = /^(-?Infinity|NaN)/.exec(text.slice(i, i + 9));
+      if (word) {
+        out += JSON.stringify(NON_FINITE + word[1]);
+        i += word[1]!.length - 1;
+        replaced = true;
+        continue;
+      }
+      out += c;
+    }
+    if (!replaced) throw err;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(out, (_key, value: unknown) =>
+        typeof value === 'string' && value.startsWith(NON_FINITE) ? Number(value.slice(NON_FINITE.length)) : value,
+      );
+    } catch {
+      throw err;
+    }
+    return parsed;
+  }
 }
 
 function isAsyncIterable(value: unknown): value is AsyncIterable<CompletionChunk> {

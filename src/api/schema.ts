@@ -1,6 +1,7 @@
 // The request parameters of POST /v1/completions: ONE table (COMPLETION_PARAMS) of name, type,
-// range, default and nullability that validation runs over. To support a parameter, add a row
-// (or drop a row's `supported` limit) and use the value in completions.ts.
+// range, default and nullability that validation runs over. A parameter is a row here and a use
+// in completions.ts. vLLM's sampling extensions (top_k, min_p, ...) are rows too: they are
+// accepted at the top level and inside `extra_body`, whose keys count as top-level parameters.
 // Browser code: nothing here may import Node modules.
 import { invalidRequest, notSupportedYet } from './errors.ts';
 
@@ -22,6 +23,8 @@ export interface ParamRow<T> {
   parse(value: unknown, param: string): T;
   /** Values this runtime implements; others are valid but answered with 400 "not supported yet". */
   supported?: { test(value: T): boolean; only: string };
+  /** A vLLM sampling extension (OpenAI clients send it in `extra_body`; the top level works too). */
+  extension?: boolean;
   /** What the parameter does. */
   doc: string;
 }
@@ -123,12 +126,45 @@ export interface StreamOptions {
   include_usage: boolean;
 }
 
-const MAX_STOP_STRINGS = 4;
+/** One prompt of the request: text to tokenize, or token ids as given. */
+export type PromptInput = { text: string } | { tokens: number[] };
+
+/** The service tiers a request may ask for ('over-limit' only ever appears in responses). */
+export type RequestServiceTier = 'auto' | 'default' | 'flex' | 'no-limit';
+/** The service tier a response names. */
+export type ServiceTier = 'default' | 'flex' | 'no-limit' | 'over-limit';
+
+export const MAX_STOP_STRINGS = 4;
+/** Most alternatives `logprobs` may ask for (OpenAI: 5; vLLM: 20). */
+export const MAX_LOGPROBS = 20;
+export const MAX_N = 128;
+export const MAX_BEST_OF = 20;
+
+function tokenId(value: unknown, param: string): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value)) wrongType(param, 'a token id (an integer >= 0)', value);
+  if (value < 0) throw invalidRequest(`Invalid '${param}': token id ${value} is negative.`, param, 'invalid_value');
+  return value;
+}
+
+function tokenIdArray(value: unknown, param: string, where: string): number[] {
+  if (!Array.isArray(value)) wrongType(param, 'an array of token ids', value);
+  return value.map((v, i) => {
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {
+      throw invalidRequest(
+        `Invalid '${param}': ${where}[${i}] must be a token id (an integer >= 0), but got ${jsonType(v)}${typeof v === 'number' ? ` (${v})` : ''}.`,
+        param,
+        'invalid_type',
+      );
+    }
+    return v;
+  });
+}
 
 /**
  * Every request body field of POST /v1/completions. A field not in this table is rejected (400).
  * Validation (validateCompletionRequest) runs each row: absent → `default`; null → `nullValue`
- * (or `default`) when `nullable`; otherwise `parse`, then `supported`.
+ * (or `default`) when `nullable`; otherwise `parse`, then `supported`. Rows marked `extension`
+ * are vLLM's sampling parameters (OpenAI clients send them in `extra_body`).
  */
 export const COMPLETION_PARAMS = {
   model: row<string>({
@@ -139,31 +175,41 @@ export const COMPLETION_PARAMS = {
     parse: string().parse,
     doc: 'ID (or alias) of the loaded model; another id is answered with 404 model_not_found.',
   }),
-  prompt: row<string>({
-    type: 'string, or an array holding one string',
+  prompt: row<PromptInput[]>({
+    type: 'string, array of strings, array of token ids, or array of arrays of token ids',
     nullable: true,
-    default: '',
+    default: [{ text: '' }],
     parse(value, param) {
-      if (typeof value === 'string') return value;
-      if (!Array.isArray(value)) wrongType(param, 'a string or an array of strings', value);
-      if (value.length === 1 && typeof value[0] === 'string') return value[0];
-      if (value.length > 0 && value.every((v) => typeof v === 'number' || Array.isArray(v))) {
-        throw notSupportedYet(param, 'token id arrays are not supported yet; send the prompt as a string');
-      }
-      if (value.length > 1 && value.every((v) => typeof v === 'string')) {
-        throw notSupportedYet(param, 'several prompts in one request are not supported yet; send one string');
-      }
+      if (typeof value === 'string') return [{ text: value }];
+      if (!Array.isArray(value)) wrongType(param, 'a string, an array of strings, or token ids', value);
       if (value.length === 0) throw invalidRequest(`Invalid '${param}': the array is empty.`, param, 'invalid_value');
-      wrongType(param, 'a string or an array of strings', value);
+      if (value.every((v) => typeof v === 'string')) return (value as string[]).map((text) => ({ text }));
+      if (value.every((v) => typeof v === 'number')) return [{ tokens: tokenIdArray(value, param, param) }];
+      if (value.every((v) => Array.isArray(v))) {
+        return value.map((ids: unknown[], i) => {
+          if (ids.length === 0) throw invalidRequest(`Invalid '${param}': ${param}[${i}] is an empty array of token ids.`, param, 'invalid_value');
+          return { tokens: tokenIdArray(ids, param, `${param}[${i}]`) };
+        });
+      }
+      wrongType(param, 'a string, an array of strings, an array of token ids, or an array of arrays of token ids (not a mix)', value);
     },
-    doc: 'The text to complete. The tokenizer adds BOS when the model wants one.',
+    doc:
+      'The text to complete, or a batch: several strings or token-id arrays. Text gets BOS when the model wants it; token ids are used as given. ' +
+      'A batch yields n choices per prompt, in order (index = prompt position x n + j).',
+  }),
+  suffix: row<string | null>({
+    ...string(),
+    nullable: true,
+    default: null,
+    supported: { test: (v) => v === null || v === '', only: 'only null or ""' },
+    doc: 'Text after the completion (fill-in-the-middle). Llama models have no fill-in-the-middle: only null or "" is accepted.',
   }),
   max_tokens: row<number | null>({
     ...integer({ min: 0 }),
     nullable: true,
     default: 16,
     nullValue: null,
-    doc: 'Most tokens to generate; null = until EOS or the context is full. Prompt + max_tokens must fit the context.',
+    doc: 'Most tokens to generate per choice (default 16); null = until EOS or the context is full; 0 generates nothing (with echo: scores the prompt). Prompt + max_tokens must fit the context.',
   }),
   temperature: row<number>({
     ...number({ min: 0, max: 2 }),
@@ -175,13 +221,25 @@ export const COMPLETION_PARAMS = {
     ...number({ min: 0, max: 1, exclusiveMin: true }),
     nullable: true,
     default: 1,
-    doc: 'Nucleus sampling: keep the smallest set of tokens holding top_p of the probability mass.',
+    doc: 'Nucleus sampling: keep the smallest set of most likely tokens holding top_p of the probability mass.',
+  }),
+  n: row<number>({
+    ...integer({ min: 1, max: MAX_N }),
+    nullable: true,
+    default: 1,
+    doc: 'Choices per prompt. Each has its own random stream (seed, choice index); all of a prompt share one prefill.',
+  }),
+  best_of: row<number | null>({
+    ...integer({ min: 1, max: MAX_BEST_OF }),
+    nullable: true,
+    default: null,
+    doc: 'Candidates generated per prompt (>= n, default n); the n with the highest mean token logprob are returned. Not with stream (unless equal to n).',
   }),
   stream: row<boolean>({
     ...boolean(),
     nullable: true,
     default: false,
-    doc: 'Answer with server-sent events, one chunk per piece of text, ending with [DONE].',
+    doc: 'Answer with server-sent events, one chunk per piece of text (each naming its choice index), ending with [DONE].',
   }),
   stream_options: row<StreamOptions | null>({
     type: 'object {include_usage: boolean}',
@@ -198,13 +256,21 @@ export const COMPLETION_PARAMS = {
       }
       return out;
     },
-    doc: "Only with stream: {include_usage: true} sends one more chunk before [DONE] with `choices: []` and the usage.",
+    doc: 'Only with stream: {include_usage: true} sends one more chunk before [DONE] with `choices: []` and the usage.',
   }),
-  seed: row<number | null>({
-    ...integer(),
+  logprobs: row<number | null>({
+    ...integer({ min: 0, max: MAX_LOGPROBS }),
     nullable: true,
     default: null,
-    doc: 'Seed of the random stream; the same seed, prompt and parameters give the same text.',
+    doc:
+      'Log probabilities (log-softmax of the raw logits, before bias, penalties and temperature) of each chosen token and of the `logprobs` most likely ones; ' +
+      'the chosen token is always among them, so there may be logprobs+1 entries. 0 = the chosen token only.',
+  }),
+  echo: row<boolean>({
+    ...boolean(),
+    nullable: true,
+    default: false,
+    doc: 'Put the prompt before the completion in `text`; with logprobs, the prompt tokens get logprobs too (the first one null).',
   }),
   stop: row<string[]>({
     type: `string or array of up to ${MAX_STOP_STRINGS} strings`,
@@ -224,7 +290,42 @@ export const COMPLETION_PARAMS = {
       // An empty stop string would match everywhere; it stops nothing.
       return (list as string[]).filter((s) => s.length > 0);
     },
-    doc: 'Up to 4 strings; generation ends before the first of them, which is not returned.',
+    doc: 'Up to 4 strings; generation ends at the first of them, which is not returned (unless include_stop_str_in_output).',
+  }),
+  presence_penalty: row<number>({
+    ...number({ min: -2, max: 2 }),
+    nullable: true,
+    default: 0,
+    doc: 'logit[j] -= presence_penalty for every token j already generated (OpenAI).',
+  }),
+  frequency_penalty: row<number>({
+    ...number({ min: -2, max: 2 }),
+    nullable: true,
+    default: 0,
+    doc: 'logit[j] -= count[j] x frequency_penalty, count over the tokens generated so far (OpenAI).',
+  }),
+  logit_bias: row<ReadonlyMap<number, number> | null>({
+    type: 'object mapping token ids (string keys) to numbers in [-100, 100]',
+    nullable: true,
+    default: null,
+    parse(value, param) {
+      if (!isPlainObject(value)) wrongType(param, 'an object', value);
+      const out = new Map<number, number>();
+      for (const [key, bias] of Object.entries(value)) {
+        if (!/^(0|[1-9]\d*)$/.test(key) || !Number.isSafeInteger(Number(key))) {
+          throw invalidRequest(`Invalid '${param}': key '${key}' is not a token id.`, param, 'invalid_value');
+        }
+        out.set(Number(key), number({ min: -100, max: 100 }).parse(bias, `${param}.${key}`));
+      }
+      return out;
+    },
+    doc: 'Bias added to the logits of the given token ids before anything else; -100 bans a token, +100 forces it. Ids must be in the vocabulary.',
+  }),
+  seed: row<number | null>({
+    ...integer(),
+    nullable: true,
+    default: null,
+    doc: 'Seed of the random streams: choice j draws from a stream seeded by (seed, j). The same seed, prompt and parameters give the same text.',
   }),
   user: row<string | null>({
     ...string(),
@@ -232,100 +333,132 @@ export const COMPLETION_PARAMS = {
     default: null,
     doc: 'An end-user id; accepted and ignored.',
   }),
-  n: row<number>({
-    ...integer({ min: 1, max: 128 }),
+  service_tier: row<RequestServiceTier>({
+    type: "'auto', 'default', 'flex' or 'no-limit'",
     nullable: true,
-    default: 1,
-    supported: { test: (v) => v === 1, only: 'only n = 1' },
-    doc: 'Completions per prompt.',
+    default: 'auto',
+    parse(value, param) {
+      if (typeof value !== 'string') wrongType(param, 'a string', value);
+      if (value === 'over-limit') {
+        throw invalidRequest(`Invalid '${param}': 'over-limit' cannot be requested; it only appears in responses.`, param, 'invalid_value');
+      }
+      if (value !== 'auto' && value !== 'default' && value !== 'flex' && value !== 'no-limit') {
+        throw invalidRequest(`Invalid '${param}': expected one of 'auto', 'default', 'flex', 'no-limit', but got '${value}'.`, param, 'invalid_value');
+      }
+      return value;
+    },
+    doc: "The tier; every tier runs the same way. The response names it ('auto' answers 'default').",
   }),
-  best_of: row<number>({
-    ...integer({ min: 1, max: 20 }),
-    nullable: true,
-    default: 1,
-    supported: { test: (v) => v === 1, only: 'only best_of = 1' },
-    doc: 'Completions generated server-side, the best returned.',
-  }),
-  echo: row<boolean>({
-    ...boolean(),
-    nullable: true,
-    default: false,
-    supported: { test: (v) => v === false, only: 'only false' },
-    doc: 'Echo the prompt before the completion.',
-  }),
-  logprobs: row<number | null>({
-    ...integer({ min: 0, max: 5 }),
-    nullable: true,
-    default: null,
-    supported: { test: (v) => v === null, only: 'only null' },
-    doc: 'Log probabilities of the chosen and of the `logprobs` most likely tokens.',
-  }),
-  presence_penalty: row<number>({
-    ...number({ min: -2, max: 2 }),
-    nullable: true,
-    default: 0,
-    supported: { test: (v) => v === 0, only: 'only 0' },
-    doc: 'Penalty for tokens that already appear in the text.',
-  }),
-  frequency_penalty: row<number>({
-    ...number({ min: -2, max: 2 }),
-    nullable: true,
-    default: 0,
-    supported: { test: (v) => v === 0, only: 'only 0' },
-    doc: 'Penalty growing with how often a token already appears in the text.',
-  }),
-  logit_bias: row<Record<string, number> | null>({
-    type: 'object mapping token ids to numbers in [-100, 100]',
+  extra_body: row<Record<string, unknown> | null>({
+    type: 'object of further parameters',
     nullable: true,
     default: null,
     parse(value, param) {
       if (!isPlainObject(value)) wrongType(param, 'an object', value);
-      const out: Record<string, number> = {};
-      for (const [key, bias] of Object.entries(value)) {
-        if (!/^\d+$/.test(key)) throw invalidRequest(`Invalid '${param}': key '${key}' is not a token id.`, param, 'invalid_value');
-        out[key] = number({ min: -100, max: 100 }).parse(bias, `${param}.${key}`);
-      }
-      return out;
+      return value;
     },
-    supported: { test: (v) => v === null || Object.keys(v).length === 0, only: 'only null or {}' },
-    doc: 'Bias added to the logits of the given token ids before sampling.',
+    doc: 'Its keys are treated as top-level parameters (top_k, min_p, ...); unknown keys are a 400.',
   }),
-  suffix: row<string | null>({
-    ...string(),
+  top_k: row<number>({
+    ...integer({ min: -1 }),
     nullable: true,
-    default: null,
-    supported: { test: (v) => v === null || v === '', only: 'only null or ""' },
-    doc: 'Text that comes after the completion (fill-in-the-middle).',
+    default: 0,
+    extension: true,
+    doc: 'Keep the top_k most likely tokens; 0 or -1 disables it (vLLM).',
+  }),
+  min_p: row<number>({
+    ...number({ min: 0, max: 1 }),
+    nullable: true,
+    default: 0,
+    extension: true,
+    doc: 'Drop tokens whose probability is below min_p x that of the most likely one; 0 disables it (vLLM).',
+  }),
+  repetition_penalty: row<number>({
+    ...number({ min: 0, exclusiveMin: true }),
+    nullable: true,
+    default: 1,
+    extension: true,
+    doc: 'Over prompt and generated tokens: logit / p if positive, logit x p otherwise; 1 disables it (vLLM / HF).',
+  }),
+  ignore_eos: row<boolean>({
+    ...boolean(),
+    nullable: true,
+    default: false,
+    extension: true,
+    doc: 'Keep generating after EOS (stop_token_ids still stop) (vLLM).',
+  }),
+  min_tokens: row<number>({
+    ...integer({ min: 0 }),
+    nullable: true,
+    default: 0,
+    extension: true,
+    doc: 'EOS, stop_token_ids and stop strings take effect only once this many tokens were generated (vLLM).',
+  }),
+  stop_token_ids: row<number[]>({
+    type: 'array of token ids',
+    nullable: true,
+    default: [],
+    extension: true,
+    parse: (value, param) => tokenIdArray(value, param, param),
+    doc: 'Token ids that end the choice with finish_reason "stop", besides EOS; their text is not returned (vLLM).',
+  }),
+  skip_special_tokens: row<boolean>({
+    ...boolean(),
+    nullable: true,
+    default: true,
+    extension: true,
+    doc: 'Leave special tokens (BOS, EOS, ...) out of the text (vLLM; default true).',
+  }),
+  include_stop_str_in_output: row<boolean>({
+    ...boolean(),
+    nullable: true,
+    default: false,
+    extension: true,
+    doc: 'Keep the stop string that ended the text in it (vLLM).',
   }),
 } satisfies Record<string, ParamRow<unknown>>;
 
 export type CompletionParamName = keyof typeof COMPLETION_PARAMS;
 
-/** A validated request: every parameter present, defaults filled in, values normalized. */
+/** A validated request: every parameter present, defaults filled in, values normalized (extra_body merged in). */
 export type CompletionParams = {
   [K in CompletionParamName]: (typeof COMPLETION_PARAMS)[K] extends ParamRow<infer T> ? T : never;
 };
 
-/** The request body, as a TypeScript caller writes it (OpenAI's names and types). */
-export interface CompletionRequest {
+/** vLLM's sampling extensions, as a TypeScript caller writes them (top level or in extra_body). */
+export interface CompletionExtensions {
+  top_k?: number | null;
+  min_p?: number | null;
+  repetition_penalty?: number | null;
+  ignore_eos?: boolean | null;
+  min_tokens?: number | null;
+  stop_token_ids?: number[] | null;
+  skip_special_tokens?: boolean | null;
+  include_stop_str_in_output?: boolean | null;
+}
+
+/** The request body, as a TypeScript caller writes it (OpenAI's names and types, and vLLM's extensions). */
+export interface CompletionRequest extends CompletionExtensions {
   model: string;
-  prompt?: string | string[] | null;
+  prompt?: string | string[] | number[] | number[][] | null;
+  suffix?: string | null;
   max_tokens?: number | null;
   temperature?: number | null;
   top_p?: number | null;
-  stream?: boolean | null;
-  stream_options?: { include_usage?: boolean | null } | null;
-  seed?: number | null;
-  stop?: string | string[] | null;
-  user?: string | null;
   n?: number | null;
   best_of?: number | null;
-  echo?: boolean | null;
+  stream?: boolean | null;
+  stream_options?: { include_usage?: boolean | null } | null;
   logprobs?: number | null;
+  echo?: boolean | null;
+  stop?: string | string[] | null;
   presence_penalty?: number | null;
   frequency_penalty?: number | null;
   logit_bias?: Record<string, number> | null;
-  suffix?: string | null;
+  seed?: number | null;
+  user?: string | null;
+  service_tier?: RequestServiceTier | null;
+  extra_body?: (CompletionExtensions & Partial<Omit<CompletionRequest, 'extra_body'>>) | null;
 }
 
 // The request type and the table name the same fields (a compile error here means one lacks a row).
@@ -333,11 +466,18 @@ type SameKeys<A, B> = [Exclude<keyof A, keyof B>, Exclude<keyof B, keyof A>] ext
 const _requestMatchesTable: SameKeys<CompletionRequest, typeof COMPLETION_PARAMS> = true;
 void _requestMatchesTable;
 
+function sameJson(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
 /**
  * Checks a parsed JSON body against COMPLETION_PARAMS and returns every parameter normalized.
- * Throws a 400 ApiError: body not an object, unknown fields (all named), a missing required
- * field, a wrong type / NaN / out-of-range value (`param` names the field), a value not
- * supported yet, or stream_options without stream.
+ * `extra_body` is merged first: its keys count as top-level parameters (a key given in both
+ * places with different values is a 400). Throws a 400 ApiError: body not an object, unknown
+ * fields (all named; `extra_body.x` for one inside extra_body), a missing required field, a
+ * wrong type / NaN / out-of-range value (`param` names the field, as given), a value not
+ * supported, or a bad combination (stream_options without stream, best_of < n, best_of with
+ * stream, min_tokens > max_tokens).
  */
 export function validateCompletionRequest(body: unknown): CompletionParams {
   if (!isPlainObject(body)) {
@@ -351,27 +491,84 @@ export function validateCompletionRequest(body: unknown): CompletionParams {
       'unknown_parameter',
     );
   }
+  // extra_body: its keys join the top level; `where` remembers how to name them in errors.
+  const merged: Record<string, unknown> = { ...body };
+  const where: Record<string, string> = {};
+  const extra = body.extra_body;
+  if (extra !== undefined && extra !== null) {
+    COMPLETION_PARAMS.extra_body.parse(extra, 'extra_body');
+    const extraObject = extra as Record<string, unknown>;
+    const unknownExtra = Object.keys(extraObject).filter((key) => !Object.hasOwn(COMPLETION_PARAMS, key) || key === 'extra_body');
+    if (unknownExtra.length > 0) {
+      throw invalidRequest(
+        `Unrecognized argument${unknownExtra.length > 1 ? 's' : ''} in 'extra_body': ${unknownExtra.join(', ')}.`,
+        `extra_body.${unknownExtra[0]}`,
+        'unknown_parameter',
+      );
+    }
+    for (const [key, value] of Object.entries(extraObject)) {
+      if (value === undefined) continue;
+      if (body[key] !== undefined && !sameJson(body[key], value)) {
+        throw invalidRequest(
+          `'${key}' is given both at the top level and in 'extra_body', with different values.`,
+          `extra_body.${key}`,
+          'invalid_value',
+        );
+      }
+      merged[key] = value;
+      where[key] = `extra_body.${key}`;
+    }
+  }
   const out: Record<string, unknown> = {};
   for (const [name, spec] of Object.entries(COMPLETION_PARAMS) as [string, ParamRow<unknown>][]) {
-    const present = Object.hasOwn(body, name) && body[name] !== undefined;
-    const value = present ? body[name] : undefined;
+    const param = where[name] ?? name;
+    const present = Object.hasOwn(merged, name) && merged[name] !== undefined;
+    const value = present ? merged[name] : undefined;
     let parsed: unknown;
     if (!present || value === null) {
-      if (spec.required) throw invalidRequest(`Missing required parameter: '${name}'.`, name, 'missing_required_parameter');
-      if (value === null && !spec.nullable) throw wrongType(name, `${spec.type}`, null);
+      if (spec.required) throw invalidRequest(`Missing required parameter: '${name}'.`, param, 'missing_required_parameter');
+      if (value === null && !spec.nullable) throw wrongType(param, `${spec.type}`, null);
       parsed = value === null && 'nullValue' in spec ? spec.nullValue : spec.default;
     } else {
-      parsed = spec.parse(value, name);
+      parsed = spec.parse(value, param);
       if (spec.supported && !spec.supported.test(parsed)) {
-        throw notSupportedYet(name, `${JSON.stringify(value)} was given; ${spec.supported.only} is accepted for now`);
+        throw name === 'suffix'
+          ? invalidRequest(
+              "Llama models have no fill-in-the-middle, so 'suffix' is not supported: send it empty or null, and put the text to complete in 'prompt'.",
+              param,
+              'unsupported_value',
+            )
+          : notSupportedYet(param, `${JSON.stringify(value)} was given; ${spec.supported.only} is accepted`);
       }
     }
     // Defaults may be mutable (stop: []); hand out a fresh copy.
     out[name] = Array.isArray(parsed) ? [...parsed] : parsed;
   }
   const params = out as CompletionParams;
+  const named = (name: CompletionParamName) => where[name] ?? name;
   if (params.stream_options !== null && !params.stream) {
-    throw invalidRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options', 'invalid_value');
+    throw invalidRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.", named('stream_options'), 'invalid_value');
+  }
+  if (params.best_of !== null && params.best_of < params.n) {
+    throw invalidRequest(
+      `Invalid 'best_of': it must be at least n (${params.n}), but got ${params.best_of}.`,
+      named('best_of'),
+      'invalid_value',
+    );
+  }
+  if (params.stream && params.best_of !== null && params.best_of > params.n) {
+    throw invalidRequest(
+      "'best_of' cannot be used with 'stream': the best completions are only known once all are done. Drop best_of, or set stream to false.",
+      named('best_of'),
+      'invalid_value',
+    );
+  }
+  if (params.max_tokens !== null && params.min_tokens > params.max_tokens) {
+    throw invalidRequest(
+      `Invalid 'min_tokens': ${params.min_tokens} is more than max_tokens (${params.max_tokens}).`,
+      named('min_tokens'),
+      'invalid_value',
+    );
   }
   return params;
 }

@@ -1,40 +1,64 @@
-// From token ids to text: incremental detokenization, then stop strings. Both the streamed and
-// the one-body response are built on generateText, so they carry the same text.
+// From generated tokens to the text of choices: incremental detokenization, stop strings,
+// logprobs, echo, one session per prompt with its sequences one after another. Both the streamed
+// and the one-body response are built on runPrompt's pieces, so they carry the same text and
+// the same logprobs.
 // Browser code: nothing here may import Node modules.
-import type { FinishReason, GenerationRequest, TextGenerator } from '../engine/types.ts';
-import { IncrementalDetokenizer } from './detokenize.ts';
+import type {
+  FinishReason,
+  GeneratedToken,
+  GenerationSession,
+  SamplingParams,
+  TextGenerator,
+} from '../engine/types.ts';
+import type { TextTokenizer } from '../tokenizer/types.ts';
+import { IncrementalDetokenizer, PROMPT_CONTEXT_TOKENS } from './detokenize.ts';
+import { finiteLogprob, topLogprobsObject, type LogprobEntry } from './logprobs.ts';
 
 /**
  * Finds stop strings in text that arrives in pieces. Text that could be the start of a stop
  * string is held back until it is known not to be one, so no part of a stop string is ever
- * emitted, however it is split across pieces. The stop string itself is never emitted.
+ * emitted, however it is split across pieces. The stop string itself is emitted only with
+ * `includeStop`. While not `armed` (min_tokens not reached yet), stop strings are not looked
+ * for, but possible starts of one are still held back: a stop string completed once armed
+ * counts, even if it began earlier.
  */
 export class StopStringMatcher {
   private pending = '';
   private done = false;
+  /** Whether stop strings end the text now (false before min_tokens). */
+  armed = true;
 
-  constructor(private readonly stops: readonly string[]) {}
+  constructor(
+    private readonly stops: readonly string[],
+    private readonly options: { includeStop?: boolean } = {},
+  ) {}
 
   /** Whether a stop string was found. */
   get stopped(): boolean {
     return this.done;
   }
 
-  /** Adds text; returns what can be emitted now, and whether a stop string was found (then the text before it). */
+  /** Adds text; returns what can be emitted now, and whether a stop string was found (then the text before it, or through it with includeStop). */
   push(text: string): { text: string; stopped: boolean } {
     if (this.done) return { text: '', stopped: true };
     this.pending += text;
     if (this.stops.length === 0) return { text: this.take(this.pending.length), stopped: false };
-    let first = -1;
-    for (const stop of this.stops) {
-      const at = this.pending.indexOf(stop);
-      if (at >= 0 && (first < 0 || at < first)) first = at;
-    }
-    if (first >= 0) {
-      const out = this.pending.slice(0, first);
-      this.pending = '';
-      this.done = true;
-      return { text: out, stopped: true };
+    if (this.armed) {
+      let first = -1;
+      let firstStop = '';
+      for (const stop of this.stops) {
+        const at = this.pending.indexOf(stop);
+        if (at >= 0 && (first < 0 || at < first || (at === first && stop.length > firstStop.length))) {
+          first = at;
+          firstStop = stop;
+        }
+      }
+      if (first >= 0) {
+        const out = this.pending.slice(0, this.options.includeStop ? first + firstStop.length : first);
+        this.pending = '';
+        this.done = true;
+        return { text: out, stopped: true };
+      }
     }
     return { text: this.take(this.pending.length - this.partialStopLength()), stopped: false };
   }
@@ -65,60 +89,289 @@ export class StopStringMatcher {
   }
 }
 
-/** A generation request with stop strings. */
-export interface TextGenerationRequest extends GenerationRequest {
-  /** Strings that end the text (not included in it). */
-  stop: readonly string[];
+/** A piece of a choice: text to append, and the logprob entries of the tokens that text completes. */
+export interface ChoicePiece {
+  text: string;
+  entries: LogprobEntry[];
 }
 
-/** How a text generation ended. */
-export interface TextGenerationResult {
-  /** 'stop' for a stop token or a stop string, 'length' for maxTokens. */
-  finishReason: FinishReason;
-  /** Tokens the generator produced (a stop token is not counted; the one completing a stop string is). */
-  completionTokens: number;
-  /** The last piece of text, not yielded: what was held back until the end (may be ''). */
-  text: string;
+export interface ChoiceTextOptions {
+  stop: readonly string[];
+  includeStop: boolean;
+  skipSpecialTokens: boolean;
+  /** Stop strings count only once this many tokens were generated. */
+  minTokens: number;
+  /** Alternatives per token in logprobs; null = no logprobs. */
+  logprobs: number | null;
+  /** Length of the echoed prompt before the completion (offsets start there). */
+  textOffset: number;
 }
 
 /**
- * Runs `generator.generate` and yields the completion text piece by piece (never ''); the
- * return value carries the finish reason, the token count and the last piece. On a stop string
- * the generator is ended at once (its return() frees the GPU), as it is when the consumer stops
- * early. Errors of the generator (an abort included) propagate.
+ * The text and logprobs of one choice, token by token. Each token's entry is released with the
+ * piece whose text reaches its end, so streamed chunks carry the logprobs of their own text;
+ * the rest (held back by a stop string or an incomplete character) comes with the last piece.
+ * Logprobs cover every generated token (as many as the usage counts), also those of a stop
+ * string cut from the text: their offsets continue past the end of `text`.
  */
-export async function* generateText(
+export class ChoiceText {
+  private readonly detokenizer: IncrementalDetokenizer;
+  private readonly matcher: StopStringMatcher;
+  /** Length of the detokenized completion so far (before stop strings cut it), from textOffset. */
+  private produced: number;
+  /** Length of the text emitted so far, from 0 (echo included). */
+  private emitted: number;
+  private pending: LogprobEntry[] = [];
+  private count = 0;
+  private finished = false;
+
+  constructor(
+    private readonly tokenizer: TextTokenizer,
+    promptTokens: readonly number[],
+    private readonly options: ChoiceTextOptions,
+  ) {
+    this.detokenizer = new IncrementalDetokenizer(tokenizer, promptTokens, PROMPT_CONTEXT_TOKENS, {
+      skipSpecialTokens: options.skipSpecialTokens,
+    });
+    this.matcher = new StopStringMatcher(options.stop, { includeStop: options.includeStop });
+    this.matcher.armed = options.minTokens <= 0;
+    this.produced = options.textOffset;
+    this.emitted = options.textOffset;
+  }
+
+  /** Tokens pushed. */
+  get tokens(): number {
+    return this.count;
+  }
+
+  /** Adds a generated token. `stopped`: a stop string ended the choice; `piece` is then its last piece. */
+  push(token: GeneratedToken): { piece: ChoicePiece; stopped: boolean } {
+    if (this.finished) throw new Error('the choice is finished');
+    const k = this.options.logprobs;
+    let entry: LogprobEntry | null = null;
+    let alternatives: ((sampledText: string) => Record<string, number>) | null = null;
+    if (k !== null) {
+      // Alternatives are read before the token joins the text: the text each would have added here.
+      const textOf = (id: number) => this.detokenizer.peek(id, this.tokenizer.isSpecial(id) ? { skipSpecialTokens: false } : {});
+      const texts = new Map<number, string>();
+      for (const alt of (token.topLogprobs ?? []).slice(0, k)) if (alt.id !== token.id) texts.set(alt.id, textOf(alt.id));
+      alternatives = (sampledText) => topLogprobsObject(token, sampledText, token.topLogprobs, k, (id) => texts.get(id) ?? textOf(id));
+    }
+    const text = this.detokenizer.push(token.id);
+    if (alternatives) {
+      entry = { token: text, logprob: finiteLogprob(token.logprob), top: alternatives(text), offset: this.produced };
+      this.pending.push(entry);
+    }
+    this.produced += text.length;
+    this.count++;
+    if (this.count >= this.options.minTokens) this.matcher.armed = true;
+    const out = this.matcher.push(text);
+    this.emitted += out.text.length;
+    if (out.stopped) {
+      this.finished = true;
+      return { piece: { text: out.text, entries: this.release(true) }, stopped: true };
+    }
+    return { piece: { text: out.text, entries: out.text ? this.release(false) : [] }, stopped: false };
+  }
+
+  /** The last piece, once the sequence ended without a stop string: what was held back. */
+  finish(): ChoicePiece {
+    if (this.finished) return { text: '', entries: this.release(true) };
+    this.finished = true;
+    const tail = this.detokenizer.flush();
+    if (tail) {
+      const last = this.pending.at(-1);
+      if (last) last.token += tail;
+      this.produced += tail.length;
+    }
+    const out = this.matcher.push(tail);
+    const text = out.stopped ? out.text : out.text + this.matcher.flush();
+    this.emitted += text.length;
+    return { text, entries: this.release(true) };
+  }
+
+  private release(all: boolean): LogprobEntry[] {
+    let n = 0;
+    if (all) n = this.pending.length;
+    else while (n < this.pending.length && this.pending[n]!.offset + this.pending[n]!.token.length <= this.emitted) n++;
+    return this.pending.splice(0, n);
+  }
+}
+
+/** What the prompt contributes to each choice with echo: its text and (with logprobs) its entries. */
+export interface EchoPart {
+  text: string;
+  /** null without logprobs. */
+  entries: LogprobEntry[] | null;
+}
+
+/**
+ * The echo of a prompt. Without logprobs: the prompt text as given (token-id prompts: decoded).
+ * With logprobs: the prompt decoded token by token, each token with its logprob from the session
+ * (the first one null); that decoded text is what `text` starts with, so that text_offset is
+ * consistent (it is the prompt as given for every prompt that decodes back to itself).
+ */
+export function echoPrompt(
+  tokenizer: TextTokenizer,
+  prompt: { tokens: readonly number[]; text: string | null },
+  promptLogprobs: readonly (GeneratedToken | null)[] | undefined,
+  logprobs: number | null,
+  skipSpecialTokens: boolean,
+): EchoPart {
+  if (logprobs === null) {
+    return { text: prompt.text ?? tokenizer.decode(prompt.tokens, { skipSpecialTokens }), entries: null };
+  }
+  const detokenizer = new IncrementalDetokenizer(tokenizer, [], 0, { skipSpecialTokens });
+  const entries: LogprobEntry[] = [];
+  let offset = 0;
+  prompt.tokens.forEach((id, i) => {
+    const scored = i === 0 ? null : (promptLogprobs?.[i] ?? null);
+    let top: Record<string, number> | null = null;
+    if (scored) {
+      const textOf = (alt: number) => detokenizer.peek(alt, tokenizer.isSpecial(alt) ? { skipSpecialTokens: false } : {});
+      const texts = new Map<number, string>();
+      for (const alt of (scored.topLogprobs ?? []).slice(0, logprobs)) if (alt.id !== id) texts.set(alt.id, textOf(alt.id));
+      const text = detokenizer.push(id);
+      top = topLogprobsObject({ id, logprob: scored.logprob }, text, scored.topLogprobs, logprobs, (alt) => texts.get(alt) ?? '');
+      entries.push({ token: text, logprob: finiteLogprob(scored.logprob), top, offset });
+      offset += text.length;
+    } else {
+      const text = detokenizer.push(id);
+      entries.push({ token: text, logprob: null, top: null, offset });
+      offset += text.length;
+    }
+  });
+  const tail = detokenizer.flush();
+  if (tail && entries.length > 0) entries[entries.length - 1]!.token += tail;
+  return { text: entries.map((e) => e.token).join(''), entries };
+}
+
+/** One prompt of a request, ready to run. */
+export interface PromptPlan {
+  tokens: number[];
+  /** The prompt as given when it was text (for echo); null for token ids. */
+  text: string | null;
+  /** Most tokens per choice. */
+  maxTokens: number;
+}
+
+/** The settings every prompt of a request shares. */
+export interface ChoiceSettings {
+  sampling: SamplingParams;
+  /** Sequences per prompt (best_of, or n). */
+  sequences: number;
+  stopTokenIds: readonly number[];
+  minTokens: number;
+  stop: readonly string[];
+  includeStop: boolean;
+  skipSpecialTokens: boolean;
+  logprobs: number | null;
+  echo: boolean;
+}
+
+/** A piece of sequence `sequence` of a prompt; `end` on its last piece. */
+export interface SequencePiece extends ChoicePiece {
+  sequence: number;
+  end?: SequenceEnd;
+}
+
+export interface SequenceEnd {
+  finishReason: FinishReason;
+  /** Tokens generated (a stop token is not one; every token of a stop string is). */
+  completionTokens: number;
+  /** Sum of the generated tokens' logprobs (for best_of). */
+  logprobSum: number;
+}
+
+/**
+ * Runs one prompt: opens ONE session (one prefill, shared), then decodes sequences 0..sequences-1
+ * one after another (`session.sequence({index: j})`, which seeds sequence j by (seed, j)), and
+ * yields each sequence's pieces in order: the echo first, then text as it becomes final, and a
+ * last piece carrying `end` (never an empty piece otherwise). The session is closed when done,
+ * on errors and when the consumer stops early; `signal` aborts at the next token.
+ */
+export async function* runPrompt(
   generator: TextGenerator,
-  request: TextGenerationRequest,
-): AsyncGenerator<string, TextGenerationResult, void> {
-  const { stop, ...generation } = request;
-  if (request.maxTokens <= 0) return { finishReason: 'length', completionTokens: 0, text: '' };
-  const detokenizer = new IncrementalDetokenizer(generator.tokenizer, request.promptTokens);
-  const matcher = new StopStringMatcher(stop);
-  const tokens = generator.generate(generation);
-  let completionTokens = 0;
-  let finishReason: FinishReason;
+  prompt: PromptPlan,
+  settings: ChoiceSettings,
+  signal?: AbortSignal,
+): AsyncGenerator<SequencePiece, void, void> {
+  const needPromptLogprobs = settings.echo && settings.logprobs !== null;
+  const generates = prompt.maxTokens > 0;
+  let session: GenerationSession | null = null;
+  if (generates || needPromptLogprobs) {
+    signal?.throwIfAborted();
+    session = await generator.openSession({
+      promptTokens: prompt.tokens,
+      sampling: settings.sampling,
+      ...(settings.logprobs !== null ? { logprobs: settings.logprobs } : {}),
+      ...(needPromptLogprobs ? { promptLogprobs: true } : {}),
+      ...(signal ? { signal } : {}),
+    });
+  }
   try {
-    for (;;) {
-      request.signal?.throwIfAborted();
-      const step = await tokens.next();
-      if (step.done) {
-        finishReason = step.value;
-        break;
-      }
-      completionTokens++;
-      const delta = detokenizer.push(step.value);
-      if (!delta) continue;
-      const { text, stopped } = matcher.push(delta);
-      if (stopped) return { finishReason: 'stop', completionTokens, text };
-      if (text) yield text;
+    const echo = settings.echo
+      ? echoPrompt(generator.tokenizer, prompt, session?.promptLogprobs, settings.logprobs, settings.skipSpecialTokens)
+      : null;
+    for (let j = 0; j < settings.sequences; j++) {
+      yield* runSequence(generator.tokenizer, session, j, prompt, settings, echo, signal);
     }
   } finally {
-    // Ends the generation when we stop early (stop string, consumer gone, error); a no-op otherwise.
+    session?.close();
+  }
+}
+
+async function* runSequence(
+  tokenizer: TextTokenizer,
+  session: GenerationSession | null,
+  index: number,
+  prompt: PromptPlan,
+  settings: ChoiceSettings,
+  echo: EchoPart | null,
+  signal: AbortSignal | undefined,
+): AsyncGenerator<SequencePiece, void, void> {
+  const head: ChoicePiece = { text: echo?.text ?? '', entries: echo?.entries ? echo.entries.map((e) => ({ ...e })) : [] };
+  const choice = new ChoiceText(tokenizer, prompt.tokens, {
+    stop: settings.stop,
+    includeStop: settings.includeStop,
+    skipSpecialTokens: settings.skipSpecialTokens,
+    minTokens: settings.minTokens,
+    logprobs: settings.logprobs,
+    textOffset: head.text.length,
+  });
+  if (!session || prompt.maxTokens <= 0) {
+    yield { sequence: index, ...head, end: { finishReason: 'length', completionTokens: 0, logprobSum: 0 } };
+    return;
+  }
+  if (head.text || head.entries.length > 0) yield { sequence: index, ...head };
+  signal?.throwIfAborted();
+  const tokens = session.sequence({
+    index,
+    maxTokens: prompt.maxTokens,
+    stopTokenIds: settings.stopTokenIds,
+    ...(settings.minTokens > 0 ? { minTokens: settings.minTokens } : {}),
+  });
+  let logprobSum = 0;
+  try {
+    for (;;) {
+      signal?.throwIfAborted();
+      const step = await tokens.next();
+      if (step.done) {
+        const last = choice.finish();
+        yield { sequence: index, ...last, end: { finishReason: step.value, completionTokens: choice.tokens, logprobSum } };
+        return;
+      }
+      logprobSum += step.value.logprob;
+      const { piece, stopped } = choice.push(step.value);
+      if (stopped) {
+        yield { sequence: index, ...piece, end: { finishReason: 'stop', completionTokens: choice.tokens, logprobSum } };
+        return;
+      }
+      if (piece.text || piece.entries.length > 0) yield { sequence: index, ...piece };
+    }
+  } finally {
+    // Ends the sequence when we stop early (stop string, consumer gone, error); a no-op otherwise.
     // A failure while ending it must not hide the error that got us here.
     await tokens.return('stop').catch(() => {});
   }
-  const { text, stopped } = matcher.push(detokenizer.flush());
-  if (stopped) return { finishReason: 'stop', completionTokens, text };
-  return { finishReason, completionTokens, text: text + matcher.flush() };
 }

@@ -1,9 +1,12 @@
 // The `webgpu-llama` command (bin/webgpu-llama.mjs runs this file from source).
 //   webgpu-llama serve --model PATH [--id NAME] [--host 127.0.0.1] [--port 8080]
 //   webgpu-llama complete --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P] [--seed S]
+//                         [--stop TEXT]... [--top-k K] [--min-p P] [--repetition-penalty R]
+//                         [--presence-penalty P] [--frequency-penalty F] [--logit-bias ID=BIAS]...
+//                         [--ignore-eos] [--json BODY]
 import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
-import { createCompletion, type CompletionChunk, type CompletionRequest } from '../api/completions.ts';
+import { createCompletion, type CompletionChunk } from '../api/completions.ts';
 import { errorMessage } from '../api/errors.ts';
 import type { ApiEngine } from '../api/handler.ts';
 import { startServer, type RunningServer } from './http.ts';
@@ -13,9 +16,14 @@ export const USAGE = `Usage:
       Load the model and serve the OpenAI-style API (POST /v1/completions, GET /v1/models)
       over HTTP. Defaults: --host 127.0.0.1 --port 8080.
   webgpu-llama complete --model PATH --prompt TEXT [--max-tokens N] [--temperature T]
-                        [--top-p P] [--seed S] [--id NAME]
+                        [--top-p P] [--seed S] [--id NAME] [--stop TEXT]... [--top-k K]
+                        [--min-p P] [--repetition-penalty R] [--presence-penalty P]
+                        [--frequency-penalty F] [--logit-bias ID=BIAS]... [--ignore-eos]
+                        [--json BODY]
       Load the model, complete the prompt and print the completion to stdout.
       Defaults: --max-tokens 16 --temperature 1 (0 = greedy) --top-p 1.
+      --json takes any further /v1/completions parameters as a JSON object (e.g.
+      '{"n": 2, "min_tokens": 4}'); with n > 1 the choices are printed one after another.
   webgpu-llama --help
       Show this help.
 
@@ -74,6 +82,15 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
         temperature: { type: 'string' },
         'top-p': { type: 'string' },
         seed: { type: 'string' },
+        stop: { type: 'string', multiple: true },
+        'top-k': { type: 'string' },
+        'min-p': { type: 'string' },
+        'repetition-penalty': { type: 'string' },
+        'presence-penalty': { type: 'string' },
+        'frequency-penalty': { type: 'string' },
+        'logit-bias': { type: 'string', multiple: true },
+        'ignore-eos': { type: 'boolean' },
+        json: { type: 'string' },
       },
     });
     if (values.help) {
@@ -88,8 +105,12 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
     if (!modelPath) throw new UsageError('--model PATH is required');
     const loadOptions = values.id === undefined ? {} : { id: values.id };
 
+    const completeOnly = [
+      'prompt', 'max-tokens', 'temperature', 'top-p', 'seed', 'stop', 'top-k', 'min-p', 'repetition-penalty',
+      'presence-penalty', 'frequency-penalty', 'logit-bias', 'ignore-eos', 'json',
+    ] as const;
     if (command === 'serve') {
-      for (const name of ['prompt', 'max-tokens', 'temperature', 'top-p', 'seed'] as const) {
+      for (const name of completeOnly) {
         if (values[name] !== undefined) throw new UsageError(`--${name} is for 'complete', not 'serve'`);
       }
       const port = numberOption('port', values.port, true) ?? 8080;
@@ -101,22 +122,59 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
       if (values[name] !== undefined) throw new UsageError(`--${name} is for 'serve', not 'complete'`);
     }
     if (values.prompt === undefined) throw new UsageError('--prompt TEXT is required');
-    const request: Partial<CompletionRequest> = { prompt: values.prompt, stream: true };
-    const maxTokens = numberOption('max-tokens', values['max-tokens'], true);
-    const temperature = numberOption('temperature', values.temperature, false);
-    const topP = numberOption('top-p', values['top-p'], false);
-    const seed = numberOption('seed', values.seed, true);
-    if (maxTokens !== undefined) request.max_tokens = maxTokens;
-    if (temperature !== undefined) request.temperature = temperature;
-    if (topP !== undefined) request.top_p = topP;
-    if (seed !== undefined) request.seed = seed;
+    const request: Record<string, unknown> = { prompt: values.prompt };
+    const numeric: [string, keyof typeof values, boolean][] = [
+      ['max_tokens', 'max-tokens', true],
+      ['temperature', 'temperature', false],
+      ['top_p', 'top-p', false],
+      ['seed', 'seed', true],
+      ['top_k', 'top-k', true],
+      ['min_p', 'min-p', false],
+      ['repetition_penalty', 'repetition-penalty', false],
+      ['presence_penalty', 'presence-penalty', false],
+      ['frequency_penalty', 'frequency-penalty', false],
+    ];
+    for (const [param, flag, integer] of numeric) {
+      const value = numberOption(flag, values[flag] as string | undefined, integer);
+      if (value !== undefined) request[param] = value;
+    }
+    if (values.stop) request.stop = values.stop;
+    if (values['ignore-eos']) request.ignore_eos = true;
+    if (values['logit-bias']) {
+      const bias: Record<string, number> = {};
+      for (const pair of values['logit-bias']) {
+        const m = /^(\d+)=(.+)$/.exec(pair);
+        const value = m ? Number(m[2]) : NaN;
+        if (!m || !Number.isFinite(value)) throw new UsageError(`--logit-bias takes ID=BIAS (e.g. 13=-100), got '${pair}'`);
+        bias[m[1]!] = value;
+      }
+      request.logit_bias = bias;
+    }
+    if (values.json !== undefined) {
+      let extra: unknown;
+      try {
+        extra = JSON.parse(values.json);
+      } catch (err) {
+        throw new UsageError(`--json must be a JSON object: ${errorMessage(err)}`);
+      }
+      if (typeof extra !== 'object' || extra === null || Array.isArray(extra)) throw new UsageError('--json must be a JSON object');
+      Object.assign(request, extra);
+    }
     const { generator } = await loadModel(modelPath, loadOptions);
-    const chunks = (await createCompletion(generator, { ...request, model: generator.info.id })) as AsyncIterable<CompletionChunk>;
+    const chunks = (await createCompletion(generator, { ...request, model: generator.info.id, stream: true })) as AsyncIterable<CompletionChunk>;
+    // Choice 0 is printed as it streams; the others (n > 1, batches) once done, one after another.
+    const later = new Map<number, string>();
     for await (const chunk of chunks) {
-      const text = chunk.choices[0]?.text;
-      if (text) stdout.write(text);
+      for (const choice of chunk.choices) {
+        if (choice.index === 0) {
+          if (choice.text) stdout.write(choice.text);
+        } else {
+          later.set(choice.index, (later.get(choice.index) ?? '') + choice.text);
+        }
+      }
     }
     stdout.write('\n');
+    for (const index of [...later.keys()].sort((a, b) => a - b)) stdout.write(`--- choice ${index}\n${later.get(index)}\n`);
     return 0;
   } catch (err) {
     stderr.write(`webgpu-llama: ${errorMessage(err)}\n`);
