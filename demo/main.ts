@@ -1,0 +1,178 @@
+// The demo: load a model onto the GPU, install the fetch shim, then talk to it with plain
+// fetch('/v1/completions') and server-sent events, exactly as code written for a server would.
+import { installFetchShim, loadModel } from '../src/index.ts';
+
+const DEFAULT_MODEL = '/models/stories260K/stories260K.gguf';
+const DEFAULT_ID = 'stories260K';
+
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+const form = $<HTMLFormElement>('form');
+const promptInput = $<HTMLTextAreaElement>('prompt');
+const maxTokensInput = $<HTMLInputElement>('max-tokens');
+const temperatureInput = $<HTMLInputElement>('temperature');
+const button = $<HTMLButtonElement>('generate');
+const output = $<HTMLPreElement>('output');
+const statusLine = $('status');
+const adapterLine = $('adapter');
+const modelLine = $('model-name');
+const progress = $<HTMLProgressElement>('progress');
+const errorBox = $('error');
+
+type State = 'loading' | 'ready' | 'generating' | 'error';
+
+function setState(state: State, status: string): void {
+  document.body.dataset.state = state;
+  statusLine.textContent = status;
+}
+
+function showError(error: unknown): void {
+  errorBox.hidden = false;
+  errorBox.textContent = error instanceof Error ? error.message : String(error);
+}
+
+function formatBytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 ** 2) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1024 ** 3) return `${(n / 1024 ** 2).toFixed(1)} MiB`;
+  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
+}
+
+// ---- loading -------------------------------------------------------------------------------
+
+const params = new URLSearchParams(location.search);
+const modelUrl = new URL(params.get('model') ?? DEFAULT_MODEL, location.href).href;
+const modelId = params.get('id') ?? (params.has('model') ? undefined : DEFAULT_ID);
+modelLine.textContent = `Model: ${modelUrl}`;
+
+async function describeAdapter(): Promise<void> {
+  if (!navigator.gpu) throw new Error('This browser has no WebGPU (navigator.gpu is missing). Try a recent Chrome, Edge or Safari.');
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) throw new Error('WebGPU is present but found no GPU adapter.');
+  const { vendor, architecture, description } = adapter.info;
+  adapterLine.textContent = `GPU: ${[vendor, architecture, description].filter(Boolean).join(' · ') || 'unknown adapter'}`;
+}
+
+let loadSeconds = 0;
+
+async function load() {
+  await describeAdapter();
+  setState('loading', 'Loading model…');
+  const started = performance.now();
+  const engine = await loadModel(modelUrl, {
+    id: modelId,
+    onProgress({ loadedBytes, totalBytes, phase }) {
+      progress.max = totalBytes || 1;
+      progress.value = loadedBytes;
+      const verb = phase === 'download' ? 'Downloading' : 'Uploading to GPU';
+      statusLine.textContent = `${verb}: ${formatBytes(loadedBytes)} of ${formatBytes(totalBytes)}`;
+    },
+  });
+  loadSeconds = (performance.now() - started) / 1000;
+  modelLine.textContent = `Model: ${engine.info.id} (${engine.info.format}, context ${engine.info.contextLength})`;
+  return engine;
+}
+
+const enginePromise = load();
+// Installed at once: a request sent before the model is ready waits for it.
+installFetchShim(enginePromise);
+
+enginePromise.then(
+  () => {
+    setState('ready', `Ready (loaded in ${loadSeconds.toFixed(1)} s).`);
+    button.disabled = false;
+  },
+  (error) => {
+    setState('error', 'Could not load the model.');
+    showError(error);
+  },
+);
+
+// ---- one completion, streamed --------------------------------------------------------------
+
+/** Parses a `text/event-stream` body into the JSON of each `data:` event, until `[DONE]`. */
+async function* readEvents(response: Response): AsyncGenerator<any> {
+  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let match: RegExpExecArray | null;
+    while ((match = /\r?\n\r?\n/.exec(buffer))) {
+      const event = buffer.slice(0, match.index);
+      buffer = buffer.slice(match.index + match[0].length);
+      const data = event
+        .split(/\r?\n/)
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).trimStart())
+        .join('\n');
+      if (data === '[DONE]') return;
+      if (data) yield JSON.parse(data);
+    }
+  }
+}
+
+let running: AbortController | undefined;
+
+async function generate(): Promise<void> {
+  const engine = await enginePromise;
+  running = new AbortController();
+  output.textContent = '';
+  delete output.dataset.finish;
+  errorBox.hidden = true;
+  button.textContent = 'Stop';
+  setState('generating', 'Generating…');
+  const started = performance.now();
+  let tokens = 0;
+  try {
+    const response = await fetch('/v1/completions', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({
+        model: engine.info.id,
+        prompt: promptInput.value,
+        max_tokens: Number(maxTokensInput.value),
+        temperature: Number(temperatureInput.value),
+        stream: true,
+        stream_options: { include_usage: true }, // one last chunk carries the token counts
+      }),
+      signal: running.signal,
+    });
+    if (!response.ok) {
+      const body = await response.json().catch(() => null);
+      throw new Error(body?.error?.message ?? `HTTP ${response.status}`);
+    }
+    let finish = '';
+    for await (const chunk of readEvents(response)) {
+      if (chunk.error) throw new Error(chunk.error.message);
+      if (chunk.usage) tokens = chunk.usage.completion_tokens;
+      const choice = chunk.choices?.[0];
+      if (!choice) continue;
+      output.textContent += choice.text;
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+    output.dataset.finish = finish || 'done';
+    const seconds = (performance.now() - started) / 1000;
+    setState('ready', `Done (${finish || 'complete'}): ${tokens} tokens in ${seconds.toFixed(2)} s.`);
+  } catch (error) {
+    if ((error as Error).name === 'AbortError') {
+      output.dataset.finish = 'aborted';
+      setState('ready', 'Stopped.');
+    } else {
+      output.dataset.finish = 'error';
+      setState('ready', 'The request failed.');
+      showError(error);
+    }
+  } finally {
+    running = undefined;
+    button.textContent = 'Generate';
+  }
+}
+
+form.addEventListener('submit', (event) => {
+  event.preventDefault();
+  if (running) running.abort();
+  else void generate();
+});
+
+addEventListener('unhandledrejection', (event) => showError(event.reason));
