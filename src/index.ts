@@ -10,7 +10,17 @@ export { installFetchShim } from './api/shim.ts';
 export { handleApiRequest } from './api/handler.ts';
 export type { ApiRequest, ApiResponse } from './api/handler.ts';
 export { ApiError } from './api/errors.ts';
-export type { CompletionRequest, CompletionResponse, CompletionChunk } from './api/completions.ts';
+export type {
+  CompletionRequest,
+  CompletionResponse,
+  CompletionChunk,
+  CompletionChoice,
+  CompletionChunkChoice,
+  CompletionUsage,
+  CompletionLogprobs,
+  CompletionExtensions,
+  ServiceTier,
+} from './api/completions.ts';
 export type { LoadOptions } from './engine/load.ts';
 export type { ModelInfo } from './engine/types.ts';
 export type { GpuContext } from './gpu/device.ts';
