@@ -27,9 +27,7 @@ export default defineConfig({
     trace: 'retain-on-failure',
   },
   webServer: {
-    // --bypass-lock: Vite 8 refuses to start a second dev server for a project (e.g. beside a
-    // running `npm run demo`) unless told to.
-    command: `npx vite --config vite.config.ts --host 127.0.0.1 --port ${PORT} --strictPort --bypass-lock`,
+    command: `npx vite --config vite.config.ts --host 127.0.0.1 --port ${PORT} --strictPort`,
     url: `${baseURL}/test-pages/webgpu.html`,
     env: { WEBGPU_LLAMA_NO_RELOAD: '1' },
     reuseExistingServer: !process.env.CI,
