@@ -1,15 +1,20 @@
 // Matrix-vector product for decode (one token): y[r] = sum_k x[k] * W[r, k] (+ b[r]).
 //
-// W is row-major [rows, cols] (out_features, in_features), read through `load_weight(i)` from the
-// weight-format snippet (binding 3); `load_bias(r)` comes from the bias snippet (binding 4, or a
-// constant 0 when the layer has none). Both are composed in front of this file, with
-// `const TEAM: u32` — how many threads share one row, a power of two up to the workgroup size.
+// W is row-major [rows, cols] (out_features, in_features). Composed in front of this file: the
+// weight-format snippet (`load_weight(i)`, `load_weight4(i)`, binding 3), the activation snippet
+// (`load_x(i)`, `load_x4(i)`, binding 2; the aligned vec4 form when cols is a multiple of 4), the
+// bias snippet (`load_bias(r)`, binding 4, or a constant 0), `const TEAM: u32` and
+// `fn reduce_team(v: vec4<f32>, lid: u32) -> vec4<f32>`, which sums v over the TEAM threads
+// lid - lid % TEAM .. (all of them must call it) and returns the sum at least to the first one.
 //
-// A workgroup of 64 threads handles 64 / TEAM rows. The host picks TEAM from the row length: a
-// short row (a vocabulary of 32k rows over a hidden size of 8) is best done by one thread, a long
-// one by many threads that split K (strided, so neighbouring threads read neighbouring weights)
-// and reduce their partial dot products in workgroup memory. With many rows the grid is folded
-// into 2-D and the row is recovered from the flat workgroup index.
+// Every thread owns a quad of 4 consecutive rows, and TEAM threads share a quad by splitting K: lane
+// l takes columns 4l .. 4l+3, then 4(l + TEAM) .., so neighbouring lanes read neighbouring
+// weights. Each K step loads a 4x4 block of W and one vec4 of x (reused for the 4 rows). The host
+// picks TEAM and the reduction (kernels.ts, matvecPlan): TEAM = 1 needs no reduction at all, and
+// otherwise the lanes' partial sums are combined with subgroup shuffles (no barriers) when the
+// device has subgroups, or in workgroup memory with barriers when it does not.
+// A workgroup of 64 threads covers 64 / TEAM quads; with many rows the grid is folded into 2-D and
+// the quad is recovered from the flat workgroup index.
 
 struct Params {
   rows: u32,
@@ -18,40 +23,44 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>; // [rows]
-@group(0) @binding(2) var<storage, read> x: array<f32>;       // [cols]
 
 const WORKGROUP_SIZE: u32 = 64u;
-const ROWS_PER_WORKGROUP: u32 = WORKGROUP_SIZE / TEAM;
-
-var<workgroup> partial_dots: array<f32, WORKGROUP_SIZE>;
+const QUADS_PER_WORKGROUP: u32 = WORKGROUP_SIZE / TEAM;
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  let r = (wg.y * grid.x + wg.x) * ROWS_PER_WORKGROUP + lid / TEAM; // this thread's output row
+  let r0 = ((wg.y * grid.x + wg.x) * QUADS_PER_WORKGROUP + lid / TEAM) * 4u; // first row of the quad
   let lane = lid % TEAM;
-  // No early return: every thread must reach the barriers below.
-  let row_exists = r < params.rows;
+  let cols = params.cols;
+  let last_row = params.rows - 1u;
+  // No early return: reduce_team may hold barriers or subgroup operations that every thread reaches.
+  let quad_exists = r0 < params.rows;
 
-  var dot = 0.0;
-  if (row_exists) {
-    let w_row = r * params.cols;
-    for (var k = lane; k < params.cols; k += TEAM) {
-      dot += x[k] * load_weight(w_row + k);
+  var acc = vec4<f32>(); // acc[j]: this lane's part of the dot product of row r0 + j
+  if (quad_exists) {
+    // Rows past the end (a ragged last quad) re-read the last row; their sums are not stored.
+    let w0 = min(r0, last_row) * cols;
+    let w1 = min(r0 + 1u, last_row) * cols;
+    let w2 = min(r0 + 2u, last_row) * cols;
+    let w3 = min(r0 + 3u, last_row) * cols;
+    let k_vec_end = cols & ~3u;
+    for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
+      // Column j of w holds W[r0 + j, k .. k+3], so x4 * w = (dot(x4, W[r0 + j, k..]))_j.
+      let w = mat4x4<f32>(load_weight4(w0 + k), load_weight4(w1 + k), load_weight4(w2 + k), load_weight4(w3 + k));
+      acc += load_x4(k) * w;
+    }
+    // The last cols % 4 columns (only when cols is not a multiple of 4).
+    for (var k = k_vec_end + lane; k < cols; k += TEAM) {
+      acc += load_x(k) * vec4<f32>(load_weight(w0 + k), load_weight(w1 + k), load_weight(w2 + k), load_weight(w3 + k));
     }
   }
-  if (TEAM > 1u) {
-    partial_dots[lid] = dot;
-    workgroupBarrier();
-    for (var stride = TEAM / 2u; stride > 0u; stride >>= 1u) {
-      if (lane < stride) {
-        partial_dots[lid] += partial_dots[lid + stride];
-      }
-      workgroupBarrier();
-    }
-    dot = partial_dots[lid];
-  }
-  if (row_exists && lane == 0u) {
-    y[r] = dot + load_bias(r);
+  acc = reduce_team(acc, lid);
+
+  if (quad_exists && lane == 0u) {
+    y[r0] = acc.x + load_bias(r0);
+    if (r0 + 1u <= last_row) { y[r0 + 1u] = acc.y + load_bias(r0 + 1u); }
+    if (r0 + 2u <= last_row) { y[r0 + 2u] = acc.z + load_bias(r0 + 2u); }
+    if (r0 + 3u <= last_row) { y[r0 + 3u] = acc.w + load_bias(r0 + 3u); }
   }
 }

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
 import type { GpuMatrix, WeightDType } from '../src/gpu/tensor.ts';
-import { Kernels } from '../src/gpu/kernels.ts';
+import { Kernels, matvecPlan, type MatvecPlan } from '../src/gpu/kernels.ts';
 import {
   createF32Buffer,
   createStorageBuffer,
@@ -277,7 +277,7 @@ describe('rmsNorm', () => {
   });
 });
 
-describe('matmul (matvec for T=1, tiled for T>1)', () => {
+describe('matmul (matvec for T=1, register-blocked matmul for T>1)', () => {
   for (const dtype of DTYPES) {
     for (const T of [1, 3, 17]) {
       for (const withBias of [false, true]) {
@@ -297,9 +297,9 @@ describe('matmul (matvec for T=1, tiled for T>1)', () => {
     }
   }
 
-  // matvec shares a row among a team of threads sized by K (1 thread for tiny K, up to the
-  // whole workgroup for long K): cover a team of one, a full team with K longer than the
-  // workgroup, and rows that end in the middle of a workgroup. T=20: K over several matmul tiles.
+  // matvec shares a quad of rows among a team of threads sized by K (1 thread for short K, a
+  // subgroup or the workgroup for long K): cover a team of one, teams with K longer than the
+  // workgroup, and rows that end in the middle of a workgroup. T=20: ragged token blocks.
   for (const [T, rows, cols] of [[1, 5, 300], [20, 5, 300], [1, 131, 5], [1, 67, 1500]]) {
     it(`f16, T=${T}, rows=${rows}, cols=${cols}`, async () => {
       const { W, held } = weightMatrix(randomF32(rows * cols, 600 + T), rows, cols, 'f16');
@@ -310,6 +310,92 @@ describe('matmul (matvec for T=1, tiled for T>1)', () => {
       batch.submit();
       expectClose(await read(y, T * rows), matmulRef(x, held, T, rows, cols));
     });
+  }
+});
+
+describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
+  // matmul.wgsl: threads of 4 rows x 4 tokens in workgroups of 64 rows x 16 tokens, vec4 loads when
+  // cols % 4 == 0, a scalar tail for the last cols % 4 columns. matvec.wgsl: quads of 4 rows.
+  const cases: [number, number, number][] = [
+    [5, 7, 8], // aligned; T and rows not multiples of 4
+    [18, 66, 64], // aligned; two workgroups along rows and tokens, ragged in both
+    [16, 64, 64], // exact multiples of every block
+    [6, 9, 6], // one vec4 step and a 2-column scalar tail
+    [3, 5, 3], // only the scalar tail
+    [2, 3, 1], // a single column
+    [1, 7, 8], // matvec, aligned, ragged quad
+    [1, 9, 6], // matvec, vec4 step and tail
+    [1, 2, 3], // matvec, a single partial quad, tail only
+  ];
+  for (const dtype of DTYPES) {
+    for (const [T, rows, cols] of cases) {
+      it(`${dtype}, T=${T}, rows=${rows}, cols=${cols}, bias`, async () => {
+        const { W, held } = weightMatrix(randomF32(rows * cols, 2000 + rows + cols), rows, cols, dtype);
+        const x = randomF32(T * cols, 2100 + T + cols);
+        const bias = randomF32(rows, 2200 + rows);
+        const y = output(T * rows);
+        const batch = kernels.begin();
+        batch.matmul(y, input(x), W, T, input(bias));
+        batch.submit();
+        expectClose(await read(y, T * rows), matmulRef(x, held, T, rows, cols, bias));
+      });
+    }
+  }
+
+  it('reads vec4 activations from a buffer whose size is not a multiple of 16 bytes', async () => {
+    const [T, rows, cols] = [3, 10, 12];
+    const { W, held } = weightMatrix(randomF32(rows * cols, 2300), rows, cols, 'f32');
+    const x = randomF32(T * cols + 1, 2301); // one spare float: 148 bytes
+    const y = output(T * rows + 3);
+    await expectNoGpuErrors(async () => {
+      const batch = kernels.begin();
+      batch.matmul(y, input(x), W, T);
+      batch.matmul(y, input(x), W, 1);
+      batch.submit();
+    });
+    expectClose((await read(y, T * rows + 3)).subarray(0, rows), matmulRef(x.subarray(0, cols), held, 1, rows, cols));
+  });
+});
+
+describe('matvec plans (threads per quad of rows, and their reduction)', () => {
+  it('matvecPlan: one thread for short rows, teams up to a subgroup or the workgroup for long ones', () => {
+    expect(matvecPlan(64, 4)).toEqual({ team: 1, reduction: 'none' });
+    expect(matvecPlan(256, 0)).toEqual({ team: 1, reduction: 'none' });
+    expect(matvecPlan(4096, 4)).toEqual({ team: 4, reduction: 'subgroup' });
+    expect(matvecPlan(4096, 32)).toEqual({ team: 32, reduction: 'subgroup' });
+    expect(matvecPlan(1024, 32)).toEqual({ team: 16, reduction: 'subgroup' });
+    expect(matvecPlan(4096, 0)).toEqual({ team: 64, reduction: 'workgroup' });
+    expect(matvecPlan(300, 0)).toEqual({ team: 4, reduction: 'workgroup' });
+  });
+
+  // Every plan on one Kernels whose plan is forced, aligned and unaligned K, ragged quads.
+  const plans: MatvecPlan[] = [
+    { team: 1, reduction: 'none' },
+    { team: 2, reduction: 'subgroup' },
+    { team: 4, reduction: 'subgroup' },
+    { team: 4, reduction: 'workgroup' },
+    { team: 64, reduction: 'workgroup' },
+  ];
+  let forced: Kernels;
+  beforeAll(async () => {
+    forced = await Kernels.create(ctx);
+  });
+  for (const plan of plans) {
+    for (const [rows, cols] of [[131, 300], [70, 61], [5, 1000], [3, 2]]) {
+      it(`team=${plan.team} ${plan.reduction}, rows=${rows}, cols=${cols}`, async (t) => {
+        if (plan.reduction === 'subgroup' && !ctx.features.subgroups) t.skip();
+        forced.matvecPlanOverride = plan;
+        const dtype = DTYPES[(rows + cols) % 3];
+        const { W, held } = weightMatrix(randomF32(rows * cols, 2400 + cols), rows, cols, dtype);
+        const x = randomF32(cols, 2500 + cols);
+        const bias = randomF32(rows, 2600);
+        const y = output(rows);
+        const batch = forced.begin();
+        batch.matmul(y, input(x), W, 1, input(bias));
+        batch.submit();
+        expectClose(await read(y, rows), matmulRef(x, held, 1, rows, cols, bias));
+      });
+    }
   }
 });
 
@@ -497,6 +583,26 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
     batch.submit();
     expectClose(await read(y, rows), matmulRef(x, held, 1, rows, cols));
   });
+
+  // 2051 rows: 513 quads, 9 workgroups of 64 threads with a team of one (7 x 2 grid); 150 rows with
+  // a team of 16: 38 quads, 10 workgroups of 4 quads. Aligned K (vec4 loads).
+  for (const [rows, plan] of [[2051, { team: 1, reduction: 'none' }], [150, { team: 16, reduction: 'workgroup' }]] as const) {
+    it(`matvec over ${rows} rows, team=${plan.team}`, async () => {
+      const cols = 8;
+      const { W, held } = weightMatrix(randomF32(rows * cols, 1810), rows, cols, 'bf16');
+      const x = randomF32(cols, 1811);
+      const y = output(rows);
+      folded.matvecPlanOverride = { ...plan };
+      try {
+        const batch = folded.begin();
+        batch.matmul(y, input(x), W, 1);
+        batch.submit();
+      } finally {
+        folded.matvecPlanOverride = undefined;
+      }
+      expectClose(await read(y, rows), matmulRef(x, held, 1, rows, cols));
+    });
+  }
 
   it('embedding, rmsNorm, rope, attention, swiglu, add', async () => {
     const [T, d, vocab] = [17, 70, 23]; // embedding: 17*70/256 -> 5 workgroups; rmsNorm: 17 -> 7 x 3

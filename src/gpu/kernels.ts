@@ -8,7 +8,7 @@
 //
 // Each kernel's WGSL lives in shaders/; the weight-reading kernels (embedding, matmul, matvec) get
 // the `load_weight` snippet of their weight's storage type (weight-formats.ts) and, for matmul and
-// matvec, a `load_bias` snippet composed in front of them. Per-dispatch parameters go into one
+// matvec, `load_x` and `load_bias` snippets composed in front of them (plus the matvec reduction). Per-dispatch parameters go into one
 // uniform buffer per batch, one 256-byte slot per dispatch (the offset alignment WebGPU
 // guarantees), written once in submit(). Browser-safe: no Node imports here.
 import type { GpuContext } from './device.ts';
@@ -30,7 +30,9 @@ export const ATTENTION_MAX_HEAD_DIM = 256;
 
 // Workgroup shapes; each must match its shader's constants.
 const ELEMENTWISE_WORKGROUP = 256; // embedding, rope, swiglu, residual: one invocation per element
-const MATMUL_TILE = 16; // matmul.wgsl TILE: a 16x16 workgroup per 16x16 output tile
+// matmul.wgsl: a 16x4 workgroup of threads that each compute 4 rows x 4 tokens.
+const MATMUL_WORKGROUP_ROWS = 64;
+const MATMUL_WORKGROUP_TOKENS = 16;
 
 // Bindings where the composed snippets put the weight matrix and the bias (see the shaders).
 const WEIGHT_BINDING = 3;
@@ -65,29 +67,113 @@ function biasWgsl(hasBias: boolean): string {
     : `fn load_bias(r: u32) -> f32 { return 0.0; }\n`;
 }
 
-/** matvec.wgsl's workgroup size: 64 / TEAM rows per workgroup. */
+/**
+ * `load_x(i)` / `load_x4(i)` over the activations at binding 2. Aligned (every row of x starts at a
+ * multiple of 4 floats and load_x4 is only called at multiples of 4): x is read as vec4s.
+ */
+function activationWgsl(aligned: boolean): string {
+  return aligned
+    ? `@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;\n` +
+        `fn load_x(i: u32) -> f32 { return x[i >> 2u][i & 3u]; }\n` +
+        `fn load_x4(i: u32) -> vec4<f32> { return x[i >> 2u]; }\n`
+    : `@group(0) @binding(2) var<storage, read> x: array<f32>;\n` +
+        `fn load_x(i: u32) -> f32 { return x[i]; }\n` +
+        `fn load_x4(i: u32) -> vec4<f32> { return vec4<f32>(x[i], x[i + 1u], x[i + 2u], x[i + 3u]); }\n`;
+}
+
+/** matvec.wgsl's workgroup size: 64 / TEAM quads of 4 rows per workgroup. */
 const MATVEC_WORKGROUP = 64;
 
+/** Rows up to this many columns get one thread per quad of rows (see matvecPlan). */
+const MATVEC_SOLO_COLS = 256;
+
+/** How matvec.wgsl splits a row: TEAM threads per quad of rows, and how their partial sums meet. */
+export interface MatvecPlan {
+  team: number;
+  /** 'none' for a team of one; 'subgroup': shuffles within a subgroup; 'workgroup': workgroup memory and barriers. */
+  reduction: 'none' | 'subgroup' | 'workgroup';
+}
+
 /**
- * Threads that share one matvec row: about one per 16 weights of the row, a power of two up to
- * the workgroup. Short rows get one thread each (no reduction, no barriers), long rows a team.
+ * The matvec split for rows of `cols` weights, on a device whose subgroups have at least
+ * `subgroupMinSize` invocations (0: no subgroups feature).
+ *
+ * Measured on SwiftShader (the tests' CPU Vulkan; subgroups of 4), per dispatch, f32/f16 weights:
+ * TEAM = 1 (every thread does 4 whole rows, no reduction) and subgroup teams of 2-4 were within
+ * noise of each other for rows of 64-512 columns (64x64: ~0.06 ms; 512x64: 0.16 ms; the old
+ * barrier kernel with TEAM = 4: 0.7 / 2.3 ms), subgroup teams of 4 were ahead on 4096 columns,
+ * and barrier (workgroup-memory) reductions were always the slowest, 2-5x for TEAM = 16.
+ * So: rows up to MATVEC_SOLO_COLS get a team of one; longer rows a team that gives each lane at
+ * least 64 weights of each of its 4 rows (real GPUs need the threads to keep memory busy), up to
+ * one subgroup (shuffle reduction, no barriers) when the device has subgroups, else up to the
+ * workgroup (reduction in workgroup memory, the only path with barriers; SwiftShader has subgroups
+ * and never takes it).
  */
-export function matvecTeam(cols: number): number {
+export function matvecPlan(cols: number, subgroupMinSize: number): MatvecPlan {
+  const maxTeam = subgroupMinSize > 0 ? Math.min(subgroupMinSize, MATVEC_WORKGROUP) : MATVEC_WORKGROUP;
+  if (cols <= MATVEC_SOLO_COLS) return { team: 1, reduction: 'none' };
   let team = 1;
-  while (team < MATVEC_WORKGROUP && team * 16 < cols) team *= 2;
-  return team;
+  while (team < maxTeam && team * 2 * 64 <= cols) team *= 2;
+  if (team === 1) return { team: 1, reduction: 'none' };
+  return { team, reduction: subgroupMinSize > 0 ? 'subgroup' : 'workgroup' };
 }
 
-function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, hasBias: boolean, team = 0): string {
+/** `fn reduce_team(v, lid)` for matvec.wgsl (see there), and any directive it needs. */
+function reduceTeamWgsl(plan: MatvecPlan): { directives: string; code: string } {
+  let code = `const TEAM: u32 = ${plan.team}u;\n`;
+  if (plan.reduction === 'none') {
+    code += `fn reduce_team(v: vec4<f32>, lid: u32) -> vec4<f32> { return v; }\n`;
+    return { directives: '', code };
+  }
+  if (plan.reduction === 'subgroup') {
+    // A team is TEAM consecutive invocation indices, aligned, TEAM <= the subgroup size: within
+    // one subgroup (subgroups are aligned runs of consecutive indices in 1-D workgroups).
+    code += `fn reduce_team(v: vec4<f32>, lid: u32) -> vec4<f32> {
+  var s = v;
+  for (var mask = TEAM / 2u; mask > 0u; mask >>= 1u) { s += subgroupShuffleXor(s, mask); }
+  return s;
+}\n`;
+    return { directives: 'enable subgroups;\n', code };
+  }
+  code += `var<workgroup> team_partials: array<vec4<f32>, ${MATVEC_WORKGROUP}>;
+fn reduce_team(v: vec4<f32>, lid: u32) -> vec4<f32> {
+  team_partials[lid] = v;
+  workgroupBarrier();
+  for (var stride = TEAM / 2u; stride > 0u; stride >>= 1u) {
+    if (lid % TEAM < stride) { team_partials[lid] += team_partials[lid + stride]; }
+    workgroupBarrier();
+  }
+  return team_partials[lid];
+}\n`;
+  return { directives: '', code };
+}
+
+/** What varies between pipelines of one weight kernel. */
+interface WeightVariant {
+  hasBias: boolean;
+  /** matmul/matvec: cols is a multiple of 4 (vector loads of x and W). */
+  aligned: boolean;
+  plan?: MatvecPlan;
+}
+
+function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, v: WeightVariant): string {
   if (kernel === 'embedding') return `${kernel}/${dtype}`;
-  const key = `${kernel}/${dtype}/${hasBias ? 'bias' : 'nobias'}`;
-  return kernel === 'matvec' ? `${key}/team${team}` : key;
+  const key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}`;
+  return v.plan ? `${key}/team${v.plan.team}-${v.plan.reduction}` : key;
 }
 
-function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, hasBias: boolean, team = 0): ShaderSpec {
-  let snippets = weightFormatWgsl(dtype, WEIGHT_BINDING) + (kernel === 'embedding' ? '' : biasWgsl(hasBias));
-  if (kernel === 'matvec') snippets += `const TEAM: u32 = ${team}u;\n`;
-  return { code: `${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
+function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVariant): ShaderSpec {
+  if (kernel === 'embedding') {
+    return { code: `${weightFormatWgsl(dtype, WEIGHT_BINDING)}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
+  }
+  let directives = '';
+  let snippets = weightFormatWgsl(dtype, WEIGHT_BINDING, 0, v.aligned) + activationWgsl(v.aligned) + biasWgsl(v.hasBias);
+  if (kernel === 'matvec') {
+    const reduce = reduceTeamWgsl(v.plan ?? { team: 1, reduction: 'none' });
+    directives = reduce.directives;
+    snippets += reduce.code;
+  }
+  return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
 }
 
 export interface KernelsOptions {
@@ -128,9 +214,14 @@ export class Kernels {
       compiling.push(kernels.pipelines.prepare(name, () => FIXED_KERNELS[name]));
     }
     for (const dtype of options.weightDTypes ?? []) {
-      for (const kernel of ['embedding', 'matmul'] as const) {
+      const variants: [WeightKernel, WeightVariant][] = [
+        ['embedding', { hasBias: false, aligned: false }],
+        ['matmul', { hasBias: false, aligned: true }],
+        ['matmul', { hasBias: false, aligned: false }],
+      ];
+      for (const [kernel, variant] of variants) {
         compiling.push(
-          kernels.pipelines.prepare(weightKernelKey(kernel, dtype, false), () => weightKernelSpec(kernel, dtype, false)),
+          kernels.pipelines.prepare(weightKernelKey(kernel, dtype, variant), () => weightKernelSpec(kernel, dtype, variant)),
         );
       }
     }
@@ -149,8 +240,24 @@ export class Kernels {
   }
 
   /** @internal The pipeline of a weight-reading kernel for one storage type (compiled on first use). */
-  weightPipeline(kernel: WeightKernel, dtype: WeightDType, hasBias: boolean, team = 0): GPUComputePipeline {
-    return this.pipelines.get(weightKernelKey(kernel, dtype, hasBias, team), () => weightKernelSpec(kernel, dtype, hasBias, team));
+  weightPipeline(kernel: WeightKernel, dtype: WeightDType, variant: WeightVariant): GPUComputePipeline {
+    return this.pipelines.get(weightKernelKey(kernel, dtype, variant), () => weightKernelSpec(kernel, dtype, variant));
+  }
+
+  /** @internal The matvec split for rows of `cols` weights on this device (matvecPlan). */
+  matvecPlan(cols: number): MatvecPlan {
+    if (this.matvecPlanOverride) return this.matvecPlanOverride;
+    return matvecPlan(cols, this.ctx.features.subgroups ? this.subgroupMinSize() : 0);
+  }
+
+  /** @internal Forces every matvec onto one split (benchmarks and tests). */
+  matvecPlanOverride: MatvecPlan | undefined;
+
+  /** The smallest subgroup size the adapter reports; 4, the least WebGPU allows, when it does not say. */
+  private subgroupMinSize(): number {
+    const info = (this.ctx.device as GPUDevice & { adapterInfo?: { subgroupMinSize?: number } }).adapterInfo;
+    const size = info?.subgroupMinSize;
+    return typeof size === 'number' && size >= 4 ? size : 4;
   }
 
   /** @internal A pipeline's (auto) bind group layout, looked up once. */
@@ -269,7 +376,7 @@ export class KernelBatch {
     assertFits(table.buffer, weightByteSize(table.dtype, table.rows * table.cols), 'embedding table');
     const n = T * table.cols;
     this.dispatch(
-      this.kernels.weightPipeline('embedding', table.dtype, false),
+      this.kernels.weightPipeline('embedding', table.dtype, { hasBias: false, aligned: false }),
       [T, table.cols, table.rows],
       { 1: out, 2: tokens, [WEIGHT_BINDING]: table.buffer },
       Math.ceil(n / ELEMENTWISE_WORKGROUP),
@@ -289,8 +396,9 @@ export class KernelBatch {
   }
 
   /**
-   * y[T, W.rows] = x[T, W.cols]·Wᵀ (+ bias). One token goes to matvec.wgsl (a workgroup per output
-   * row), more to the tiled matmul.wgsl. y must not be x.
+   * y[T, W.rows] = x[T, W.cols]·Wᵀ (+ bias). One token goes to matvec.wgsl (threads of 4 rows,
+   * see matvecPlan), more to the register-blocked matmul.wgsl (threads of 4 rows x 4 tokens).
+   * y must not be x.
    */
   matmul(y: GPUBuffer, x: GPUBuffer, W: GpuMatrix, T: number, bias?: GPUBuffer): void {
     assertCount(T, 'matmul T', 0);
@@ -305,16 +413,20 @@ export class KernelBatch {
     const buffers: Record<number, GPUBuffer> = { 1: y, 2: x, [WEIGHT_BINDING]: W.buffer };
     if (bias) buffers[BIAS_BINDING] = bias;
 
+    // A multiple of 4 columns: every row of x and W starts 16-byte aligned, so both are read as vec4s.
+    const aligned = W.cols % 4 === 0;
     if (T === 1) {
-      const team = matvecTeam(W.cols);
-      const workgroups = Math.ceil((W.rows * team) / MATVEC_WORKGROUP);
-      this.dispatch(this.kernels.weightPipeline('matvec', W.dtype, !!bias, team), [W.rows, W.cols], buffers, workgroups);
+      const plan = this.kernels.matvecPlan(W.cols);
+      const workgroups = Math.ceil((Math.ceil(W.rows / 4) * plan.team) / MATVEC_WORKGROUP);
+      const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan });
+      this.dispatch(pipeline, [W.rows, W.cols], buffers, workgroups);
     } else {
-      const tilesX = Math.ceil(W.rows / MATMUL_TILE);
-      const tilesY = Math.ceil(T / MATMUL_TILE);
+      const groupsX = Math.ceil(W.rows / MATMUL_WORKGROUP_ROWS);
+      const groupsY = Math.ceil(T / MATMUL_WORKGROUP_TOKENS);
       const max = this.kernels.maxWorkgroupsPerDimension;
-      if (tilesX > max || tilesY > max) throw new Error(`matmul of ${T} x ${W.rows} outputs exceeds the dispatch grid`);
-      this.dispatch(this.kernels.weightPipeline('matmul', W.dtype, !!bias), [T, W.rows, W.cols], buffers, [tilesX, tilesY]);
+      if (groupsX > max || groupsY > max) throw new Error(`matmul of ${T} x ${W.rows} outputs exceeds the dispatch grid`);
+      const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned });
+      this.dispatch(pipeline, [T, W.rows, W.cols], buffers, [groupsX, groupsY]);
     }
   }
 
