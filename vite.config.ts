@@ -28,6 +28,6 @@ export default defineConfig({
   optimizeDeps: {
     // Pre-bundle up front so a dependency found late never reloads a page mid-test.
     entries: ['**/*.html'],
-    include: ['@huggingface/tokenizers'],
+    include: ['@huggingface/tokenizers', 'openai'],
   },
 });

@@ -841,7 +841,8 @@ add(
   async (api) => {
     const reference = text0(await api.complete({ max_tokens: 8, ...greedy }));
     const controller = new AbortController();
-    const r = await api.post(api.body({ max_tokens: Math.min(200, room(api)), ignore_eos: true, stream: true }), { signal: controller.signal });
+    const requested = Math.min(200, room(api));
+    const r = await api.post(api.body({ max_tokens: requested, ignore_eos: true, stream: true }), { signal: controller.signal });
     eq(r.status, 200, 'status');
     const reader = r.body!.getReader();
     const first = await reader.read();
@@ -857,7 +858,8 @@ add(
     } catch (err) {
       eq((err as Error).name, 'AbortError', 'the body errors with an AbortError');
     }
-    ok(chunks < 200, `the stream went on after the abort (${chunks} chunks)`);
+    // Stopping "at the next token" leaves most of the requested tokens ungenerated.
+    ok(chunks < requested / 2, `the stream went on after the abort (${chunks} of ${requested} chunks)`);
     await expectIdle(api);
     eq(text0(await api.complete({ max_tokens: 8, ...greedy })), reference, 'the next request');
   },
