@@ -1,7 +1,8 @@
 // The in-page half of `npm run bench` (bench/run.ts drives it with Playwright): load a model and
 // time completions sent, as users send them, with fetch() through the shim.
 import { installFetchShim, loadModel, type CompletionRequest, type Engine } from '../src/index.ts';
-import { sseJson, timeChunks, type RunTiming } from '../bench/measure.ts';
+import { timeChunks, type RunTiming } from '../bench/measure.ts';
+import { sseJson } from './sse.ts';
 
 const DEFAULT_MODEL = '/models/stories260K/stories260K.gguf';
 

@@ -1,6 +1,7 @@
 // The demo: load a model onto the GPU, install the fetch shim, then talk to it with plain
 // fetch('/v1/completions') and server-sent events, exactly as code written for a server would.
-import { installFetchShim, loadModel } from '../src/index.ts';
+import { sseJson } from './sse.ts';
+import { installFetchShim, loadModel, type CompletionChunk } from '../src/index.ts';
 
 const DEFAULT_MODEL = '/models/stories260K/stories260K.gguf';
 const DEFAULT_ID = 'stories260K';
@@ -89,28 +90,6 @@ enginePromise.then(
 
 // ---- one completion, streamed --------------------------------------------------------------
 
-/** Parses a `text/event-stream` body into the JSON of each `data:` event, until `[DONE]`. */
-async function* readEvents(response: Response): AsyncGenerator<any> {
-  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += value;
-    let match: RegExpExecArray | null;
-    while ((match = /\r?\n\r?\n/.exec(buffer))) {
-      const event = buffer.slice(0, match.index);
-      buffer = buffer.slice(match.index + match[0].length);
-      const data = event
-        .split(/\r?\n/)
-        .filter((line) => line.startsWith('data:'))
-        .map((line) => line.slice(5).trimStart())
-        .join('\n');
-      if (data === '[DONE]') return;
-      if (data) yield JSON.parse(data);
-    }
-  }
-}
 
 let running: AbortController | undefined;
 
@@ -143,7 +122,7 @@ async function generate(): Promise<void> {
       throw new Error(body?.error?.message ?? `HTTP ${response.status}`);
     }
     let finish = '';
-    for await (const chunk of readEvents(response)) {
+    for await (const chunk of sseJson<CompletionChunk & { error?: { message: string } }>(response)) {
       if (chunk.error) throw new Error(chunk.error.message);
       if (chunk.usage) tokens = chunk.usage.completion_tokens;
       const choice = chunk.choices?.[0];

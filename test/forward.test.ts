@@ -3,7 +3,8 @@ import { describe, expect, it } from 'vitest';
 import type { WeightDType } from '../src/gpu/tensor.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
 import { LlamaModel } from '../src/model/llama.ts';
-import { buildRandomModel, seededRandom, tinyConfig } from './helpers/random-model.ts';
+import { buildRandomModel, tinyConfig } from './helpers/random-model.ts';
+import { mulberry32 } from './helpers/prng.ts';
 import { testGpu } from './helpers/gpu.ts';
 import { CpuLlama } from './reference/cpu-llama.ts';
 
@@ -36,7 +37,7 @@ describe('Llama forward pass: GPU vs CPU reference', () => {
       const model = await LlamaModel.create(ctx, config, gpu);
       const cache = model.createKvCache(32);
       const reference = new CpuLlama(config, cpu, 32);
-      const rand = seededRandom(3);
+      const rand = mulberry32(3);
       const prompt = Array.from({ length: 11 }, () => Math.floor(rand() * config.vocabSize));
 
       // Prefill: logits of every prompt token, then of the last one only.

@@ -1,5 +1,6 @@
 // Every GPU kernel against the plain CPU reference (test/reference/cpu-ops.ts), on seeded random
 // inputs whose sizes are deliberately not multiples of the workgroup sizes or of 4.
+import { mulberry32 } from './helpers/prng.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
@@ -30,21 +31,10 @@ import {
 
 // ---- helpers -------------------------------------------------------------------------------
 
-/** mulberry32: a tiny seeded PRNG, so every run sees the same inputs. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** n uniform values in [-scale, scale). */
 function randomF32(n: number, seed: number, scale = 1): Float32Array {
-  const next = prng(seed);
+  const next = mulberry32(seed);
   const out = new Float32Array(n);
   for (let i = 0; i < n; i++) out[i] = (next() * 2 - 1) * scale;
   return out;
@@ -224,7 +214,7 @@ describe('embedding', () => {
     for (const T of [1, 3, 17]) {
       it(`${dtype}, T=${T}`, async () => {
         const { W, held } = weightMatrix(randomF32(vocab * cols, 11 + T), vocab, cols, dtype);
-        const next = prng(T);
+        const next = mulberry32(T);
         const ids = Array.from({ length: T }, (_, t) => (t === 0 ? vocab - 1 : Math.floor(next() * vocab)));
         const tokens = track(createU32Buffer(device, Uint32Array.from(ids), 'tokens'));
         const out = output(T * cols);

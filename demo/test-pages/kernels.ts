@@ -3,6 +3,7 @@
 // The Node tests hold the kernels to the same reference under Dawn; this page checks that the
 // browser's WGSL compiler and driver agree too.
 import { acquireDevice } from '../../src/gpu/device.ts';
+import { mulberry32 } from '../../test/helpers/prng.ts';
 import { Kernels } from '../../src/gpu/kernels.ts';
 import { createF32Buffer, createStorageBuffer, createWeightMatrix, readBufferF32 } from '../../src/gpu/buffers.ts';
 import type { WeightDType } from '../../src/gpu/tensor.ts';
@@ -27,16 +28,10 @@ export interface KernelCheck {
   maxAbsRef: number;
 }
 
-/** A small deterministic generator (mulberry32), so failures reproduce. */
+/** Deterministic values in [-scale, scale), so failures reproduce. */
 function random(seed: number): (scale?: number) => number {
-  let s = seed >>> 0;
-  return (scale = 1) => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1) * scale;
-  };
+  const next = mulberry32(seed);
+  return (scale = 1) => (next() * 2 - 1) * scale;
 }
 
 function compare(name: string, gpu: Float32Array, cpu: Float32Array): KernelCheck {

@@ -4,6 +4,7 @@
 // engine contract says (logit_bias -> repetition/presence/frequency penalties -> temperature ->
 // top_k -> top_p -> min_p -> draw; greedy = argmax), with real log-softmax logprobs of the raw
 // logits, one prefill per session and one seeded random stream per sequence (seed, index).
+import { mulberry32 } from './prng.ts';
 import { Scheduler, abortError } from '../../src/engine/scheduler.ts';
 import type {
   FinishReason,
@@ -199,17 +200,6 @@ export const SCRIPT_LEAD = 30;
 /** Lead of the story's next token in the soft (scriptless) model. */
 export const STORY_LEAD = 4.5;
 
-/** A deterministic 32-bit PRNG (mulberry32). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A hash of small integers to [-1, 1). */
 function hashUnit(a: number, b: number): number {

@@ -1,5 +1,6 @@
 // Random-weight Llama models built in memory: the same weights as CPU arrays (for the reference)
 // and as GPU buffers in a chosen storage type (for the runtime).
+import { mulberry32 } from './prng.ts';
 import type { GpuContext } from '../../src/gpu/device.ts';
 import type { GpuMatrix, WeightDType } from '../../src/gpu/tensor.ts';
 import type { LlamaConfig } from '../../src/model/config.ts';
@@ -7,16 +8,6 @@ import type { LlamaLayerWeights, LlamaWeights } from '../../src/model/weights.ts
 import type { CpuLayerWeights, CpuLlamaWeights } from '../reference/cpu-llama.ts';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, packHalves } from '../reference/cpu-ops.ts';
 
-export function seededRandom(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export function tinyConfig(overrides: Partial<LlamaConfig> = {}): LlamaConfig {
   return {
@@ -58,7 +49,7 @@ export interface RandomModel {
 }
 
 export function buildRandomModel(ctx: GpuContext, config: LlamaConfig, dtype: WeightDType, seed = 1): RandomModel {
-  const rand = seededRandom(seed);
+  const rand = mulberry32(seed);
   const device = ctx.device;
   const buffers: GPUBuffer[] = [];
   const storage = (label: string, bytes: ArrayBufferView) => {
