@@ -1,11 +1,12 @@
 // The conformance suite (cases.ts) through the page's fetch shim (src/api/shim.ts), in Node: the
 // shim patches a stand-in global's fetch, and the cases call that fetch with a page-relative
-// base URL, as code in a page would. The same cases run in Chromium through Playwright later;
+// base URL, as code in a page would. The same cases run in Chromium through Playwright (test/browser/conformance.spec.ts);
 // this proves the shim host answers exactly as the Node server does.
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { installFetchShim } from '../../src/api/shim.ts';
 import { fakeEngine, type FakeGenerator } from '../helpers/fake-generator.ts';
 import { CONFORMANCE_CASES } from './cases.ts';
+import { fakeTarget } from './fake-target.ts';
 import { Api, type FetchLike } from './target.ts';
 
 let generator: FakeGenerator;
@@ -21,21 +22,7 @@ beforeAll(() => {
   } as unknown as typeof globalThis;
   uninstall = installFetchShim(engine, { target: page });
   const pageFetch: FetchLike = (url, init) => page.fetch(url, init);
-  api = new Api({
-    fetch: pageFetch,
-    baseUrl: 'https://page.example/v1',
-    profile: {
-      model: 'fake-llama',
-      alias: 'fake',
-      contextLength: 256,
-      tokenizer: generator.tokenizer,
-      prompt: 'Once upon a time',
-      otherPrompt: 'The cat sat on the mat',
-      logprobTolerance: 1e-9,
-    },
-    capabilities: ['abort', 'openai', 'sessions'],
-    openSessions: () => generator.active,
-  });
+  api = new Api(fakeTarget(generator, pageFetch, 'https://page.example/v1'));
 });
 
 afterAll(() => uninstall?.());

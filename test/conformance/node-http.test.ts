@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/node/http.ts';
 import { fakeEngine, type FakeGenerator } from '../helpers/fake-generator.ts';
 import { CONFORMANCE_CASES } from './cases.ts';
-import { Api, type ConformanceTarget } from './target.ts';
+import { fakeTarget } from './fake-target.ts';
+import { Api } from './target.ts';
 
 let server: RunningServer;
 let generator: FakeGenerator;
@@ -17,22 +18,7 @@ beforeAll(async () => {
   const engine = fakeEngine({ id: 'fake-llama', aliases: ['fake'], contextLength: 256, delayMs: 1 });
   generator = engine.generator;
   server = await startServer(engine, { port: 0, log: () => {} });
-  const target: ConformanceTarget = {
-    fetch: (url, init) => fetch(url, init),
-    baseUrl: `${server.url}/v1`,
-    profile: {
-      model: 'fake-llama',
-      alias: 'fake',
-      contextLength: 256,
-      tokenizer: generator.tokenizer,
-      prompt: 'Once upon a time',
-      otherPrompt: 'The cat sat on the mat',
-      logprobTolerance: 1e-9,
-    },
-    capabilities: ['abort', 'openai', 'sessions'],
-    openSessions: () => generator.active,
-  };
-  api = new Api(target);
+  api = new Api(fakeTarget(generator, (url, init) => fetch(url, init), `${server.url}/v1`));
 });
 
 afterAll(async () => {
