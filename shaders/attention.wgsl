@@ -1,17 +1,36 @@
 // Causal grouped-query attention over a KV cache, for prefill (T tokens) and decode (T = 1):
 //
-//   out[t, h] = softmax_j( q[t, h] · K[j, g(h)] / sqrt(head_dim) ) · V[j, g(h)],  j <= start_pos + t
+//   out[t, h] = softmax_j( q[t, h] · K[j, g(h)] / sqrt(head_dim) ) · V[j, g(h)],
+//               first_key(p) <= j <= p,  p = start_pos + t
 //
 // where g(h) = h / (num_heads / num_kv_heads) is the KV head that query head h shares with its
-// group (GQA, Ainslie et al. 2023; MHA when num_kv_heads == num_heads). The caches are
-// [context_rows, num_kv_heads, head_dim] row-major and already hold the rows of the T new tokens.
+// group (GQA, Ainslie et al. 2023; MHA when num_kv_heads == num_heads). first_key is 0, or with a
+// sliding window W (Mistral, Qwen2) p + 1 - W: the query sees the keys in (p - W, p]. The caches
+// are [context_rows, num_kv_heads, head_dim] row-major and already hold the rows of the T new tokens.
 //
-// One workgroup per (query token t, head h). It walks the keys in blocks of WORKGROUP_SIZE, one key
-// per thread for the scores, and keeps an online softmax (Milakov & Gimelshein, 2018; as in
-// FlashAttention): a running max m, a running sum l of exp(score - m) and an accumulator of
-// exp(score - m)-weighted values, all rescaled by exp(m_old - m_new) whenever the max grows. So
-// memory does not grow with the context length. For the value sum, each thread owns output
-// dimensions d = lid, lid + WORKGROUP_SIZE, ... (up to MAX_HEAD_DIM in all).
+// Both kernels keep an online softmax (Milakov & Gimelshein, 2018; as in FlashAttention): a
+// running max m, a running sum l of exp(score - m) and an accumulator of exp(score - m)-weighted
+// values, all rescaled by exp(m_old - m_new) whenever the max grows. So memory does not grow with
+// the context length.
+//
+// Composed in front of this file (kernels.ts, attentionSpec): `const HEAD_DIM: u32`, the head
+// dimension of the pipeline (params.head_dim equals it); the element type of q and the caches,
+// `alias H` (vec4<f32> when HEAD_DIM is a multiple of 4, so every head starts 16-byte aligned;
+// else f32) with `const WIDTH: u32` (floats per H) and `fn hsum(v: H) -> f32`; and single-float
+// reads `fn load_q1/load_k1/load_v1(i: u32) -> f32` of float i; `fn store_out(i: u32, v: H)` writes
+// floats i .. i + WIDTH - 1 of out. Two entry points; the host picks (kernels.ts, attentionPlan):
+//
+// - `per_thread`: one thread per (query token t, head h), which walks its keys one by one with q
+//   and the accumulator in private arrays of HEAD_DIM / WIDTH slices. No workgroup memory and no
+//   barriers: on SwiftShader (the tests' CPU Vulkan) a barrier costs far more than the arithmetic,
+//   and this kernel is 10-30x faster than `per_workgroup` there for prefill, 2-8x for decode.
+//   (Tried and dropped: one thread per run of heads sharing a KV head, loading each K/V row once
+//   for all of them; on SwiftShader the halved thread count cost more than the saved loads.)
+// - `per_workgroup`: one workgroup per (t, h). It walks the keys in blocks of WORKGROUP_SIZE, one
+//   key per thread for the scores (max and sum reduced in workgroup memory, with barriers); for the
+//   value sum each thread owns output dimensions d = lid, lid + WORKGROUP_SIZE, ... (up to
+//   MAX_HEAD_DIM in all). Spreads one query's keys over many threads: for GPUs, when there are
+//   too few (t, h) pairs to fill the device (decode) and the context is long.
 
 struct Params {
   T: u32,
@@ -20,19 +39,85 @@ struct Params {
   num_kv_heads: u32,
   head_dim: u32,
   scale: f32, // 1 / sqrt(head_dim)
+  window: u32, // sliding window in positions; 0: none
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;  // [T, num_heads, head_dim]
-@group(0) @binding(2) var<storage, read> q: array<f32>;          // [T, num_heads, head_dim]
-@group(0) @binding(3) var<storage, read> k_cache: array<f32>;    // [context_rows, num_kv_heads, head_dim]
-@group(0) @binding(4) var<storage, read> v_cache: array<f32>;    // [context_rows, num_kv_heads, head_dim]
+@group(0) @binding(2) var<storage, read> q: array<H>;            // [T, num_heads, head_dim]
+@group(0) @binding(3) var<storage, read> k_cache: array<H>;      // [context_rows, num_kv_heads, head_dim]
+@group(0) @binding(4) var<storage, read> v_cache: array<H>;      // [context_rows, num_kv_heads, head_dim]
 
 const WORKGROUP_SIZE: u32 = 64u;
 const MAX_HEAD_DIM: u32 = 256u;
 const DIMS_PER_THREAD: u32 = MAX_HEAD_DIM / WORKGROUP_SIZE;
 // Stands in for -infinity (WGSL has no literal for it); exp(NEG_LARGE - finite) is exactly 0.
 const NEG_LARGE: f32 = -1e30;
+
+const HEAD_SLICES: u32 = HEAD_DIM / WIDTH;
+const THREAD_WORKGROUP_SIZE: u32 = 64u; // per_thread: (t, h) pairs per workgroup (host: ATTENTION_ITEMS_PER_WORKGROUP)
+
+/** The first cache row that the query at position pos sees. */
+fn first_key(pos: u32) -> u32 {
+  if (params.window == 0u || pos < params.window) {
+    return 0u;
+  }
+  return pos + 1u - params.window;
+}
+
+@compute @workgroup_size(THREAD_WORKGROUP_SIZE)
+fn per_thread(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+  let item = (wg.y * grid.x + wg.x) * THREAD_WORKGROUP_SIZE + lid; // flat (t, h)
+  if (item >= params.T * params.num_heads) {
+    return; // no barriers in this kernel, so threads past the end may leave early
+  }
+  let t = item / params.num_heads;
+  let h = item % params.num_heads;
+  let kv_head = h / (params.num_heads / params.num_kv_heads);
+  let q_base = item * HEAD_DIM;                      // q[t, h, 0] (and out[t, h, 0])
+  let kv_row_stride = params.num_kv_heads * HEAD_DIM; // one cache position
+  let kv_offset = kv_head * HEAD_DIM;                // this KV head within a position
+
+  // q and the accumulator in slices of WIDTH floats.
+  var qv: array<H, HEAD_SLICES>;
+  var acc: array<H, HEAD_SLICES>; // running sum of exp(score - m) * V[j, :]
+  for (var i = 0u; i < HEAD_SLICES; i++) {
+    qv[i] = q[q_base / WIDTH + i];
+    acc[i] = H();
+  }
+
+  let pos = params.start_pos + t;
+  var m = NEG_LARGE; // running max of the scores so far
+  var l = 0.0;       // running sum of exp(score - m)
+  for (var j = first_key(pos); j <= pos; j++) {
+    let base = (j * kv_row_stride + kv_offset) / WIDTH; // in elements of H
+    var dot = H();
+    for (var i = 0u; i < HEAD_SLICES; i++) {
+      dot += qv[i] * k_cache[base + i];
+    }
+    let score = hsum(dot) * params.scale;
+    if (score > m) {
+      // A new max: rescale what was summed under the old one (exactly 0 on the first key).
+      let correction = exp(m - score);
+      l *= correction;
+      for (var i = 0u; i < HEAD_SLICES; i++) {
+        acc[i] *= correction;
+      }
+      m = score;
+    }
+    let p = exp(score - m);
+    l += p;
+    for (var i = 0u; i < HEAD_SLICES; i++) {
+      acc[i] += p * v_cache[base + i];
+    }
+  }
+
+  let inv_l = 1.0 / l;
+  for (var i = 0u; i < HEAD_SLICES; i++) {
+    store_out(q_base + i * WIDTH, acc[i] * inv_l);
+  }
+}
 
 var<workgroup> q_shared: array<f32, MAX_HEAD_DIM>;     // this (t, h)'s query vector
 var<workgroup> p_shared: array<f32, WORKGROUP_SIZE>;   // exp(score - m) of the current key block
@@ -68,7 +153,7 @@ fn workgroup_sum(v: f32, lid: u32) -> f32 {
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
+fn per_workgroup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
   let item = wg.y * grid.x + wg.x; // flat (t, h), uniform across the workgroup
   if (item >= params.T * params.num_heads) {
@@ -83,18 +168,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
   let kv_offset = kv_head * head_dim;                // this KV head within a position
 
   for (var d = lid; d < head_dim; d += WORKGROUP_SIZE) {
-    q_shared[d] = q[q_base + d];
+    q_shared[d] = load_q1(q_base + d);
   }
   workgroupBarrier();
 
-  // Causal mask: token t at position start_pos + t sees cache rows 0 ..= start_pos + t.
-  let n_keys = params.start_pos + t + 1u;
+  // Causal mask: token t at position start_pos + t sees cache rows first_key(pos) ..= pos.
+  let pos = params.start_pos + t;
+  let n_keys = pos + 1u;
 
   var m = NEG_LARGE; // running max of the scores so far
   var l = 0.0;       // running sum of exp(score - m)
   var acc: array<f32, DIMS_PER_THREAD>; // running sum of exp(score - m) * V[j, d] for owned d
 
-  for (var j0 = 0u; j0 < n_keys; j0 += WORKGROUP_SIZE) {
+  for (var j0 = first_key(pos); j0 < n_keys; j0 += WORKGROUP_SIZE) {
     // Scores: thread lid takes key j0 + lid.
     let j = j0 + lid;
     let valid = j < n_keys;
@@ -103,7 +189,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
       let k_base = j * kv_row_stride + kv_offset;
       var dot = 0.0;
       for (var d = 0u; d < head_dim; d++) {
-        dot += q_shared[d] * k_cache[k_base + d];
+        dot += q_shared[d] * load_k1(k_base + d);
       }
       score = dot * params.scale;
     }
@@ -125,7 +211,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
       if (d < head_dim) {
         var a = acc[c] * correction;
         for (var jj = 0u; jj < block_keys; jj++) {
-          a += p_shared[jj] * v_cache[(j0 + jj) * kv_row_stride + kv_offset + d];
+          a += p_shared[jj] * load_v1((j0 + jj) * kv_row_stride + kv_offset + d);
         }
         acc[c] = a;
       }

@@ -2,7 +2,7 @@
 //
 // The table E is a row-major [vocab, cols] weight matrix read through `load_weight(i)` (defined by
 // the weight-format snippet composed in front of this file at binding 3), so one source serves
-// f32, f16 and bf16 tables. One invocation per output element; the grid may be folded into 2-D
+// f32, f16, bf16 and block-quantized (Q8_0, Q4_K, ...) tables. One invocation per output element; the grid may be folded into 2-D
 // when there are more than 65535 workgroups.
 
 struct Params {

@@ -1,8 +1,18 @@
 // RMSNorm (Zhang & Sennrich, 2019), as Llama uses it:
 //   out[t, i] = x[t, i] / sqrt(mean_j(x[t, j]^2) + eps) * gamma[i]
 //
-// One workgroup per token row: the threads sum squares over a strided slice of the row, reduce
-// the partial sums in workgroup memory, then each scales its slice. Accumulation is in f32.
+// Composed in front of this file (kernels.ts, rmsNormWidthWgsl): `alias V` (vec4<f32> when dim is a
+// multiple of 4, else f32), `const WIDTH: u32` (floats per V) and `fn hsum(v: V) -> f32` (the sum
+// of its components). Every buffer is read as an array of V, so aligned rows take vector loads.
+// Accumulation is in f32.
+//
+// Two entry points; the host picks by dim (kernels.ts, rmsNormPlan):
+// - `per_row`: one thread per token row, which sums the squares of the whole row and then scales
+//   it. No workgroup memory and no barriers: on SwiftShader (the tests' CPU Vulkan) a barrier costs
+//   far more than walking a short row, so this is the kernel for dims up to RMSNORM_ROW_MAX_DIM.
+// - `per_workgroup`: one workgroup per row; the threads sum squares over a strided slice, reduce
+//   the partial sums in workgroup memory (barriers), then each scales its slice. For long rows,
+//   where one thread per row would leave a GPU mostly idle.
 
 struct Params {
   T: u32,
@@ -11,27 +21,49 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>; // [T, dim]
-@group(0) @binding(2) var<storage, read> x: array<f32>;         // [T, dim]
-@group(0) @binding(3) var<storage, read> gamma: array<f32>;     // [dim]
+@group(0) @binding(1) var<storage, read_write> out: array<V>; // [T, dim]
+@group(0) @binding(2) var<storage, read> x: array<V>;         // [T, dim]
+@group(0) @binding(3) var<storage, read> gamma: array<V>;     // [dim]
 
-const WORKGROUP_SIZE: u32 = 256u;
+const ROW_WORKGROUP_SIZE: u32 = 64u; // per_row: rows per workgroup (host: RMSNORM_ROWS_PER_WORKGROUP)
+const WORKGROUP_SIZE: u32 = 256u;    // per_workgroup: threads per row
+
+@compute @workgroup_size(ROW_WORKGROUP_SIZE)
+fn per_row(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+  let t = (wg.y * grid.x + wg.x) * ROW_WORKGROUP_SIZE + lid;
+  if (t >= params.T) {
+    return; // no barriers in this kernel, so threads past the last row may leave early
+  }
+  let n = params.dim / WIDTH; // V elements per row (WIDTH divides dim)
+  let row = t * n;
+  var sum_sq = 0.0;
+  for (var i = 0u; i < n; i++) {
+    let v = x[row + i];
+    sum_sq += hsum(v * v);
+  }
+  let inv_rms = inverseSqrt(sum_sq / f32(params.dim) + params.eps);
+  for (var i = 0u; i < n; i++) {
+    out[row + i] = x[row + i] * inv_rms * gamma[i];
+  }
+}
 
 var<workgroup> partial_sums: array<f32, WORKGROUP_SIZE>;
 
 @compute @workgroup_size(WORKGROUP_SIZE)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
+fn per_workgroup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
   let t = wg.y * grid.x + wg.x; // token row of this workgroup (uniform across it)
   if (t >= params.T) {
     return;
   }
-  let row = t * params.dim;
+  let n = params.dim / WIDTH;
+  let row = t * n;
 
   var sum_sq = 0.0;
-  for (var i = lid; i < params.dim; i += WORKGROUP_SIZE) {
+  for (var i = lid; i < n; i += WORKGROUP_SIZE) {
     let v = x[row + i];
-    sum_sq += v * v;
+    sum_sq += hsum(v * v);
   }
   partial_sums[lid] = sum_sq;
   workgroupBarrier();
@@ -44,7 +76,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
   }
   let inv_rms = inverseSqrt(partial_sums[0] / f32(params.dim) + params.eps);
 
-  for (var i = lid; i < params.dim; i += WORKGROUP_SIZE) {
+  for (var i = lid; i < n; i += WORKGROUP_SIZE) {
     out[row + i] = x[row + i] * inv_rms * gamma[i];
   }
 }

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
 import type { GpuMatrix, WeightDType } from '../src/gpu/tensor.ts';
-import { Kernels, matvecPlan, type MatvecPlan } from '../src/gpu/kernels.ts';
+import { attentionPlan, Kernels, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, type MatvecPlan } from '../src/gpu/kernels.ts';
 import {
   createF32Buffer,
   createStorageBuffer,
@@ -241,17 +241,33 @@ describe('embedding', () => {
 });
 
 describe('rmsNorm', () => {
-  for (const [T, dim] of [[1, 61], [3, 61], [17, 61], [3, 300], [2, 8]]) {
-    it(`T=${T}, dim=${dim}`, async () => {
-      const x = randomF32(T * dim, 100 + dim + T, 3);
-      const gamma = randomF32(dim, 200 + dim, 2);
-      const eps = 1e-5;
-      const out = output(T * dim);
-      const batch = kernels.begin();
-      batch.rmsNorm(out, input(x), input(gamma), T, dim, eps);
-      batch.submit();
-      expectClose(await read(out, T * dim), rmsNormRef(x, gamma, T, dim, eps));
-    });
+  it('rmsNormPlan: one thread per row up to RMSNORM_ROW_MAX_DIM on GPUs, always on CPU devices', () => {
+    expect(rmsNormPlan(64, false)).toBe('per_row');
+    expect(rmsNormPlan(RMSNORM_ROW_MAX_DIM, false)).toBe('per_row');
+    expect(rmsNormPlan(RMSNORM_ROW_MAX_DIM + 1, false)).toBe('per_workgroup');
+    expect(rmsNormPlan(8192, true)).toBe('per_row');
+  });
+
+  // dim 61: scalar loads; 300, 8, 1100: vec4 rows. T=70: more rows than one per_row workgroup.
+  const cases = [[1, 61], [3, 61], [17, 61], [3, 300], [2, 8], [70, 8], [70, 61], [2, 1100]];
+  for (const entry of ['per_row', 'per_workgroup'] as const) {
+    for (const [T, dim] of cases) {
+      it(`${entry}: T=${T}, dim=${dim}`, async () => {
+        const x = randomF32(T * dim, 100 + dim + T, 3);
+        const gamma = randomF32(dim, 200 + dim, 2);
+        const eps = 1e-5;
+        const out = output(T * dim);
+        kernels.rmsNormPlanOverride = entry;
+        try {
+          const batch = kernels.begin();
+          batch.rmsNorm(out, input(x), input(gamma), T, dim, eps);
+          batch.submit();
+        } finally {
+          kernels.rmsNormPlanOverride = undefined;
+        }
+        expectClose(await read(out, T * dim), rmsNormRef(x, gamma, T, dim, eps));
+      });
+    }
   }
 
   it('respects eps (tiny inputs)', async () => {
@@ -439,26 +455,107 @@ describe('attention', () => {
     { T: 3, startPos: 130, numHeads: 2, numKvHeads: 1, headDim: 200 }, // several dims per thread
     { T: 2, startPos: 3, numHeads: 2, numKvHeads: 2, headDim: 256 }, // the largest head
   ];
-  for (const { T, startPos, numHeads, numKvHeads, headDim } of cases) {
-    it(`T=${T}, startPos=${startPos}, heads=${numHeads}/${numKvHeads}, headDim=${headDim}`, async () => {
-      const contextRows = startPos + T + 4;
-      const kvRow = numKvHeads * headDim;
-      const q = randomF32(T * numHeads * headDim, 1000 + headDim, 2);
-      // Cache rows the queries must not see hold large values, so any causal-mask leak shows.
-      const kCache = randomF32(contextRows * kvRow, 1100 + headDim, 2);
-      const vCache = randomF32(contextRows * kvRow, 1200 + headDim);
-      for (let i = (startPos + T) * kvRow; i < contextRows * kvRow; i++) {
-        kCache[i] = 5;
-        vCache[i] = 100;
-      }
-      const out = output(T * numHeads * headDim);
+  // Sliding windows (query at p sees keys in (p - W, p]): one key; a window that cuts some queries
+  // and not others, across a block edge of per_workgroup; T>1 from startPos>0; wider than the context.
+  const windowCases = [
+    { T: 5, startPos: 3, numHeads: 4, numKvHeads: 2, headDim: 8, window: 1 },
+    { T: 17, startPos: 60, numHeads: 4, numKvHeads: 2, headDim: 16, window: 70 },
+    { T: 9, startPos: 20, numHeads: 3, numKvHeads: 1, headDim: 6, window: 7 },
+    { T: 1, startPos: 130, numHeads: 2, numKvHeads: 1, headDim: 64, window: 65 },
+    { T: 4, startPos: 6, numHeads: 2, numKvHeads: 2, headDim: 12, window: 1000 },
+  ];
+
+  /** Runs one attention on seeded inputs; returns the GPU result and the reference. */
+  async function runAttention(
+    c: { T: number; startPos: number; numHeads: number; numKvHeads: number; headDim: number; window?: number },
+    entry: 'per_thread' | 'per_workgroup' | undefined,
+  ): Promise<{ got: Float32Array; want: Float32Array; unwindowed: Float32Array }> {
+    const { T, startPos, numHeads, numKvHeads, headDim, window } = c;
+    const contextRows = startPos + T + 4;
+    const kvRow = numKvHeads * headDim;
+    const q = randomF32(T * numHeads * headDim, 1000 + headDim, 2);
+    // Cache rows the queries must not see hold large values, so any causal-mask leak shows.
+    const kCache = randomF32(contextRows * kvRow, 1100 + headDim, 2);
+    const vCache = randomF32(contextRows * kvRow, 1200 + headDim);
+    for (let i = (startPos + T) * kvRow; i < contextRows * kvRow; i++) {
+      kCache[i] = 5;
+      vCache[i] = 100;
+    }
+    const out = output(T * numHeads * headDim);
+    kernels.attentionPlanOverride = entry;
+    try {
       const batch = kernels.begin();
-      batch.attention(out, input(q), input(kCache), input(vCache), T, startPos, numHeads, numKvHeads, headDim);
+      batch.attention(out, input(q), input(kCache), input(vCache), T, startPos, numHeads, numKvHeads, headDim, window);
       batch.submit();
-      const want = attentionRef(q, kCache, vCache, T, startPos, numHeads, numKvHeads, headDim);
-      expectClose(await read(out, T * numHeads * headDim), want);
-    });
+    } finally {
+      kernels.attentionPlanOverride = undefined;
+    }
+    return {
+      got: await read(out, T * numHeads * headDim),
+      want: attentionRef(q, kCache, vCache, T, startPos, numHeads, numKvHeads, headDim, window),
+      unwindowed: attentionRef(q, kCache, vCache, T, startPos, numHeads, numKvHeads, headDim),
+    };
   }
+
+  for (const entry of ['per_thread', 'per_workgroup'] as const) {
+    for (const c of cases) {
+      const { T, startPos, numHeads, numKvHeads, headDim } = c;
+      it(`${entry}: T=${T}, startPos=${startPos}, heads=${numHeads}/${numKvHeads}, headDim=${headDim}`, async () => {
+        const { got, want } = await runAttention(c, entry);
+        expectClose(got, want);
+      });
+    }
+    for (const c of windowCases) {
+      const { T, startPos, numHeads, numKvHeads, headDim, window } = c;
+      it(`${entry}: window=${window}, T=${T}, startPos=${startPos}, heads=${numHeads}/${numKvHeads}, headDim=${headDim}`, async () => {
+        const { got, want, unwindowed } = await runAttention(c, entry);
+        expectClose(got, want);
+        if (window >= startPos + T) {
+          expect(maxAbsDiff(want, unwindowed)).toBe(0); // the window cuts nothing
+        } else {
+          // The window changes the answer by far more than the tolerance (a leak would show).
+          expect(maxAbsDiff(want, unwindowed)).toBeGreaterThan(1e-2 * maxAbs(want));
+        }
+      });
+    }
+  }
+
+  it('window 1: every query returns its own value row', async () => {
+    const c = windowCases[0];
+    const { got, want } = await runAttention(c, undefined);
+    const vCache = randomF32((c.startPos + c.T + 4) * c.numKvHeads * c.headDim, 1200 + c.headDim);
+    const group = c.numHeads / c.numKvHeads;
+    for (let t = 0; t < c.T; t++) {
+      for (let h = 0; h < c.numHeads; h++) {
+        const row = ((c.startPos + t) * c.numKvHeads + Math.floor(h / group)) * c.headDim;
+        const at = (t * c.numHeads + h) * c.headDim;
+        for (let d = 0; d < c.headDim; d++) expect(want[at + d]).toBeCloseTo(vCache[row + d], 6);
+      }
+    }
+    expectClose(got, want);
+  });
+
+  it('prepareAttention compiles a head dimension ahead of use', async () => {
+    await kernels.prepareAttention(20);
+    const { got, want } = await runAttention({ T: 2, startPos: 1, numHeads: 2, numKvHeads: 1, headDim: 20 }, undefined);
+    expectClose(got, want);
+  });
+
+  it('refuses a sliding window below 1', () => {
+    const b = output(64);
+    const batch = kernels.begin();
+    expect(() => batch.attention(output(8), b, b, b, 1, 0, 1, 1, 8, 0)).toThrow(/slidingWindow/);
+    expect(() => batch.attention(output(8), b, b, b, 1, 0, 1, 1, 8, 1.5)).toThrow(/slidingWindow/);
+    batch.submit();
+  });
+
+  it('attentionPlan: per_thread on CPU devices and for prefill; per_workgroup for long decode on GPUs', () => {
+    expect(attentionPlan(32, 4096, 128, true)).toBe('per_thread');
+    expect(attentionPlan(32, 4096, 128, false)).toBe('per_workgroup');
+    expect(attentionPlan(32, 100, 128, false)).toBe('per_thread');
+    expect(attentionPlan(32, 4096, 8, false)).toBe('per_thread');
+    expect(attentionPlan(128 * 32, 4096, 128, false)).toBe('per_thread');
+  });
 });
 
 describe('swiglu', () => {
@@ -594,8 +691,41 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
     });
   }
 
+  // rmsNorm per_row: 500 rows, 64 per workgroup -> 8 workgroups (7 x 2); per_workgroup: 40 rows -> 7 x 6.
+  // attention per_thread: 60 * 8 = 480 (token, head) pairs, 64 per workgroup -> 8 (7 x 2);
+  // per_workgroup: 5 * 8 = 40 pairs -> 7 x 6. Both with a sliding window.
+  for (const [rmsEntry, rmsT, attEntry, attT] of [['per_row', 500, 'per_thread', 60], ['per_workgroup', 40, 'per_workgroup', 5]] as const) {
+    it(`rmsNorm ${rmsEntry} and attention ${attEntry}`, async () => {
+      const dim = 12;
+      const x = randomF32(rmsT * dim, 1950);
+      const gamma = randomF32(dim, 1951);
+      const normed = output(rmsT * dim);
+      const [numHeads, numKvHeads, headDim, startPos, window] = [8, 2, 4, 3, 5];
+      const q = randomF32(attT * numHeads * headDim, 1952);
+      const kCache = randomF32((startPos + attT) * numKvHeads * headDim, 1953);
+      const vCache = randomF32((startPos + attT) * numKvHeads * headDim, 1954);
+      const attn = output(attT * numHeads * headDim);
+      folded.rmsNormPlanOverride = rmsEntry;
+      folded.attentionPlanOverride = attEntry;
+      try {
+        const batch = folded.begin();
+        batch.rmsNorm(normed, input(x), input(gamma), rmsT, dim, 1e-5);
+        batch.attention(attn, input(q), input(kCache), input(vCache), attT, startPos, numHeads, numKvHeads, headDim, window);
+        batch.submit();
+      } finally {
+        folded.rmsNormPlanOverride = undefined;
+        folded.attentionPlanOverride = undefined;
+      }
+      expectClose(await read(normed, rmsT * dim), rmsNormRef(x, gamma, rmsT, dim, 1e-5));
+      expectClose(
+        await read(attn, attT * numHeads * headDim),
+        attentionRef(q, kCache, vCache, attT, startPos, numHeads, numKvHeads, headDim, window),
+      );
+    });
+  }
+
   it('embedding, rmsNorm, rope, attention, swiglu, add', async () => {
-    const [T, d, vocab] = [17, 70, 23]; // embedding: 17*70/256 -> 5 workgroups; rmsNorm: 17 -> 7 x 3
+    const [T, d, vocab] = [17, 70, 23]; // embedding: 17*70/256 -> 5 workgroups; rmsNorm: per_row, 1
     const { W, held } = weightMatrix(randomF32(vocab * d, 1900), vocab, d, 'f32');
     const ids = Array.from({ length: T }, (_, t) => (t * 7) % vocab);
     const tokens = track(createU32Buffer(device, Uint32Array.from(ids), 'tokens'));
@@ -603,7 +733,7 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
     const normed = output(T * d);
     const gamma = randomF32(d, 1901);
 
-    const [numHeads, numKvHeads, headDim, startPos] = [2, 1, 64, 2]; // rope: 17*2*32 pairs -> 5; attention: 34 -> 7 x 5
+    const [numHeads, numKvHeads, headDim, startPos] = [2, 1, 64, 2]; // rope: 17*2*32 pairs -> 5; attention: per_thread, 1
     const q0 = randomF32(T * numHeads * headDim, 1902);
     const contextRows = startPos + T;
     const kCache = randomF32(contextRows * numKvHeads * headDim, 1903);

@@ -1,6 +1,6 @@
 // Small helpers for storage buffers: create, upload, read back. Browser-safe (no Node imports).
 import type { GpuMatrix, WeightDType } from './tensor.ts';
-import { weightByteSize } from './weight-formats.ts';
+import { checkWeightShape, weightByteSize } from './weight-formats.ts';
 
 /** WebGPU copies and writeBuffer work in whole 4-byte words: round sizes up. */
 export function padTo4(byteSize: number): number {
@@ -42,17 +42,24 @@ export function createU32Buffer(device: GPUDevice, data: Uint32Array, label: str
 
 /**
  * Uploads a row-major [rows, cols] weight matrix already in its storage layout: f32 values for
- * 'f32'; for 'f16'/'bf16' the 16-bit patterns packed two per u32 word, low half first.
+ * 'f32'; for 'f16'/'bf16' the 16-bit patterns packed two per u32 word, low half first; for a
+ * quantized type its ggml blocks as bytes (rows of whole blocks; padded to 4 bytes here).
  */
 export function createWeightMatrix(
   device: GPUDevice,
-  data: Float32Array | Uint32Array,
+  data: Float32Array | Uint32Array | Uint8Array,
   dtype: WeightDType,
   rows: number,
   cols: number,
   label: string,
 ): GpuMatrix {
+  checkWeightShape(dtype, rows, cols, label);
   const byteSize = weightByteSize(dtype, rows * cols);
+  if (data.byteLength < byteSize && data.byteLength >= byteSize - 3 && data instanceof Uint8Array) {
+    const padded = new Uint8Array(byteSize); // raw blocks: pad to whole words
+    padded.set(data);
+    data = padded;
+  }
   if (data.byteLength < byteSize) {
     throw new Error(`${label}: ${data.byteLength} bytes given, a ${dtype} [${rows}, ${cols}] matrix needs ${byteSize}`);
   }

@@ -15,7 +15,7 @@ import type { GpuContext } from './device.ts';
 import type { GpuMatrix, WeightDType } from './tensor.ts';
 import type { RopePairing } from '../model/config.ts';
 import { PipelineCache, type ShaderSpec } from './pipelines.ts';
-import { weightByteSize, weightFormatWgsl } from './weight-formats.ts';
+import { checkWeightShape, isQuantized, weightByteSize, weightFormatWgsl } from './weight-formats.ts';
 import embeddingWgsl from '../../shaders/embedding.wgsl?raw';
 import rmsnormWgsl from '../../shaders/rmsnorm.wgsl?raw';
 import matmulWgsl from '../../shaders/matmul.wgsl?raw';
@@ -25,7 +25,7 @@ import attentionWgsl from '../../shaders/attention.wgsl?raw';
 import swigluWgsl from '../../shaders/swiglu.wgsl?raw';
 import residualWgsl from '../../shaders/residual.wgsl?raw';
 
-/** Largest head dimension the attention kernel handles (its workgroup-memory query vector). */
+/** Largest head dimension the attention kernels handle (per_workgroup's workgroup-memory query vector). */
 export const ATTENTION_MAX_HEAD_DIM = 256;
 
 // Workgroup shapes; each must match its shader's constants.
@@ -50,9 +50,7 @@ const WEIGHT_KERNEL_SOURCES: Record<WeightKernel, string> = {
 
 // Kernels whose source does not depend on the weights.
 const FIXED_KERNELS = {
-  rmsnorm: { code: rmsnormWgsl, entryPoint: 'main' },
   rope: { code: ropeWgsl, entryPoint: 'main' },
-  attention: { code: attentionWgsl, entryPoint: 'main' },
   swiglu: { code: swigluWgsl, entryPoint: 'main' },
   add: { code: residualWgsl, entryPoint: 'add' },
   add_in_place: { code: residualWgsl, entryPoint: 'add_in_place' },
@@ -176,6 +174,106 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
   return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
 }
 
+// ---- rmsNorm and attention variants ---------------------------------------------------------
+
+/** rmsnorm.wgsl `per_row`: token rows (one thread each) per workgroup. */
+const RMSNORM_ROWS_PER_WORKGROUP = 64;
+
+/**
+ * On GPUs, rows up to this many floats get rmsnorm.wgsl's `per_row` (one thread per row, no
+ * barriers); longer ones `per_workgroup` (256 threads per row, a reduction in workgroup memory).
+ * CPU devices (SwiftShader) always take `per_row`.
+ *
+ * Measured on SwiftShader (the tests' CPU Vulkan), per dispatch, vec4 rows, per_row vs per_workgroup:
+ *   T=128 x dim 64 (stories260K prefill): ~1 ms vs ~95 ms
+ *   T=16 x dim 2048: ~1.5 ms vs ~12 ms;  T=128 x dim 4096: ~10 ms vs ~110 ms
+ *   T=1 x dim 64 .. 4096: both ~1 ms (dispatch overhead)
+ * so per_row at every size there. On a GPU one thread per row leaves most of the device idle and
+ * walks a long row serially; 1024 floats (256 vec4 loads) is about where a 256-thread reduction
+ * pays for its two barriers per level. (That cutoff is not measured on a GPU yet.)
+ */
+export const RMSNORM_ROW_MAX_DIM = 1024;
+
+/** Which rmsnorm.wgsl entry point normalizes rows of `dim` floats (see RMSNORM_ROW_MAX_DIM). */
+export function rmsNormPlan(dim: number, isCpu: boolean): 'per_row' | 'per_workgroup' {
+  return isCpu || dim <= RMSNORM_ROW_MAX_DIM ? 'per_row' : 'per_workgroup';
+}
+
+/** The element type prefix of rmsnorm.wgsl: vec4 loads when every row starts 16-byte aligned. */
+function rmsNormWidthWgsl(aligned: boolean): string {
+  return aligned
+    ? `alias V = vec4<f32>;\nconst WIDTH: u32 = 4u;\nfn hsum(v: V) -> f32 { return v.x + v.y + v.z + v.w; }\n`
+    : `alias V = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: V) -> f32 { return v; }\n`;
+}
+
+type RmsNormVariant = { entry: 'per_row' | 'per_workgroup'; aligned: boolean };
+const rmsNormKey = (v: RmsNormVariant) => `rmsnorm/${v.entry}/${v.aligned ? 'vec4' : 'scalar'}`;
+const rmsNormSpec = (v: RmsNormVariant): ShaderSpec => ({
+  code: `${rmsNormWidthWgsl(v.aligned)}\n${rmsnormWgsl}`,
+  entryPoint: v.entry,
+});
+
+/** attention.wgsl `per_thread`: (token, head) pairs (one thread each) per workgroup. */
+const ATTENTION_ITEMS_PER_WORKGROUP = 64;
+
+/**
+ * (token, head) pairs below which a long-context attention goes to `per_workgroup`, and the keys
+ * (and head dims) from which it does: see attentionPlan.
+ */
+const ATTENTION_WORKGROUP_MAX_ITEMS = 64;
+const ATTENTION_WORKGROUP_MIN_KEYS = 1024;
+const ATTENTION_WORKGROUP_MIN_HEAD_DIM = 64;
+
+/**
+ * Which attention.wgsl entry point runs an attention of `items` = T * numHeads query vectors over
+ * at most `keys` cache rows each, on a device that `isCpu` (SwiftShader; Kernels.isCpuDevice).
+ *
+ * Measured on SwiftShader (the tests' CPU Vulkan), per dispatch, per_thread vs per_workgroup:
+ *   prefill T=128 from 0, 8/4 heads, headDim 8 (stories260K):  ~8 ms   vs ~150-320 ms
+ *   prefill T=32 from 0, 32/8 heads, headDim 64:               ~12 ms  vs ~300 ms
+ *   decode T=1 at 512 keys, 8/4 heads, headDim 8:              ~0.8 ms vs ~6 ms
+ *   decode T=1 at 256 keys, 32/8 heads, headDim 128:           ~13 ms  vs ~38 ms
+ *   decode T=1 at 2048 keys, 32/8 heads, headDim 128:          ~93 ms  vs ~190 ms
+ * so on a CPU device it is always per_thread. On a GPU one thread per (t, h) leaves the device
+ * idle when there are few of them (decode: numHeads threads) and each walks a long context
+ * serially, while per_workgroup spreads every query's keys over 64 threads; so GPUs take
+ * per_workgroup for fewer than ATTENTION_WORKGROUP_MAX_ITEMS pairs over at least
+ * ATTENTION_WORKGROUP_MIN_KEYS keys with heads of at least ATTENTION_WORKGROUP_MIN_HEAD_DIM
+ * (not yet measured on a GPU: a conservative split that keeps the old kernel where it was built for).
+ */
+export function attentionPlan(items: number, keys: number, headDim: number, isCpu: boolean): 'per_thread' | 'per_workgroup' {
+  if (isCpu) return 'per_thread';
+  const longDecode =
+    items < ATTENTION_WORKGROUP_MAX_ITEMS && keys >= ATTENTION_WORKGROUP_MIN_KEYS && headDim >= ATTENTION_WORKGROUP_MIN_HEAD_DIM;
+  return longDecode ? 'per_workgroup' : 'per_thread';
+}
+
+type AttentionVariant = { entry: 'per_thread' | 'per_workgroup'; headDim: number };
+const attentionKey = (v: AttentionVariant) => `attention/${v.entry}/hd${v.headDim}`;
+const attentionSpec = (v: AttentionVariant): ShaderSpec => ({
+  code: `const HEAD_DIM: u32 = ${v.headDim}u;\n${attentionSliceWgsl(v.headDim % 4 === 0)}\n${attentionWgsl}`,
+  entryPoint: v.entry,
+});
+
+/**
+ * attention.wgsl's element type of q and the caches: vec4s when the head dimension is a multiple
+ * of 4 (every head starts at a multiple of 4 floats), else single floats.
+ */
+function attentionSliceWgsl(aligned: boolean): string {
+  const load1 = (name: string, buf: string) =>
+    aligned
+      ? `fn ${name}(i: u32) -> f32 { return ${buf}[i >> 2u][i & 3u]; }\n`
+      : `fn ${name}(i: u32) -> f32 { return ${buf}[i]; }\n`;
+  const loads = load1('load_q1', 'q') + load1('load_k1', 'k_cache') + load1('load_v1', 'v_cache');
+  if (!aligned) {
+    return `alias H = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: H) -> f32 { return v; }\n${loads}fn store_out(i: u32, v: H) { out[i] = v; }\n`;
+  }
+  return (
+    `alias H = vec4<f32>;\nconst WIDTH: u32 = 4u;\nfn hsum(v: H) -> f32 { return v.x + v.y + v.z + v.w; }\n${loads}` +
+    `fn store_out(i: u32, v: H) { out[i] = v.x; out[i + 1u] = v.y; out[i + 2u] = v.z; out[i + 3u] = v.w; }\n`
+  );
+}
+
 export interface KernelsOptions {
   /** Weight storage types whose embedding/matmul/matvec pipelines compile up front; the rest compile on first use. */
   weightDTypes?: WeightDType[];
@@ -213,12 +311,19 @@ export class Kernels {
     for (const name of Object.keys(FIXED_KERNELS) as FixedKernel[]) {
       compiling.push(kernels.pipelines.prepare(name, () => FIXED_KERNELS[name]));
     }
+    for (const entry of ['per_row', 'per_workgroup'] as const) {
+      for (const aligned of [true, false]) {
+        const v = { entry, aligned };
+        compiling.push(kernels.pipelines.prepare(rmsNormKey(v), () => rmsNormSpec(v)));
+      }
+    }
     for (const dtype of options.weightDTypes ?? []) {
       const variants: [WeightKernel, WeightVariant][] = [
         ['embedding', { hasBias: false, aligned: false }],
         ['matmul', { hasBias: false, aligned: true }],
-        ['matmul', { hasBias: false, aligned: false }],
       ];
+      // Quantized rows are whole blocks (multiples of 32 weights): their matmuls are always aligned.
+      if (!isQuantized(dtype)) variants.push(['matmul', { hasBias: false, aligned: false }]);
       for (const [kernel, variant] of variants) {
         compiling.push(
           kernels.pipelines.prepare(weightKernelKey(kernel, dtype, variant), () => weightKernelSpec(kernel, dtype, variant)),
@@ -238,6 +343,43 @@ export class Kernels {
   fixedPipeline(name: FixedKernel): GPUComputePipeline {
     return this.pipelines.get(name, () => FIXED_KERNELS[name]);
   }
+
+  /** @internal An rmsnorm.wgsl pipeline (compiled up front by create()). */
+  rmsNormPipeline(variant: RmsNormVariant): GPUComputePipeline {
+    return this.pipelines.get(rmsNormKey(variant), () => rmsNormSpec(variant));
+  }
+
+  /**
+   * Compiles the attention pipelines of one head dimension ahead of use (createComputePipelineAsync);
+   * otherwise the first attention() of that head dimension compiles them synchronously.
+   */
+  async prepareAttention(headDim: number): Promise<void> {
+    const entries = this.isCpuDevice ? (['per_thread'] as const) : (['per_thread', 'per_workgroup'] as const);
+    await Promise.all(
+      entries.map((entry) => this.pipelines.prepare(attentionKey({ entry, headDim }), () => attentionSpec({ entry, headDim }))),
+    );
+  }
+
+  /** @internal An attention.wgsl pipeline for one head dimension (compiled on first use). */
+  attentionPipeline(variant: AttentionVariant): GPUComputePipeline {
+    return this.pipelines.get(attentionKey(variant), () => attentionSpec(variant));
+  }
+
+  /** Whether the device is a CPU implementation (SwiftShader, llvmpipe), where barriers are very slow. */
+  get isCpuDevice(): boolean {
+    if (this.cpuDevice === undefined) {
+      const { vendor, architecture, description } = this.ctx.adapter;
+      this.cpuDevice = /swiftshader|llvmpipe|lavapipe|\bcpu\b/i.test(`${vendor} ${architecture} ${description}`);
+    }
+    return this.cpuDevice;
+  }
+  private cpuDevice: boolean | undefined;
+
+  /** @internal Forces every rmsNorm onto one entry point (benchmarks and tests). */
+  rmsNormPlanOverride: 'per_row' | 'per_workgroup' | undefined;
+
+  /** @internal Forces every attention onto one entry point (benchmarks and tests). */
+  attentionPlanOverride: 'per_thread' | 'per_workgroup' | undefined;
 
   /** @internal The pipeline of a weight-reading kernel for one storage type (compiled on first use). */
   weightPipeline(kernel: WeightKernel, dtype: WeightDType, variant: WeightVariant): GPUComputePipeline {
@@ -373,6 +515,7 @@ export class KernelBatch {
     if (T === 0) return;
     assertFits(out, T * table.cols * 4, 'embedding out');
     assertFits(tokens, T * 4, 'embedding tokens');
+    checkWeightShape(table.dtype, table.rows, table.cols, 'embedding table');
     assertFits(table.buffer, weightByteSize(table.dtype, table.rows * table.cols), 'embedding table');
     const n = T * table.cols;
     this.dispatch(
@@ -392,7 +535,11 @@ export class KernelBatch {
     assertFits(out, T * dim * 4, 'rmsNorm out');
     assertFits(x, T * dim * 4, 'rmsNorm x');
     assertFits(gamma, dim * 4, 'rmsNorm gamma');
-    this.dispatch(this.kernels.fixedPipeline('rmsnorm'), [T, dim, f32(eps)], { 1: out, 2: x, 3: gamma }, T);
+    // A multiple of 4 floats per row: every row starts 16-byte aligned, so the rows are read as vec4s.
+    const entry = this.kernels.rmsNormPlanOverride ?? rmsNormPlan(dim, this.kernels.isCpuDevice);
+    const pipeline = this.kernels.rmsNormPipeline({ entry, aligned: dim % 4 === 0 });
+    const workgroups = entry === 'per_row' ? Math.ceil(T / RMSNORM_ROWS_PER_WORKGROUP) : T;
+    this.dispatch(pipeline, [T, dim, f32(eps)], { 1: out, 2: x, 3: gamma }, workgroups);
   }
 
   /**
@@ -408,6 +555,7 @@ export class KernelBatch {
     assertDistinct(y, [x, W.buffer, bias], 'matmul');
     assertFits(y, T * W.rows * 4, 'matmul y');
     assertFits(x, T * W.cols * 4, 'matmul x');
+    checkWeightShape(W.dtype, W.rows, W.cols, 'matmul W');
     assertFits(W.buffer, weightByteSize(W.dtype, W.rows * W.cols), 'matmul W');
     if (bias) assertFits(bias, W.rows * 4, 'matmul bias');
     const buffers: Record<number, GPUBuffer> = { 1: y, 2: x, [WEIGHT_BINDING]: W.buffer };
@@ -462,7 +610,9 @@ export class KernelBatch {
   /**
    * Causal grouped-query attention of q [T, numHeads, headDim] over the caches
    * [rows, numKvHeads, headDim], which must already hold positions 0 .. startPos + T - 1.
-   * Writes out [T, numHeads, headDim].
+   * Writes out [T, numHeads, headDim]. With a slidingWindow W, the query at position p attends
+   * only to the keys at positions (p - W, p] (Mistral / Qwen2 `sliding_window`); without, to 0 ..= p.
+   * One thread per (token, head) or one workgroup per (token, head): see attentionPlan.
    */
   attention(
     out: GPUBuffer,
@@ -474,6 +624,7 @@ export class KernelBatch {
     numHeads: number,
     numKvHeads: number,
     headDim: number,
+    slidingWindow?: number,
   ): void {
     assertCount(T, 'attention T', 0);
     assertCount(startPos, 'attention startPos', 0);
@@ -483,6 +634,7 @@ export class KernelBatch {
     if (numHeads % numKvHeads !== 0) {
       throw new Error(`attention numHeads (${numHeads}) must be a multiple of numKvHeads (${numKvHeads})`);
     }
+    if (slidingWindow !== undefined) assertCount(slidingWindow, 'attention slidingWindow');
     if (headDim > ATTENTION_MAX_HEAD_DIM) {
       throw new Error(`attention headDim ${headDim} exceeds the supported ${ATTENTION_MAX_HEAD_DIM}`);
     }
@@ -493,11 +645,14 @@ export class KernelBatch {
     const cacheBytes = (startPos + T) * numKvHeads * headDim * 4;
     assertFits(kCache, cacheBytes, 'attention kCache');
     assertFits(vCache, cacheBytes, 'attention vCache');
+    const items = T * numHeads;
+    const keys = Math.min(startPos + T, slidingWindow ?? Infinity); // the most any query sees
+    const entry = this.kernels.attentionPlanOverride ?? attentionPlan(items, keys, headDim, this.kernels.isCpuDevice);
     this.dispatch(
-      this.kernels.fixedPipeline('attention'),
-      [T, startPos, numHeads, numKvHeads, headDim, f32(1 / Math.sqrt(headDim))],
+      this.kernels.attentionPipeline({ entry, headDim }),
+      [T, startPos, numHeads, numKvHeads, headDim, f32(1 / Math.sqrt(headDim)), slidingWindow ?? 0],
       { 1: out, 2: q, 3: kCache, 4: vCache },
-      T * numHeads,
+      entry === 'per_thread' ? Math.ceil(items / ATTENTION_ITEMS_PER_WORKGROUP) : items,
     );
   }
 

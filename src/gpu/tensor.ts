@@ -1,8 +1,15 @@
 // A weight matrix on the GPU. Matrices are row-major [rows, cols] = [out_features, in_features],
 // as Hugging Face stores them (and as GGUF stores them, dims listed fastest-first).
 
-/** Storage of weight elements in the buffer: f32; f16 or bf16 packed two per u32 (unpacked to f32 in the shader). */
-export type WeightDType = 'f32' | 'f16' | 'bf16';
+/**
+ * Storage of weight elements in the buffer: f32; f16 or bf16 packed two per u32 (unpacked to f32 in
+ * the shader); or one of ggml's block-quantized types, kept as the file's raw blocks (the buffer is
+ * those bytes, padded to a multiple of 4) and decoded in the shader (weight-formats.ts).
+ */
+export type WeightDType = 'f32' | 'f16' | 'bf16' | QuantDType;
+
+/** ggml block-quantized storage types (see QUANT_FORMATS in weight-formats.ts for their layouts). */
+export type QuantDType = 'q4_0' | 'q4_1' | 'q5_0' | 'q5_1' | 'q8_0' | 'q4_k' | 'q5_k' | 'q6_k';
 
 export interface GpuMatrix {
   buffer: GPUBuffer;
@@ -11,7 +18,7 @@ export interface GpuMatrix {
   cols: number;
 }
 
-/** Bytes one element takes in a storage type. */
-export function bytesPerElement(dtype: WeightDType): number {
+/** Bytes one element takes in a float storage type (quantized types: see weightByteSize). */
+export function bytesPerElement(dtype: 'f32' | 'f16' | 'bf16'): number {
   return dtype === 'f32' ? 4 : 2;
 }

@@ -15,7 +15,13 @@
 // f16 and bf16 are packed two per u32 (element i lives in word i >> 1, the low half first, as the
 // little-endian bytes of a 2-byte array read as u32 words) and widened to f32 in the shader: no
 // kernel needs the optional `shader-f16` feature.
-import type { WeightDType } from './tensor.ts';
+//
+// ggml's block-quantized types (Q8_0, Q4_0, Q4_K, Q6_K, ...) keep the file's blocks as they are:
+// the buffer is the raw bytes read as array<u32>. Blocks are only 2-byte aligned (a Q8_0 block is
+// 34 bytes), so the snippets pick bytes and f16 halves out of words with shifts at any offset
+// (`load_byte(b)`, `load_f16(b)`), and `load_weight(i)` decodes element i from its block (block
+// i / 32, or i / 256 for the K-quants; every row is a whole number of blocks).
+import type { QuantDType, WeightDType } from './tensor.ts';
 
 /** WGSL that widens a packed pair of bf16 (low half first) to a vec2<f32>. */
 const BF16_UNPACK2 = /* wgsl */ `
@@ -27,7 +33,266 @@ fn unpack2x16bf(word: u32) -> vec2<f32> {
 
 type Loader = (binding: number, group: number) => string;
 
-const LOADERS: Record<WeightDType, { plain: Loader; aligned: Loader }> = {
+/** Block shape of each ggml quantized type: weights per block and bytes per block. */
+export const QUANT_FORMATS: Record<QuantDType, { blockSize: number; blockBytes: number }> = {
+  q4_0: { blockSize: 32, blockBytes: 18 }, // f16 d, 16 bytes of nibbles: w = d * (q - 8)
+  q4_1: { blockSize: 32, blockBytes: 20 }, // f16 d, f16 m, 16 bytes of nibbles: w = d * q + m
+  q5_0: { blockSize: 32, blockBytes: 22 }, // f16 d, 4 bytes of high bits, 16 bytes of nibbles: w = d * (q - 16)
+  q5_1: { blockSize: 32, blockBytes: 24 }, // f16 d, f16 m, 4 bytes of high bits, 16 of nibbles: w = d * q + m
+  q8_0: { blockSize: 32, blockBytes: 34 }, // f16 d, 32 int8: w = d * q
+  q4_k: { blockSize: 256, blockBytes: 144 }, // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 of nibbles
+  q5_k: { blockSize: 256, blockBytes: 176 }, // as q4_k plus 32 bytes of high bits
+  q6_k: { blockSize: 256, blockBytes: 210 }, // 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8 scales, f16 d
+};
+
+export function isQuantized(dtype: WeightDType): dtype is QuantDType {
+  return Object.hasOwn(QUANT_FORMATS, dtype);
+}
+
+/** Elements per block of a storage type (1 for f32/f16/bf16): a matrix row must be a multiple of it. */
+export function weightBlockSize(dtype: WeightDType): number {
+  return isQuantized(dtype) ? QUANT_FORMATS[dtype].blockSize : 1;
+}
+
+/** Throws unless a [rows, cols] matrix can be stored in `dtype` (quantized rows are whole blocks). */
+export function checkWeightShape(dtype: WeightDType, rows: number, cols: number, what: string): void {
+  const block = weightBlockSize(dtype);
+  if (cols % block !== 0) {
+    throw new Error(`${what}: a ${dtype} matrix needs rows of a multiple of ${block} weights, got [${rows}, ${cols}]`);
+  }
+}
+
+/**
+ * Shared by the quantized snippets: the weight binding as raw u32 words, and byte / f16 extraction
+ * at any byte offset (little-endian; an f16 at an even offset never straddles two words).
+ *
+ * Each type's load_weight4(i) (i a multiple of 4: the 4 weights share a block and a scale, since
+ * every block and sub-block is a multiple of 4 weights long) decodes the block's scales once and
+ * takes the 4 quants from one unaligned 4-byte read (`load_u32_at`, at most two words).
+ */
+const QUANT_PRELUDE = (binding: number, group: number) => /* wgsl */ `
+@group(${group}) @binding(${binding}) var<storage, read> weight: array<u32>;
+
+/** Byte b of the buffer, 0..255. */
+fn load_byte(b: u32) -> u32 {
+  return (weight[b >> 2u] >> ((b & 3u) << 3u)) & 0xffu;
+}
+
+/** Byte b as a signed int8. */
+fn load_i8(b: u32) -> i32 {
+  return (i32(load_byte(b)) << 24u) >> 24u;
+}
+
+/** The f16 at (even) byte offset b, widened to f32. */
+fn load_f16(b: u32) -> f32 {
+  return unpack2x16float(weight[b >> 2u] >> ((b & 2u) << 3u)).x;
+}
+
+/** Bytes b .. b+3 (any alignment) as one little-endian u32. */
+fn load_u32_at(b: u32) -> u32 {
+  let w = b >> 2u;
+  let shift = (b & 3u) << 3u;
+  let lo = weight[w];
+  if (shift == 0u) {
+    return lo;
+  }
+  // (b + 3 lies in the buffer, so word w + 1 does; the min only keeps the index provably in bounds.)
+  let hi = weight[min(w + 1u, arrayLength(&weight) - 1u)];
+  return (lo >> shift) | (hi << (32u - shift));
+}
+
+/** The 4 bytes of v, lowest first. */
+fn bytes4(v: u32) -> vec4<u32> {
+  return (vec4<u32>(v) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+}
+
+/** The 4 bytes of v as int8, lowest first. */
+fn bytes4_i8(v: u32) -> vec4<i32> {
+  return bitcast<vec4<i32>>(vec4<u32>(v) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u);
+}
+`;
+
+/** 6-bit scale and min of sub-block s (0..7) of a Q4_K / Q5_K block whose 12 scale bytes start at sb. */
+const K_SCALE_MIN = /* wgsl */ `
+fn k_scale_min(sb: u32, s: u32) -> vec2<f32> {
+  if (s < 4u) {
+    return vec2<f32>(f32(load_byte(sb + s) & 63u), f32(load_byte(sb + s + 4u) & 63u));
+  }
+  let packed = load_byte(sb + s + 4u); // low 4 bits of the scale, low 4 bits of the min
+  let sc = (packed & 15u) | ((load_byte(sb + s - 4u) >> 6u) << 4u);
+  let m = (packed >> 4u) | ((load_byte(sb + s) >> 6u) << 4u);
+  return vec2<f32>(f32(sc), f32(m));
+}
+`;
+
+/** load_weight(i) of each quantized type (the prelude supplies the rest). */
+const QUANT_LOAD_WEIGHT: Record<QuantDType, string> = {
+  q8_0: /* wgsl */ `
+// Q8_0: 34-byte blocks of 32: f16 d, then 32 int8 q. w = d * q.
+fn load_weight(i: u32) -> f32 {
+  let blk = (i >> 5u) * 34u;
+  return load_f16(blk) * f32(load_i8(blk + 2u + (i & 31u)));
+}
+
+fn load_weight4(i: u32) -> vec4<f32> {
+  let blk = (i >> 5u) * 34u;
+  return load_f16(blk) * vec4<f32>(bytes4_i8(load_u32_at(blk + 2u + (i & 31u))));
+}
+`,
+  q4_0: /* wgsl */ `
+// Q4_0: 18-byte blocks of 32: f16 d, 16 bytes; weight j < 16 is the low nibble of byte j, weight
+// j + 16 its high nibble. w = d * (q - 8).
+fn load_weight(i: u32) -> f32 {
+  let blk = (i >> 5u) * 18u;
+  let j = i & 31u;
+  let q = (load_byte(blk + 2u + (j & 15u)) >> ((j >> 4u) << 2u)) & 15u;
+  return load_f16(blk) * (f32(q) - 8.0);
+}
+
+fn load_weight4(i: u32) -> vec4<f32> {
+  let blk = (i >> 5u) * 18u;
+  let j = i & 31u;
+  let q = bytes4(load_u32_at(blk + 2u + (j & 15u)) >> ((j >> 4u) << 2u)) & vec4<u32>(15u);
+  return load_f16(blk) * (vec4<f32>(q) - 8.0);
+}
+`,
+  q4_1: /* wgsl */ `
+// Q4_1: 20-byte blocks of 32: f16 d, f16 m, 16 bytes of nibbles as Q4_0. w = d * q + m.
+fn load_weight(i: u32) -> f32 {
+  let blk = (i >> 5u) * 20u;
+  let j = i & 31u;
+  let q = (load_byte(blk + 4u + (j & 15u)) >> ((j >> 4u) << 2u)) & 15u;
+  return load_f16(blk) * f32(q) + load_f16(blk + 2u);
+}
+
+fn load_weight4(i: u32) -> vec4<f32> {
+  let blk = (i >> 5u) * 20u;
+  let j = i & 31u;
+  let q = bytes4(load_u32_at(blk + 4u + (j & 15u)) >> ((j >> 4u) << 2u)) & vec4<u32>(15u);
+  return load_f16(blk) * vec4<f32>(q) + load_f16(blk + 2u);
+}
+`,
+  q5_0: /* wgsl */ `
+// Q5_0: 22-byte blocks of 32: f16 d, 32 high bits (bit j of the little-endian u32 is weight j's),
+// 16 bytes of nibbles as Q4_0. w = d * (q - 16).
+fn load_weight(i: u32) -> f32 {
+  let blk = (i >> 5u) * 22u;
+  let j = i & 31u;
+  let high = (load_byte(blk + 2u + (j >> 3u)) >> (j & 7u)) & 1u;
+  let q = ((load_byte(blk + 6u + (j & 15u)) >> ((j >> 4u) << 2u)) & 15u) | (high << 4u);
+  return load_f16(blk) * (f32(q) - 16.0);
+}
+
+fn load_weight4(i: u32) -> vec4<f32> {
+  let blk = (i >> 5u) * 22u;
+  let j = i & 31u;
+  let high = (vec4<u32>(load_u32_at(blk + 2u) >> j) >> vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(1u);
+  let low = bytes4(load_u32_at(blk + 6u + (j & 15u)) >> ((j >> 4u) << 2u)) & vec4<u32>(15u);
+  return load_f16(blk) * (vec4<f32>(low | (high << vec4<u32>(4u))) - 16.0);
+}
+`,
+  q5_1: /* wgsl */ `
+// Q5_1: 24-byte blocks of 32: f16 d, f16 m, 32 high bits, 16 bytes of nibbles. w = d * q + m.
+fn load_weight(i: u32) -> f32 {
+  let blk = (i >> 5u) * 24u;
+  let j = i & 31u;
+  let high = (load_byte(blk + 4u + (j >> 3u)) >> (j & 7u)) & 1u;
+  let q = ((load_byte(blk + 8u + (j & 15u)) >> ((j >> 4u) << 2u)) & 15u) | (high << 4u);
+  return load_f16(blk) * f32(q) + load_f16(blk + 2u);
+}
+
+fn load_weight4(i: u32) -> vec4<f32> {
+  let blk = (i >> 5u) * 24u;
+  let j = i & 31u;
+  let high = (vec4<u32>(load_u32_at(blk + 4u) >> j) >> vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(1u);
+  let low = bytes4(load_u32_at(blk + 8u + (j & 15u)) >> ((j >> 4u) << 2u)) & vec4<u32>(15u);
+  return load_f16(blk) * vec4<f32>(low | (high << vec4<u32>(4u))) + load_f16(blk + 2u);
+}
+`,
+  q4_k: /* wgsl */ `
+// Q4_K: 144-byte blocks of 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins of the 8
+// sub-blocks of 32, 128 bytes of nibbles. Sub-block s takes the low (s even) or high (s odd)
+// nibbles of bytes 32 * (s / 2) .. + 31. w = d * scale_s * q - dmin * min_s.
+${K_SCALE_MIN}
+fn load_weight(i: u32) -> f32 {
+  let blk = (i >> 8u) * 144u;
+  let e = i & 255u;
+  let s = e >> 5u;
+  let q = (load_byte(blk + 16u + ((s >> 1u) << 5u) + (e & 31u)) >> ((s & 1u) << 2u)) & 15u;
+  let sm = k_scale_min(blk + 4u, s);
+  return load_f16(blk) * sm.x * f32(q) - load_f16(blk + 2u) * sm.y;
+}
+
+fn load_weight4(i: u32) -> vec4<f32> {
+  let blk = (i >> 8u) * 144u;
+  let e = i & 255u;
+  let s = e >> 5u;
+  let q = bytes4(load_u32_at(blk + 16u + ((s >> 1u) << 5u) + (e & 31u)) >> ((s & 1u) << 2u)) & vec4<u32>(15u);
+  let sm = k_scale_min(blk + 4u, s);
+  return load_f16(blk) * sm.x * vec4<f32>(q) - load_f16(blk + 2u) * sm.y;
+}
+`,
+  q5_k: /* wgsl */ `
+// Q5_K: 176-byte blocks of 256: as Q4_K, plus 32 bytes of high bits before the nibbles: weight
+// l of sub-block s has its fifth bit in bit s of high byte l.
+${K_SCALE_MIN}
+fn load_weight(i: u32) -> f32 {
+  let blk = (i >> 8u) * 176u;
+  let e = i & 255u;
+  let s = e >> 5u;
+  let l = e & 31u;
+  let low = (load_byte(blk + 48u + ((s >> 1u) << 5u) + l) >> ((s & 1u) << 2u)) & 15u;
+  let q = low | (((load_byte(blk + 16u + l) >> s) & 1u) << 4u);
+  let sm = k_scale_min(blk + 4u, s);
+  return load_f16(blk) * sm.x * f32(q) - load_f16(blk + 2u) * sm.y;
+}
+
+fn load_weight4(i: u32) -> vec4<f32> {
+  let blk = (i >> 8u) * 176u;
+  let e = i & 255u;
+  let s = e >> 5u;
+  let l = e & 31u;
+  let low = bytes4(load_u32_at(blk + 48u + ((s >> 1u) << 5u) + l) >> ((s & 1u) << 2u)) & vec4<u32>(15u);
+  let high = bytes4(load_u32_at(blk + 16u + l) >> s) & vec4<u32>(1u);
+  let sm = k_scale_min(blk + 4u, s);
+  return load_f16(blk) * sm.x * vec4<f32>(low | (high << vec4<u32>(4u))) - load_f16(blk + 2u) * sm.y;
+}
+`,
+  q6_k: /* wgsl */ `
+// Q6_K: 210-byte blocks of 256: ql (128 bytes of low nibbles), qh (64 bytes of high 2-bit pairs),
+// 16 int8 scales (one per 16 weights), f16 d. Each half n of 128 weights is 4 groups g of 32:
+// weight l of group g has its low 4 bits in ql[64n + 32 (g & 1) + l] (low nibble for g < 2),
+// its high 2 bits at bit 2g of qh[32n + l], and the scale scales[8n + 2g + l / 16].
+// w = d * scale * (q - 32).
+fn load_weight(i: u32) -> f32 {
+  let blk = (i >> 8u) * 210u;
+  let e = i & 255u;
+  let n = e >> 7u;
+  let g = (e >> 5u) & 3u;
+  let l = e & 31u;
+  let low = (load_byte(blk + (n << 6u) + ((g & 1u) << 5u) + l) >> ((g >> 1u) << 2u)) & 15u;
+  let high = (load_byte(blk + 128u + (n << 5u) + l) >> (g << 1u)) & 3u;
+  let q = i32(low | (high << 4u)) - 32;
+  let sc = load_i8(blk + 192u + (n << 3u) + (g << 1u) + (l >> 4u));
+  return load_f16(blk + 208u) * f32(sc) * f32(q);
+}
+
+fn load_weight4(i: u32) -> vec4<f32> {
+  let blk = (i >> 8u) * 210u;
+  let e = i & 255u;
+  let n = e >> 7u;
+  let g = (e >> 5u) & 3u;
+  let l = e & 31u;
+  let low = bytes4(load_u32_at(blk + (n << 6u) + ((g & 1u) << 5u) + l) >> ((g >> 1u) << 2u)) & vec4<u32>(15u);
+  let high = bytes4(load_u32_at(blk + 128u + (n << 5u) + l) >> (g << 1u)) & vec4<u32>(3u);
+  let q = vec4<i32>(low | (high << vec4<u32>(4u))) - vec4<i32>(32);
+  let sc = load_i8(blk + 192u + (n << 3u) + (g << 1u) + (l >> 4u));
+  return load_f16(blk + 208u) * f32(sc) * vec4<f32>(q);
+}
+`,
+};
+
+const LOADERS: Record<'f32' | 'f16' | 'bf16', { plain: Loader; aligned: Loader }> = {
   f32: {
     plain: (binding, group) => /* wgsl */ `
 // Weight storage: f32, one element per array slot.
@@ -125,12 +390,22 @@ fn load_weight4(i: u32) -> vec4<f32> {
  * called with multiples of 4 (and the buffer holds a multiple of 4 elements).
  */
 export function weightFormatWgsl(dtype: WeightDType, binding: number, group = 0, aligned = false): string {
-  const loader = LOADERS[dtype];
+  // Quantized types have one layout: their rows are whole blocks, so always "aligned".
+  if (isQuantized(dtype)) return QUANT_PRELUDE(binding, group) + QUANT_LOAD_WEIGHT[dtype];
+  const loader = Object.hasOwn(LOADERS, dtype) ? LOADERS[dtype as keyof typeof LOADERS] : undefined;
   if (!loader) throw new Error(`unsupported weight dtype: ${String(dtype)}`);
   return (aligned ? loader.aligned : loader.plain)(binding, group);
 }
 
-/** Bytes a weight buffer of `elements` elements takes in `dtype`, padded to whole u32 words. */
+/**
+ * Bytes a weight buffer of `elements` elements takes in `dtype`, padded to whole u32 words. For a
+ * quantized type, `elements` must be a whole number of blocks.
+ */
 export function weightByteSize(dtype: WeightDType, elements: number): number {
+  if (isQuantized(dtype)) {
+    const { blockSize, blockBytes } = QUANT_FORMATS[dtype];
+    if (elements % blockSize !== 0) throw new Error(`${elements} ${dtype} weights are not a whole number of ${blockSize}-weight blocks`);
+    return Math.ceil(((elements / blockSize) * blockBytes) / 4) * 4;
+  }
   return dtype === 'f32' ? elements * 4 : Math.ceil(elements / 2) * 4;
 }

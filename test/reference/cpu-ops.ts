@@ -90,8 +90,9 @@ export function ropeRef(
 
 /**
  * Causal grouped-query attention. q and the result are [T, numHeads, headDim]; the caches are
- * [contextRows, numKvHeads, headDim]. Query t (position startPos + t) attends to cache rows
- * 0 ..= startPos + t; query head h reads KV head floor(h / (numHeads / numKvHeads)).
+ * [contextRows, numKvHeads, headDim]. Query t (position p = startPos + t) attends to cache rows
+ * 0 ..= p, or with a slidingWindow W to the rows in (p - W, p]; query head h reads KV head
+ * floor(h / (numHeads / numKvHeads)).
  */
 export function attentionRef(
   q: Float32Array,
@@ -102,16 +103,19 @@ export function attentionRef(
   numHeads: number,
   numKvHeads: number,
   headDim: number,
+  slidingWindow?: number,
 ): Float32Array {
   const out = new Float32Array(T * numHeads * headDim);
   const groupSize = numHeads / numKvHeads;
   const scale = 1 / Math.sqrt(headDim);
   for (let t = 0; t < T; t++) {
-    const nKeys = startPos + t + 1;
+    const pos = startPos + t;
+    const first = slidingWindow === undefined ? 0 : Math.max(0, pos - slidingWindow + 1);
+    const nKeys = pos + 1 - first; // keys first ..= pos
     for (let h = 0; h < numHeads; h++) {
       const kvHead = Math.floor(h / groupSize);
       const qBase = (t * numHeads + h) * headDim;
-      const kvBase = (j: number) => (j * numKvHeads + kvHead) * headDim;
+      const kvBase = (j: number) => ((first + j) * numKvHeads + kvHead) * headDim;
 
       const scores = new Float64Array(nKeys);
       for (let j = 0; j < nKeys; j++) {
@@ -151,41 +155,11 @@ export function addRef(a: Float32Array, b: Float32Array): Float32Array {
 
 // ---- 16-bit floats -------------------------------------------------------------------------
 
-/** Rounds v to the nearest integer, ties to even (IEEE 754's default rounding). */
-function roundHalfEven(v: number): number {
-  const floor = Math.floor(v);
-  const frac = v - floor;
-  if (frac > 0.5) return floor + 1;
-  if (frac < 0.5) return floor;
-  return floor % 2 === 0 ? floor : floor + 1;
-}
-
 const f32Scratch = new Float32Array(1);
 const u32Scratch = new Uint32Array(f32Scratch.buffer);
 
-/** IEEE binary16 bits of x (first rounded to f32, then to f16 with ties to even; overflow gives ±inf). */
-export function f32ToF16Bits(x: number): number {
-  x = Math.fround(x);
-  if (Number.isNaN(x)) return 0x7e00;
-  const sign = x < 0 || Object.is(x, -0) ? 0x8000 : 0;
-  const a = Math.abs(x);
-  // 65520 is halfway between the largest half (65504) and 2^16: it and above round to infinity.
-  if (a >= 65520) return sign | 0x7c00;
-  if (a < 2 ** -14) {
-    // Subnormal: a multiple of 2^-24. A result of 1024 is the smallest normal, which the
-    // encoding (exponent field 1, mantissa 0) gets right by itself.
-    return sign | roundHalfEven(a * 2 ** 24);
-  }
-  let e = Math.floor(Math.log2(a));
-  if (2 ** e > a) e--; // guard log2 rounding
-  if (2 ** (e + 1) <= a) e++;
-  let m = roundHalfEven((a / 2 ** e - 1) * 1024); // exact: a has 24 significant bits
-  if (m === 1024) {
-    m = 0;
-    e++;
-  }
-  return sign | ((e + 15) << 10) | m;
-}
+/** IEEE binary16 bits of x (ties to even; overflow gives ±inf): the loader's own conversion. */
+export { f32ToF16Bits } from '../../src/model/quantize.ts';
 
 /** The value of IEEE binary16 bits h. */
 export function f16BitsToF32(h: number): number {

@@ -1,0 +1,119 @@
+// The weight-reading kernels (embedding, matvec, matmul) over ggml's block-quantized types, decoded
+// from their blocks in the shader, against the CPU reference on the dequantized weights
+// (test/reference/quant.ts). Rows are not multiples of the workgroups, T not a multiple of 4.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { GpuContext } from '../src/gpu/device.ts';
+import type { QuantDType } from '../src/gpu/tensor.ts';
+import { Kernels } from '../src/gpu/kernels.ts';
+import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32 } from '../src/gpu/buffers.ts';
+import { QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
+import { testGpu } from './helpers/gpu.ts';
+import { mulberry32 } from './helpers/prng.ts';
+import { embeddingRef, matmulRef } from './reference/cpu-ops.ts';
+import { dequantize, quantize } from './reference/quant.ts';
+
+const QUANT_DTYPES: QuantDType[] = ['q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1', 'q4_k', 'q5_k', 'q6_k'];
+
+function randomF32(n: number, seed: number, scale = 1): Float32Array {
+  const next = mulberry32(seed);
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) out[i] = (next() * 2 - 1) * scale;
+  return out;
+}
+
+function expectClose(actual: Float32Array, expected: Float32Array, relTol: number): void {
+  expect(actual.length).toBe(expected.length);
+  let worst = 0;
+  let worstAt = -1;
+  let scale = 1e-6;
+  for (let i = 0; i < actual.length; i++) {
+    scale = Math.max(scale, Math.abs(expected[i]));
+    const err = Math.abs(actual[i] - expected[i]);
+    if (!(err <= worst)) {
+      worst = Number.isNaN(err) ? Infinity : err;
+      worstAt = i;
+    }
+  }
+  if (!(worst <= relTol * scale)) {
+    throw new Error(`max abs err ${worst} at [${worstAt}] (got ${actual[worstAt]}, want ${expected[worstAt]}) exceeds ${relTol * scale}`);
+  }
+}
+
+let ctx: GpuContext;
+let device: GPUDevice;
+let kernels: Kernels;
+const created: GPUBuffer[] = [];
+const track = <B extends GPUBuffer>(b: B): B => (created.push(b), b);
+
+beforeAll(async () => {
+  ctx = await testGpu();
+  device = ctx.device;
+  // Compiles the quantized embedding / matmul pipelines up front (the async path); matvec and the bias variants lazily.
+  kernels = await Kernels.create(ctx, { weightDTypes: QUANT_DTYPES });
+});
+
+afterAll(() => {
+  for (const b of created) b.destroy();
+});
+
+/** A random [rows, cols] matrix quantized to `dtype` on the GPU, and the values its blocks hold. */
+function quantMatrix(dtype: QuantDType, rows: number, cols: number, seed: number) {
+  // Per-row scales that differ, so a row or block mix-up shows.
+  const values = randomF32(rows * cols, seed);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) values[r * cols + c] *= 0.2 + (r % 7) * 0.3;
+  const bytes = quantize(dtype, values);
+  const W = createWeightMatrix(device, bytes, dtype, rows, cols, `W ${dtype}`);
+  track(W.buffer);
+  return { W, held: dequantize(dtype, bytes, rows * cols) };
+}
+
+/** Columns for a test: a few blocks (K-quants: 2 blocks of 256 = 512, which also takes matvec's team path). */
+const colsOf = (dtype: QuantDType) => (QUANT_FORMATS[dtype].blockSize === 256 ? 512 : 96);
+
+describe('quantized weights: embedding', () => {
+  for (const dtype of QUANT_DTYPES) {
+    it(`${dtype}: rows decode to the CPU reference`, async () => {
+      const vocab = 13;
+      const cols = colsOf(dtype);
+      const { W, held } = quantMatrix(dtype, vocab, cols, 5);
+      const ids = [vocab - 1, 0, 7, 3, 7];
+      const tokens = track(createU32Buffer(device, Uint32Array.from(ids), 'tokens'));
+      const out = track(createStorageBuffer(device, ids.length * cols * 4, 'out'));
+      const batch = kernels.begin();
+      batch.embedding(out, W, tokens, ids.length);
+      batch.submit();
+      const got = await readBufferF32(device, out, ids.length * cols);
+      // The same f32 products as the reference; only a fused multiply-add may differ in the last bit.
+      expectClose(got, embeddingRef(held, cols, ids), 1e-6);
+    });
+  }
+});
+
+describe('quantized weights: matvec (T=1) and matmul (T>1)', () => {
+  for (const dtype of QUANT_DTYPES) {
+    for (const T of [1, 3, 17]) {
+      it(`${dtype}, T=${T}, rows=37`, async () => {
+        const rows = 37;
+        const cols = colsOf(dtype);
+        const { W, held } = quantMatrix(dtype, rows, cols, 11 + T);
+        const xs = randomF32(T * cols, 100 + T);
+        const x = track(createF32Buffer(device, xs, 'x'));
+        const y = track(createStorageBuffer(device, T * rows * 4, 'y'));
+        const bias = randomF32(rows, 3);
+        const b = track(createF32Buffer(device, bias, 'bias'));
+        const batch = kernels.begin();
+        batch.matmul(y, x, W, T, b);
+        batch.submit();
+        expectClose(await readBufferF32(device, y, T * rows), matmulRef(xs, held, T, rows, cols, bias), 1e-4);
+      });
+    }
+  }
+
+  it('refuses a quantized matrix whose rows are not whole blocks', () => {
+    expect(() => createWeightMatrix(device, new Uint8Array(34 * 3), 'q8_0', 2, 48, 'bad')).toThrow(/multiple of 32/);
+    const W = { buffer: track(createStorageBuffer(device, 1024, 'w')), dtype: 'q4_k' as const, rows: 2, cols: 128 };
+    const x = track(createStorageBuffer(device, 1024, 'x'));
+    const y = track(createStorageBuffer(device, 1024, 'y'));
+    expect(() => kernels.begin().matmul(y, x, W, 1)).toThrow(/multiple of 256/);
+  });
+});
