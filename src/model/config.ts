@@ -5,6 +5,13 @@ import type { GgufMetadata, GgufValue } from './formats/gguf.ts';
  * rotates adjacent pairs (x[2i], x[2i+1]); Hugging Face Llama rotates halves (x[i], x[i + d/2]). */
 export type RopePairing = 'adjacent' | 'halves';
 
+/** RoPE frequency scaling (Hugging Face `rope_scaling`), applied to the inverse-frequency table. */
+export type RopeScaling =
+  /** Positions divided by `factor`: every inverse frequency divided by it. */
+  | { type: 'linear'; factor: number }
+  /** Llama 3.1/3.2: long wavelengths divided by `factor`, short ones kept, a smooth ramp between. */
+  | { type: 'llama3'; factor: number; lowFreqFactor: number; highFreqFactor: number; originalContextLength: number };
+
 export interface LlamaConfig {
   architecture: string; // e.g. 'llama'
   vocabSize: number;
@@ -20,6 +27,14 @@ export interface LlamaConfig {
   ropePairing: RopePairing;
   tieWordEmbeddings: boolean; // LM head shares the token embedding matrix
   attentionBias: boolean; // Qwen2-style biases on q/k/v projections
+  /** RoPE frequency scaling from config.json `rope_scaling` (absent: none). */
+  ropeScaling?: RopeScaling;
+  /** Per-frequency divisors of the inverse frequencies ([headDim / 2]): GGUF `rope_freqs.weight`
+   * (how llama.cpp stores Llama 3.1-style scaling). Applied after `ropeScaling`. */
+  ropeFreqFactors?: Float32Array<ArrayBuffer>;
+  /** Mistral-style sliding-window attention: each query sees at most this many keys (itself
+   * included). Set only when the window is smaller than contextLength. */
+  slidingWindow?: number;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -78,11 +93,7 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   if (architecture !== 'qwen2' && c.attention_bias === true) {
     throw new Error('Unsupported model: attention_bias = true for a Llama model (bias on o_proj)');
   }
-  const ropeScaling = c.rope_scaling as Json | null | undefined;
-  if (ropeScaling) {
-    const type = ropeScaling.rope_type ?? ropeScaling.type;
-    if (type !== 'default') throw new Error(`Unsupported rope_scaling type ${JSON.stringify(type)} (config.json rope_scaling)`);
-  }
+  const ropeScaling = hfRopeScaling(c.rope_scaling);
   if (c.partial_rotary_factor !== undefined && c.partial_rotary_factor !== 1) {
     throw new Error(`Unsupported partial_rotary_factor ${JSON.stringify(c.partial_rotary_factor)}`);
   }
@@ -91,12 +102,27 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   const numHeads = hfNumber(c, 'num_attention_heads');
   const numKvHeads = hfNumber(c, 'num_key_value_heads', numHeads);
   const headDim = hfNumber(c, 'head_dim', hiddenSize / numHeads);
-  let contextLength = hfNumber(c, 'max_position_embeddings', 2048);
-  // Sliding-window attention equals full attention for sequences up to the window: cap the context.
-  const slidingWindow = c.sliding_window;
-  const usesSliding = architecture === 'qwen2' ? c.use_sliding_window === true : true;
-  if (usesSliding && typeof slidingWindow === 'number' && slidingWindow > 0 && slidingWindow < contextLength) {
-    contextLength = slidingWindow;
+  const contextLength = hfNumber(c, 'max_position_embeddings', 2048);
+  // Sliding-window attention equals full attention for sequences up to the window; it is kept only
+  // when smaller than the context. Qwen2 configs carry a sliding_window that is off unless
+  // use_sliding_window is true.
+  const window = c.sliding_window;
+  let usesSliding = architecture === 'qwen2' ? c.use_sliding_window === true : true;
+  if (architecture === 'qwen2' && usesSliding) {
+    // Qwen2 windows only the layers from max_window_layers on: all of them or none is supported.
+    const numLayers = hfNumber(c, 'num_hidden_layers');
+    const firstWindowed = hfNumber(c, 'max_window_layers', 28);
+    if (firstWindowed >= numLayers) usesSliding = false;
+    else if (firstWindowed > 0) {
+      throw new Error(`Unsupported model: sliding-window attention on layers ${firstWindowed}.. only (config.json max_window_layers = ${firstWindowed}, use_sliding_window = true)`);
+    }
+  }
+  let slidingWindow: number | undefined;
+  if (usesSliding && window !== undefined && window !== null) {
+    if (typeof window !== 'number' || !Number.isInteger(window) || window <= 0) {
+      throw new Error(`config.json sliding_window must be a positive integer or null (got ${JSON.stringify(window)})`);
+    }
+    if (window < contextLength) slidingWindow = window;
   }
   const config: LlamaConfig = {
     architecture,
@@ -114,8 +140,49 @@ export function configFromHf(configJson: unknown): LlamaConfig {
     tieWordEmbeddings: c.tie_word_embeddings === true,
     attentionBias: architecture === 'qwen2',
   };
+  if (ropeScaling) config.ropeScaling = ropeScaling;
+  if (slidingWindow !== undefined) config.slidingWindow = slidingWindow;
   validateConfig(config, 'config.json');
   return config;
+}
+
+/** config.json `rope_scaling` (null, type 'default', 'linear' or 'llama3'); other types are errors. */
+function hfRopeScaling(value: unknown): RopeScaling | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object' || Array.isArray(value)) throw new Error(`config.json rope_scaling is not an object: ${JSON.stringify(value)}`);
+  const r = value as Json;
+  const type = r.rope_type ?? r.type;
+  const num = (key: string, fallback?: number): number => {
+    const v = r[key] ?? fallback;
+    if (typeof v !== 'number' || !Number.isFinite(v)) {
+      throw new Error(`config.json rope_scaling.${key} must be a number for rope_scaling type ${JSON.stringify(type)} (got ${JSON.stringify(r[key])})`);
+    }
+    return v;
+  };
+  switch (type) {
+    case 'default':
+      return undefined;
+    case 'linear': {
+      const factor = num('factor');
+      if (factor <= 0) throw new Error(`config.json rope_scaling.factor must be positive (got ${factor})`);
+      return factor === 1 ? undefined : { type: 'linear', factor };
+    }
+    case 'llama3': {
+      const scaling: RopeScaling = {
+        type: 'llama3',
+        factor: num('factor'),
+        lowFreqFactor: num('low_freq_factor'),
+        highFreqFactor: num('high_freq_factor'),
+        originalContextLength: num('original_max_position_embeddings'),
+      };
+      if (!(scaling.factor > 0 && scaling.lowFreqFactor > 0 && scaling.originalContextLength > 0 && scaling.highFreqFactor > scaling.lowFreqFactor)) {
+        throw new Error(`config.json rope_scaling (llama3) has invalid parameters: ${JSON.stringify(r)}`);
+      }
+      return scaling;
+    }
+    default:
+      throw new Error(`Unsupported rope_scaling type ${JSON.stringify(type)} (config.json rope_scaling): supported are default, linear, llama3`);
+  }
 }
 
 /** GGUF `general.architecture` values this runtime runs. */
@@ -145,13 +212,19 @@ export function configFromGguf(metadata: GgufMetadata, tokenCount?: number, tens
   }
   const experts = ggufNum(metadata, `${arch}.expert_count`, 0);
   if (experts > 0) throw new Error(`Unsupported model: mixture-of-experts (${arch}.expert_count = ${experts})`);
+  // RoPE scaling: 'linear' (positions divided by the factor) is a table change; Llama 3.1-style
+  // scaling comes as the rope_freqs.weight tensor (read by openModel into ropeFreqFactors).
   const scaling = metadata[`${arch}.rope.scaling.type`];
-  if (scaling !== undefined && scaling !== 'none') {
+  const factorValue = metadata[`${arch}.rope.scaling.factor`];
+  const factor = typeof factorValue === 'number' ? factorValue : undefined;
+  let ropeScaling: RopeScaling | undefined;
+  if (scaling === 'linear') {
+    if (factor === undefined || !(factor > 0)) throw new Error(`GGUF metadata ${arch}.rope.scaling.type is linear but ${arch}.rope.scaling.factor is ${String(factorValue)}`);
+    if (factor !== 1) ropeScaling = { type: 'linear', factor };
+  } else if (scaling !== undefined && scaling !== 'none') {
     throw new Error(`Unsupported RoPE scaling type '${String(scaling)}' (${arch}.rope.scaling.type)`);
-  }
-  const factor = metadata[`${arch}.rope.scaling.factor`];
-  if (scaling === undefined && typeof factor === 'number' && factor !== 1 && factor !== 0) {
-    throw new Error(`Unsupported RoPE scaling (${arch}.rope.scaling.factor = ${factor})`);
+  } else if (scaling === undefined && factor !== undefined && factor !== 1 && factor !== 0) {
+    throw new Error(`Unsupported RoPE scaling (${arch}.rope.scaling.factor = ${factor} without ${arch}.rope.scaling.type)`);
   }
   if (metadata[`${arch}.rope.scaling.attn_factor`] !== undefined) {
     throw new Error(`Unsupported RoPE scaling (${arch}.rope.scaling.attn_factor)`);
@@ -190,6 +263,7 @@ export function configFromGguf(metadata: GgufMetadata, tokenCount?: number, tens
     tieWordEmbeddings,
     attentionBias: arch === 'qwen2',
   };
+  if (ropeScaling) config.ropeScaling = ropeScaling;
   validateConfig(config, 'GGUF metadata');
   return config;
 }
@@ -204,4 +278,19 @@ function validateConfig(c: LlamaConfig, where: string): void {
     throw new Error(`${where}: ${c.numHeads} attention heads are not a multiple of ${c.numKvHeads} key/value heads`);
   }
   if (c.headDim % 2 !== 0) throw new Error(`${where}: head size ${c.headDim} is odd (RoPE needs pairs)`);
+  if (c.rmsNormEps <= 0 || !Number.isFinite(c.rmsNormEps)) throw new Error(`${where}: rms_norm_eps must be positive (got ${c.rmsNormEps})`);
+  if (c.ropeTheta <= 0 || !Number.isFinite(c.ropeTheta)) throw new Error(`${where}: rope_theta must be positive (got ${c.ropeTheta})`);
+  if (c.ropeFreqFactors && c.ropeFreqFactors.length !== c.headDim / 2) {
+    throw new Error(`${where}: ${c.ropeFreqFactors.length} RoPE frequency factors for head size ${c.headDim} (needs ${c.headDim / 2})`);
+  }
+}
+
+/** Sets GGUF `rope_freqs.weight` (per-frequency divisors) on a config, checking its length. */
+export function withRopeFreqFactors(config: LlamaConfig, factors: Float32Array<ArrayBuffer>): LlamaConfig {
+  if (factors.length !== config.headDim / 2) {
+    throw new Error(`rope_freqs.weight has ${factors.length} values; head size ${config.headDim} needs ${config.headDim / 2}`);
+  }
+  for (const f of factors) if (!(f > 0) || !Number.isFinite(f)) throw new Error(`rope_freqs.weight holds a non-positive or non-finite factor (${f})`);
+  config.ropeFreqFactors = factors;
+  return config;
 }

@@ -15,11 +15,43 @@ import type { LlamaConfig } from './config.ts';
 import { KvCache } from './kv-cache.ts';
 import type { LlamaWeights } from './weights.ts';
 
-/** RoPE inverse frequencies: θ_i = theta^(-2i/d) for i < d/2. */
+/**
+ * RoPE inverse frequencies: θ_i = theta^(-2i/d) for i < d/2, then the config's scaling:
+ * - linear: θ_i / factor (positions divided by the factor);
+ * - llama3 (Hugging Face `_compute_llama3_parameters`): with wavelength λ_i = 2π / θ_i and
+ *   λ_lo = original_context / low_freq_factor, λ_hi = original_context / high_freq_factor,
+ *   λ_i < λ_hi keeps θ_i, λ_i > λ_lo gives θ_i / factor, and in between
+ *   s = (original_context / λ_i - low_freq_factor) / (high_freq_factor - low_freq_factor),
+ *   θ_i ((1 - s) / factor + s);
+ * - GGUF rope_freqs.weight: θ_i / rope_freqs[i] (llama.cpp's way of storing the same).
+ */
 export function ropeInverseFrequencies(config: LlamaConfig): Float32Array<ArrayBuffer> {
   const half = config.headDim / 2;
   const invFreq = new Float32Array(half);
-  for (let i = 0; i < half; i++) invFreq[i] = Math.pow(config.ropeTheta, (-2 * i) / config.headDim);
+  const scaling = config.ropeScaling;
+  const factors = config.ropeFreqFactors;
+  if (factors && factors.length !== half) {
+    throw new Error(`${factors.length} RoPE frequency factors for head size ${config.headDim} (needs ${half})`);
+  }
+  for (let i = 0; i < half; i++) {
+    let f = Math.pow(config.ropeTheta, (-2 * i) / config.headDim);
+    if (scaling?.type === 'linear') {
+      f /= scaling.factor;
+    } else if (scaling?.type === 'llama3') {
+      const { factor, lowFreqFactor, highFreqFactor, originalContextLength } = scaling;
+      const wavelen = (2 * Math.PI) / f;
+      const lowFreqWavelen = originalContextLength / lowFreqFactor;
+      const highFreqWavelen = originalContextLength / highFreqFactor;
+      if (wavelen > lowFreqWavelen) {
+        f /= factor;
+      } else if (wavelen >= highFreqWavelen) {
+        const smooth = (originalContextLength / wavelen - lowFreqFactor) / (highFreqFactor - lowFreqFactor);
+        f = ((1 - smooth) * f) / factor + smooth * f;
+      }
+    }
+    if (factors) f /= factors[i];
+    invFreq[i] = f;
+  }
   return invFreq;
 }
 
@@ -169,7 +201,8 @@ export class LlamaModel {
       // The T new positions are contiguous in the cache: one copy each for K and V.
       batch.copy(act.k, 0, cache.keys[l], startPos * cache.rowBytes, T * cache.rowBytes);
       batch.copy(act.v, 0, cache.values[l], startPos * cache.rowBytes, T * cache.rowBytes);
-      batch.attention(act.attnOut, act.q, cache.keys[l], cache.values[l], T, startPos, c.numHeads, c.numKvHeads, c.headDim);
+      // Mistral-style sliding window: each query sees at most the last c.slidingWindow positions.
+      batch.attention(act.attnOut, act.q, cache.keys[l], cache.values[l], T, startPos, c.numHeads, c.numKvHeads, c.headDim, c.slidingWindow);
       batch.matmul(act.xb2, act.attnOut, layer.wo, T);
       batch.add(act.x, act.x, act.xb2, T * d);
 

@@ -58,7 +58,7 @@ export class CpuLlama {
       k = ropeRef(k, T, c.numKvHeads, c.headDim, startPos, invFreq, c.ropePairing);
       this.kCache[l].set(k, startPos * kvDim);
       this.vCache[l].set(v, startPos * kvDim);
-      const att = attentionRef(q, this.kCache[l], this.vCache[l], T, startPos, c.numHeads, c.numKvHeads, c.headDim);
+      const att = attentionRef(q, this.kCache[l], this.vCache[l], T, startPos, c.numHeads, c.numKvHeads, c.headDim, c.slidingWindow);
       x = addRef(x, matmulRef(att, layer.wo, T, d, qDim));
 
       xb = rmsNormRef(x, layer.ffnNorm, T, d, c.rmsNormEps);
