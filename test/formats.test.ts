@@ -83,9 +83,9 @@ describe('GGUF header', () => {
   it('names the tensor and the type of an unsupported tensor type', async () => {
     const file = buildGguf({ 'general.architecture': { type: 'string', value: 'llama' } }, [
       { name: 'token_embd.weight', ne: [32, 2], ggmlType: 0, data: new Uint8Array(256) },
-      { name: 'blk.0.attn_q.weight', ne: [32, 1], ggmlType: 2, data: new Uint8Array(18) },
+      { name: 'blk.0.attn_q.weight', ne: [256, 1], ggmlType: 10, data: new Uint8Array(84) },
     ]);
-    await expect(readGgufHeader(memorySource('q.gguf', file))).rejects.toThrow(/blk\.0\.attn_q\.weight.*Q4_0/);
+    await expect(readGgufHeader(memorySource('q.gguf', file))).rejects.toThrow(/blk\.0\.attn_q\.weight.*Q2_K/);
   });
 
   it('honours general.alignment and rejects a truncated file', async () => {
@@ -191,14 +191,16 @@ describe('config', () => {
     const qwen = configFromHf({ ...base, architectures: ['Qwen2ForCausalLM'], num_key_value_heads: 2, tie_word_embeddings: true, rope_theta: 1e6, sliding_window: 32, use_sliding_window: false, max_position_embeddings: 4096 });
     expect(qwen).toMatchObject({ architecture: 'qwen2', attentionBias: true, numKvHeads: 2, headDim: 16, ropeTheta: 1e6, contextLength: 4096, tieWordEmbeddings: true });
     const mistral = configFromHf({ ...base, architectures: ['MistralForCausalLM'], sliding_window: 1024, max_position_embeddings: 32768 });
-    expect(mistral).toMatchObject({ architecture: 'mistral', numKvHeads: 4, ropeTheta: 10000, contextLength: 1024, tieWordEmbeddings: false });
+    expect(mistral).toMatchObject({ architecture: 'mistral', numKvHeads: 4, ropeTheta: 10000, contextLength: 32768, slidingWindow: 1024, tieWordEmbeddings: false });
+    expect(qwen.slidingWindow).toBeUndefined();
     expect(configFromHf({ ...base, architectures: ['LlamaForCausalLM'], head_dim: 32 }).headDim).toBe(32);
   });
 
   it('names what is unsupported', () => {
     const base = { hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, vocab_size: 100 };
     expect(() => configFromHf({ ...base, architectures: ['GemmaForCausalLM'] })).toThrow(/GemmaForCausalLM/);
-    expect(() => configFromHf({ ...base, architectures: ['LlamaForCausalLM'], rope_scaling: { rope_type: 'llama3', factor: 32 } })).toThrow(/rope_scaling.*llama3|llama3.*rope_scaling/);
+    expect(() => configFromHf({ ...base, architectures: ['LlamaForCausalLM'], rope_scaling: { rope_type: 'yarn', factor: 4 } })).toThrow(/rope_scaling.*yarn|yarn.*rope_scaling/);
+    expect(() => configFromHf({ ...base, architectures: ['LlamaForCausalLM'], rope_scaling: { rope_type: 'llama3', factor: 32 } })).toThrow(/low_freq_factor/);
     expect(() => configFromHf({ ...base, architectures: ['MistralForCausalLM'], num_local_experts: 8 })).toThrow(/mixture-of-experts/);
     expect(() => configFromHf({ ...base, architectures: ['LlamaForCausalLM'], hidden_act: 'gelu' })).toThrow(/gelu/);
     const gguf = { 'general.architecture': 'llama', 'llama.embedding_length': 64, 'llama.block_count': 2, 'llama.feed_forward_length': 128, 'llama.attention.head_count': 4, 'llama.context_length': 512 };

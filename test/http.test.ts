@@ -242,7 +242,7 @@ describe('cli', () => {
   function io(engine?: ApiEngine | Error) {
     const out: string[] = [];
     const err: string[] = [];
-    const loads: [string, { id?: string }][] = [];
+    const loads: [string, { id?: string; weightStorage?: string }][] = [];
     return {
       out,
       err,
@@ -250,7 +250,7 @@ describe('cli', () => {
       io: {
         stdout: { write: (s: string) => out.push(s) },
         stderr: { write: (s: string) => err.push(s) },
-        loadModel: async (path: string, options: { id?: string }) => {
+        loadModel: async (path: string, options: { id?: string; weightStorage?: string }) => {
           loads.push([path, options]);
           if (engine instanceof Error) throw engine;
           return engine ?? fakeEngine();
@@ -273,6 +273,12 @@ describe('cli', () => {
     expect(code).toBe(0);
     expect(t.out.join('')).toBe(' there was a little robot\n');
     expect(t.loads).toEqual([['models/x.gguf', {}]]);
+  });
+
+  it('passes --weight-storage to the loader', async () => {
+    const t = io();
+    expect(await runCli(['complete', '--model', 'hf-folder', '--prompt', PROMPT, '--max-tokens', '1', '--weight-storage', 'q4_0'], t.io)).toBe(0);
+    expect(t.loads).toEqual([['hf-folder', { weightStorage: 'q4_0' }]]);
   });
 
   it('passes stop strings, sampling extensions, logit bias and --json parameters', async () => {
@@ -322,6 +328,7 @@ describe('cli', () => {
       [['complete', '--model', 'x', '--prompt', 'y', '--json', '[1]'], /--json must be a JSON object/],
       [['complete', '--model', 'x', '--prompt', 'y', '--json', '{oops'], /--json must be a JSON object/],
       [['complete', '--model', 'x', '--prompt', 'y', '--top-k', '1.5'], /--top-k must be an integer/],
+      [['serve', '--model', 'x', '--weight-storage', 'q2'], /--weight-storage must be one of f16, f32, source, q8_0, q4_0, got 'q2'/],
     ];
     for (const [argv, message] of cases) {
       const t = io();

@@ -3,7 +3,7 @@ import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
 import { filesFromMemory } from '../src/model/files.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/model/open-model.ts';
-import { f16ToF32, toFloat32 } from '../src/model/weights.ts';
+import { f16ToF32, requiredTensors, toFloat32 } from '../src/model/weights.ts';
 import { filesFromPath } from '../src/node/files.ts';
 import { buildSafetensors, readBytes, STORIES_GGUF, STORIES_HF, TINY_GGUF, TINY_HF } from './helpers/model-files.ts';
 
@@ -83,7 +83,12 @@ describe('weight upload', () => {
         const downloads = events.filter((e) => e.phase === 'download');
         for (let i = 1; i < downloads.length; i++) expect(downloads[i].loadedBytes).toBeGreaterThanOrEqual(downloads[i - 1].loadedBytes);
         expect(downloads[downloads.length - 1].loadedBytes).toBe(model.totalBytes);
-        expect(events[events.length - 1]).toEqual({ phase: 'upload', loadedBytes: model.totalBytes, totalBytes: model.totalBytes });
+        const totalTensors = requiredTensors(config).length;
+        expect(events[events.length - 1]).toEqual({
+          phase: 'upload', loadedBytes: model.totalBytes, totalBytes: model.totalBytes, loadedTensors: totalTensors, totalTensors,
+        });
+        for (let i = 1; i < downloads.length; i++) expect(downloads[i].loadedTensors).toBeGreaterThanOrEqual(downloads[i - 1].loadedTensors);
+        expect(downloads[downloads.length - 1].loadedTensors).toBe(totalTensors);
       } finally {
         weights.destroy();
       }
@@ -166,7 +171,9 @@ describe('weight upload', () => {
       expect(await asF32(weights.layers[0].bk!)).toEqual([0, 1].map((i) => f16ToF32(bk[2 * i] | (bk[2 * i + 1] << 8))));
       const bv = byName.get('model.layers.0.self_attn.v_proj.bias')!.data;
       expect(await asF32(weights.layers[0].bv!)).toEqual([...new Float32Array(bv.slice().buffer)]);
-      expect(events[events.length - 1]).toEqual({ phase: 'upload', loadedBytes: model.totalBytes, totalBytes: model.totalBytes });
+      expect(events[events.length - 1]).toEqual({
+        phase: 'upload', loadedBytes: model.totalBytes, totalBytes: model.totalBytes, loadedTensors: 14, totalTensors: 14,
+      });
     } finally {
       weights.destroy();
     }

@@ -1,9 +1,14 @@
-// From model files to a ready generator: open (headers, config, tokenizer), upload weights, allocate the KV cache.
+// From model files to a ready generator: open (headers, config, tokenizer), plan the weights' GPU
+// storage and check what the model needs against the device (before allocating anything), upload
+// the weights, allocate the KV cache.
 import type { GpuContext } from '../gpu/device.ts';
 import type { ModelFiles } from '../model/files.ts';
 import { LlamaModel } from '../model/llama.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../model/open-model.ts';
+import { planWeightStorage, type WeightStorage } from '../model/weights.ts';
 import { LlamaGenerator } from './generator.ts';
+import { checkMemory, estimateMemory } from './memory.ts';
+import type { ModelInfo } from './types.ts';
 
 export interface LoadOptions {
   /** The id requests name in `model`; defaults to the file or folder name. */
@@ -14,7 +19,25 @@ export interface LoadOptions {
   contextLength?: number;
   /** Most requests that may wait for the GPU before new ones are refused. */
   maxQueued?: number;
+  /**
+   * How Hugging Face (f32 / f16 / bf16) matrices are stored on the GPU (default 'f16'):
+   * 'f16' packed halves (f32 and bf16 converted while loading; values beyond ±65504 are clamped,
+   * with a warning); 'f32'; 'source' (the file's own type); 'q8_0' / 'q4_0' quantized at load into
+   * ggml blocks of 32 weights (about 1.06 / 0.56 bytes a weight; a matrix whose rows are not a
+   * multiple of 32 stays f16). GGUF files keep their tensors' types (option ignored).
+   * `info.storage` reports the result per tensor.
+   */
+  weightStorage?: WeightStorage;
+  /**
+   * GPU memory the model may take, in bytes. WebGPU cannot tell how much memory a device has
+   * free, so without a budget only the per-buffer limits are checked; with one, a model whose
+   * weights + KV cache + estimated activations exceed it is refused before anything is allocated,
+   * with an error naming needed vs available.
+   */
+  memoryBudgetBytes?: number;
   onProgress?: (progress: LoadProgress) => void;
+  /** Load warnings (such as weights clamped to the f16 range); default console.warn. */
+  onWarning?: (message: string) => void;
 }
 
 export const DEFAULT_MAX_CONTEXT = 4096;
@@ -24,16 +47,27 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const config = opened.config;
   const capacity = options.contextLength ?? Math.min(config.contextLength, DEFAULT_MAX_CONTEXT);
   if (!Number.isInteger(capacity) || capacity < 1) throw new Error(`contextLength must be a positive integer, got ${capacity}`);
-  const weights = await uploadLlamaWeights(ctx, opened, options.onProgress);
+  const weightStorage = options.weightStorage ?? 'f16';
+  const storage = opened.format === 'gguf' ? 'source' : weightStorage;
+  const plan = planWeightStorage(config, opened.tensors, storage);
+  const estimate = estimateMemory(config, plan, capacity);
+  const id = options.id ?? files.id;
+  checkMemory(estimate, plan, ctx.limits, options.memoryBudgetBytes, { modelId: id, storage, contextLength: capacity });
+  const weights = await uploadLlamaWeights(ctx, opened, options.onProgress, { storage, onWarning: options.onWarning });
   const model = await LlamaModel.create(ctx, config, weights);
-  const info = {
-    id: options.id ?? files.id,
+  const info: ModelInfo = {
+    id,
     aliases: options.aliases ?? [],
     architecture: config.architecture,
     contextLength: capacity,
     vocabSize: config.vocabSize,
     format: opened.format,
     created: Math.floor(Date.now() / 1000),
+    storage: {
+      weightStorage: storage,
+      tensors: Object.fromEntries([...plan.tensors].map(([name, s]) => [name, { ...s }])),
+      ...estimate,
+    },
   };
   return new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity), { maxQueued: options.maxQueued });
 }

@@ -1,5 +1,6 @@
 // The contract between the request layer (src/api) and the generation loop (src/engine).
 import type { TextTokenizer } from '../tokenizer/types.ts';
+import type { WeightDType } from '../gpu/tensor.ts';
 
 export interface SamplingParams {
   /** 0 = greedy (argmax). */
@@ -44,6 +45,23 @@ export interface ModelInfo {
   format: 'gguf' | 'safetensors';
   /** Unix seconds when the model was loaded (GET /v1/models `created`). */
   created: number;
+  /** How the weights are stored on the GPU and what the model takes there (set by loadGenerator). */
+  storage?: ModelStorageInfo;
+}
+
+export interface ModelStorageInfo {
+  /** The `weightStorage` the weights were loaded with ('source' for GGUF files, whose tensors keep their types). */
+  weightStorage: 'f16' | 'f32' | 'source' | 'q8_0' | 'q4_0';
+  /** Every uploaded tensor by canonical Hugging Face name: its GPU storage type and buffer size. */
+  tensors: Record<string, { dtype: WeightDType; bytes: number }>;
+  /** Sum of the weight buffers. */
+  weightBytes: number;
+  /** The KV cache for `contextLength` positions. */
+  kvCacheBytes: number;
+  /** Estimated activation buffers (a prefill of `contextLength` tokens). */
+  activationBytes: number;
+  /** weightBytes + kvCacheBytes + activationBytes: what memoryBudgetBytes is compared with. */
+  totalBytes: number;
 }
 
 /**

@@ -4,7 +4,7 @@
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { createHfTokenizer } from '../tokenizer/hf-tokenizer.ts';
 import { tokenizerFromGguf } from '../tokenizer/gguf-tokenizer.ts';
-import { configFromGguf, configFromHf, type LlamaConfig } from './config.ts';
+import { configFromGguf, configFromHf, withRopeFreqFactors, type LlamaConfig } from './config.ts';
 import { readJsonFile, type ByteSource, type ModelFiles } from './files.ts';
 import { readGgufHeader, type GgufMetadata, type GgufTensorType } from './formats/gguf.ts';
 import { readSafetensorsCheckpoint, type SafetensorsDType } from './formats/safetensors.ts';
@@ -12,8 +12,10 @@ import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf } from './tensor-n
 import { checkTensors, weightBytes, type ModelTensor, type WeightSource } from './weights.ts';
 import type { WeightDType } from '../gpu/tensor.ts';
 
-export { uploadLlamaWeights } from './weights.ts';
-export type { LlamaWeights, LlamaLayerWeights, LoadProgress, LoadProgressCallback, ModelTensor, UploadOptions } from './weights.ts';
+export { planWeightStorage, uploadLlamaWeights } from './weights.ts';
+export type {
+  LlamaWeights, LlamaLayerWeights, LoadProgress, LoadProgressCallback, ModelTensor, TensorStorage, UploadOptions, WeightStorage, WeightStoragePlan,
+} from './weights.ts';
 
 export interface OpenedModel extends WeightSource {
   /** Default model id (folder name, or GGUF file name without `.gguf`). */
@@ -31,7 +33,10 @@ export interface OpenedModel extends WeightSource {
   ggufMetadata?: GgufMetadata;
 }
 
-const GGUF_DTYPES: Record<GgufTensorType, WeightDType> = { F32: 'f32', F16: 'f16', BF16: 'bf16' };
+const GGUF_DTYPES: Record<GgufTensorType, WeightDType> = {
+  F32: 'f32', F16: 'f16', BF16: 'bf16',
+  Q4_0: 'q4_0', Q4_1: 'q4_1', Q5_0: 'q5_0', Q5_1: 'q5_1', Q8_0: 'q8_0', Q4_K: 'q4_k', Q5_K: 'q5_k', Q6_K: 'q6_k',
+};
 const SAFETENSORS_DTYPES: Record<SafetensorsDType, WeightDType> = { F32: 'f32', F16: 'f16', BF16: 'bf16' };
 
 /** Reads the headers of a model: a single GGUF file, or a Hugging Face folder. */
@@ -44,10 +49,17 @@ async function openGguf(files: ModelFiles, fileName: string): Promise<OpenedMode
   if (!source) throw new Error(`Missing GGUF file ${fileName}`);
   const header = await readGgufHeader(source);
   const { metadata } = header;
-  if (header.tensors.some((t) => t.name === 'rope_freqs.weight')) {
-    throw new Error('Unsupported RoPE scaling: the GGUF has rope_freqs.weight (Llama 3.1-style frequency factors)');
-  }
   const config = configFromGguf(metadata, undefined, header.tensors.map((t) => t.name));
+  // Llama 3.1-style RoPE scaling: a small F32 tensor of per-frequency divisors, read into the config.
+  const ropeFreqs = header.tensors.find((t) => t.name === 'rope_freqs.weight');
+  if (ropeFreqs) {
+    if (ropeFreqs.ggmlType !== 0) throw new Error(`rope_freqs.weight has ggml type ${ropeFreqs.ggmlType}; only F32 is supported for it`);
+    const bytes = await source.read(ropeFreqs.offset, ropeFreqs.byteLength);
+    const factors = new Float32Array(ropeFreqs.byteLength / 4);
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    for (let i = 0; i < factors.length; i++) factors[i] = view.getFloat32(i * 4, true);
+    withRopeFreqFactors(config, factors);
+  }
   const tensors = new Map<string, ModelTensor>();
   for (const t of header.tensors) {
     const name = hfNameFromGguf(t.name);

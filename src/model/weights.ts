@@ -2,11 +2,17 @@
 // of a few MiB, and every chunk goes to its GPU buffers with queue.writeBuffer at the right offset.
 // The JS side never holds a whole file or a whole large tensor.
 //
-// 2-D matrices keep their storage bytes (f32; f16 / bf16 packed two per u32); 1-D tensors (norm
-// weights, biases) are tiny and are converted to f32 on the CPU.
+// 2-D matrices are stored per the `storage` option (see WeightStorage): GGUF's quantized blocks
+// always as they are (decoded in the kernels); f32 / f16 / bf16 matrices either keep their bytes
+// ('source') or are converted chunk by chunk while streaming: to f16 (the loader's default for
+// Hugging Face models), to f32, or quantized to Q8_0 / Q4_0 blocks of 32 weights along a row.
+// 1-D tensors (norm weights, biases) are tiny and are converted to f32 on the CPU (they must be
+// f32, f16 or bf16, as GGUF files store them).
 import type { GpuContext } from '../gpu/device.ts';
 import type { GpuMatrix, WeightDType } from '../gpu/tensor.ts';
 import type { LlamaConfig } from './config.ts';
+import { checkWeightShape, isQuantized, weightByteSize } from '../gpu/weight-formats.ts';
+import { F16_MAX, quantizeValues, toF16Clamped } from './quantize.ts';
 import { DEFAULT_CHUNK_SIZE, type ByteSource, type ModelFiles } from './files.ts';
 import { GLOBAL_TENSOR_NAMES, layerTensorNames } from './tensor-names.ts';
 
@@ -36,11 +42,69 @@ export interface WeightSource {
 }
 
 export interface LoadProgress {
+  /** Bytes of the source files read so far (tensor data only). */
   loadedBytes: number;
   totalBytes: number;
+  /** Tensors completely read and handed to the GPU queue. */
+  loadedTensors: number;
+  totalTensors: number;
   /** 'download': bytes read from the source and handed to the GPU queue (the long part);
    * 'upload': the GPU has finished taking them (reported once, at the end). */
   phase: 'download' | 'upload';
+}
+
+/**
+ * How f32 / f16 / bf16 matrices (Hugging Face weights) are kept on the GPU:
+ * - 'f16': packed f16 (f32 and bf16 converted while streaming; values beyond ±65504 are clamped
+ *   to it, with one warning giving their count);
+ * - 'f32': f32 (twice the memory of f16; exact for f32 and bf16 files);
+ * - 'source': the file's own type, bytes as they are;
+ * - 'q8_0' / 'q4_0': quantized at load to ggml's Q8_0 (8.5 bits a weight) or Q4_0 (4.5 bits)
+ *   blocks of 32 weights of a row. A matrix whose rows are not a multiple of 32 falls back to f16.
+ * Block-quantized GGUF tensors always keep their file type; vectors are always f32.
+ */
+export type WeightStorage = 'f16' | 'f32' | 'source' | 'q8_0' | 'q4_0';
+
+export const WEIGHT_STORAGES: readonly WeightStorage[] = ['f16', 'f32', 'source', 'q8_0', 'q4_0'];
+
+/** Where one tensor lives on the GPU. */
+export interface TensorStorage {
+  dtype: WeightDType;
+  /** Size of its GPU buffer. */
+  bytes: number;
+}
+
+/** The storage of every tensor a model uploads, by canonical name, and the total bytes. */
+export interface WeightStoragePlan {
+  tensors: Map<string, TensorStorage>;
+  totalBytes: number;
+}
+
+/** The GPU storage type of tensor `t` under `storage` (see WeightStorage). */
+export function storageDType(t: ModelTensor, storage: WeightStorage): WeightDType {
+  if (t.shape.length === 1) return 'f32';
+  if (isQuantized(t.dtype) || storage === 'source') return t.dtype;
+  if (storage === 'q8_0' || storage === 'q4_0') return t.shape[1] % 32 === 0 ? storage : 'f16';
+  return storage;
+}
+
+/** Storage type and buffer size of each tensor a Llama model uploads (throws on an unknown `storage`). */
+export function planWeightStorage(config: LlamaConfig, tensors: ReadonlyMap<string, ModelTensor>, storage: WeightStorage = 'source'): WeightStoragePlan {
+  if (!WEIGHT_STORAGES.includes(storage)) {
+    throw new Error(`Unknown weight storage ${JSON.stringify(storage)}; expected one of ${WEIGHT_STORAGES.join(', ')}`);
+  }
+  const out = new Map<string, TensorStorage>();
+  let totalBytes = 0;
+  for (const { name } of requiredTensors(config)) {
+    const t = tensors.get(name);
+    if (!t) continue;
+    const dtype = storageDType(t, storage);
+    const elements = t.shape.reduce((a, b) => a * b, 1);
+    const bytes = Math.max(4, t.shape.length === 1 ? elements * 4 : dtype === t.dtype ? align4(t.byteLength) : weightByteSize(dtype, elements));
+    out.set(name, { dtype, bytes });
+    totalBytes += bytes;
+  }
+  return { tensors: out, totalBytes };
 }
 
 export type LoadProgressCallback = (p: LoadProgress) => void;
@@ -74,6 +138,10 @@ export interface UploadOptions {
   chunkSize?: number;
   /** Wait for the GPU queue after this many bytes were written, bounding staging memory (default 64 MiB). */
   flushBytes?: number;
+  /** How f32 / f16 / bf16 matrices are stored (default 'source': as in the file). */
+  storage?: WeightStorage;
+  /** Receives warnings (values clamped to the f16 range); default console.warn. */
+  onWarning?: (message: string) => void;
 }
 
 /** The tensors a Llama model uses, with the shape each must have: [name, shape, kind]. */
@@ -172,6 +240,76 @@ class MatrixSink implements TensorSink {
   }
 }
 
+/** Elements converted per step by ConvertingSink: a multiple of the 32-weight blocks. */
+const CONVERT_ELEMENTS = 1 << 16;
+
+/**
+ * Converts an f32 / f16 / bf16 matrix while it streams: source bytes are gathered into a staging
+ * array of CONVERT_ELEMENTS elements (whole Q8_0 / Q4_0 blocks, since rows are multiples of 32),
+ * which is converted and written at the next output offset. Holds at most one step in JS.
+ */
+class ConvertingSink implements TensorSink {
+  private readonly srcBytes: number;
+  /** Allocated at the first write and dropped at finish: only the tensor being streamed holds one. */
+  private pending: Uint8Array | null = null;
+  private filled = 0;
+  private written = 0;
+  constructor(
+    private readonly queue: GPUQueue,
+    private readonly buffer: GPUBuffer,
+    private readonly from: 'f32' | 'f16' | 'bf16',
+    private readonly to: 'f32' | 'f16' | 'q8_0' | 'q4_0',
+    private readonly stats: { clamped: number },
+  ) {
+    this.srcBytes = from === 'f32' ? 4 : 2;
+  }
+
+  write(piece: Uint8Array): void {
+    const pending = (this.pending ??= new Uint8Array(CONVERT_ELEMENTS * this.srcBytes));
+    let at = 0;
+    while (at < piece.length) {
+      const n = Math.min(piece.length - at, pending.length - this.filled);
+      pending.set(piece.subarray(at, at + n), this.filled);
+      this.filled += n;
+      at += n;
+      if (this.filled === pending.length) this.flush(pending);
+    }
+  }
+
+  finish(): void {
+    if (this.pending && this.filled > 0) this.flush(this.pending);
+    this.pending = null;
+  }
+
+  private flush(pending: Uint8Array): void {
+    const values = toFloat32(pending.subarray(0, this.filled - (this.filled % this.srcBytes)), this.from, convertScratch.values);
+    this.filled = 0;
+    let out: Uint8Array;
+    if (this.to === 'f32') {
+      out = new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+    } else if (this.to === 'f16') {
+      const halves = convertScratch.halves.subarray(0, values.length + (values.length & 1)); // whole u32 words
+      halves[halves.length - 1] = 0;
+      this.stats.clamped += toF16Clamped(values, halves);
+      out = new Uint8Array(halves.buffer, halves.byteOffset, halves.byteLength);
+    } else {
+      const blocks = quantizeValues(this.to, values, convertScratch.blocks);
+      out = convertScratch.blocks.subarray(0, align4(blocks.length)); // only the last step can be unaligned
+      out.fill(0, blocks.length);
+    }
+    // (writeBuffer copies the data at once, so the scratch arrays are free again on return.)
+    this.queue.writeBuffer(this.buffer, this.written, out as Uint8Array<ArrayBuffer>, 0, out.length);
+    this.written += out.length;
+  }
+}
+
+/** Scratch arrays of ConvertingSink's steps, shared: steps run one at a time, synchronously. */
+const convertScratch = {
+  values: new Float32Array(CONVERT_ELEMENTS),
+  halves: new Uint16Array(CONVERT_ELEMENTS),
+  blocks: new Uint8Array((CONVERT_ELEMENTS / 32) * 34),
+};
+
 /** Collects a small 1-D tensor, converts it to f32 and writes it. */
 class VectorSink implements TensorSink {
   private readonly bytes: Uint8Array;
@@ -189,23 +327,31 @@ class VectorSink implements TensorSink {
   }
 }
 
-/** Element values of f32 / f16 / bf16 little-endian bytes, as f32. */
-export function toFloat32(bytes: Uint8Array, dtype: WeightDType): Float32Array {
+/** Element values of f32 / f16 / bf16 little-endian bytes, as f32 (into `out` when given: at least as long). */
+export function toFloat32(bytes: Uint8Array, dtype: WeightDType, out?: Float32Array): Float32Array {
+  if (isQuantized(dtype)) throw new Error(`toFloat32: ${dtype} is a block-quantized type`);
+  const n = Math.floor(bytes.byteLength / (dtype === 'f32' ? 4 : 2));
+  const result = out ? out.subarray(0, n) : new Float32Array(n);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (dtype === 'f32') {
-    const out = new Float32Array(bytes.byteLength / 4);
-    for (let i = 0; i < out.length; i++) out[i] = view.getFloat32(4 * i, true);
-    return out;
+    // A byte copy on little-endian hosts (all that run WebGPU); element by element otherwise.
+    if (LITTLE_ENDIAN) new Uint8Array(result.buffer, result.byteOffset, 4 * n).set(bytes.subarray(0, 4 * n));
+    else for (let i = 0; i < n; i++) result[i] = view.getFloat32(4 * i, true);
+    return result;
   }
-  const out = new Float32Array(bytes.byteLength / 2);
   if (dtype === 'bf16') {
-    const u32 = new Uint32Array(out.buffer);
-    for (let i = 0; i < out.length; i++) u32[i] = view.getUint16(2 * i, true) << 16;
-    return out;
+    const u32 = new Uint32Array(result.buffer, result.byteOffset, n);
+    for (let i = 0; i < n; i++) u32[i] = view.getUint16(2 * i, true) << 16;
+    return result;
   }
-  for (let i = 0; i < out.length; i++) out[i] = f16ToF32(view.getUint16(2 * i, true));
-  return out;
+  const table = (f16Table ??= Float32Array.from({ length: 65536 }, (_, h) => f16ToF32(h)));
+  for (let i = 0; i < n; i++) result[i] = table[view.getUint16(2 * i, true)];
+  return result;
 }
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+/** f32 value of every f16 bit pattern (256 KiB, built on first use). */
+let f16Table: Float32Array | undefined;
 
 export function f16ToF32(h: number): number {
   const sign = h & 0x8000 ? -1 : 1;
@@ -214,6 +360,17 @@ export function f16ToF32(h: number): number {
   if (exp === 0) return sign * frac * 2 ** -24;
   if (exp === 31) return frac ? NaN : sign * Infinity;
   return sign * (1 + frac / 1024) * 2 ** (exp - 15);
+}
+
+/** Throws unless a tensor's buffer fits the device's per-buffer and per-binding limits. */
+export function checkTensorFits(name: string, storage: TensorStorage, limits: { maxStorageBufferBindingSize: number; maxBufferSize: number }): void {
+  const maxBuffer = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
+  if (storage.bytes > maxBuffer) {
+    const which = limits.maxStorageBufferBindingSize <= limits.maxBufferSize ? 'maxStorageBufferBindingSize' : 'maxBufferSize';
+    throw new Error(
+      `Tensor ${name} needs a ${storage.bytes}-byte GPU buffer (${storage.dtype}); this device allows at most ${maxBuffer} bytes per storage buffer (${which})`,
+    );
+  }
 }
 
 /** Tensors closer than this in a file are read in one streamed range (the gap is read and dropped). */
@@ -234,18 +391,23 @@ export async function uploadLlamaWeights(
   checkTensors(config, tensors);
   const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
   const flushBytes = options.flushBytes ?? 64 << 20;
-  const maxBuffer = Math.min(ctx.limits.maxStorageBufferBindingSize, ctx.limits.maxBufferSize);
+  const plan = planWeightStorage(config, tensors, options.storage ?? 'source');
 
   const required = requiredTensors(config);
-  // Check every size before allocating anything.
+  // Check every storage type and size before allocating anything.
   for (const { name } of required) {
     const t = tensors.get(name)!;
-    const size = t.shape.length === 1 ? t.shape[0] * 4 : align4(t.byteLength);
-    if (size > maxBuffer) {
-      throw new Error(
-        `Tensor ${name} needs a ${size}-byte GPU buffer; this device allows at most ${maxBuffer} bytes per storage buffer`,
-      );
+    if (t.shape.length === 1 && isQuantized(t.dtype)) {
+      throw new Error(`Tensor ${name} (${t.sourceName}) is a vector stored as ${t.dtype}; vectors must be f32, f16 or bf16`);
     }
+    if (t.shape.length === 2 && isQuantized(t.dtype)) {
+      checkWeightShape(t.dtype, t.shape[0], t.shape[1], `Tensor ${name} (${t.sourceName})`);
+      const expected = weightByteSize(t.dtype, t.shape[0] * t.shape[1]);
+      if (align4(t.byteLength) !== expected) {
+        throw new Error(`Tensor ${name} (${t.sourceName}) has ${t.byteLength} bytes; a ${t.dtype} [${t.shape.join(', ')}] matrix has ${expected}`);
+      }
+    }
+    checkTensorFits(name, plan.tensors.get(name)!, ctx.limits);
   }
 
   const buffers: GPUBuffer[] = [];
@@ -253,10 +415,14 @@ export async function uploadLlamaWeights(
   const vectors = new Map<string, GPUBuffer>();
   const jobs: { tensor: ModelTensor; sink: TensorSink }[] = [];
   const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+  const stats = { clamped: 0 };
   let totalBytes = 0;
+  const totalTensors = required.length;
+  let loadedTensors = 0;
   try {
     for (const { name, shape } of required) {
       const t = tensors.get(name)!;
+      const target = plan.tensors.get(name)!;
       totalBytes += t.byteLength;
       if (shape.length === 1) {
         const buffer = device.createBuffer({ label: name, size: shape[0] * 4, usage });
@@ -264,10 +430,13 @@ export async function uploadLlamaWeights(
         vectors.set(name, buffer);
         jobs.push({ tensor: t, sink: new VectorSink(device.queue, buffer, t) });
       } else {
-        const buffer = device.createBuffer({ label: name, size: Math.max(4, align4(t.byteLength)), usage });
+        const buffer = device.createBuffer({ label: name, size: target.bytes, usage });
         buffers.push(buffer);
-        matrices.set(name, { buffer, dtype: t.dtype, rows: shape[0], cols: shape[1] });
-        jobs.push({ tensor: t, sink: new MatrixSink(device.queue, buffer) });
+        matrices.set(name, { buffer, dtype: target.dtype, rows: shape[0], cols: shape[1] });
+        const sink = target.dtype === t.dtype
+          ? new MatrixSink(device.queue, buffer)
+          : new ConvertingSink(device.queue, buffer, t.dtype as 'f32' | 'f16' | 'bf16', target.dtype as 'f32' | 'f16' | 'q8_0' | 'q4_0', stats);
+        jobs.push({ tensor: t, sink });
       }
     }
 
@@ -310,11 +479,12 @@ export async function uploadLlamaWeights(
             }
             if (tEnd <= chunkEnd) {
               sink.finish();
+              loadedTensors++;
               k++;
             } else break;
           }
           position = chunkEnd;
-          onProgress?.({ loadedBytes: loaded, totalBytes, phase: 'download' });
+          onProgress?.({ loadedBytes: loaded, totalBytes, loadedTensors, totalTensors, phase: 'download' });
           if (sinceFlush >= flushBytes) {
             sinceFlush = 0;
             await device.queue.onSubmittedWorkDone();
@@ -325,7 +495,12 @@ export async function uploadLlamaWeights(
       }
     }
     await device.queue.onSubmittedWorkDone();
-    onProgress?.({ loadedBytes: loaded, totalBytes, phase: 'upload' });
+    if (stats.clamped > 0) {
+      (options.onWarning ?? console.warn)(
+        `${stats.clamped} weight${stats.clamped === 1 ? '' : 's'} beyond the f16 range were clamped to ±${F16_MAX} when converting to f16`,
+      );
+    }
+    onProgress?.({ loadedBytes: loaded, totalBytes, loadedTensors, totalTensors, phase: 'upload' });
   } catch (e) {
     for (const b of buffers) b.destroy();
     throw e;

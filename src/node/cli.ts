@@ -1,5 +1,5 @@
 // The `webgpu-llama` command (bin/webgpu-llama.mjs runs this file from source).
-//   webgpu-llama serve --model PATH [--id NAME] [--host 127.0.0.1] [--port 8080]
+//   webgpu-llama serve --model PATH [--id NAME] [--weight-storage TYPE] [--host 127.0.0.1] [--port 8080]
 //   webgpu-llama complete --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P] [--seed S]
 //                         [--stop TEXT]... [--top-k K] [--min-p P] [--repetition-penalty R]
 //                         [--presence-penalty P] [--frequency-penalty F] [--logit-bias ID=BIAS]...
@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import { createCompletion, type CompletionChunk } from '../api/completions.ts';
 import { errorMessage } from '../api/errors.ts';
 import type { ApiEngine } from '../api/handler.ts';
+import { WEIGHT_STORAGES, type WeightStorage } from '../model/weights.ts';
 import { startServer, type RunningServer } from './http.ts';
 
 export const USAGE = `Usage:
@@ -29,11 +30,12 @@ export const USAGE = `Usage:
 
 --model is a model file or folder (GGUF file, or a Hugging Face folder with config.json,
 *.safetensors and tokenizer.json). --id is the name the model answers to in requests
-(default: derived from the path).
+(default: derived from the path). --weight-storage f16|f32|source|q8_0|q4_0 sets how a Hugging
+Face model's weights are kept on the GPU (default f16; GGUF files keep their types).
 `;
 
 /** How the CLI loads a model (src/node/index.ts loadModelFromPath by default). */
-export type ModelLoader = (path: string, options: { id?: string }) => Promise<ApiEngine>;
+export type ModelLoader = (path: string, options: { id?: string; weightStorage?: WeightStorage }) => Promise<ApiEngine>;
 
 export interface CliIo {
   loadModel?: ModelLoader;
@@ -75,6 +77,7 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
         help: { type: 'boolean', short: 'h' },
         model: { type: 'string', short: 'm' },
         id: { type: 'string' },
+        'weight-storage': { type: 'string' },
         host: { type: 'string' },
         port: { type: 'string' },
         prompt: { type: 'string', short: 'p' },
@@ -103,7 +106,14 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
     if (command !== 'serve' && command !== 'complete') throw new UsageError(`unknown command '${command}'`);
     const modelPath = values.model;
     if (!modelPath) throw new UsageError('--model PATH is required');
-    const loadOptions = values.id === undefined ? {} : { id: values.id };
+    const weightStorage = values['weight-storage'];
+    if (weightStorage !== undefined && !(WEIGHT_STORAGES as readonly string[]).includes(weightStorage)) {
+      throw new UsageError(`--weight-storage must be one of ${WEIGHT_STORAGES.join(', ')}, got '${weightStorage}'`);
+    }
+    const loadOptions = {
+      ...(values.id === undefined ? {} : { id: values.id }),
+      ...(weightStorage === undefined ? {} : { weightStorage: weightStorage as WeightStorage }),
+    };
 
     const completeOnly = [
       'prompt', 'max-tokens', 'temperature', 'top-p', 'seed', 'stop', 'top-k', 'min-p', 'repetition-penalty',

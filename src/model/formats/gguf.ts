@@ -8,13 +8,13 @@ export type GgufValue = number | bigint | boolean | string | GgufValue[];
 export type GgufMetadata = Record<string, GgufValue>;
 
 /** Storage types this runtime reads. */
-export type GgufTensorType = 'F32' | 'F16' | 'BF16';
+export type GgufTensorType = 'F32' | 'F16' | 'BF16' | 'Q4_0' | 'Q4_1' | 'Q5_0' | 'Q5_1' | 'Q8_0' | 'Q4_K' | 'Q5_K' | 'Q6_K';
 
 export interface GgufTensorInfo {
   name: string;
   /** Dimensions fastest-first as GGUF lists them (`ne[0]` = columns). */
   ne: number[];
-  /** ggml type number (0 F32, 1 F16, 30 BF16). */
+  /** ggml type number (0 F32, 1 F16, 30 BF16, 8 Q8_0, ...: GGML_TYPE_NAMES). */
   ggmlType: number;
   type: GgufTensorType;
   /** Absolute byte offset of the tensor's data in the file. */
@@ -31,7 +31,7 @@ export interface GgufHeader {
   dataOffset: number;
 }
 
-/** ggml type numbers and names (for messages); only F32, F16 and BF16 are read. */
+/** ggml type numbers and names (for messages); the ones this runtime reads are in SUPPORTED. */
 export const GGML_TYPE_NAMES: Record<number, string> = {
   0: 'F32', 1: 'F16', 2: 'Q4_0', 3: 'Q4_1', 6: 'Q5_0', 7: 'Q5_1', 8: 'Q8_0', 9: 'Q8_1',
   10: 'Q2_K', 11: 'Q3_K', 12: 'Q4_K', 13: 'Q5_K', 14: 'Q6_K', 15: 'Q8_K',
@@ -40,11 +40,21 @@ export const GGML_TYPE_NAMES: Record<number, string> = {
   34: 'TQ1_0', 35: 'TQ2_0', 39: 'MXFP4',
 };
 
-const SUPPORTED: Record<number, { type: GgufTensorType; bytes: number }> = {
-  0: { type: 'F32', bytes: 4 },
-  1: { type: 'F16', bytes: 2 },
-  30: { type: 'BF16', bytes: 2 },
+/** The ggml types read, with their blocks: `bytes` per `block` elements (a row is whole blocks). */
+const SUPPORTED: Record<number, { type: GgufTensorType; block: number; bytes: number }> = {
+  0: { type: 'F32', block: 1, bytes: 4 },
+  1: { type: 'F16', block: 1, bytes: 2 },
+  30: { type: 'BF16', block: 1, bytes: 2 },
+  2: { type: 'Q4_0', block: 32, bytes: 18 },
+  3: { type: 'Q4_1', block: 32, bytes: 20 },
+  6: { type: 'Q5_0', block: 32, bytes: 22 },
+  7: { type: 'Q5_1', block: 32, bytes: 24 },
+  8: { type: 'Q8_0', block: 32, bytes: 34 },
+  12: { type: 'Q4_K', block: 256, bytes: 144 },
+  13: { type: 'Q5_K', block: 256, bytes: 176 },
+  14: { type: 'Q6_K', block: 256, bytes: 210 },
 };
+const SUPPORTED_NAMES = Object.values(SUPPORTED).map((s) => s.type).join(', ');
 
 const enum ValueType {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9,
@@ -115,7 +125,7 @@ class ChunkedReader {
   text(n: number): string { return this.decoder.decode(this.bytes(n)); }
 }
 
-/** Parses the GGUF header of `source`. Tensors of types other than F32/F16/BF16 throw, naming the tensor. */
+/** Parses the GGUF header of `source`. Tensors of types not in SUPPORTED throw, naming the tensor and the type. */
 export async function readGgufHeader(source: ByteSource, options: { chunkSize?: number } = {}): Promise<GgufHeader> {
   const r = new ChunkedReader(source, options.chunkSize ?? 1 << 20);
   await r.need(24);
@@ -214,12 +224,15 @@ export async function readGgufHeader(source: ByteSource, options: { chunkSize?: 
     if (!supported) {
       const typeName = GGML_TYPE_NAMES[ggmlType] ?? `unknown type ${ggmlType}`;
       throw new Error(
-        `${source.name}: tensor ${name} has GGML type ${typeName} (${ggmlType}); only F32, F16 and BF16 tensors are supported`,
+        `${source.name}: tensor ${name} has GGML type ${typeName} (${ggmlType}); the supported types are ${SUPPORTED_NAMES}`,
       );
+    }
+    if (ne.length > 0 && ne[0] % supported.block !== 0) {
+      throw new Error(`${source.name}: tensor ${name} (${supported.type}) has rows of ${ne[0]} elements, not a multiple of its ${supported.block}-element blocks`);
     }
     if (relOffset % alignment !== 0) throw new Error(`${source.name}: tensor ${name} is not aligned to ${alignment} bytes`);
     const elements = ne.reduce((a, b) => a * b, 1);
-    const byteLength = elements * supported.bytes;
+    const byteLength = (elements / supported.block) * supported.bytes;
     const offset = dataOffset + relOffset;
     if (offset + byteLength > source.size) {
       throw new Error(`${source.name}: tensor ${name} (bytes ${offset}..${offset + byteLength}) lies past the end of the file (${source.size} bytes); is the file truncated?`);

@@ -1,0 +1,65 @@
+// What a model needs on the GPU, computed before anything is allocated: its weights in their GPU
+// storage, the KV cache for the context, and an estimate of the activation buffers. WebGPU has no
+// portable "available memory" query, so the total is compared with a budget the caller gives
+// (LoadOptions.memoryBudgetBytes); per-buffer limits come from the device.
+import type { LlamaConfig } from '../model/config.ts';
+import { KvCache } from '../model/kv-cache.ts';
+import { checkTensorFits, type WeightStoragePlan } from '../model/weights.ts';
+
+export interface MemoryEstimate {
+  /** Weight buffers, in their GPU storage. */
+  weightBytes: number;
+  /** K and V of every layer for `contextLength` positions. */
+  kvCacheBytes: number;
+  /**
+   * Activation buffers of a prefill of `contextLength` tokens (residual stream, projections, FFN,
+   * last-position logits and their readback). An estimate: prompts scored with every position's
+   * logits (echo + logprobs) need T x vocab x 4 bytes more.
+   */
+  activationBytes: number;
+  totalBytes: number;
+}
+
+
+/** Bytes of the activation buffers of one forward pass over `tokens` tokens (last-position logits). */
+export function activationBytes(config: LlamaConfig, tokens: number): number {
+  const c = config;
+  const q = c.numHeads * c.headDim;
+  const kv = c.numKvHeads * c.headDim;
+  const perToken = 1 + 3 * c.hiddenSize + 2 * q + 2 * kv + 3 * c.intermediateSize;
+  // Decode activations (one token) are kept as well as the prefill's.
+  return 4 * ((tokens + 1) * perToken + 2 * c.hiddenSize + 4 * c.vocabSize);
+}
+
+export function estimateMemory(config: LlamaConfig, plan: WeightStoragePlan, contextLength: number): MemoryEstimate {
+  const weightBytes = plan.totalBytes;
+  const kv = KvCache.byteSizeOf(config, contextLength);
+  const act = activationBytes(config, contextLength);
+  return { weightBytes, kvCacheBytes: kv, activationBytes: act, totalBytes: weightBytes + kv + act };
+}
+
+const MiB = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
+
+/**
+ * Throws before allocation when a tensor exceeds the device's buffer limits (naming tensor, size
+ * and limit), or when the total exceeds `memoryBudgetBytes` (naming needed vs available).
+ */
+export function checkMemory(
+  estimate: MemoryEstimate,
+  plan: WeightStoragePlan,
+  limits: { maxStorageBufferBindingSize: number; maxBufferSize: number },
+  memoryBudgetBytes: number | undefined,
+  what: { modelId: string; storage: string; contextLength: number },
+): void {
+  for (const [name, storage] of plan.tensors) checkTensorFits(name, storage, limits);
+  if (memoryBudgetBytes === undefined) return;
+  if (!(memoryBudgetBytes >= 0)) throw new Error(`memoryBudgetBytes must be a non-negative number, got ${memoryBudgetBytes}`);
+  if (estimate.totalBytes > memoryBudgetBytes) {
+    throw new Error(
+      `Model ${what.modelId} needs ${estimate.totalBytes} bytes (${MiB(estimate.totalBytes)}) of GPU memory but the budget allows ` +
+        `${memoryBudgetBytes} bytes (${MiB(memoryBudgetBytes)}): weights ${MiB(estimate.weightBytes)} (${what.storage}), ` +
+        `KV cache ${MiB(estimate.kvCacheBytes)} for ${what.contextLength} positions, activations ~${MiB(estimate.activationBytes)}. ` +
+        (what.storage === 'f16' || what.storage === 'f32' ? `Try weightStorage 'q8_0' or 'q4_0', or a smaller contextLength.` : 'Try a smaller contextLength.'),
+    );
+  }
+}
