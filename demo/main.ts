@@ -61,15 +61,18 @@ async function load() {
   const started = performance.now();
   const engine = await loadModel(modelUrl, {
     id: modelId,
-    onProgress({ loadedBytes, totalBytes, phase }) {
+    onProgress({ loadedBytes, totalBytes, loadedTensors, totalTensors, phase }) {
       progress.max = totalBytes || 1;
       progress.value = loadedBytes;
       const verb = phase === 'download' ? 'Downloading' : 'Uploading to GPU';
-      statusLine.textContent = `${verb}: ${formatBytes(loadedBytes)} of ${formatBytes(totalBytes)}`;
+      const tensors = totalTensors > 0 ? `, tensor ${loadedTensors} of ${totalTensors}` : '';
+      statusLine.textContent = `${verb}: ${formatBytes(loadedBytes)} of ${formatBytes(totalBytes)}${tensors}`;
     },
   });
   loadSeconds = (performance.now() - started) / 1000;
-  modelLine.textContent = `Model: ${engine.info.id} (${engine.info.format}, context ${engine.info.contextLength})`;
+  const storage = engine.info.storage;
+  const weights = storage ? `, weights ${storage.weightStorage} ${formatBytes(storage.weightBytes)}` : '';
+  modelLine.textContent = `Model: ${engine.info.id} (${engine.info.format}, context ${engine.info.contextLength}${weights})`;
   return engine;
 }
 

@@ -3,7 +3,10 @@
 import { Engine } from './api/engine.ts';
 import { acquireDevice, type GpuContext } from './gpu/device.ts';
 import { loadGenerator, type LoadOptions } from './engine/load.ts';
+import { withWeightCache } from './model/cache.ts';
+import type { LoadProgress } from './model/weights.ts';
 import { filesFromFileList, filesFromUrl, type ModelFiles } from './model/files.ts';
+import { filesFromHub, hubUrl, isHubSource, type HubSource } from './model/hub.ts';
 
 export { Engine } from './api/engine.ts';
 export { installFetchShim } from './api/shim.ts';
@@ -22,23 +25,47 @@ export type {
   ServiceTier,
 } from './api/completions.ts';
 export type { LoadOptions } from './engine/load.ts';
-export type { ModelInfo } from './engine/types.ts';
+export type { ModelInfo, ModelStorageInfo } from './engine/types.ts';
+export type { MemoryEstimate } from './engine/memory.ts';
+export type { LoadProgress, WeightStorage } from './model/weights.ts';
 export type { GpuContext } from './gpu/device.ts';
 export type { ModelFiles } from './model/files.ts';
-export { acquireDevice, filesFromUrl, filesFromFileList };
+export { acquireDevice, filesFromUrl, filesFromFileList, filesFromHub, hubUrl };
+export type { HubSource } from './model/hub.ts';
+export { listCachedModels, deleteCachedModel, weightCacheAvailable, type CachedModel } from './model/cache.ts';
 
-/** Where a model comes from: a URL (a Hugging Face folder's base, or a .gguf file), local `File`s, or any ModelFiles. */
-export type ModelSource = string | URL | Iterable<File> | ModelFiles;
+/**
+ * Where a model comes from: a URL (a Hugging Face folder's base, or a .gguf file), a Hugging Face
+ * repo (`{ repo, revision?, file?, host? }`), local `File`s, or any ModelFiles.
+ */
+export type ModelSource = string | URL | HubSource | Iterable<File> | ModelFiles;
 
 export interface LoadModelOptions extends LoadOptions {
   /** The GPU to use; default: a device from `navigator.gpu`. */
   gpu?: GpuContext;
+  /**
+   * Keep the files of URL and repo sources in the browser's persistent weight cache (Cache
+   * Storage), so that the next load reads no network; default true. Unused where there is no
+   * Cache Storage (Node, insecure origins).
+   */
+  cache?: boolean;
 }
 
-export function resolveModelSource(source: ModelSource): ModelFiles {
-  if (typeof source === 'string' || source instanceof URL) return filesFromUrl(String(source));
-  if (isModelFiles(source)) return source;
-  return filesFromFileList(source);
+export function resolveModelSource(source: ModelSource, options: Pick<LoadModelOptions, 'cache' | 'onProgress'> = {}): ModelFiles {
+  let url: string;
+  if (typeof source === 'string' || source instanceof URL) url = String(source);
+  else if (isHubSource(source)) url = hubUrl(source);
+  else if (isModelFiles(source)) return source;
+  else return filesFromFileList(source);
+  const files = filesFromUrl(url);
+  if (options.cache === false) return files;
+  const onProgress = options.onProgress;
+  return withWeightCache(files, url, {
+    // A file downloading into the cache: reported as 'download' of that file's bytes.
+    onDownload: onProgress
+      ? (_name, loadedBytes, totalBytes) => onProgress({ loadedBytes, totalBytes, loadedTensors: 0, totalTensors: 0, phase: 'download' } satisfies LoadProgress)
+      : undefined,
+  });
 }
 
 function isModelFiles(source: unknown): source is ModelFiles {
@@ -49,7 +76,7 @@ let pageGpu: Promise<GpuContext> | undefined;
 
 /** Loads a model onto the page's GPU and returns an Engine that answers completions. */
 export async function loadModel(source: ModelSource, options: LoadModelOptions = {}): Promise<Engine> {
-  const files = resolveModelSource(source);
+  const files = resolveModelSource(source, options);
   const gpu = options.gpu ?? (await (pageGpu ??= acquireDevice(globalThis.navigator?.gpu)));
   return new Engine(await loadGenerator(gpu, files, options));
 }

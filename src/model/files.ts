@@ -122,8 +122,19 @@ function isGgufName(name: string): boolean {
 // ---------------------------------------------------------------------------------------------
 // URLs
 
-/** Sources over HTTP(S): sizes from HEAD (or a Range request's Content-Range), reads with Range headers. */
-export function filesFromUrl(url: string, fetchImpl: typeof fetch = (...args) => fetch(...args)): ModelFiles {
+/** Where a URL source's files live: the model's own URL and the URL of each file in it. */
+export interface UrlLayout {
+  /** The model's URL, absolute: the .gguf file's, or the folder's (ending in `/`). */
+  readonly url: string;
+  readonly id: string;
+  /** Set for a single GGUF file: its name. */
+  readonly ggufFile?: string;
+  /** The URL of file `name` of the model, or null when the model has no such file (a GGUF source). */
+  fileUrl(name: string): string | null;
+}
+
+/** Resolves a model URL (relative ones against the page's location) into its layout. */
+export function urlLayout(url: string): UrlLayout {
   const base = (globalThis as { location?: { href?: string } }).location?.href;
   let resolved: URL;
   try {
@@ -135,24 +146,28 @@ export function filesFromUrl(url: string, fetchImpl: typeof fetch = (...args) =>
   if (isGgufName(path)) {
     const fileName = decodeURIComponent(path.slice(path.lastIndexOf('/') + 1));
     const fileUrl = resolved.href;
-    return {
-      id: stripGguf(fileName),
-      ggufFile: fileName,
-      async open(name) {
-        if (name !== fileName) return null;
-        return openUrl(fileUrl, fileName, fetchImpl);
-      },
-    };
+    return { url: fileUrl, id: stripGguf(fileName), ggufFile: fileName, fileUrl: (name) => (name === fileName ? fileUrl : null) };
   }
   const folder = new URL(resolved.href);
   folder.search = '';
   folder.hash = '';
   if (!folder.pathname.endsWith('/')) folder.pathname += '/';
   return {
+    url: folder.href,
     id: folderId(folder.pathname),
+    fileUrl: (name) => new URL(name.split('/').map(encodeURIComponent).join('/'), folder).href,
+  };
+}
+
+/** Sources over HTTP(S): sizes from HEAD (or a Range request's Content-Range), reads with Range headers. */
+export function filesFromUrl(url: string, fetchImpl: typeof fetch = (...args) => fetch(...args)): ModelFiles {
+  const layout = urlLayout(url);
+  return {
+    id: layout.id,
+    ...(layout.ggufFile !== undefined ? { ggufFile: layout.ggufFile } : {}),
     async open(name) {
-      const fileUrl = new URL(name.split('/').map(encodeURIComponent).join('/'), folder).href;
-      return openUrl(fileUrl, name, fetchImpl);
+      const fileUrl = layout.fileUrl(name);
+      return fileUrl === null ? null : openUrl(fileUrl, name, fetchImpl);
     },
   };
 }
@@ -340,7 +355,11 @@ function relativePath(file: File): string {
 }
 
 function fileSource(file: Blob & { name: string }): ByteSource {
-  const name = file.name;
+  return blobSource(file.name, file);
+}
+
+/** A ByteSource over a Blob (a File, or a disk-backed body from the browser's Cache Storage). */
+export function blobSource(name: string, file: Blob): ByteSource {
   const size = file.size;
   return {
     name,

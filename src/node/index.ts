@@ -15,7 +15,11 @@ export async function loadModelFromPath(path: string, options: LoadModelOptions 
   return loadModel(filesFromPath(path), options);
 }
 
-/** Like the browser's loadModel, on the process's Dawn GPU; a string that is not an http(s) URL is a path. */
+/**
+ * Like the browser's loadModel (URLs, `{ repo, revision?, file?, host? }` Hugging Face sources), on
+ * the process's Dawn GPU; a string that is not an http(s) URL is a path. Node has no Cache Storage:
+ * the browser's weight cache is not used here, every load reads its files again.
+ */
 export async function loadModel(source: ModelSource, options: LoadModelOptions = {}): Promise<Engine> {
   const resolved = typeof source === 'string' && !/^https?:\/\//.test(source) ? filesFromPath(source) : source;
   return loadModelWithGpu(resolved, { ...options, gpu: options.gpu ?? (await nodeGpuContext()) });
