@@ -84,22 +84,39 @@ const LLAMA3_PATTERN =
 const QWEN2_PATTERN =
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-function byteLevelPreTokenizer(pre: string): { preTokenizer: unknown; normalizer: unknown; ignoreMerges: boolean } {
-  const split = (pattern: string) => ({
+interface ByteLevelParts {
+  preTokenizer: unknown;
+  normalizer: unknown;
+  decoder: unknown;
+  ignoreMerges: boolean;
+}
+
+/**
+ * Pre-tokenizer, normalizer, decoder and ignore_merges of the family's own tokenizer.json, by
+ * `tokenizer.ggml.pre` (Llama 3's and Qwen2's are the files Meta and Qwen ship, field for field).
+ */
+function byteLevelPreTokenizer(pre: string): ByteLevelParts {
+  const split = (pattern: string, trimOffsets: boolean) => ({
     type: 'Sequence',
     pretokenizers: [
       { type: 'Split', pattern: { Regex: pattern }, behavior: 'Isolated', invert: false },
-      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
+      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: trimOffsets, use_regex: false },
     ],
   });
+  const gpt2Decoder = { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true };
   switch (pre) {
     case 'llama3':
     case 'llama-v3':
     case 'llama-bpe':
-      return { preTokenizer: split(LLAMA3_PATTERN), normalizer: null, ignoreMerges: true };
+      return { preTokenizer: split(LLAMA3_PATTERN, true), normalizer: null, decoder: gpt2Decoder, ignoreMerges: true };
     case 'qwen2':
     case 'deepseek-r1-qwen':
-      return { preTokenizer: split(QWEN2_PATTERN), normalizer: { type: 'NFC' }, ignoreMerges: false };
+      return {
+        preTokenizer: split(QWEN2_PATTERN, false),
+        normalizer: { type: 'NFC' },
+        decoder: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
+        ignoreMerges: false,
+      };
     case 'default':
     case 'gpt2':
     case 'gpt-2':
@@ -109,6 +126,7 @@ function byteLevelPreTokenizer(pre: string): { preTokenizer: unknown; normalizer
       return {
         preTokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
         normalizer: null,
+        decoder: gpt2Decoder,
         ignoreMerges: false,
       };
     default:
@@ -128,8 +146,9 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
   const bosId = optionalId(metadata, 'tokenizer.ggml.bos_token_id', n);
   const eosId = optionalId(metadata, 'tokenizer.ggml.eos_token_id', n);
   const eotId = optionalId(metadata, 'tokenizer.ggml.eot_token_id', n);
+  const eomId = optionalId(metadata, 'tokenizer.ggml.eom_token_id', n);
   let unkId = optionalId(metadata, 'tokenizer.ggml.unknown_token_id', n);
-  const eosIds = [eosId, eotId].filter((id): id is number => id !== null);
+  const eosIds = [eosId, eotId, eomId].filter((id): id is number => id !== null);
 
   // The vocabulary. A duplicate piece keeps its first id (a JSON object has one entry per key);
   // its later ids decode as the unknown token.
@@ -197,7 +216,7 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
       return [m.slice(0, space), m.slice(space + 1)];
     });
     const pre = typeof metadata['tokenizer.ggml.pre'] === 'string' ? (metadata['tokenizer.ggml.pre'] as string) : 'default';
-    const { preTokenizer, normalizer, ignoreMerges } = byteLevelPreTokenizer(pre);
+    const { preTokenizer, normalizer, decoder, ignoreMerges } = byteLevelPreTokenizer(pre);
     addBos = optionalBool(metadata, 'tokenizer.ggml.add_bos_token') ?? ignoreMerges; // llama3: yes; others: no
     tokenizerJson = {
       version: '1.0',
@@ -207,7 +226,7 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
       normalizer,
       pre_tokenizer: preTokenizer,
       post_processor: bosTemplate(addBos ? bosToken : null, bosId),
-      decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+      decoder,
       model: {
         type: 'BPE',
         dropout: null,

@@ -5,6 +5,16 @@
 // add_special_tokens: false and prepend BOS ourselves when `addBos`. The post_processor is only
 // consulted (when tokenizer_config has no add_bos_token) to learn whether the model's own
 // template starts prompts with a BOS (Llama 3 does, Qwen2 does not).
+//
+// EOS list: the caller's (GGUF: eos and eot ids), else generation_config eos_token_id (a number or
+// a list), plus tokenizer_config eos_token, else config.json eos_token_id; then, whatever the source,
+// every special token of the vocabulary whose text is a known end-of-turn / end-of-text marker
+// (END_OF_GENERATION, the names llama.cpp's vocabulary loader treats as end-of-generation), in id
+// order. So a Llama 3 folder without generation_config.json still stops on <|eot_id|>,
+// <|end_of_text|> and <|eom_id|>, and a GGUF (eos id only) gets the same list as its folder.
+//
+// Decoding never applies clean_up_tokenization_spaces (" ." -> "."), whatever tokenizer_config
+// says: decode(encode(text)) is text, and a GGUF decodes like its folder.
 import { Tokenizer } from '@huggingface/tokenizers';
 import type { TextTokenizer } from './types.ts';
 
@@ -27,6 +37,12 @@ export interface HfTokenizerOverrides {
   bosId?: number | null;
   eosIds?: readonly number[];
 }
+
+/** Token texts that end generation when they are special tokens of the vocabulary. */
+export const END_OF_GENERATION: readonly string[] = [
+  '<|eot_id|>', '<|eom_id|>', '<|end_of_text|>', '<|im_end|>', '<|endoftext|>', '<|end|>', '<end_of_turn>', '<EOT>', '_<EOT>',
+  '<｜end▁of▁sentence｜>',
+];
 
 function tokenContent(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
@@ -99,7 +115,11 @@ export class HfTokenizer implements TextTokenizer {
       if (fromTokenizer !== undefined) eosIds.push(fromTokenizer);
       if (eosIds.length === 0) eosIds.push(...idList(modelConfig.eos_token_id));
     }
-    this.eosIds = [...new Set(eosIds)];
+    const named = addedTokens
+      .filter((t) => t.special && END_OF_GENERATION.includes(t.content))
+      .map((t) => t.id)
+      .sort((a, b) => a - b);
+    this.eosIds = [...new Set([...eosIds, ...named])];
     for (const id of this.eosIds) this.specialIds.add(id);
     if (this.bosId !== null) this.specialIds.add(this.bosId);
   }
@@ -128,7 +148,7 @@ export class HfTokenizer implements TextTokenizer {
     let list = [...ids];
     if (options.skipSpecialTokens) list = list.filter((id) => !this.specialIds.has(id));
     if (list.length === 0) return '';
-    return this.tokenizer.decode(list, { skip_special_tokens: options.skipSpecialTokens ?? false });
+    return this.tokenizer.decode(list, { skip_special_tokens: options.skipSpecialTokens ?? false, clean_up_tokenization_spaces: false });
   }
 
   isSpecial(id: number): boolean {
