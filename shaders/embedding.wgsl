@@ -4,11 +4,17 @@
 // the weight-format snippet composed in front of this file at binding 3), so one source serves
 // f32, f16, bf16 and block-quantized (Q8_0, Q4_K, ...) tables. One invocation per output element; the grid may be folded into 2-D
 // when there are more than 65535 workgroups.
+//
+// A table split into row ranges (buffers over the device's limits) takes one dispatch per part: the
+// bound part holds rows first_row .. first_row + part_rows - 1, and only the tokens whose ids fall in
+// it are written (the last part also writes the zero rows of ids past the vocabulary).
 
 struct Params {
   T: u32,     // tokens
   cols: u32,  // embedding width (d_model)
   vocab: u32, // rows of E
+  first_row: u32, // first row of E in the bound part
+  part_rows: u32, // rows of E in the bound part
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -29,8 +35,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
   let token = tokens[t];
   // An id outside the vocabulary would read another row (or be clamped): give zeros instead.
   if (token >= params.vocab) {
-    out[i] = 0.0;
+    if (params.first_row + params.part_rows == params.vocab) { out[i] = 0.0; }
     return;
   }
-  out[i] = load_weight(token * params.cols + c);
+  if (token < params.first_row || token - params.first_row >= params.part_rows) {
+    return; // another part's row
+  }
+  out[i] = load_weight((token - params.first_row) * params.cols + c);
 }

@@ -18,14 +18,18 @@
 // kernel with two barriers per K tile ran 30-40x slower than this one (64x64 weights, T=128:
 // ~50-75 ms vs ~1.5-2 ms). On GPUs, 4x4 register blocks are the usual starting point too.
 
+// W may be one row range of a split matrix (see GpuMatrix.parts): rows are the part's, and its
+// outputs go to columns row_offset .. of y, whose rows are y_stride (the whole matrix's rows) long.
 struct Params {
   T: u32,
   rows: u32,
   cols: u32,
+  row_offset: u32, // first row of the whole matrix in this part (bias and y are indexed by it)
+  y_stride: u32,   // floats per token in y
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>; // [T, rows]
+@group(0) @binding(1) var<storage, read_write> y: array<f32>; // [T, y_stride]
 
 const BLOCK: u32 = 4u; // rows and tokens per thread (fixed: the code below is unrolled for 4)
 // The host's MATMUL_WORKGROUP_ROWS / MATMUL_WORKGROUP_TOKENS must match: 16 * 4 rows x 4 * 4 tokens.
@@ -72,8 +76,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     acc3 += load_x(x3 + k) * w;
   }
 
-  let b = vec4<f32>(load_bias(min(r0, last_row)), load_bias(min(r0 + 1u, last_row)),
-                    load_bias(min(r0 + 2u, last_row)), load_bias(min(r0 + 3u, last_row)));
+  let o = params.row_offset;
+  let b = vec4<f32>(load_bias(o + min(r0, last_row)), load_bias(o + min(r0 + 1u, last_row)),
+                    load_bias(o + min(r0 + 2u, last_row)), load_bias(o + min(r0 + 3u, last_row)));
   store_block_row(t0, r0, acc0 + b);
   if (t0 + 1u <= last_t) { store_block_row(t0 + 1u, r0, acc1 + b); }
   if (t0 + 2u <= last_t) { store_block_row(t0 + 2u, r0, acc2 + b); }
@@ -82,7 +87,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 /** y[t, r0 .. r0+3] = v, leaving out the rows past the end. */
 fn store_block_row(t: u32, r0: u32, v: vec4<f32>) {
-  let base = t * params.rows + r0;
+  let base = t * params.y_stride + params.row_offset + r0;
   y[base] = v.x;
   if (r0 + 1u < params.rows) { y[base + 1u] = v.y; }
   if (r0 + 2u < params.rows) { y[base + 2u] = v.z; }

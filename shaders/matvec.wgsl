@@ -16,13 +16,16 @@
 // A workgroup of 64 threads covers 64 / TEAM quads; with many rows the grid is folded into 2-D and
 // the quad is recovered from the flat workgroup index.
 
+// W may be one row range of a split matrix (see GpuMatrix.parts): rows are the part's, and row r
+// of it is y[row_offset + r] (and bias[row_offset + r]).
 struct Params {
   rows: u32,
   cols: u32,
+  row_offset: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>; // [rows]
+@group(0) @binding(1) var<storage, read_write> y: array<f32>; // [row_offset + rows ..]
 
 const WORKGROUP_SIZE: u32 = 64u;
 const QUADS_PER_WORKGROUP: u32 = WORKGROUP_SIZE / TEAM;
@@ -58,9 +61,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
   acc = reduce_team(acc, lid);
 
   if (quad_exists && lane == 0u) {
-    y[r0] = acc.x + load_bias(r0);
-    if (r0 + 1u <= last_row) { y[r0 + 1u] = acc.y + load_bias(r0 + 1u); }
-    if (r0 + 2u <= last_row) { y[r0 + 2u] = acc.z + load_bias(r0 + 2u); }
-    if (r0 + 3u <= last_row) { y[r0 + 3u] = acc.w + load_bias(r0 + 3u); }
+    let o = params.row_offset + r0;
+    y[o] = acc.x + load_bias(o);
+    if (r0 + 1u <= last_row) { y[o + 1u] = acc.y + load_bias(o + 1u); }
+    if (r0 + 2u <= last_row) { y[o + 2u] = acc.z + load_bias(o + 2u); }
+    if (r0 + 3u <= last_row) { y[o + 3u] = acc.w + load_bias(o + 3u); }
   }
 }

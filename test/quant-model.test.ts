@@ -118,7 +118,9 @@ const all = (dtype: WeightDType): Storage => ({
 const K_SHAPES = { hiddenSize: 256, intermediateSize: 256, numHeads: 4, numKvHeads: 2, headDim: 64, vocabSize: 67, numLayers: 2 };
 const SMALL_SHAPES = { hiddenSize: 64, intermediateSize: 96, numHeads: 4, numKvHeads: 2, headDim: 16, vocabSize: 61, numLayers: 2 };
 
-const cases: { name: string; config: LlamaConfig; storage: Storage }[] = [
+// `limit`: the upload sees a maxStorageBufferBindingSize that small, and splits the matrices over
+// it into buffers of whole rows (row bytes 68 and 102 for Q8_0 here: parts not 4-byte multiples).
+const cases: { name: string; config: LlamaConfig; storage: Storage; limit?: number }[] = [
   { name: 'Q8_0 throughout', config: tinyConfig(SMALL_SHAPES), storage: all('q8_0') },
   { name: 'Q4_0 throughout, tied embeddings (a quantized LM head)', config: tinyConfig({ ...SMALL_SHAPES, tieWordEmbeddings: true }), storage: all('q4_0') },
   {
@@ -131,18 +133,32 @@ const cases: { name: string; config: LlamaConfig; storage: Storage }[] = [
     config: tinyConfig(K_SHAPES),
     storage: { ...all('q5_k'), attn_v: 'q6_k', ffn_down: 'q5_0', output: 'q5_1', attn_k: 'q4_1', token_embd: 'f16' },
   },
+  { name: 'Q8_0 throughout, split over a 1000-byte buffer limit', config: tinyConfig(SMALL_SHAPES), storage: all('q8_0'), limit: 1000 },
+  {
+    name: 'Q4_K_M-style mix, split over a 2000-byte buffer limit',
+    config: tinyConfig(K_SHAPES),
+    storage: { ...all('q4_k'), attn_v: 'q6_k', ffn_down: 'q6_k', output: 'q6_k', token_embd: 'q8_0' },
+    limit: 2000,
+  },
 ];
 
 describe('GGUF with quantized weights: GPU forward vs CPU reference on the dequantized weights', () => {
-  for (const { name, config, storage } of cases) {
+  for (const { name, config, storage, limit } of cases) {
     it(name, async () => {
-      const ctx = await testGpu();
+      const gpu = await testGpu();
+      const ctx = limit ? { ...gpu, limits: { ...gpu.limits, maxStorageBufferBindingSize: limit } } : gpu;
       const { file, cpu } = quantizedGguf(config, storage, 5);
       const opened = await openModel(filesFromMemory('q', { 'q.gguf': file }, 'q.gguf'));
       expect(opened.config).toMatchObject({ hiddenSize: config.hiddenSize, vocabSize: config.vocabSize, tieWordEmbeddings: config.tieWordEmbeddings });
       expect(opened.tensors.get('model.layers.0.self_attn.v_proj.weight')!.dtype).toBe(storage.attn_v);
       const weights = await uploadLlamaWeights(ctx, opened, undefined, { chunkSize: 999 });
       expect(weights.layers[1].wDown).toMatchObject({ dtype: storage.ffn_down, rows: config.hiddenSize, cols: config.intermediateSize });
+      if (limit) {
+        for (const m of [weights.tokenEmbedding, weights.lmHead, weights.layers[1].wDown]) {
+          expect(m.parts!.length).toBeGreaterThan(1);
+          for (const p of m.parts!) expect(p.buffer.size).toBeLessThanOrEqual(limit);
+        }
+      }
       const model = await LlamaModel.create(ctx, opened.config, weights);
       const cache = model.createKvCache(16);
       const reference = new CpuLlama(opened.config, cpu, 16);

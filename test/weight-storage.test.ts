@@ -143,10 +143,20 @@ describe('GPU memory of a real-shape model, planned without loading (Llama-3.2-1
     expect(() => checkMemory(estimate, q4, limits256, 1.5 * GiB, { modelId: 'llama-3.2-1b', storage: 'q4_0', contextLength: 4096 })).not.toThrow();
   });
 
-  it("f16's 128k-token embedding is over a 256 MiB binding limit: an error naming tensor, size and limit", () => {
-    const f16 = planWeightStorage(config, tensors, 'f16');
+  it("f16's 128k-token embedding is over a 256 MiB binding limit: planned as two buffers of whole rows", () => {
+    const f16 = planWeightStorage(config, tensors, 'f16', limits256);
+    // 4096-byte rows: 65536 of them fill 256 MiB exactly, the other 62720 go to a second buffer.
+    expect(f16.tensors.get('model.embed_tokens.weight')).toEqual({
+      dtype: 'f16',
+      bytes: 525336576,
+      parts: [{ rows: 65536, bytes: 268435456 }, { rows: 62720, bytes: 62720 * 4096 }],
+    });
+    expect(f16.totalBytes).toBe(planWeightStorage(config, tensors, 'f16').totalBytes); // whole rows: no padding
     const estimate = estimateMemory(config, f16, 4096);
-    expect(() => checkMemory(estimate, f16, limits256, undefined, { modelId: 'm', storage: 'f16', contextLength: 4096 })).toThrow(
+    expect(() => checkMemory(estimate, f16, limits256, undefined, { modelId: 'm', storage: 'f16', contextLength: 4096 })).not.toThrow();
+    // A plan made without the limits is one buffer, which the check refuses naming tensor, size and limit.
+    const whole = planWeightStorage(config, tensors, 'f16');
+    expect(() => checkMemory(estimate, whole, limits256, undefined, { modelId: 'm', storage: 'f16', contextLength: 4096 })).toThrow(
       /Tensor model\.embed_tokens\.weight needs a 525336576-byte GPU buffer \(f16\); this device allows at most 268435456 bytes per storage buffer \(maxStorageBufferBindingSize\)/,
     );
     const roomy = { maxStorageBufferBindingSize: 2 ** 31, maxBufferSize: 2 ** 31 };
@@ -307,17 +317,59 @@ describe('Hugging Face weights on the GPU', () => {
     await expect(loadGenerator(counting, files(), { memoryBudgetBytes: 100_000, contextLength: 16 })).rejects.toThrow(
       /Model random-hf needs \d+ bytes \([\d.]+ MiB\) of GPU memory but the budget allows 100000 bytes .*weights .*KV cache/,
     );
-    const small = { ...counting, limits: { ...ctx.limits, maxStorageBufferBindingSize: 100_000 } };
-    await expect(loadGenerator(small, files(), { weightStorage: 'f32' })).rejects.toThrow(
-      /Tensor model\.embed_tokens\.weight needs a 281600-byte GPU buffer \(f32\); this device allows at most 100000 bytes per storage buffer \(maxStorageBufferBindingSize\)/,
+    // A limit under one row (64 f32 weights, 256 bytes): the matrices cannot even be split.
+    const tiny = { ...counting, limits: { ...ctx.limits, maxStorageBufferBindingSize: 200 } };
+    await expect(loadGenerator(tiny, files(), { weightStorage: 'f32' })).rejects.toThrow(
+      /Tensor model\.embed_tokens\.weight needs a 281600-byte GPU buffer \(f32\); this device allows at most 200 bytes per storage buffer \(maxStorageBufferBindingSize\)/,
     );
     await expect(loadGenerator(counting, files(), { weightStorage: 'q3' as never })).rejects.toThrow(/Unknown weight storage "q3"/);
     expect(created).toBe(0);
+    const small = { ...counting, limits: { ...ctx.limits, maxStorageBufferBindingSize: 100_000 } };
     // The same tensor as q4_0 fits (and the budget that refused nothing else is enough).
     const generator = await loadGenerator(small, files(), { weightStorage: 'q4_0', memoryBudgetBytes: 10_000_000, contextLength: 16 });
     expect(generator.info.storage!.tensors['model.embed_tokens.weight']).toEqual({ dtype: 'q4_0', bytes: 1100 * 2 * 18 });
     generator.destroy();
   });
+});
+
+describe('matrices over the buffer limits, split into buffers of whole rows', () => {
+  let ctx: GpuContext;
+  beforeAll(async () => {
+    ctx = await testGpu();
+  });
+
+  // A 4 KiB limit (the device's real limits are untouched: only the upload and plan read ctx.limits)
+  // splits the embedding (1100 rows) and the FFN matrices into ragged parts.
+  const LIMIT = 4096;
+  const cases: { file: FileDType; stored: Stored; option: LoadOptions['weightStorage']; tied?: boolean }[] = [
+    { file: 'F32', stored: 'f32', option: 'f32' },
+    { file: 'BF16', stored: 'f16', option: 'f16', tied: true },
+    { file: 'F32', stored: 'q8_0', option: 'q8_0' },
+  ];
+  for (const { file, stored, option, tied } of cases) {
+    it(`${file} file as ${stored}${tied ? ', tied embeddings' : ''}: every part within the limit, matches CpuLlama`, async () => {
+      const { files, cpu } = randomHfModel(file, stored, { tied });
+      const limited = { ...ctx, limits: { ...ctx.limits, maxStorageBufferBindingSize: LIMIT } };
+      const generator = await loadGenerator(limited, files(), { weightStorage: option, contextLength: 16 });
+      try {
+        const { weights, config } = generator.model;
+        const embedding = weights.tokenEmbedding;
+        expect(embedding.parts!.length).toBeGreaterThan(2);
+        expect(embedding.parts!.reduce((n, p) => n + p.rows, 0)).toBe(config.vocabSize);
+        expect(weights.layers[0].wDown.parts!.length).toBeGreaterThan(1);
+        const storage = generator.info.storage!;
+        let sum = 0;
+        for (const [name, t] of Object.entries(storage.tensors)) {
+          for (const p of t.parts ?? [t]) expect(p.bytes, name).toBeLessThanOrEqual(LIMIT);
+          sum += t.bytes;
+        }
+        expect(storage.weightBytes).toBe(sum);
+        await expectMatchesReference(generator, config, cpu);
+      } finally {
+        generator.destroy();
+      }
+    });
+  }
 });
 
 async function readBuffer(ctx: GpuContext, buffer: GPUBuffer): Promise<Uint8Array> {

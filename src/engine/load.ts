@@ -49,7 +49,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   if (!Number.isInteger(capacity) || capacity < 1) throw new Error(`contextLength must be a positive integer, got ${capacity}`);
   const weightStorage = options.weightStorage ?? 'f16';
   const storage = opened.format === 'gguf' ? 'source' : weightStorage;
-  const plan = planWeightStorage(config, opened.tensors, storage);
+  const plan = planWeightStorage(config, opened.tensors, storage, ctx.limits);
   const estimate = estimateMemory(config, plan, capacity);
   const id = options.id ?? files.id;
   checkMemory(estimate, plan, ctx.limits, options.memoryBudgetBytes, { modelId: id, storage, contextLength: capacity });

@@ -42,7 +42,9 @@ const MiB = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
 /**
  * Throws before allocation when a tensor exceeds the device's buffer limits (naming tensor, size
- * and limit), or when the total exceeds `memoryBudgetBytes` (naming needed vs available).
+ * and limit), or when the total exceeds `memoryBudgetBytes` (naming needed vs available). A plan
+ * made with the device's limits (planWeightStorage) splits large matrices into parts of whole rows,
+ * counted in its totalBytes; only a matrix whose single row is over the limit is refused.
  */
 export function checkMemory(
   estimate: MemoryEstimate,

@@ -52,8 +52,11 @@ export interface ModelInfo {
 export interface ModelStorageInfo {
   /** The `weightStorage` the weights were loaded with ('source' for GGUF files, whose tensors keep their types). */
   weightStorage: 'f16' | 'f32' | 'source' | 'q8_0' | 'q4_0';
-  /** Every uploaded tensor by canonical Hugging Face name: its GPU storage type and buffer size. */
-  tensors: Record<string, { dtype: WeightDType; bytes: number }>;
+  /**
+   * Every uploaded tensor by canonical Hugging Face name: its GPU storage type and buffer size (all
+   * its buffers); `parts`: a matrix over the device's buffer limits, split into buffers of whole rows.
+   */
+  tensors: Record<string, { dtype: WeightDType; bytes: number; parts?: { rows: number; bytes: number }[] }>;
   /** Sum of the weight buffers. */
   weightBytes: number;
   /** The KV cache for `contextLength` positions. */

@@ -12,7 +12,7 @@
 // uniform buffer per batch, one 256-byte slot per dispatch (the offset alignment WebGPU
 // guarantees), written once in submit(). Browser-safe: no Node imports here.
 import type { GpuContext } from './device.ts';
-import type { GpuMatrix, WeightDType } from './tensor.ts';
+import { matrixParts, type GpuMatrix, type GpuMatrixPart, type WeightDType } from './tensor.ts';
 import type { RopePairing } from '../model/config.ts';
 import { PipelineCache, type ShaderSpec } from './pipelines.ts';
 import { checkWeightShape, isQuantized, weightByteSize, weightFormatWgsl } from './weight-formats.ts';
@@ -482,6 +482,24 @@ function assertFits(buffer: GPUBuffer, bytes: number, what: string): void {
   if (buffer.size < bytes) throw new Error(`${what}: buffer '${buffer.label}' has ${buffer.size} bytes, needs ${bytes}`);
 }
 
+/**
+ * The row ranges of a weight matrix (one for an unsplit matrix), checked: consecutive, covering
+ * every row, each buffer holding its rows.
+ */
+function checkParts(W: GpuMatrix, what: string): GpuMatrixPart[] {
+  const parts = matrixParts(W);
+  let next = 0;
+  for (const part of parts) {
+    if (part.firstRow !== next || !Number.isInteger(part.rows) || part.rows < 1) {
+      throw new Error(`${what}: parts must be consecutive non-empty row ranges (part at row ${part.firstRow}, expected ${next})`);
+    }
+    assertFits(part.buffer, weightByteSize(W.dtype, part.rows * W.cols), what);
+    next += part.rows;
+  }
+  if (next !== W.rows) throw new Error(`${what}: parts cover ${next} of ${W.rows} rows`);
+  return parts;
+}
+
 function assertDistinct(output: GPUBuffer, inputs: (GPUBuffer | undefined)[], what: string): void {
   if (inputs.includes(output)) {
     throw new Error(`${what}: the output buffer '${output.label}' is also an input; use a separate buffer`);
@@ -509,21 +527,27 @@ export class KernelBatch {
     return this.rawEncoder;
   }
 
-  /** out[t, :] = E[tokens[t], :] (f32 [T, table.cols]). Token ids past the table give zero rows. */
+  /**
+   * out[t, :] = E[tokens[t], :] (f32 [T, table.cols]). Token ids past the table give zero rows.
+   * A split table (GpuMatrix.parts) takes one dispatch per part, each writing the tokens in its rows.
+   */
   embedding(out: GPUBuffer, table: GpuMatrix, tokens: GPUBuffer, T: number): void {
     assertCount(T, 'embedding T', 0);
     if (T === 0) return;
     assertFits(out, T * table.cols * 4, 'embedding out');
     assertFits(tokens, T * 4, 'embedding tokens');
     checkWeightShape(table.dtype, table.rows, table.cols, 'embedding table');
-    assertFits(table.buffer, weightByteSize(table.dtype, table.rows * table.cols), 'embedding table');
+    const parts = checkParts(table, 'embedding table');
     const n = T * table.cols;
-    this.dispatch(
-      this.kernels.weightPipeline('embedding', table.dtype, { hasBias: false, aligned: false }),
-      [T, table.cols, table.rows],
-      { 1: out, 2: tokens, [WEIGHT_BINDING]: table.buffer },
-      Math.ceil(n / ELEMENTWISE_WORKGROUP),
-    );
+    const pipeline = this.kernels.weightPipeline('embedding', table.dtype, { hasBias: false, aligned: false });
+    for (const part of parts) {
+      this.dispatch(
+        pipeline,
+        [T, table.cols, table.rows, part.firstRow, part.rows],
+        { 1: out, 2: tokens, [WEIGHT_BINDING]: part.buffer },
+        Math.ceil(n / ELEMENTWISE_WORKGROUP),
+      );
+    }
   }
 
   /** out[t, i] = x[t, i] / sqrt(mean(x[t, :]^2) + eps) * gamma[i]. out must not be x. */
@@ -552,29 +576,32 @@ export class KernelBatch {
     assertCount(W.rows, 'matmul W.rows');
     assertCount(W.cols, 'matmul W.cols');
     if (T === 0) return;
-    assertDistinct(y, [x, W.buffer, bias], 'matmul');
+    checkWeightShape(W.dtype, W.rows, W.cols, 'matmul W');
+    const parts = checkParts(W, 'matmul W');
+    assertDistinct(y, [x, ...parts.map((p) => p.buffer), bias], 'matmul');
     assertFits(y, T * W.rows * 4, 'matmul y');
     assertFits(x, T * W.cols * 4, 'matmul x');
-    checkWeightShape(W.dtype, W.rows, W.cols, 'matmul W');
-    assertFits(W.buffer, weightByteSize(W.dtype, W.rows * W.cols), 'matmul W');
     if (bias) assertFits(bias, W.rows * 4, 'matmul bias');
-    const buffers: Record<number, GPUBuffer> = { 1: y, 2: x, [WEIGHT_BINDING]: W.buffer };
-    if (bias) buffers[BIAS_BINDING] = bias;
 
     // A multiple of 4 columns: every row of x and W starts 16-byte aligned, so both are read as vec4s.
     const aligned = W.cols % 4 === 0;
-    if (T === 1) {
-      const plan = this.kernels.matvecPlan(W.cols);
-      const workgroups = Math.ceil((Math.ceil(W.rows / 4) * plan.team) / MATVEC_WORKGROUP);
-      const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan });
-      this.dispatch(pipeline, [W.rows, W.cols], buffers, workgroups);
-    } else {
-      const groupsX = Math.ceil(W.rows / MATMUL_WORKGROUP_ROWS);
-      const groupsY = Math.ceil(T / MATMUL_WORKGROUP_TOKENS);
-      const max = this.kernels.maxWorkgroupsPerDimension;
-      if (groupsX > max || groupsY > max) throw new Error(`matmul of ${T} x ${W.rows} outputs exceeds the dispatch grid`);
-      const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned });
-      this.dispatch(pipeline, [T, W.rows, W.cols], buffers, [groupsX, groupsY]);
+    // A split W (GpuMatrix.parts): one dispatch per row range, writing its columns of y.
+    for (const part of parts) {
+      const buffers: Record<number, GPUBuffer> = { 1: y, 2: x, [WEIGHT_BINDING]: part.buffer };
+      if (bias) buffers[BIAS_BINDING] = bias;
+      if (T === 1) {
+        const plan = this.kernels.matvecPlan(W.cols);
+        const workgroups = Math.ceil((Math.ceil(part.rows / 4) * plan.team) / MATVEC_WORKGROUP);
+        const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan });
+        this.dispatch(pipeline, [part.rows, W.cols, part.firstRow], buffers, workgroups);
+      } else {
+        const groupsX = Math.ceil(part.rows / MATMUL_WORKGROUP_ROWS);
+        const groupsY = Math.ceil(T / MATMUL_WORKGROUP_TOKENS);
+        const max = this.kernels.maxWorkgroupsPerDimension;
+        if (groupsX > max || groupsY > max) throw new Error(`matmul of ${T} x ${W.rows} outputs exceeds the dispatch grid`);
+        const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned });
+        this.dispatch(pipeline, [T, part.rows, W.cols, part.firstRow, W.rows], buffers, [groupsX, groupsY]);
+      }
     }
   }
 

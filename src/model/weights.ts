@@ -9,9 +9,9 @@
 // 1-D tensors (norm weights, biases) are tiny and are converted to f32 on the CPU (they must be
 // f32, f16 or bf16, as GGUF files store them).
 import type { GpuContext } from '../gpu/device.ts';
-import type { GpuMatrix, WeightDType } from '../gpu/tensor.ts';
+import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../gpu/tensor.ts';
 import type { LlamaConfig } from './config.ts';
-import { checkWeightShape, isQuantized, weightByteSize } from '../gpu/weight-formats.ts';
+import { QUANT_FORMATS, checkWeightShape, isQuantized, weightByteSize } from '../gpu/weight-formats.ts';
 import { F16_MAX, quantizeValues, toF16Clamped } from './quantize.ts';
 import { DEFAULT_CHUNK_SIZE, type ByteSource, type ModelFiles } from './files.ts';
 import { GLOBAL_TENSOR_NAMES, layerTensorNames } from './tensor-names.ts';
@@ -70,9 +70,49 @@ export const WEIGHT_STORAGES: readonly WeightStorage[] = ['f16', 'f32', 'source'
 /** Where one tensor lives on the GPU. */
 export interface TensorStorage {
   dtype: WeightDType;
-  /** Size of its GPU buffer. */
+  /** Size of its GPU buffer (of all its buffers, for a split matrix). */
   bytes: number;
+  /**
+   * A matrix larger than the device's per-buffer / per-binding limit is split into buffers of whole
+   * rows (GpuMatrix.parts): the rows and buffer size of each, in order. Absent: one buffer.
+   */
+  parts?: { rows: number; bytes: number }[];
 }
+
+/** The per-buffer limits a weight upload must respect (a GpuContext's `limits`). */
+export interface BufferLimits {
+  maxStorageBufferBindingSize: number;
+  maxBufferSize: number;
+}
+
+/** Bytes of one row of `cols` weights in `dtype`, unpadded (whole blocks for a quantized type). */
+export function weightRowBytes(dtype: WeightDType, cols: number): number {
+  if (isQuantized(dtype)) {
+    const { blockSize, blockBytes } = QUANT_FORMATS[dtype];
+    return (cols / blockSize) * blockBytes;
+  }
+  return cols * (dtype === 'f32' ? 4 : 2);
+}
+
+/**
+ * Splits a [rows, cols] matrix of `dtype` into row ranges whose buffers take at most `maxBytes`
+ * each (rows per part = floor(maxBytes / row bytes), the last part the rest). Undefined when it
+ * fits in one buffer, or when not even one row fits (it cannot be stored).
+ */
+export function splitMatrixRows(dtype: WeightDType, rows: number, cols: number, maxBytes: number): { rows: number; bytes: number }[] | undefined {
+  if (weightByteSize(dtype, rows * cols) <= maxBytes) return undefined;
+  let perPart = Math.floor(maxBytes / weightRowBytes(dtype, cols));
+  while (perPart > 0 && weightByteSize(dtype, perPart * cols) > maxBytes) perPart--; // the padding to 4 bytes
+  if (perPart < 1) return undefined;
+  const parts: { rows: number; bytes: number }[] = [];
+  for (let first = 0; first < rows; first += perPart) {
+    const n = Math.min(perPart, rows - first);
+    parts.push({ rows: n, bytes: weightByteSize(dtype, n * cols) });
+  }
+  return parts;
+}
+
+const maxBufferBytes = (limits: BufferLimits) => Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
 
 /** The storage of every tensor a model uploads, by canonical name, and the total bytes. */
 export interface WeightStoragePlan {
@@ -88,8 +128,17 @@ export function storageDType(t: ModelTensor, storage: WeightStorage): WeightDTyp
   return storage;
 }
 
-/** Storage type and buffer size of each tensor a Llama model uploads (throws on an unknown `storage`). */
-export function planWeightStorage(config: LlamaConfig, tensors: ReadonlyMap<string, ModelTensor>, storage: WeightStorage = 'source'): WeightStoragePlan {
+/**
+ * Storage type and buffer size of each tensor a Llama model uploads (throws on an unknown `storage`).
+ * With the device's `limits`, matrices over them are planned as split into parts of whole rows
+ * (TensorStorage.parts), as uploadLlamaWeights stores them.
+ */
+export function planWeightStorage(
+  config: LlamaConfig,
+  tensors: ReadonlyMap<string, ModelTensor>,
+  storage: WeightStorage = 'source',
+  limits?: BufferLimits,
+): WeightStoragePlan {
   if (!WEIGHT_STORAGES.includes(storage)) {
     throw new Error(`Unknown weight storage ${JSON.stringify(storage)}; expected one of ${WEIGHT_STORAGES.join(', ')}`);
   }
@@ -100,8 +149,16 @@ export function planWeightStorage(config: LlamaConfig, tensors: ReadonlyMap<stri
     if (!t) continue;
     const dtype = storageDType(t, storage);
     const elements = t.shape.reduce((a, b) => a * b, 1);
-    const bytes = Math.max(4, t.shape.length === 1 ? elements * 4 : dtype === t.dtype ? align4(t.byteLength) : weightByteSize(dtype, elements));
-    out.set(name, { dtype, bytes });
+    let bytes = Math.max(4, t.shape.length === 1 ? elements * 4 : dtype === t.dtype ? align4(t.byteLength) : weightByteSize(dtype, elements));
+    const parts = limits && t.shape.length === 2 && bytes > maxBufferBytes(limits)
+      ? splitMatrixRows(dtype, t.shape[0], t.shape[1], maxBufferBytes(limits))
+      : undefined;
+    if (parts) {
+      bytes = parts.reduce((sum, p) => sum + p.bytes, 0);
+      out.set(name, { dtype, bytes, parts });
+    } else {
+      out.set(name, { dtype, bytes });
+    }
     totalBytes += bytes;
   }
   return { tensors: out, totalBytes };
@@ -142,6 +199,37 @@ export interface UploadOptions {
   storage?: WeightStorage;
   /** Receives warnings (values clamped to the f16 range); default console.warn. */
   onWarning?: (message: string) => void;
+}
+
+/** Feeds a split matrix's bytes to one sink per part, each getting exactly its part's bytes. */
+class SplitSink implements TensorSink {
+  private index = 0;
+  private left: number;
+  constructor(private readonly parts: { sink: TensorSink; bytes: number }[]) {
+    this.left = parts[0].bytes;
+  }
+
+  write(piece: Uint8Array): void {
+    let at = 0;
+    while (at < piece.length) {
+      if (this.left === 0) {
+        if (this.index === this.parts.length - 1) throw new Error('SplitSink: more bytes than the parts hold');
+        this.parts[this.index].sink.finish();
+        this.index++;
+        this.left = this.parts[this.index].bytes;
+      }
+      const n = Math.min(this.left, piece.length - at);
+      this.parts[this.index].sink.write(piece.subarray(at, at + n));
+      at += n;
+      this.left -= n;
+    }
+  }
+
+  finish(): void {
+    // Parts the stream never reached (cannot happen for a complete tensor) are finished too.
+    for (let i = this.index; i < this.parts.length; i++) this.parts[i].sink.finish();
+    this.index = this.parts.length - 1;
+  }
 }
 
 /** The tensors a Llama model uses, with the shape each must have: [name, shape, kind]. */
@@ -362,10 +450,15 @@ export function f16ToF32(h: number): number {
   return sign * (1 + frac / 1024) * 2 ** (exp - 15);
 }
 
-/** Throws unless a tensor's buffer fits the device's per-buffer and per-binding limits. */
-export function checkTensorFits(name: string, storage: TensorStorage, limits: { maxStorageBufferBindingSize: number; maxBufferSize: number }): void {
-  const maxBuffer = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
-  if (storage.bytes > maxBuffer) {
+/**
+ * Throws unless a tensor's buffers fit the device's per-buffer and per-binding limits. A matrix
+ * planned with the limits is split into parts of whole rows (TensorStorage.parts), so only one
+ * whose single row is over the limit (or a plan made without the limits) is refused.
+ */
+export function checkTensorFits(name: string, storage: TensorStorage, limits: BufferLimits): void {
+  const maxBuffer = maxBufferBytes(limits);
+  const largest = storage.parts ? Math.max(...storage.parts.map((p) => p.bytes)) : storage.bytes;
+  if (largest > maxBuffer) {
     const which = limits.maxStorageBufferBindingSize <= limits.maxBufferSize ? 'maxStorageBufferBindingSize' : 'maxBufferSize';
     throw new Error(
       `Tensor ${name} needs a ${storage.bytes}-byte GPU buffer (${storage.dtype}); this device allows at most ${maxBuffer} bytes per storage buffer (${which})`,
@@ -391,7 +484,7 @@ export async function uploadLlamaWeights(
   checkTensors(config, tensors);
   const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
   const flushBytes = options.flushBytes ?? 64 << 20;
-  const plan = planWeightStorage(config, tensors, options.storage ?? 'source');
+  const plan = planWeightStorage(config, tensors, options.storage ?? 'source', ctx.limits);
 
   const required = requiredTensors(config);
   // Check every storage type and size before allocating anything.
@@ -430,13 +523,30 @@ export async function uploadLlamaWeights(
         vectors.set(name, buffer);
         jobs.push({ tensor: t, sink: new VectorSink(device.queue, buffer, t) });
       } else {
-        const buffer = device.createBuffer({ label: name, size: target.bytes, usage });
-        buffers.push(buffer);
-        matrices.set(name, { buffer, dtype: target.dtype, rows: shape[0], cols: shape[1] });
-        const sink = target.dtype === t.dtype
+        const sinkFor = (buffer: GPUBuffer): TensorSink => target.dtype === t.dtype
           ? new MatrixSink(device.queue, buffer)
           : new ConvertingSink(device.queue, buffer, t.dtype as 'f32' | 'f16' | 'bf16', target.dtype as 'f32' | 'f16' | 'q8_0' | 'q4_0', stats);
-        jobs.push({ tensor: t, sink });
+        if (!target.parts) {
+          const buffer = device.createBuffer({ label: name, size: target.bytes, usage });
+          buffers.push(buffer);
+          matrices.set(name, { buffer, dtype: target.dtype, rows: shape[0], cols: shape[1] });
+          jobs.push({ tensor: t, sink: sinkFor(buffer) });
+        } else {
+          // Over the device's buffer limits: one buffer per row range, fed the source rows it holds.
+          const sourceRowBytes = weightRowBytes(t.dtype, shape[1]);
+          const parts: GpuMatrixPart[] = [];
+          const partSinks: { sink: TensorSink; bytes: number }[] = [];
+          let firstRow = 0;
+          for (const [i, p] of target.parts.entries()) {
+            const buffer = device.createBuffer({ label: `${name} [part ${i}: rows ${firstRow}..${firstRow + p.rows - 1}]`, size: p.bytes, usage });
+            buffers.push(buffer);
+            parts.push({ buffer, firstRow, rows: p.rows });
+            partSinks.push({ sink: sinkFor(buffer), bytes: p.rows * sourceRowBytes });
+            firstRow += p.rows;
+          }
+          matrices.set(name, { buffer: parts[0].buffer, dtype: target.dtype, rows: shape[0], cols: shape[1], parts });
+          jobs.push({ tensor: t, sink: new SplitSink(partSinks) });
+        }
       }
     }
 
