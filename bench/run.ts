@@ -3,12 +3,21 @@
 // runs; a table, then one JSON line with every figure as the last line.
 //
 //   npm run bench -- [--runs N] [--node-only | --browser-only]
+//
+// With --real-shapes (Node only): random models at the real shapes of SmolLM2-135M and
+// Llama-3.2-1B, generated on demand into generated-models/ (ignored by git), loaded with each
+// weight storage: load time, peak memory while loading, prefill / decode tokens/s (bench/real-shapes.ts).
+//   npm run bench -- --real-shapes [--models smollm2,llama3] [--storages f32,f16,q8_0,q4_0]
+//                    [--prefill-tokens 64] [--decode-tokens 16] [--shape real|tiny]
 import { createServer as createNetServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { CompletionRequest } from '../src/api/completions.ts';
 import type { Engine } from '../src/index.ts';
 import { timeChunks, type RunTiming } from './measure.ts';
+import { realShapesTable, runRealShapes } from './real-shapes.ts';
+import type { Family, Shape } from '../scripts/model-families.ts';
+import type { WeightStorage } from '../src/model/weights.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const MODEL_ID = 'stories260K';
@@ -249,8 +258,29 @@ async function main(): Promise<void> {
       runs: { type: 'string', default: '3' },
       'node-only': { type: 'boolean', default: false },
       'browser-only': { type: 'boolean', default: false },
+      'real-shapes': { type: 'boolean', default: false },
+      models: { type: 'string', default: 'smollm2,llama3' },
+      storages: { type: 'string', default: 'f32,f16,q8_0,q4_0' },
+      'prefill-tokens': { type: 'string', default: '64' },
+      'decode-tokens': { type: 'string', default: '16' },
+      shape: { type: 'string', default: 'real' },
     },
   });
+  if (values['real-shapes']) {
+    const options = {
+      models: values.models.split(',') as Family[],
+      storages: values.storages.split(',') as WeightStorage[],
+      prefillTokens: Number(values['prefill-tokens']),
+      decodeTokens: Number(values['decode-tokens']),
+      shape: values.shape as Shape,
+    };
+    const figures = await runRealShapes(options);
+    console.log(`random models at ${options.shape} shapes in Node; peaks while loading, above the figure before the load; ` +
+      `prefill with a ~${options.prefillTokens}-token prompt, decode with max_tokens ${options.decodeTokens}, temperature 0`);
+    console.log(realShapesTable(figures));
+    console.log(JSON.stringify({ real_shapes: options, results: figures }));
+    return;
+  }
   const runs = Math.max(1, Number(values.runs));
   const hostMakers: (() => Promise<Host>)[] = [];
   if (!values['browser-only']) hostMakers.push(nodeHost);

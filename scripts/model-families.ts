@@ -386,6 +386,8 @@ export interface GenerateOptions {
   /** Weight storage (default bf16, as the published checkpoints). */
   dtype?: GeneratedDType;
   seed?: number;
+  /** config.json keys replacing the shape's (e.g. wider tiny dims, so K-quant blocks of 256 fit a row). */
+  overrides?: Json;
 }
 
 /** Writes a random-weight model folder; returns its config.json object. */
@@ -394,6 +396,7 @@ export function generateModel(options: GenerateOptions): Json {
   if (!FAMILIES.includes(family)) throw new Error(`unknown family ${family}: one of ${FAMILIES.join(', ')}`);
   mkdirSync(out, { recursive: true });
   const config = familyConfig(family, shape);
+  if (options.overrides) Object.assign(config, options.overrides);
   config.torch_dtype = (options.dtype ?? 'bf16') === 'f32' ? 'float32' : 'bfloat16';
   const generationConfig = writeTokenizer(family, config.vocab_size as number, config, out);
   writeFileSync(join(out, 'config.json'), JSON.stringify(config, null, 2));
