@@ -23,6 +23,7 @@ import { tinyConfig } from './helpers/random-model.ts';
 import { STORIES_HF } from './helpers/model-files.ts';
 import { CpuLlama, type CpuLlamaWeights } from './reference/cpu-llama.ts';
 import { bf16BitsToF32 } from './reference/cpu-ops.ts';
+import { maxAbsDiff } from './helpers/compare.ts';
 
 const tempDirs: string[] = [];
 const engines: Engine[] = [];
@@ -73,13 +74,6 @@ async function cpuWeightsOf(dir: string, config: LlamaConfig): Promise<CpuLlamaW
     outputNorm: tensor('model.norm.weight'),
     lmHead: config.tieWordEmbeddings ? tokenEmbedding : tensor('lm_head.weight'),
   };
-}
-
-function maxAbsDiff(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return m;
 }
 
 /** What each tiny family must have come out as, beyond the shared checks. */

@@ -7,13 +7,7 @@ import { buildRandomModel, tinyConfig } from './helpers/random-model.ts';
 import { mulberry32 } from './helpers/prng.ts';
 import { testGpu } from './helpers/gpu.ts';
 import { CpuLlama } from './reference/cpu-llama.ts';
-
-function maxAbsDiff(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return m;
-}
+import { maxAbsDiff } from './helpers/compare.ts';
 
 const shapes: { name: string; config: LlamaConfig; dtype: WeightDType }[] = [
   { name: 'GQA 6q/2kv, head_dim 4, halves, f32', config: tinyConfig(), dtype: 'f32' },

@@ -20,6 +20,7 @@ import { generateModel, type Family } from '../scripts/model-families.ts';
 import { CpuLlama, type CpuLlamaWeights } from './reference/cpu-llama.ts';
 import { f16BitsToF32 } from './reference/cpu-ops.ts';
 import { dequantize } from './reference/quant.ts';
+import { maxAbsDiff } from './helpers/compare.ts';
 
 const tempDirs: string[] = [];
 const engines: Engine[] = [];
@@ -38,13 +39,6 @@ async function load(path: string): Promise<LlamaGenerator> {
   const engine = await loadModelFromPath(path);
   engines.push(engine);
   return engine.generator as LlamaGenerator;
-}
-
-function maxAbsDiff(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return m;
 }
 
 function argmaxRows(logits: Float32Array, vocab: number): number[] {

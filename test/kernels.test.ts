@@ -1,6 +1,6 @@
 // Every GPU kernel against the plain CPU reference (test/reference/cpu-ops.ts), on seeded random
 // inputs whose sizes are deliberately not multiples of the workgroup sizes or of 4.
-import { mulberry32 } from './helpers/prng.ts';
+import { mulberry32, randomF32 } from './helpers/prng.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
@@ -28,54 +28,15 @@ import {
   ropeRef,
   swigluRef,
 } from './reference/cpu-ops.ts';
+import { expectClose, maxAbs, maxAbsDiff } from './helpers/compare.ts';
 
 // ---- helpers -------------------------------------------------------------------------------
 
-
-/** n uniform values in [-scale, scale). */
-function randomF32(n: number, seed: number, scale = 1): Float32Array {
-  const next = mulberry32(seed);
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = (next() * 2 - 1) * scale;
-  return out;
-}
-
-function maxAbs(a: Float32Array): number {
-  let m = 0;
-  for (const v of a) m = Math.max(m, Math.abs(v));
-  return m;
-}
-
-function maxAbsDiff(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return Number.isNaN(m) ? Infinity : m;
-}
 
 /**
  * Max abs error within relTol of the expected values' magnitude (tight enough that any indexing
  * slip fails). Under SwiftShader every kernel passes at 1e-6: run with RELTOL=1e-6 to see the margin.
  */
-function expectClose(actual: Float32Array, expected: Float32Array, relTol = Number(process.env.RELTOL ?? 1e-4)): void {
-  expect(actual.length).toBe(expected.length);
-  let worst = 0;
-  let worstAt = -1;
-  for (let i = 0; i < actual.length; i++) {
-    const err = Math.abs(actual[i] - expected[i]);
-    if (!(err <= worst)) {
-      worst = Number.isNaN(err) ? Infinity : err;
-      worstAt = i;
-    }
-  }
-  const tol = relTol * Math.max(maxAbs(expected), 1e-6);
-  if (!(worst <= tol)) {
-    throw new Error(
-      `max abs err ${worst} at [${worstAt}] (got ${actual[worstAt]}, want ${expected[worstAt]}) exceeds ${tol}`,
-    );
-  }
-}
-
 const DTYPES: WeightDType[] = ['f32', 'f16', 'bf16'];
 
 let ctx: GpuContext;

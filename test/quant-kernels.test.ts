@@ -8,36 +8,12 @@ import { Kernels } from '../src/gpu/kernels.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32 } from '../src/gpu/buffers.ts';
 import { QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
 import { testGpu } from './helpers/gpu.ts';
-import { mulberry32 } from './helpers/prng.ts';
+import { randomF32 } from './helpers/prng.ts';
 import { embeddingRef, matmulRef } from './reference/cpu-ops.ts';
 import { dequantize, quantize } from './reference/quant.ts';
+import { expectClose } from './helpers/compare.ts';
 
 const QUANT_DTYPES: QuantDType[] = ['q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1', 'q4_k', 'q5_k', 'q6_k'];
-
-function randomF32(n: number, seed: number, scale = 1): Float32Array {
-  const next = mulberry32(seed);
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = (next() * 2 - 1) * scale;
-  return out;
-}
-
-function expectClose(actual: Float32Array, expected: Float32Array, relTol: number): void {
-  expect(actual.length).toBe(expected.length);
-  let worst = 0;
-  let worstAt = -1;
-  let scale = 1e-6;
-  for (let i = 0; i < actual.length; i++) {
-    scale = Math.max(scale, Math.abs(expected[i]));
-    const err = Math.abs(actual[i] - expected[i]);
-    if (!(err <= worst)) {
-      worst = Number.isNaN(err) ? Infinity : err;
-      worstAt = i;
-    }
-  }
-  if (!(worst <= relTol * scale)) {
-    throw new Error(`max abs err ${worst} at [${worstAt}] (got ${actual[worstAt]}, want ${expected[worstAt]}) exceeds ${relTol * scale}`);
-  }
-}
 
 let ctx: GpuContext;
 let device: GPUDevice;

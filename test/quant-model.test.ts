@@ -17,6 +17,7 @@ import { tinyConfig } from './helpers/random-model.ts';
 import { CpuLlama, type CpuLayerWeights, type CpuLlamaWeights } from './reference/cpu-llama.ts';
 import { f16BitsToF32, f32ToF16Bits } from './reference/cpu-ops.ts';
 import { dequantize, quantize } from './reference/quant.ts';
+import { maxAbsDiff } from './helpers/compare.ts';
 
 const GGML_TYPE: Record<WeightDType, number> = {
   f32: 0, f16: 1, bf16: 30, q4_0: 2, q4_1: 3, q5_0: 6, q5_1: 7, q8_0: 8, q4_k: 12, q5_k: 13, q6_k: 14,
@@ -100,13 +101,6 @@ function quantizedGguf(config: LlamaConfig, storage: Storage, seed: number): { f
     'tokenizer.ggml.eos_token_id': { type: 'u32', value: 2 },
   };
   return { file: buildGguf(kvs, tensors), cpu: { tokenEmbedding, layers, outputNorm, lmHead } };
-}
-
-function maxAbsDiff(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return Number.isNaN(m) ? Infinity : m;
 }
 
 const all = (dtype: WeightDType): Storage => ({

@@ -19,6 +19,7 @@ import { mulberry32 } from './helpers/prng.ts';
 import { CpuLlama, type CpuLayerWeights, type CpuLlamaWeights } from './reference/cpu-llama.ts';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from './reference/cpu-ops.ts';
 import { dequantize, quantize } from './reference/quant.ts';
+import { maxAbsDiff } from './helpers/compare.ts';
 
 type FileDType = 'F32' | 'BF16';
 type Stored = 'f16' | 'f32' | 'q8_0' | 'q4_0';
@@ -89,13 +90,6 @@ function randomHfModel(file: FileDType, stored: Stored, options: { tied?: boolea
     'model.safetensors': buildSafetensors(tensors),
   });
   return { files: () => folder(), folder, cpu, specs };
-}
-
-function maxAbsDiff(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return Number.isNaN(m) ? Infinity : m;
 }
 
 /** GPU logits (prefill of 6 tokens, then 2 decode steps) vs CpuLlama's, within 2e-4 of the logit scale. */

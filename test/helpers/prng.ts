@@ -9,3 +9,11 @@ export function mulberry32(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/** n floats uniform in [-scale, scale), the same for the same seed. */
+export function randomF32(n: number, seed: number, scale = 1): Float32Array {
+  const next = mulberry32(seed);
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) out[i] = (next() * 2 - 1) * scale;
+  return out;
+}

@@ -1,0 +1,38 @@
+// Comparing GPU results with the CPU reference.
+import { expect } from 'vitest';
+
+/** Largest |a[i]|. */
+export function maxAbs(a: Float32Array): number {
+  let m = 0;
+  for (const v of a) m = Math.max(m, Math.abs(v));
+  return m;
+}
+
+/** Largest |a[i] - b[i]|; a NaN anywhere counts as Infinity, so it can never pass a tolerance. */
+export function maxAbsDiff(a: Float32Array, b: Float32Array): number {
+  expect(a.length).toBe(b.length);
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return Number.isNaN(m) ? Infinity : m;
+}
+
+/**
+ * Fails unless every |actual - expected| is within relTol x the largest |expected| (floored at
+ * 1e-6), naming the worst element. RELTOL in the environment tightens or loosens the default.
+ */
+export function expectClose(actual: Float32Array, expected: Float32Array, relTol = Number(process.env.RELTOL ?? 1e-4)): void {
+  expect(actual.length).toBe(expected.length);
+  let worst = 0;
+  let worstAt = -1;
+  for (let i = 0; i < actual.length; i++) {
+    const err = Math.abs(actual[i] - expected[i]);
+    if (!(err <= worst)) {
+      worst = Number.isNaN(err) ? Infinity : err;
+      worstAt = i;
+    }
+  }
+  const tol = relTol * Math.max(maxAbs(expected), 1e-6);
+  if (!(worst <= tol)) {
+    throw new Error(`max abs err ${worst} at [${worstAt}] (got ${actual[worstAt]}, want ${expected[worstAt]}) exceeds ${tol}`);
+  }
+}
