@@ -11,6 +11,7 @@
 import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { mulberry32 } from '../test/helpers/prng.ts';
 
 export const FAMILIES = ['llama2', 'llama3', 'smollm2', 'mistral', 'qwen2'] as const;
 export type Family = (typeof FAMILIES)[number];
@@ -252,18 +253,6 @@ function writeTokenizer(family: Family, vocabSize: number, config: Json, dir: st
 
 // ---------------------------------------------------------------------------------------------
 // Weights
-
-/** mulberry32: deterministic floats in [0, 1). */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function hashName(name: string, seed: number): number {
   let h = (0x811c9dc5 ^ seed) >>> 0;
