@@ -1,7 +1,7 @@
 // The demo: load a model onto the GPU, install the fetch shim, then talk to it with plain
 // fetch('/v1/completions') and server-sent events, exactly as code written for a server would.
 import { sseJson } from './sse.ts';
-import { installFetchShim, loadModel, type CompletionChunk } from '../src/index.ts';
+import { installFetchShim, loadModel, type CompletionChunk, type Engine } from '../src/index.ts';
 
 const DEFAULT_MODEL = '/models/stories260K/stories260K.gguf';
 const DEFAULT_ID = 'stories260K';
@@ -18,6 +18,9 @@ const adapterLine = $('adapter');
 const modelLine = $('model-name');
 const progress = $<HTMLProgressElement>('progress');
 const errorBox = $('error');
+const localControls = $<HTMLFieldSetElement>('local');
+const fileInput = $<HTMLInputElement>('model-files');
+const folderInput = $<HTMLInputElement>('model-folder');
 
 type State = 'loading' | 'ready' | 'generating' | 'error';
 
@@ -55,12 +58,11 @@ async function describeAdapter(): Promise<void> {
 
 let loadSeconds = 0;
 
-async function load() {
+async function load(source: string | File[], id?: string) {
   await describeAdapter();
-  setState('loading', 'Loading model…');
   const started = performance.now();
-  const engine = await loadModel(modelUrl, {
-    id: modelId,
+  const engine = await loadModel(source, {
+    id,
     onProgress({ loadedBytes, totalBytes, loadedTensors, totalTensors, phase }) {
       progress.max = totalBytes || 1;
       progress.value = loadedBytes;
@@ -72,29 +74,75 @@ async function load() {
   loadSeconds = (performance.now() - started) / 1000;
   const storage = engine.info.storage;
   const weights = storage ? `, weights ${storage.weightStorage} ${formatBytes(storage.weightBytes)}` : '';
-  modelLine.textContent = `Model: ${engine.info.id} (${engine.info.format}, context ${engine.info.contextLength}${weights})`;
+  const local = typeof source === 'string' ? '' : ', from local files';
+  modelLine.textContent = `Model: ${engine.info.id} (${engine.info.format}, context ${engine.info.contextLength}${weights}${local})`;
   return engine;
 }
 
-const enginePromise = load();
-// Installed at once: a request sent before the model is ready waits for it.
-installFetchShim(enginePromise);
+let enginePromise: Promise<Engine>;
+let uninstallShim: () => void;
 
-enginePromise.then(
-  () => {
-    setState('ready', `Ready (loaded in ${loadSeconds.toFixed(1)} s).`);
-    button.disabled = false;
-  },
-  (error) => {
-    setState('error', 'Could not load the model.');
-    showError(error);
-  },
-);
+function start(source: string | File[], id?: string): void {
+  setState('loading', 'Loading model…');
+  button.disabled = true;
+  localControls.disabled = true;
+  progress.value = 0;
+  enginePromise = load(source, id);
+  // Installed at once: a request sent before the model is ready waits for it.
+  uninstallShim = installFetchShim(enginePromise);
+  enginePromise.then(
+    () => {
+      setState('ready', `Ready (loaded in ${loadSeconds.toFixed(1)} s).`);
+      button.disabled = false;
+    },
+    (error) => {
+      setState('error', 'Could not load the model.');
+      showError(error);
+    },
+  ).finally(() => (localControls.disabled = false));
+}
+
+start(modelUrl, modelId);
+
+// ---- a model from local files: file picker, folder picker, or dropped on the page ----------
+
+async function loadLocal(files: File[]): Promise<void> {
+  if (files.length === 0 || document.body.dataset.state === 'loading') return;
+  setState('loading', 'Unloading the current model…');
+  // Let the request in flight end (as 'aborted') before its engine goes away.
+  running?.abort();
+  await generation;
+  uninstallShim();
+  const old = await enginePromise.catch(() => undefined);
+  old?.unload();
+  errorBox.hidden = true;
+  errorBox.textContent = '';
+  modelLine.textContent = `Model: ${files.map((f) => f.name).join(', ')}`;
+  start(files);
+}
+
+for (const input of [fileInput, folderInput]) {
+  input.addEventListener('change', () => {
+    void loadLocal([...(input.files ?? [])]);
+    input.value = ''; // picking the same files again loads them again
+  });
+}
+addEventListener('dragover', (event) => {
+  event.preventDefault(); // allows the drop
+  document.body.classList.add('dragging');
+});
+addEventListener('dragleave', () => document.body.classList.remove('dragging'));
+addEventListener('drop', (event) => {
+  event.preventDefault(); // the browser would otherwise open the file
+  document.body.classList.remove('dragging');
+  void loadLocal([...(event.dataTransfer?.files ?? [])]);
+});
 
 // ---- one completion, streamed --------------------------------------------------------------
 
 
 let running: AbortController | undefined;
+let generation: Promise<void> | undefined;
 
 async function generate(): Promise<void> {
   const engine = await enginePromise;
@@ -154,7 +202,7 @@ async function generate(): Promise<void> {
 form.addEventListener('submit', (event) => {
   event.preventDefault();
   if (running) running.abort();
-  else void generate();
+  else generation = generate();
 });
 
 addEventListener('unhandledrejection', (event) => showError(event.reason));
