@@ -16,7 +16,9 @@
 // Composed in front of this file (kernels.ts, attentionSpec): `const HEAD_DIM: u32`, the head
 // dimension of the pipeline (params.head_dim equals it); the element type of q and the caches,
 // `alias H` (vec4<f32> when HEAD_DIM is a multiple of 4, so every head starts 16-byte aligned;
-// else f32) with `const WIDTH: u32` (floats per H) and `fn hsum(v: H) -> f32`; and single-float
+// else f32) with `const WIDTH: u32` (floats per H) and `fn hsum(v: H) -> f32`; the caches' storage
+// element `alias KV` (H for f32 caches; for f16 caches, packed two halves a u32 word: vec2<u32>
+// with vec4 H, else u32) and `fn load_k/load_v(i: u32) -> H` of the cache's i-th H; single-float
 // reads `fn load_q1/load_k1/load_v1(i: u32) -> f32` of float i; `fn store_out(i: u32, v: H)` writes
 // floats i .. i + WIDTH - 1 of out. Two entry points; the host picks (kernels.ts, attentionPlan):
 //
@@ -45,8 +47,8 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;  // [T, num_heads, head_dim]
 @group(0) @binding(2) var<storage, read> q: array<H>;            // [T, num_heads, head_dim]
-@group(0) @binding(3) var<storage, read> k_cache: array<H>;      // [context_rows, num_kv_heads, head_dim]
-@group(0) @binding(4) var<storage, read> v_cache: array<H>;      // [context_rows, num_kv_heads, head_dim]
+@group(0) @binding(3) var<storage, read> k_cache: array<KV>;     // [context_rows, num_kv_heads, head_dim]
+@group(0) @binding(4) var<storage, read> v_cache: array<KV>;     // [context_rows, num_kv_heads, head_dim]
 
 const WORKGROUP_SIZE: u32 = 64u;
 const MAX_HEAD_DIM: u32 = 256u;
@@ -94,7 +96,7 @@ fn per_thread(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) gri
     let base = (j * kv_row_stride + kv_offset) / WIDTH; // in elements of H
     var dot = H();
     for (var i = 0u; i < HEAD_SLICES; i++) {
-      dot += qv[i] * k_cache[base + i];
+      dot += qv[i] * load_k(base + i);
     }
     let score = hsum(dot) * params.scale;
     if (score > m) {
@@ -109,7 +111,7 @@ fn per_thread(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) gri
     let p = exp(score - m);
     l += p;
     for (var i = 0u; i < HEAD_SLICES; i++) {
-      acc[i] += p * v_cache[base + i];
+      acc[i] += p * load_v(base + i);
     }
   }
 

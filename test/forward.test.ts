@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import type { WeightDType } from '../src/gpu/tensor.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
+import { KvCache } from '../src/model/kv-cache.ts';
 import { LlamaModel } from '../src/model/llama.ts';
 import { buildRandomModel, tinyConfig } from './helpers/random-model.ts';
 import { mulberry32 } from './helpers/prng.ts';
@@ -24,13 +25,16 @@ const shapes: { name: string; config: LlamaConfig; dtype: WeightDType }[] = [
 ];
 
 describe('Llama forward pass: GPU vs CPU reference', () => {
-  for (const { name, config, dtype } of shapes) {
-    it(name, async () => {
+  for (const { name, config, dtype } of shapes) for (const kvDType of ['f16', 'f32'] as const) {
+    it(`${name}, ${kvDType} KV cache`, async () => {
       const ctx = await testGpu();
       const { cpu, gpu } = buildRandomModel(ctx, config, dtype, 7);
       const model = await LlamaModel.create(ctx, config, gpu);
-      const cache = model.createKvCache(32);
-      const reference = new CpuLlama(config, cpu, 32);
+      const cache = model.createKvCache(32, kvDType);
+      expect(cache.kvDType).toBe(kvDType);
+      expect(cache.byteSize).toBe(KvCache.byteSizeOf(config, 32, kvDType));
+      // The reference rounds K and V to f16 as they are cached when the GPU's cache is f16.
+      const reference = new CpuLlama(config, cpu, 32, kvDType);
       const rand = mulberry32(3);
       const prompt = Array.from({ length: 11 }, () => Math.floor(rand() * config.vocabSize));
 

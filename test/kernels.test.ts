@@ -5,13 +5,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
 import type { GpuMatrix, WeightDType } from '../src/gpu/tensor.ts';
-import { attentionPlan, Kernels, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, type MatvecPlan } from '../src/gpu/kernels.ts';
+import { attentionPlan, Kernels, type KvDType, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, type MatvecPlan } from '../src/gpu/kernels.ts';
 import {
   createF32Buffer,
   createStorageBuffer,
   createU32Buffer,
   createWeightMatrix,
   readBufferF32,
+  readBufferU32,
 } from '../src/gpu/buffers.ts';
 import {
   addRef,
@@ -26,6 +27,7 @@ import {
   rmsNormRef,
   ropeInvFreq,
   ropeRef,
+  roundF16,
   swigluRef,
 } from './reference/cpu-ops.ts';
 import { expectClose, maxAbs, maxAbsDiff } from './helpers/compare.ts';
@@ -430,6 +432,7 @@ describe('attention', () => {
   async function runAttention(
     c: { T: number; startPos: number; numHeads: number; numKvHeads: number; headDim: number; window?: number },
     entry: 'per_thread' | 'per_workgroup' | undefined,
+    kvDType: KvDType = 'f32',
   ): Promise<{ got: Float32Array; want: Float32Array; unwindowed: Float32Array }> {
     const { T, startPos, numHeads, numKvHeads, headDim, window } = c;
     const contextRows = startPos + T + 4;
@@ -446,15 +449,33 @@ describe('attention', () => {
     kernels.attentionPlanOverride = entry;
     try {
       const batch = kernels.begin();
-      batch.attention(out, input(q), input(kCache), input(vCache), T, startPos, numHeads, numKvHeads, headDim, window);
+      let kBuf: GPUBuffer;
+      let vBuf: GPUBuffer;
+      if (kvDType === 'f16') {
+        // The rows written by writeKv in two appends (the second at a row offset), as the model does.
+        kBuf = output((contextRows * kvRow) / 2, 'k_cache f16');
+        vBuf = output((contextRows * kvRow) / 2, 'v_cache f16');
+        for (const [from, to] of [[0, startPos], [startPos, contextRows]]) {
+          if (to === from) continue;
+          const rows = (c: Float32Array) => input(c.slice(from * kvRow, to * kvRow));
+          batch.writeKv(kBuf, vBuf, rows(kCache), rows(vCache), to - from, from, kvRow);
+        }
+      } else {
+        kBuf = input(kCache);
+        vBuf = input(vCache);
+      }
+      batch.attention(out, input(q), kBuf, vBuf, T, startPos, numHeads, numKvHeads, headDim, window, kvDType);
       batch.submit();
     } finally {
       kernels.attentionPlanOverride = undefined;
     }
+    // An f16 cache holds K and V rounded to nearest even: the reference attends over those.
+    const k = kvDType === 'f16' ? roundF16(kCache) : kCache;
+    const v = kvDType === 'f16' ? roundF16(vCache) : vCache;
     return {
       got: await read(out, T * numHeads * headDim),
-      want: attentionRef(q, kCache, vCache, T, startPos, numHeads, numKvHeads, headDim, window),
-      unwindowed: attentionRef(q, kCache, vCache, T, startPos, numHeads, numKvHeads, headDim),
+      want: attentionRef(q, k, v, T, startPos, numHeads, numKvHeads, headDim, window),
+      unwindowed: attentionRef(q, k, v, T, startPos, numHeads, numKvHeads, headDim),
     };
   }
 
@@ -480,6 +501,51 @@ describe('attention', () => {
       });
     }
   }
+
+  // f16 caches (two halves a u32 word): vec4 heads (headDim % 4 == 0) and single-float ones (6).
+  for (const entry of ['per_thread', 'per_workgroup'] as const) {
+    for (const c of [...cases, windowCases[2], windowCases[3]]) {
+      const { T, startPos, numHeads, numKvHeads, headDim } = c;
+      const window = 'window' in c ? `, window=${c.window}` : '';
+      it(`${entry}, f16 cache: T=${T}, startPos=${startPos}, heads=${numHeads}/${numKvHeads}, headDim=${headDim}${window}`, async () => {
+        const { got, want } = await runAttention(c, entry, 'f16');
+        expectClose(got, want);
+      });
+    }
+  }
+
+  it('writeKv rounds to nearest even like f32ToF16Bits (ties, subnormals, overflow, NaN)', async () => {
+    const special = [
+      0, -0, 1, -1, 65504, 65520, 65519.99, -1e6, Infinity, -Infinity, NaN, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 1 + 2 ** -11 + 2 ** -20,
+      2 ** -14, 2 ** -15 + 2 ** -25, 2 ** -24, 2 ** -25, 3 * 2 ** -26, 2 ** -26, -(2 ** -24) * 1.5, 1e-10, 6.1e-5, 0.1, -3.14159,
+    ];
+    const rand = randomF32(4096, 77, 8);
+    const tiny = randomF32(1024, 78, 1e-4);
+    const values = new Float32Array([...special, ...(special.length % 2 ? [0.5] : []), ...rand, ...tiny]);
+    const rowElems = 2;
+    const rows = values.length / rowElems;
+    const startRow = 3;
+    const kCache = output((startRow + rows) * rowElems / 2);
+    const vCache = output((startRow + rows) * rowElems / 2);
+    const negated = values.map((x) => -x);
+    const batch = kernels.begin();
+    batch.writeKv(kCache, vCache, input(values), input(negated), rows, startRow, rowElems);
+    batch.submit();
+    for (const [cache, src] of [[kCache, values], [vCache, negated]] as const) {
+      const words = await readBufferU32(device, cache, rows, startRow * 4);
+      const want = new Uint32Array(rows);
+      for (let i = 0; i < rows; i++) want[i] = (f32ToF16Bits(src[2 * i]) | (f32ToF16Bits(src[2 * i + 1]) << 16)) >>> 0;
+      expect(Array.from(words)).toEqual(Array.from(want));
+    }
+  });
+
+  it('writeKv refuses an odd row; attention refuses an odd f16 row', () => {
+    const batch = kernels.begin();
+    const b = output(64);
+    expect(() => batch.writeKv(output(8), output(8), b, output(64), 2, 0, 3)).toThrow(/even/);
+    expect(() => batch.attention(output(64), b, output(8), output(8), 1, 0, 3, 3, 1, undefined, 'f16')).toThrow(/even/);
+    batch.submit();
+  });
 
   it('window 1: every query returns its own value row', async () => {
     const c = windowCases[0];

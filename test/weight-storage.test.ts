@@ -11,6 +11,7 @@ import type { LlamaGenerator } from '../src/engine/generator.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/model/open-model.ts';
 import { planWeightStorage, requiredTensors, type ModelTensor } from '../src/model/weights.ts';
 import { checkMemory, estimateMemory } from '../src/engine/memory.ts';
+import { KvCache } from '../src/model/kv-cache.ts';
 import { tinyConfig } from './helpers/random-model.ts';
 import { filesFromPath } from '../src/node/files.ts';
 import { testGpu } from './helpers/gpu.ts';
@@ -131,8 +132,13 @@ describe('GPU memory of a real-shape model, planned without loading (Llama-3.2-1
     expect(f16.totalBytes / GiB).toBeCloseTo(2.3, 1);
     expect(q4.tensors.get('model.embed_tokens.weight')).toEqual({ dtype: 'q4_0', bytes: (128256 * 2048 / 32) * 18 });
     const estimate = estimateMemory(config, q4, 4096);
-    expect(estimate.kvCacheBytes).toBe(2 * 16 * 4096 * 8 * 64 * 4);
-    // Weights ~663 MiB, KV cache 256 MiB, activations of a 4096-token prefill ~562 MiB: fits in 1.5 GiB.
+    // The f16 KV cache (the default) takes half the f32 one.
+    expect(estimate.kvCacheBytes).toBe(2 * 16 * 4096 * 8 * 64 * 2);
+    expect(estimateMemory(config, q4, 4096, 'f32').kvCacheBytes).toBe(2 * estimate.kvCacheBytes);
+    // f16 rows fill whole u32 words: an odd K/V row is refused (f32 takes it).
+    expect(() => KvCache.rowBytesOf({ ...config, numKvHeads: 1, headDim: 3 })).toThrow(/even K\/V row/);
+    expect(KvCache.rowBytesOf({ ...config, numKvHeads: 1, headDim: 3 }, 'f32')).toBe(12);
+    // Weights ~663 MiB, KV cache 128 MiB, activations of a 4096-token prefill ~562 MiB: fits in 1.5 GiB.
     expect(estimate.totalBytes).toBeLessThan(1.5 * GiB);
     expect(() => checkMemory(estimate, q4, limits256, 1.5 * GiB, { modelId: 'llama-3.2-1b', storage: 'q4_0', contextLength: 4096 })).not.toThrow();
   });
@@ -155,7 +161,7 @@ describe('GPU memory of a real-shape model, planned without loading (Llama-3.2-1
     );
     const roomy = { maxStorageBufferBindingSize: 2 ** 31, maxBufferSize: 2 ** 31 };
     expect(() => checkMemory(estimate, f16, roomy, 2 * GiB, { modelId: 'llama-3.2-1b', storage: 'f16', contextLength: 4096 })).toThrow(
-      /Model llama-3\.2-1b needs \d+ bytes \([\d.]+ MiB\) of GPU memory but the budget allows 2147483648 bytes \(2048\.0 MiB\): weights [\d.]+ MiB \(f16\), KV cache 256\.0 MiB for 4096 positions, activations ~[\d.]+ MiB\. Try weightStorage 'q8_0' or 'q4_0', or a smaller contextLength/,
+      /Model llama-3\.2-1b needs \d+ bytes \([\d.]+ MiB\) of GPU memory but the budget allows 2147483648 bytes \(2048\.0 MiB\): weights [\d.]+ MiB \(f16\), KV cache 128\.0 MiB for 4096 positions, activations ~[\d.]+ MiB\. Try weightStorage 'q8_0' or 'q4_0', or a smaller contextLength/,
     );
   });
 });
@@ -166,18 +172,23 @@ describe('Hugging Face weights on the GPU', () => {
     ctx = await testGpu();
   });
 
-  const cases: { file: FileDType; stored: Stored; option?: LoadOptions['weightStorage']; tied?: boolean }[] = [
+  const cases: { file: FileDType; stored: Stored; option?: LoadOptions['weightStorage']; tied?: boolean; kv?: 'f32' }[] = [
     { file: 'F32', stored: 'f16' },
     { file: 'BF16', stored: 'f16', tied: true },
-    { file: 'F32', stored: 'q8_0', option: 'q8_0' },
+    { file: 'F32', stored: 'q8_0', option: 'q8_0', kv: 'f32' },
     { file: 'BF16', stored: 'q4_0', option: 'q4_0', tied: true },
     { file: 'F32', stored: 'q4_0', option: 'q4_0' },
   ];
-  for (const { file, stored, option, tied } of cases) {
-    it(`${file} file, weightStorage ${option ?? '(default)'}${tied ? ', tied embeddings' : ''}: stored as ${stored}, matches CpuLlama on those weights`, async () => {
+  for (const { file, stored, option, tied, kv } of cases) {
+    it(`${file} file, weightStorage ${option ?? '(default)'}${tied ? ', tied embeddings' : ''}${kv ? `, ${kv} KV cache` : ''}: stored as ${stored}, matches CpuLlama on those weights`, async () => {
       const { files, cpu } = randomHfModel(file, stored, { tied });
       const events: LoadProgress[] = [];
-      const generator = await loadGenerator(ctx, files(), { weightStorage: option, contextLength: 16, onProgress: (p) => events.push(p) });
+      const generator = await loadGenerator(ctx, files(), {
+        weightStorage: option,
+        contextLength: 16,
+        kvCacheDType: kv,
+        onProgress: (p) => events.push(p),
+      });
       try {
         const config = generator.model.config;
         const required = requiredTensors(config);
@@ -195,7 +206,13 @@ describe('Hugging Face weights on the GPU', () => {
         }
         expect(storage.weightBytes).toBe(sum);
         expect(storage.totalBytes).toBe(storage.weightBytes + storage.kvCacheBytes + storage.activationBytes);
-        expect(storage.kvCacheBytes).toBe(2 * config.numLayers * 16 * config.numKvHeads * config.headDim * 4);
+        // The KV cache: f16 (half of f32) unless kvCacheDType says 'f32'.
+        expect(storage.kvCacheDType).toBe(kv ?? 'f16');
+        const kvBytes = 2 * config.numLayers * 16 * config.numKvHeads * config.headDim * (kv === 'f32' ? 4 : 2);
+        expect(storage.kvCacheBytes).toBe(kvBytes);
+        const cache = (generator as unknown as { cache: KvCache }).cache;
+        expect(cache.kvDType).toBe(kv ?? 'f16');
+        expect(cache.byteSize).toBe(kvBytes);
         expect(generator.model.weights.layers[1].wDown.dtype).toBe(stored);
         // Progress: tensors count up to the total, bytes to the file's tensor bytes.
         const last = events[events.length - 1];

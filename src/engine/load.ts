@@ -3,6 +3,7 @@
 // the weights, allocate the KV cache.
 import type { GpuContext } from '../gpu/device.ts';
 import type { ModelFiles } from '../model/files.ts';
+import type { KvDType } from '../model/kv-cache.ts';
 import { LlamaModel } from '../model/llama.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../model/open-model.ts';
 import { planWeightStorage, type WeightStorage } from '../model/weights.ts';
@@ -17,6 +18,11 @@ export interface LoadOptions {
   aliases?: string[];
   /** Positions the KV cache holds (prompt + completion); default: the model's, capped at 4096. */
   contextLength?: number;
+  /**
+   * Element type of the KV cache (default 'f16': half the memory of 'f32', as llama.cpp; K and V
+   * are rounded to nearest even as they are cached). `info.storage.kvCacheDType` reports it.
+   */
+  kvCacheDType?: KvDType;
   /** Most requests that may wait for the GPU before new ones are refused. */
   maxQueued?: number;
   /**
@@ -47,10 +53,12 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const config = opened.config;
   const capacity = options.contextLength ?? Math.min(config.contextLength, DEFAULT_MAX_CONTEXT);
   if (!Number.isInteger(capacity) || capacity < 1) throw new Error(`contextLength must be a positive integer, got ${capacity}`);
+  const kvDType = options.kvCacheDType ?? 'f16';
+  if (kvDType !== 'f16' && kvDType !== 'f32') throw new Error(`kvCacheDType must be 'f16' or 'f32', got ${String(kvDType)}`);
   const weightStorage = options.weightStorage ?? 'f16';
   const storage = opened.format === 'gguf' ? 'source' : weightStorage;
   const plan = planWeightStorage(config, opened.tensors, storage, ctx.limits);
-  const estimate = estimateMemory(config, plan, capacity);
+  const estimate = estimateMemory(config, plan, capacity, kvDType);
   const id = options.id ?? files.id;
   checkMemory(estimate, plan, ctx.limits, options.memoryBudgetBytes, { modelId: id, storage, contextLength: capacity });
   const weights = await uploadLlamaWeights(ctx, opened, options.onProgress, { storage, onWarning: options.onWarning });
@@ -65,9 +73,10 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
     created: Math.floor(Date.now() / 1000),
     storage: {
       weightStorage: storage,
+      kvCacheDType: kvDType,
       tensors: Object.fromEntries([...plan.tensors].map(([name, s]) => [name, { ...s }])),
       ...estimate,
     },
   };
-  return new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity), { maxQueued: options.maxQueued });
+  return new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity, kvDType), { maxQueued: options.maxQueued });
 }

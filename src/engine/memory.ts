@@ -3,7 +3,7 @@
 // portable "available memory" query, so the total is compared with a budget the caller gives
 // (LoadOptions.memoryBudgetBytes); per-buffer limits come from the device.
 import type { LlamaConfig } from '../model/config.ts';
-import { KvCache } from '../model/kv-cache.ts';
+import { KvCache, type KvDType } from '../model/kv-cache.ts';
 import { checkTensorFits, type WeightStoragePlan } from '../model/weights.ts';
 
 export interface MemoryEstimate {
@@ -31,9 +31,9 @@ export function activationBytes(config: LlamaConfig, tokens: number): number {
   return 4 * ((tokens + 1) * perToken + 2 * c.hiddenSize + 4 * c.vocabSize);
 }
 
-export function estimateMemory(config: LlamaConfig, plan: WeightStoragePlan, contextLength: number): MemoryEstimate {
+export function estimateMemory(config: LlamaConfig, plan: WeightStoragePlan, contextLength: number, kvDType: KvDType = 'f16'): MemoryEstimate {
   const weightBytes = plan.totalBytes;
-  const kv = KvCache.byteSizeOf(config, contextLength);
+  const kv = KvCache.byteSizeOf(config, contextLength, kvDType);
   const act = activationBytes(config, contextLength);
   return { weightBytes, kvCacheBytes: kv, activationBytes: act, totalBytes: weightBytes + kv + act };
 }

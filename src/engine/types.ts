@@ -52,6 +52,8 @@ export interface ModelInfo {
 export interface ModelStorageInfo {
   /** The `weightStorage` the weights were loaded with ('source' for GGUF files, whose tensors keep their types). */
   weightStorage: 'f16' | 'f32' | 'source' | 'q8_0' | 'q4_0';
+  /** Element type of the KV cache (LoadOptions.kvCacheDType). */
+  kvCacheDType: 'f16' | 'f32';
   /**
    * Every uploaded tensor by canonical Hugging Face name: its GPU storage type and buffer size (all
    * its buffers); `parts`: a matrix over the device's buffer limits, split into buffers of whole rows.

@@ -24,6 +24,10 @@ import ropeWgsl from '../../shaders/rope.wgsl?raw';
 import attentionWgsl from '../../shaders/attention.wgsl?raw';
 import swigluWgsl from '../../shaders/swiglu.wgsl?raw';
 import residualWgsl from '../../shaders/residual.wgsl?raw';
+import kvCacheWgsl from '../../shaders/kv_cache.wgsl?raw';
+
+/** Element type of a KV cache: 'f16' packs two halves a u32 word (no shader-f16 needed). */
+export type KvDType = 'f16' | 'f32';
 
 /** Largest head dimension the attention kernels handle (per_workgroup's workgroup-memory query vector). */
 export const ATTENTION_MAX_HEAD_DIM = 256;
@@ -54,6 +58,7 @@ const FIXED_KERNELS = {
   swiglu: { code: swigluWgsl, entryPoint: 'main' },
   add: { code: residualWgsl, entryPoint: 'add' },
   add_in_place: { code: residualWgsl, entryPoint: 'add_in_place' },
+  write_kv: { code: kvCacheWgsl, entryPoint: 'write_kv' },
 } satisfies Record<string, ShaderSpec>;
 type FixedKernel = keyof typeof FIXED_KERNELS;
 
@@ -248,10 +253,10 @@ export function attentionPlan(items: number, keys: number, headDim: number, isCp
   return longDecode ? 'per_workgroup' : 'per_thread';
 }
 
-type AttentionVariant = { entry: 'per_thread' | 'per_workgroup'; headDim: number };
-const attentionKey = (v: AttentionVariant) => `attention/${v.entry}/hd${v.headDim}`;
+type AttentionVariant = { entry: 'per_thread' | 'per_workgroup'; headDim: number; kvDType: KvDType };
+const attentionKey = (v: AttentionVariant) => `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}`;
 const attentionSpec = (v: AttentionVariant): ShaderSpec => ({
-  code: `const HEAD_DIM: u32 = ${v.headDim}u;\n${attentionSliceWgsl(v.headDim % 4 === 0)}\n${attentionWgsl}`,
+  code: `const HEAD_DIM: u32 = ${v.headDim}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}\n${attentionWgsl}`,
   entryPoint: v.entry,
 });
 
@@ -259,12 +264,31 @@ const attentionSpec = (v: AttentionVariant): ShaderSpec => ({
  * attention.wgsl's element type of q and the caches: vec4s when the head dimension is a multiple
  * of 4 (every head starts at a multiple of 4 floats), else single floats.
  */
-function attentionSliceWgsl(aligned: boolean): string {
+function attentionSliceWgsl(aligned: boolean, kvDType: KvDType): string {
   const load1 = (name: string, buf: string) =>
     aligned
       ? `fn ${name}(i: u32) -> f32 { return ${buf}[i >> 2u][i & 3u]; }\n`
       : `fn ${name}(i: u32) -> f32 { return ${buf}[i]; }\n`;
-  const loads = load1('load_q1', 'q') + load1('load_k1', 'k_cache') + load1('load_v1', 'v_cache');
+  let cache: string;
+  if (kvDType === 'f32') {
+    cache =
+      'alias KV = H;\n' +
+      load1('load_k1', 'k_cache') +
+      load1('load_v1', 'v_cache') +
+      'fn load_k(i: u32) -> H { return k_cache[i]; }\nfn load_v(i: u32) -> H { return v_cache[i]; }\n';
+  } else if (aligned) {
+    // Four halves (one H) in two words.
+    const f = (name: string, buf: string) =>
+      `fn ${name}(i: u32) -> H { let w = ${buf}[i]; return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }\n` +
+      `fn ${name}1(i: u32) -> f32 { return unpack2x16float(${buf}[i >> 2u][(i >> 1u) & 1u])[i & 1u]; }\n`;
+    cache = 'alias KV = vec2<u32>;\n' + f('load_k', 'k_cache') + f('load_v', 'v_cache');
+  } else {
+    const f = (name: string, buf: string) =>
+      `fn ${name}(i: u32) -> H { return unpack2x16float(${buf}[i >> 1u])[i & 1u]; }\n` +
+      `fn ${name}1(i: u32) -> f32 { return ${name}(i); }\n`;
+    cache = 'alias KV = u32;\n' + f('load_k', 'k_cache') + f('load_v', 'v_cache');
+  }
+  const loads = load1('load_q1', 'q') + cache;
   if (!aligned) {
     return `alias H = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: H) -> f32 { return v; }\n${loads}fn store_out(i: u32, v: H) { out[i] = v; }\n`;
   }
@@ -350,13 +374,16 @@ export class Kernels {
   }
 
   /**
-   * Compiles the attention pipelines of one head dimension ahead of use (createComputePipelineAsync);
-   * otherwise the first attention() of that head dimension compiles them synchronously.
+   * Compiles the attention pipelines of one head dimension and cache type ahead of use
+   * (createComputePipelineAsync); otherwise the first attention() of them compiles them synchronously.
    */
-  async prepareAttention(headDim: number): Promise<void> {
+  async prepareAttention(headDim: number, kvDType: KvDType = 'f16'): Promise<void> {
     const entries = this.isCpuDevice ? (['per_thread'] as const) : (['per_thread', 'per_workgroup'] as const);
     await Promise.all(
-      entries.map((entry) => this.pipelines.prepare(attentionKey({ entry, headDim }), () => attentionSpec({ entry, headDim }))),
+      entries.map((entry) => {
+        const v = { entry, headDim, kvDType };
+        return this.pipelines.prepare(attentionKey(v), () => attentionSpec(v));
+      }),
     );
   }
 
@@ -640,6 +667,7 @@ export class KernelBatch {
    * Writes out [T, numHeads, headDim]. With a slidingWindow W, the query at position p attends
    * only to the keys at positions (p - W, p] (Mistral / Qwen2 `sliding_window`); without, to 0 ..= p.
    * One thread per (token, head) or one workgroup per (token, head): see attentionPlan.
+   * kvDType: the caches' element type ('f16': two halves a u32 word, as writeKv stores them).
    */
   attention(
     out: GPUBuffer,
@@ -652,6 +680,7 @@ export class KernelBatch {
     numKvHeads: number,
     headDim: number,
     slidingWindow?: number,
+    kvDType: KvDType = 'f32',
   ): void {
     assertCount(T, 'attention T', 0);
     assertCount(startPos, 'attention startPos', 0);
@@ -669,17 +698,45 @@ export class KernelBatch {
     assertDistinct(out, [q, kCache, vCache], 'attention');
     assertFits(out, T * numHeads * headDim * 4, 'attention out');
     assertFits(q, T * numHeads * headDim * 4, 'attention q');
-    const cacheBytes = (startPos + T) * numKvHeads * headDim * 4;
+    if (kvDType === 'f16' && (numKvHeads * headDim) % 2 !== 0) {
+      throw new Error(`attention: an f16 KV cache needs an even K/V row (numKvHeads * headDim = ${numKvHeads * headDim})`);
+    }
+    const cacheBytes = (startPos + T) * numKvHeads * headDim * (kvDType === 'f16' ? 2 : 4);
     assertFits(kCache, cacheBytes, 'attention kCache');
     assertFits(vCache, cacheBytes, 'attention vCache');
     const items = T * numHeads;
     const keys = Math.min(startPos + T, slidingWindow ?? Infinity); // the most any query sees
     const entry = this.kernels.attentionPlanOverride ?? attentionPlan(items, keys, headDim, this.kernels.isCpuDevice);
     this.dispatch(
-      this.kernels.attentionPipeline({ entry, headDim }),
+      this.kernels.attentionPipeline({ entry, headDim, kvDType }),
       [T, startPos, numHeads, numKvHeads, headDim, f32(1 / Math.sqrt(headDim)), slidingWindow ?? 0],
       { 1: out, 2: q, 3: kCache, 4: vCache },
       entry === 'per_thread' ? Math.ceil(items / ATTENTION_ITEMS_PER_WORKGROUP) : items,
+    );
+  }
+
+  /**
+   * Writes rows startRow .. startRow + T - 1 of the f16 caches kCache and vCache (two halves a u32
+   * word) from the f32 rows k and v [T, rowElems], rounded to nearest even. rowElems must be even.
+   */
+  writeKv(kCache: GPUBuffer, vCache: GPUBuffer, k: GPUBuffer, v: GPUBuffer, T: number, startRow: number, rowElems: number): void {
+    assertCount(T, 'writeKv T', 0);
+    assertCount(startRow, 'writeKv startRow', 0);
+    assertCount(rowElems, 'writeKv rowElems');
+    if (rowElems % 2 !== 0) throw new Error(`writeKv: an f16 KV cache row must be even, got ${rowElems} elements`);
+    if (T === 0) return;
+    assertDistinct(kCache, [vCache, k, v], 'writeKv');
+    assertDistinct(vCache, [k, v], 'writeKv');
+    assertFits(k, T * rowElems * 4, 'writeKv k');
+    assertFits(v, T * rowElems * 4, 'writeKv v');
+    assertFits(kCache, (startRow + T) * rowElems * 2, 'writeKv kCache');
+    assertFits(vCache, (startRow + T) * rowElems * 2, 'writeKv vCache');
+    const words = (T * rowElems) / 2;
+    this.dispatch(
+      this.kernels.fixedPipeline('write_kv'),
+      [words, (startRow * rowElems) / 2],
+      { 1: k, 2: v, 3: kCache, 4: vCache },
+      Math.ceil(words / ELEMENTWISE_WORKGROUP),
     );
   }
 

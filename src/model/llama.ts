@@ -12,7 +12,7 @@
 import type { GpuContext } from '../gpu/device.ts';
 import { Kernels } from '../gpu/kernels.ts';
 import type { LlamaConfig } from './config.ts';
-import { KvCache } from './kv-cache.ts';
+import { KvCache, type KvDType } from './kv-cache.ts';
 import type { LlamaWeights } from './weights.ts';
 
 /**
@@ -142,8 +142,8 @@ export class LlamaModel {
     return new LlamaModel(ctx, await Kernels.create(ctx), config, weights);
   }
 
-  createKvCache(capacity: number): KvCache {
-    return new KvCache(this.ctx.device, this.config, capacity);
+  createKvCache(capacity: number, kvDType: KvDType = 'f16'): KvCache {
+    return new KvCache(this.ctx.device, this.config, capacity, kvDType);
   }
 
   /**
@@ -199,10 +199,14 @@ export class LlamaModel {
       batch.rope(act.q, T, c.numHeads, c.headDim, startPos, this.invFreq, c.ropePairing);
       batch.rope(act.k, T, c.numKvHeads, c.headDim, startPos, this.invFreq, c.ropePairing);
       // The T new positions are contiguous in the cache: one copy each for K and V.
-      batch.copy(act.k, 0, cache.keys[l], startPos * cache.rowBytes, T * cache.rowBytes);
-      batch.copy(act.v, 0, cache.values[l], startPos * cache.rowBytes, T * cache.rowBytes);
+      if (cache.kvDType === 'f16') {
+        batch.writeKv(cache.keys[l], cache.values[l], act.k, act.v, T, startPos, c.numKvHeads * c.headDim);
+      } else {
+        batch.copy(act.k, 0, cache.keys[l], startPos * cache.rowBytes, T * cache.rowBytes);
+        batch.copy(act.v, 0, cache.values[l], startPos * cache.rowBytes, T * cache.rowBytes);
+      }
       // Mistral-style sliding window: each query sees at most the last c.slidingWindow positions.
-      batch.attention(act.attnOut, act.q, cache.keys[l], cache.values[l], T, startPos, c.numHeads, c.numKvHeads, c.headDim, c.slidingWindow);
+      batch.attention(act.attnOut, act.q, cache.keys[l], cache.values[l], T, startPos, c.numHeads, c.numKvHeads, c.headDim, c.slidingWindow, cache.kvDType);
       batch.matmul(act.xb2, act.attnOut, layer.wo, T);
       batch.add(act.x, act.x, act.xb2, T * d);
 

@@ -2,7 +2,7 @@
 // It is the truth the GPU path is held to on random-weight models.
 import type { LlamaConfig } from '../../src/model/config.ts';
 import { ropeInverseFrequencies } from '../../src/model/llama.ts';
-import { addRef, attentionRef, embeddingRef, matmulRef, rmsNormRef, ropeRef, swigluRef } from './cpu-ops.ts';
+import { addRef, attentionRef, embeddingRef, matmulRef, rmsNormRef, ropeRef, roundF16, swigluRef } from './cpu-ops.ts';
 
 export interface CpuLayerWeights {
   attnNorm: Float32Array;
@@ -30,7 +30,13 @@ export class CpuLlama {
   private readonly kCache: Float32Array[];
   private readonly vCache: Float32Array[];
 
-  constructor(readonly config: LlamaConfig, readonly weights: CpuLlamaWeights, readonly capacity: number) {
+  constructor(
+    readonly config: LlamaConfig,
+    readonly weights: CpuLlamaWeights,
+    readonly capacity: number,
+    /** The GPU cache's element type: 'f16' (LlamaModel.createKvCache's default) rounds K and V as cached. */
+    readonly kvDType: 'f16' | 'f32' = 'f16',
+  ) {
     const rowElems = config.numKvHeads * config.headDim;
     this.kCache = Array.from({ length: config.numLayers }, () => new Float32Array(capacity * rowElems));
     this.vCache = Array.from({ length: config.numLayers }, () => new Float32Array(capacity * rowElems));
@@ -56,8 +62,9 @@ export class CpuLlama {
       const v = matmulRef(xb, layer.wv, T, kvDim, d, layer.bv);
       q = ropeRef(q, T, c.numHeads, c.headDim, startPos, invFreq, c.ropePairing);
       k = ropeRef(k, T, c.numKvHeads, c.headDim, startPos, invFreq, c.ropePairing);
-      this.kCache[l].set(k, startPos * kvDim);
-      this.vCache[l].set(v, startPos * kvDim);
+      const f16 = this.kvDType === 'f16';
+      this.kCache[l].set(f16 ? roundF16(k) : k, startPos * kvDim);
+      this.vCache[l].set(f16 ? roundF16(v) : v, startPos * kvDim);
       const att = attentionRef(q, this.kCache[l], this.vCache[l], T, startPos, c.numHeads, c.numKvHeads, c.headDim, c.slidingWindow);
       x = addRef(x, matmulRef(att, layer.wo, T, d, qDim));
 

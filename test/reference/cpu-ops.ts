@@ -160,6 +160,7 @@ const u32Scratch = new Uint32Array(f32Scratch.buffer);
 
 /** IEEE binary16 bits of x (ties to even; overflow gives ±inf): the loader's own conversion. */
 export { f32ToF16Bits } from '../../src/model/quantize.ts';
+import { f32ToF16Bits } from '../../src/model/quantize.ts';
 
 /** The value of IEEE binary16 bits h. */
 export function f16BitsToF32(h: number): number {
@@ -169,6 +170,11 @@ export function f16BitsToF32(h: number): number {
   if (e === 0) return sign * m * 2 ** -24;
   if (e === 31) return m ? NaN : sign * Infinity;
   return sign * (1 + m / 1024) * 2 ** (e - 15);
+}
+
+/** xs rounded to f16 (nearest even) and back, as an f16 KV cache stores them (Kernels.writeKv). */
+export function roundF16(xs: Float32Array): Float32Array {
+  return xs.map((x) => f16BitsToF32(f32ToF16Bits(x)));
 }
 
 /** bfloat16 bits of x: the top 16 bits of its f32, rounded to nearest, ties to even. */
