@@ -17,7 +17,7 @@ import { openModel, uploadLlamaWeights } from '../src/model/open-model.ts';
 import { filesFromPath, loadModelFromPath } from '../src/node/index.ts';
 import { byteLevelTokenizer, FAMILIES, grownSentencePieceTokenizer, generateModel, REAL_CONFIGS, type Family } from '../scripts/model-families.ts';
 import { testGpu } from './helpers/gpu.ts';
-import { buildGguf, type GgufKv, type GgufTensorSpec } from './helpers/model-files.ts';
+import { buildGguf, tinyLlamaGgufKvs, type GgufTensorSpec } from './helpers/model-files.ts';
 import { mulberry32 } from './helpers/prng.ts';
 import { tinyConfig } from './helpers/random-model.ts';
 import { STORIES_HF } from './helpers/model-files.ts';
@@ -412,25 +412,7 @@ function ggufWithRopeFreqs(config: LlamaConfig, ropeFreqs: Float32Array | undefi
   const outputNorm = vector('output_norm.weight', c.hiddenSize);
   const lmHead = matrix('output.weight', c.vocabSize, c.hiddenSize);
   if (ropeFreqs) tensors.push({ name: 'rope_freqs.weight', ne: [ropeFreqs.length], ggmlType: 0, data: new Uint8Array(ropeFreqs.slice().buffer) });
-  const tokens = ['<unk>', '<s>', '</s>', ...Array.from({ length: c.vocabSize - 3 }, (_, i) => `▁t${i}`)];
-  const kvs: Record<string, GgufKv> = {
-    'general.architecture': { type: 'string', value: 'llama' },
-    'llama.embedding_length': { type: 'u32', value: c.hiddenSize },
-    'llama.feed_forward_length': { type: 'u32', value: c.intermediateSize },
-    'llama.block_count': { type: 'u32', value: c.numLayers },
-    'llama.attention.head_count': { type: 'u32', value: c.numHeads },
-    'llama.attention.head_count_kv': { type: 'u32', value: c.numKvHeads },
-    'llama.attention.key_length': { type: 'u32', value: c.headDim },
-    'llama.context_length': { type: 'u32', value: c.contextLength },
-    'llama.attention.layer_norm_rms_epsilon': { type: 'f32', value: c.rmsNormEps },
-    'llama.rope.freq_base': { type: 'f32', value: c.ropeTheta },
-    'tokenizer.ggml.model': { type: 'string', value: 'llama' },
-    'tokenizer.ggml.tokens': { type: 'string[]', value: tokens },
-    'tokenizer.ggml.scores': { type: 'f32[]', value: tokens.map((_, i) => -i) },
-    'tokenizer.ggml.token_type': { type: 'i32[]', value: tokens.map((_, i) => (i === 0 ? 2 : i < 3 ? 3 : 1)) },
-    'tokenizer.ggml.bos_token_id': { type: 'u32', value: 1 },
-    'tokenizer.ggml.eos_token_id': { type: 'u32', value: 2 },
-  };
+  const kvs = tinyLlamaGgufKvs(c);
   return { file: buildGguf(kvs, tensors), cpu: { tokenEmbedding, layers, outputNorm, lmHead } };
 }
 

@@ -11,7 +11,7 @@ import { readGgufHeader } from '../src/model/formats/gguf.ts';
 import { LlamaModel } from '../src/model/llama.ts';
 import { openModel, uploadLlamaWeights } from '../src/model/open-model.ts';
 import { testGpu } from './helpers/gpu.ts';
-import { buildGguf, type GgufKv, type GgufTensorSpec } from './helpers/model-files.ts';
+import { buildGguf, tinyLlamaGgufKvs, type GgufKv, type GgufTensorSpec } from './helpers/model-files.ts';
 import { mulberry32 } from './helpers/prng.ts';
 import { tinyConfig } from './helpers/random-model.ts';
 import { CpuLlama, type CpuLayerWeights, type CpuLlamaWeights } from './reference/cpu-llama.ts';
@@ -79,27 +79,7 @@ function quantizedGguf(config: LlamaConfig, storage: Storage, seed: number): { f
   const outputNorm = vector('output_norm.weight', c.hiddenSize);
   const lmHead = c.tieWordEmbeddings ? tokenEmbedding : matrix('output.weight', 'output', c.vocabSize, c.hiddenSize);
 
-  const tokens = ['<unk>', '<s>', '</s>', ...Array.from({ length: c.vocabSize - 3 }, (_, i) => `▁t${i}`)];
-  const kvs: Record<string, GgufKv> = {
-    'general.architecture': { type: 'string', value: 'llama' },
-    'llama.embedding_length': { type: 'u32', value: c.hiddenSize },
-    'llama.feed_forward_length': { type: 'u32', value: c.intermediateSize },
-    'llama.block_count': { type: 'u32', value: c.numLayers },
-    'llama.attention.head_count': { type: 'u32', value: c.numHeads },
-    'llama.attention.head_count_kv': { type: 'u32', value: c.numKvHeads },
-    'llama.attention.key_length': { type: 'u32', value: c.headDim },
-    'llama.attention.value_length': { type: 'u32', value: c.headDim },
-    'llama.rope.dimension_count': { type: 'u32', value: c.headDim },
-    'llama.context_length': { type: 'u32', value: c.contextLength },
-    'llama.attention.layer_norm_rms_epsilon': { type: 'f32', value: c.rmsNormEps },
-    'llama.rope.freq_base': { type: 'f32', value: c.ropeTheta },
-    'tokenizer.ggml.model': { type: 'string', value: 'llama' },
-    'tokenizer.ggml.tokens': { type: 'string[]', value: tokens },
-    'tokenizer.ggml.scores': { type: 'f32[]', value: tokens.map((_, i) => -i) },
-    'tokenizer.ggml.token_type': { type: 'i32[]', value: tokens.map((_, i) => (i === 0 ? 2 : i < 3 ? 3 : 1)) },
-    'tokenizer.ggml.bos_token_id': { type: 'u32', value: 1 },
-    'tokenizer.ggml.eos_token_id': { type: 'u32', value: 2 },
-  };
+  const kvs = tinyLlamaGgufKvs(c);
   return { file: buildGguf(kvs, tensors), cpu: { tokenEmbedding, layers, outputNorm, lmHead } };
 }
 
