@@ -1,7 +1,7 @@
 // GGUF versions of a generated Hugging Face model folder (config.json, tokenizer.json,
 // tokenizer_config.json, generation_config.json, one model.safetensors), written the way
 // llama.cpp's convert_hf_to_gguf.py + llama-quantize would, through our writer (gguf-writer.ts)
-// and our quantizers (src/model/quantize.ts for Q8_0/Q4_0, test/reference/quant.ts for the rest):
+// and our quantizers (src/model/quantize.ts):
 //
 // - general.architecture `llama` for Llama / Mistral, `qwen2` for Qwen2, with the {arch}.* keys
 //   (context_length, embedding_length, block_count, feed_forward_length, attention.head_count(_kv),
@@ -28,8 +28,8 @@ import { fileURLToPath } from 'node:url';
 import type { QuantDType } from '../src/gpu/tensor.ts';
 import { memorySource } from '../src/model/files.ts';
 import { readGgufHeader } from '../src/model/formats/gguf.ts';
-import { f32ToF16Bits } from '../src/model/quantize.ts';
-import { quantize } from '../test/reference/quant.ts';
+import { QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
+import { f32ToF16Bits, quantizeValues } from '../src/model/quantize.ts';
 import { GGML_TYPES, writeGgufFile, type GgufKv, type GgufStreamTensor } from './gguf-writer.ts';
 
 export const GGUF_OUT_TYPES = ['f32', 'f16', 'q8_0', 'q4_0', 'q4_k', 'q6_k', 'q4_k_m'] as const;
@@ -38,8 +38,12 @@ type Storage = 'f32' | 'f16' | QuantDType;
 
 type Json = Record<string, unknown>;
 
-const BLOCK: Record<Storage, number> = { f32: 1, f16: 1, q4_0: 32, q4_1: 32, q5_0: 32, q5_1: 32, q8_0: 32, q4_k: 256, q5_k: 256, q6_k: 256 };
-const BLOCK_BYTES: Record<Storage, number> = { f32: 4, f16: 2, q4_0: 18, q4_1: 20, q5_0: 22, q5_1: 24, q8_0: 34, q4_k: 144, q5_k: 176, q6_k: 210 };
+/** Weights per block and bytes per block of a storage type (f32 and f16: blocks of one). */
+function blockOf(storage: Storage): { blockSize: number; blockBytes: number } {
+  if (storage === 'f32') return { blockSize: 1, blockBytes: 4 };
+  if (storage === 'f16') return { blockSize: 1, blockBytes: 2 };
+  return QUANT_FORMATS[storage];
+}
 const K_FALLBACK: Partial<Record<Storage, Storage>> = { q4_k: 'q5_0', q5_k: 'q5_1', q6_k: 'q8_0' };
 
 /** llama.cpp's use_more_bits: the layers whose attn_v / ffn_down get more bits in the _M mixes. */
@@ -59,13 +63,14 @@ export function ggufTensorStorage(type: GgufOutType, name: string, ne: number[],
   } else {
     storage = type;
   }
-  if (ne[0] % BLOCK[storage] !== 0) storage = K_FALLBACK[storage] ?? storage;
-  if (ne[0] % BLOCK[storage] !== 0) storage = 'f16';
+  if (ne[0] % blockOf(storage).blockSize !== 0) storage = K_FALLBACK[storage] ?? storage;
+  if (ne[0] % blockOf(storage).blockSize !== 0) storage = 'f16';
   return storage;
 }
 
 function storageBytes(storage: Storage, elements: number): number {
-  return (elements / BLOCK[storage]) * BLOCK_BYTES[storage];
+  const { blockSize, blockBytes } = blockOf(storage);
+  return (elements / blockSize) * blockBytes;
 }
 
 /** Encodes f32 values (whole rows) as `storage`. */
@@ -76,7 +81,7 @@ function encode(storage: Storage, values: Float32Array): Uint8Array {
     for (let i = 0; i < values.length; i++) out[i] = f32ToF16Bits(values[i]);
     return new Uint8Array(out.buffer);
   }
-  return quantize(storage, values);
+  return quantizeValues(storage, values);
 }
 
 /** llama.cpp convert_hf_to_gguf LlamaModel.permute: per head, rows [halves] -> [interleaved pairs]. */

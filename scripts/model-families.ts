@@ -11,7 +11,7 @@
 import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { mulberry32 } from '../test/helpers/prng.ts';
+import { mulberry32 } from './prng.ts';
 
 export const FAMILIES = ['llama2', 'llama3', 'smollm2', 'mistral', 'qwen2'] as const;
 export type Family = (typeof FAMILIES)[number];

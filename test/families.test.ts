@@ -1,79 +1,32 @@
-// Every Llama family the runtime supports, proven on random-weight models that
-// scripts/generate-models.ts writes in Hugging Face layout: the GPU logits (loaded through
-// loadModelFromPath) against the CPU reference on the same weights read back from the file;
-// the RoPE frequency tables of Llama 3.1-style scaling against hand-computed values; and the
+// Every Llama family the runtime supports, on random-weight models that scripts/generate-models.ts
+// writes in Hugging Face layout: each family's config and tokenizer as loaded (its GPU logits per
+// weight storage are in families-storage.test.ts); Mistral's sliding window on the GPU against
+// the CPU reference on the same weights read back from the file; the RoPE frequency tables of Llama 3.1-style scaling against hand-computed values; and the
 // config.json of each family's published model parsed into the expected LlamaConfig.
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
-import type { Engine } from '../src/api/engine.ts';
-import type { LlamaGenerator } from '../src/engine/generator.ts';
+import { describe, expect, it } from 'vitest';
 import { configFromGguf, configFromHf, type LlamaConfig } from '../src/model/config.ts';
 import { filesFromMemory } from '../src/model/files.ts';
 import { readSafetensorsCheckpoint } from '../src/model/formats/safetensors.ts';
 import { LlamaModel, ropeInverseFrequencies } from '../src/model/llama.ts';
 import { openModel, uploadLlamaWeights } from '../src/model/open-model.ts';
-import { filesFromPath, loadModelFromPath } from '../src/node/index.ts';
+import { filesFromPath } from '../src/node/index.ts';
 import { byteLevelTokenizer, FAMILIES, grownSentencePieceTokenizer, generateModel, REAL_CONFIGS, type Family } from '../scripts/model-families.ts';
 import { testGpu } from './helpers/gpu.ts';
 import { buildGguf, tinyLlamaGgufKvs, type GgufTensorSpec } from './helpers/model-files.ts';
 import { mulberry32 } from './helpers/prng.ts';
 import { tinyConfig } from './helpers/random-model.ts';
 import { STORIES_HF } from './helpers/model-files.ts';
+import { cpuLlamaWeights, readFolderTensors, tempModels } from './helpers/temp-models.ts';
 import { CpuLlama, type CpuLlamaWeights } from './reference/cpu-llama.ts';
-import { bf16BitsToF32 } from './reference/cpu-ops.ts';
-import { maxAbsDiff } from './helpers/compare.ts';
+import { expectForwardMatchesReference, maxAbsDiff } from './helpers/compare.ts';
 
-const tempDirs: string[] = [];
-const engines: Engine[] = [];
-afterAll(() => {
-  engines.forEach((e) => e.unload());
-  tempDirs.forEach((d) => rmSync(d, { recursive: true, force: true }));
-});
-
-function tempDir(prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  tempDirs.push(dir);
-  return dir;
-}
+const models = tempModels();
 
 /** The weights of a generated folder as CPU arrays, read back through the project's safetensors reader. */
 async function cpuWeightsOf(dir: string, config: LlamaConfig): Promise<CpuLlamaWeights> {
-  const infos = await readSafetensorsCheckpoint(filesFromPath(dir));
-  const bytes = readFileSync(join(dir, 'model.safetensors'));
-  const tensor = (name: string): Float32Array => {
-    const t = infos.find((i) => i.name === name);
-    if (!t) throw new Error(`no tensor ${name}`);
-    const view = new DataView(bytes.buffer, bytes.byteOffset + t.offset, t.byteLength);
-    if (t.dtype === 'F32') return Float32Array.from({ length: t.byteLength / 4 }, (_, i) => view.getFloat32(i * 4, true));
-    if (t.dtype === 'BF16') return Float32Array.from({ length: t.byteLength / 2 }, (_, i) => bf16BitsToF32(view.getUint16(i * 2, true)));
-    throw new Error(`unexpected dtype ${t.dtype}`);
-  };
-  const optional = (name: string) => (infos.some((i) => i.name === name) ? tensor(name) : undefined);
-  const tokenEmbedding = tensor('model.embed_tokens.weight');
-  return {
-    tokenEmbedding,
-    layers: Array.from({ length: config.numLayers }, (_, l) => {
-      const p = `model.layers.${l}`;
-      return {
-        attnNorm: tensor(`${p}.input_layernorm.weight`),
-        wq: tensor(`${p}.self_attn.q_proj.weight`),
-        wk: tensor(`${p}.self_attn.k_proj.weight`),
-        wv: tensor(`${p}.self_attn.v_proj.weight`),
-        wo: tensor(`${p}.self_attn.o_proj.weight`),
-        bq: optional(`${p}.self_attn.q_proj.bias`),
-        bk: optional(`${p}.self_attn.k_proj.bias`),
-        bv: optional(`${p}.self_attn.v_proj.bias`),
-        ffnNorm: tensor(`${p}.post_attention_layernorm.weight`),
-        wGate: tensor(`${p}.mlp.gate_proj.weight`),
-        wUp: tensor(`${p}.mlp.up_proj.weight`),
-        wDown: tensor(`${p}.mlp.down_proj.weight`),
-      };
-    }),
-    outputNorm: tensor('model.norm.weight'),
-    lmHead: config.tieWordEmbeddings ? tokenEmbedding : tensor('lm_head.weight'),
-  };
+  return cpuLlamaWeights(config, await readFolderTensors(dir));
 }
 
 /** What each tiny family must have come out as, beyond the shared checks. */
@@ -88,97 +41,58 @@ const TINY_EXPECTED: Record<Family, Partial<LlamaConfig>> = {
   qwen2: { architecture: 'qwen2', attentionBias: true, tieWordEmbeddings: true, ropeTheta: 1e6, rmsNormEps: 1e-6 },
 };
 
-describe('random-weight models of each family: GPU (loaded from a generated folder) vs CPU reference', () => {
+describe('random-weight models of each family, as generated', () => {
+  // Opened without the GPU; each family's GPU logits per weight storage: families-storage.test.ts.
   for (const family of FAMILIES) {
-    it(family, async () => {
-      const dir = tempDir(`webgpu-llama-${family}-`);
+    it(`${family}: config and tokenizer`, async () => {
+      const dir = models.dir(`webgpu-llama-${family}-`);
       const start = performance.now();
       generateModel({ family, shape: 'tiny', out: dir, seed: 5 });
       expect(performance.now() - start).toBeLessThan(1000);
 
-      const engine = await loadModelFromPath(dir);
-      engines.push(engine);
-      const generator = engine.generator as LlamaGenerator;
-      const model = generator.model;
-      const config = model.config;
+      const { config, tokenizer } = await openModel(filesFromPath(dir));
       expect(config).toMatchObject(TINY_EXPECTED[family]);
       if (family !== 'mistral') expect(config.slidingWindow).toBeUndefined();
       if (family === 'llama3') {
         // BOS first; both <|end_of_text|> and <|eot_id|> end a generation.
         // The specials close the vocabulary: <|begin_of_text|> <|end_of_text|> <|start_header_id|> <|end_header_id|> <|eot_id|>.
         const v = config.vocabSize;
-        expect(generator.tokenizer.bosId).toBe(v - 5);
-        expect(generator.tokenizer.encode('a')[0]).toBe(v - 5);
-        expect([...generator.tokenizer.eosIds].sort((a, b) => a - b)).toEqual([v - 4, v - 1]);
+        expect(tokenizer.bosId).toBe(v - 5);
+        expect(tokenizer.encode('a')[0]).toBe(v - 5);
+        expect([...tokenizer.eosIds].sort((a, b) => a - b)).toEqual([v - 4, v - 1]);
       }
-
-      // The family's tokenizer round-trips text; the prompt is its tokens then random ids.
-      const tokenizer = generator.tokenizer;
+      // The family's tokenizer round-trips text.
       const text = 'Once upon a time, there was a tiny model.';
       const encoded = tokenizer.encode(text);
       expect(tokenizer.decode(encoded, { skipSpecialTokens: true }).trim()).toBe(text);
-      const rand = mulberry32(17);
-      const prompt = [...encoded.slice(0, 6)];
-      while (prompt.length < 11) prompt.push(Math.floor(rand() * config.vocabSize));
-
-      const reference = new CpuLlama(config, await cpuWeightsOf(dir, config), 32);
-      const cache = model.createKvCache(32);
-      try {
-        const gpuAll = await model.forward(prompt, 0, cache, { allLogits: true });
-        const cpuAll = reference.forward(prompt, 0);
-        const scale = Math.max(...cpuAll.map(Math.abs));
-        expect(maxAbsDiff(gpuAll, cpuAll)).toBeLessThan(2e-4 * Math.max(1, scale));
-
-        let token = prompt[prompt.length - 1];
-        for (let step = 0; step < 4; step++) {
-          const pos = prompt.length + step;
-          token = (token * 31 + 7) % config.vocabSize;
-          const gpuStep = await model.forward([token], pos, cache);
-          const cpuStep = reference.forward([token], pos);
-          expect(maxAbsDiff(gpuStep, cpuStep)).toBeLessThan(2e-4 * Math.max(1, scale));
-        }
-      } finally {
-        cache.destroy();
-      }
     });
   }
 
   it('mistral: past the sliding window, each position attends to the last 32 only (GPU vs CPU reference)', async () => {
-    const dir = tempDir('webgpu-llama-mistral-window-');
+    const dir = models.dir('webgpu-llama-mistral-window-');
     generateModel({ family: 'mistral', shape: 'tiny', out: dir, seed: 6 });
-    const engine = await loadModelFromPath(dir);
-    engines.push(engine);
-    const model = (engine.generator as LlamaGenerator).model;
+    const model = (await models.load(dir)).model;
     const config = model.config;
     expect(config.slidingWindow).toBe(32);
     const cpu = await cpuWeightsOf(dir, config);
-    const reference = new CpuLlama(config, cpu, 64);
+    // A 40-token prefill crosses the window; decode steps continue past it.
+    const prompt = Array.from({ length: 40 }, (_, i) => (i * 53 + 11) % config.vocabSize);
+    // The window changes the result: full attention gives other logits past position 32 only.
+    const windowed = new CpuLlama(config, cpu, 64).forward(prompt, 0);
+    const full = new CpuLlama({ ...config, slidingWindow: undefined }, cpu, 64).forward(prompt, 0);
+    expect(maxAbsDiff(full.subarray(0, 32 * config.vocabSize), windowed.subarray(0, 32 * config.vocabSize))).toBeLessThan(1e-5);
+    expect(maxAbsDiff(full, windowed)).toBeGreaterThan(1e-3);
     const cache = model.createKvCache(64);
     try {
-      // A 40-token prefill crosses the window; decode steps continue past it.
-      const prompt = Array.from({ length: 40 }, (_, i) => (i * 53 + 11) % config.vocabSize);
-      const gpuAll = await model.forward(prompt, 0, cache, { allLogits: true });
-      const cpuAll = reference.forward(prompt, 0);
-      const scale = Math.max(...cpuAll.map(Math.abs));
-      expect(maxAbsDiff(gpuAll, cpuAll)).toBeLessThan(2e-4 * Math.max(1, scale));
-      // The window changes the result: full attention gives other logits past position 32.
-      const full = new CpuLlama({ ...config, slidingWindow: undefined }, cpu, 64).forward(prompt, 0);
-      expect(maxAbsDiff(full.subarray(0, 32 * config.vocabSize), cpuAll.subarray(0, 32 * config.vocabSize))).toBeLessThan(1e-5);
-      expect(maxAbsDiff(full, cpuAll)).toBeGreaterThan(1e-3);
-      for (let step = 0; step < 3; step++) {
-        const token = (step * 7 + 3) % config.vocabSize;
-        const gpuStep = await model.forward([token], prompt.length + step, cache);
-        const cpuStep = reference.forward([token], prompt.length + step);
-        expect(maxAbsDiff(gpuStep, cpuStep)).toBeLessThan(2e-4 * Math.max(1, scale));
-      }
+      await expectForwardMatchesReference(model, cache, new CpuLlama(config, cpu, 64), prompt, { decodeSteps: 3 });
     } finally {
       cache.destroy();
     }
   });
 
   it('f32 checkpoints load too, and the same seed writes the same weights', async () => {
-    const a = tempDir('webgpu-llama-f32-');
-    const b = tempDir('webgpu-llama-f32-');
+    const a = models.dir('webgpu-llama-f32-');
+    const b = models.dir('webgpu-llama-f32-');
     generateModel({ family: 'qwen2', shape: 'tiny', out: a, dtype: 'f32', seed: 9 });
     generateModel({ family: 'qwen2', shape: 'tiny', out: b, dtype: 'f32', seed: 9 });
     expect(Buffer.compare(readFileSync(join(a, 'model.safetensors')), readFileSync(join(b, 'model.safetensors')))).toBe(0);

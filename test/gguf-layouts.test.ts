@@ -1,45 +1,26 @@
 // GGUF versions of the generated random models (scripts/gguf-from-hf.ts, our writer and
-// quantizers) against their Hugging Face folders: F32 / F16 GGUFs give the same logits and tokens
-// as the folder they came from (so the Q/K permutation, the metadata, rope_freqs and the
+// quantizers) against their Hugging Face folders: for every family, F32 / F16 GGUFs give the same
+// logits and tokens as the folder they came from (so the Q/K permutation, the metadata, rope_freqs and the
 // tokenizer.ggml.* keys are right), and quantized GGUFs match the CPU reference on the weights
 // read back from the file and dequantized (test/reference/quant.ts).
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
-import type { Engine } from '../src/api/engine.ts';
+import { describe, expect, it } from 'vitest';
 import type { LlamaGenerator } from '../src/engine/generator.ts';
 import type { QuantDType } from '../src/gpu/tensor.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
 import { memorySource } from '../src/model/files.ts';
 import { readGgufHeader } from '../src/model/formats/gguf.ts';
 import { hfNameFromGguf } from '../src/model/tensor-names.ts';
-import { loadModelFromPath } from '../src/node/index.ts';
 import { ggufTensorStorage, writeGgufFromHf, type GgufOutType } from '../scripts/gguf-from-hf.ts';
-import { generateModel, type Family } from '../scripts/model-families.ts';
+import { FAMILIES, generateModel, type Family } from '../scripts/model-families.ts';
 import { CpuLlama, type CpuLlamaWeights } from './reference/cpu-llama.ts';
 import { f16BitsToF32 } from './reference/cpu-ops.ts';
 import { dequantize } from './reference/quant.ts';
 import { maxAbsDiff } from './helpers/compare.ts';
+import { cpuLlamaWeights, tempModels } from './helpers/temp-models.ts';
 
-const tempDirs: string[] = [];
-const engines: Engine[] = [];
-afterAll(() => {
-  engines.forEach((e) => e.unload());
-  tempDirs.forEach((d) => rmSync(d, { recursive: true, force: true }));
-});
-
-function tempDir(prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  tempDirs.push(dir);
-  return dir;
-}
-
-async function load(path: string): Promise<LlamaGenerator> {
-  const engine = await loadModelFromPath(path);
-  engines.push(engine);
-  return engine.generator as LlamaGenerator;
-}
+const models = tempModels();
 
 function argmaxRows(logits: Float32Array, vocab: number): number[] {
   const out: number[] = [];
@@ -90,40 +71,13 @@ async function cpuWeightsOfGguf(path: string, config: LlamaConfig): Promise<{ we
     else values = dequantize(t.type.toLowerCase() as QuantDType, data, n);
     byName.set(hf, values);
   }
-  const tensor = (name: string) => {
-    const v = byName.get(name);
-    if (!v) throw new Error(`no tensor ${name}`);
-    return v;
-  };
-  const tokenEmbedding = tensor('model.embed_tokens.weight');
-  const weights: CpuLlamaWeights = {
-    tokenEmbedding,
-    layers: Array.from({ length: config.numLayers }, (_, l) => {
-      const p = `model.layers.${l}`;
-      return {
-        attnNorm: tensor(`${p}.input_layernorm.weight`),
-        wq: tensor(`${p}.self_attn.q_proj.weight`),
-        wk: tensor(`${p}.self_attn.k_proj.weight`),
-        wv: tensor(`${p}.self_attn.v_proj.weight`),
-        wo: tensor(`${p}.self_attn.o_proj.weight`),
-        bq: byName.get(`${p}.self_attn.q_proj.bias`),
-        bk: byName.get(`${p}.self_attn.k_proj.bias`),
-        bv: byName.get(`${p}.self_attn.v_proj.bias`),
-        ffnNorm: tensor(`${p}.post_attention_layernorm.weight`),
-        wGate: tensor(`${p}.mlp.gate_proj.weight`),
-        wUp: tensor(`${p}.mlp.up_proj.weight`),
-        wDown: tensor(`${p}.mlp.down_proj.weight`),
-      };
-    }),
-    outputNorm: tensor('model.norm.weight'),
-    lmHead: config.tieWordEmbeddings ? tokenEmbedding : tensor('lm_head.weight'),
-  };
+  const weights = cpuLlamaWeights(config, byName);
   return { weights, types };
 }
 
 describe('the GGUF writer', () => {
   it('writes the metadata llama.cpp writes, aligned tensors, and the tokenizer.ggml.* keys', async () => {
-    const dir = tempDir('webgpu-llama-gguf-meta-');
+    const dir = models.dir('webgpu-llama-gguf-meta-');
     generateModel({ family: 'llama3', shape: 'tiny', out: dir, seed: 3 });
     const path = join(dir, 'model.gguf');
     const { bytes, storage } = await writeGgufFromHf(dir, path, 'q8_0');
@@ -172,16 +126,15 @@ describe('the GGUF writer', () => {
   });
 });
 
-const LAYOUT_FAMILIES: Family[] = ['llama2', 'llama3', 'qwen2'];
 const TEXT = 'Once upon a time, there was a tiny model.';
 
 describe('GGUF (F32, F16) and Hugging Face layouts of the same random model agree', () => {
-  for (const family of LAYOUT_FAMILIES) {
+  for (const family of FAMILIES) {
     it(family, async () => {
-      const dir = tempDir(`webgpu-llama-gguf-${family}-`);
+      const dir = models.dir(`webgpu-llama-gguf-${family}-`);
       // bf16 weights: exact in f32 and (at these magnitudes) in f16, so all three hold the same values.
       generateModel({ family, shape: 'tiny', out: dir, seed: 11 });
-      const hf = await load(dir);
+      const hf = await models.load(dir);
       const config = hf.model.config;
       const prompt = hf.tokenizer.encode(TEXT).slice(0, 8);
       const expected = await greedy(hf, prompt, 3);
@@ -189,12 +142,21 @@ describe('GGUF (F32, F16) and Hugging Face layouts of the same random model agre
       for (const type of ['f32', 'f16'] as GgufOutType[]) {
         const path = join(dir, `model-${type}.gguf`);
         await writeGgufFromHf(dir, path, type);
-        const gguf = await load(path);
+        const gguf = await models.load(path);
         const c = gguf.model.config;
         expect(c.ropePairing).toBe(family === 'qwen2' ? 'halves' : 'adjacent');
         // Everything but RoPE's description (GGUF: adjacent pairs on permuted rows, rope_freqs for
         // Llama 3 scaling), the context cap and the epsilon (an f32 in GGUF) is the same.
         const skip = { ropePairing: undefined, ropeScaling: undefined, ropeFreqFactors: undefined, contextLength: undefined, rmsNormEps: undefined };
+        if (family === 'mistral') {
+          // As llama.cpp converts Mistral: architecture llama, no sliding-window key (the tokens
+          // compared here, 8 + 3, stay inside the window of 32, where both attend alike).
+          expect(config).toMatchObject({ architecture: 'mistral', slidingWindow: 32 });
+          expect(c.architecture).toBe('llama');
+          expect(c.slidingWindow).toBeUndefined();
+          expect(prompt.length + 3).toBeLessThanOrEqual(config.slidingWindow!);
+          Object.assign(skip, { architecture: undefined, slidingWindow: undefined });
+        }
         expect({ ...c, ...skip }).toEqual({ ...config, ...skip });
         expect(c.rmsNormEps).toBe(Math.fround(config.rmsNormEps));
         if (family === 'llama3') expect(c.ropeFreqFactors?.length).toBe(config.headDim / 2);
@@ -229,12 +191,12 @@ describe('quantized GGUFs vs the CPU reference on their dequantized weights', ()
   ];
   for (const { family, overrides, types, expectTypes } of cases) {
     it(`${family}: ${types.join(', ')}`, async () => {
-      const dir = tempDir(`webgpu-llama-gguf-q-${family}-`);
+      const dir = models.dir(`webgpu-llama-gguf-q-${family}-`);
       generateModel({ family, shape: 'tiny', out: dir, seed: 12, overrides });
       for (const type of types) {
         const path = join(dir, `model-${type}.gguf`);
         await writeGgufFromHf(dir, path, type);
-        const generator = await load(path);
+        const generator = await models.load(path);
         const model = generator.model;
         const config = model.config;
         const { weights, types: stored } = await cpuWeightsOfGguf(path, config);

@@ -16,7 +16,8 @@ import { mulberry32 } from './helpers/prng.ts';
 import { tinyConfig } from './helpers/random-model.ts';
 import { CpuLlama, type CpuLayerWeights, type CpuLlamaWeights } from './reference/cpu-llama.ts';
 import { f16BitsToF32, f32ToF16Bits } from './reference/cpu-ops.ts';
-import { dequantize, quantize } from './reference/quant.ts';
+import { quantizeValues as quantize } from '../src/model/quantize.ts';
+import { dequantize } from './reference/quant.ts';
 import { maxAbsDiff } from './helpers/compare.ts';
 
 const GGML_TYPE: Record<WeightDType, number> = {

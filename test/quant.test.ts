@@ -1,11 +1,12 @@
 // The CPU reference of ggml's block formats (test/reference/quant.ts): hand-made blocks decode to
-// values worked out by hand from ggml's layouts, and our quantizer round-trips within each
-// format's step size.
+// values worked out by hand from ggml's layouts, and the project's quantizers
+// (src/model/quantize.ts) round-trip through it within each format's step size.
 import { describe, expect, it } from 'vitest';
 import type { QuantDType } from '../src/gpu/tensor.ts';
 import { QUANT_FORMATS, weightByteSize } from '../src/gpu/weight-formats.ts';
 import { mulberry32 } from './helpers/prng.ts';
-import { dequantize, quantize } from './reference/quant.ts';
+import { quantizeValues as quantize } from '../src/model/quantize.ts';
+import { dequantize } from './reference/quant.ts';
 
 const ALL: QuantDType[] = ['q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1', 'q4_k', 'q5_k', 'q6_k'];
 
@@ -139,6 +140,9 @@ describe('ggml block formats: quantize -> dequantize round trip (CPU reference)'
       let drift = 0;
       for (let i = 0; i < n; i++) drift = Math.max(drift, Math.abs(again[i] - y[i]));
       expect(drift).toBeLessThanOrEqual(bounds[dtype] * 0.6 * 1);
+      // Into a reused (dirty) buffer, as the loader quantizes chunk after chunk: the same bytes.
+      const dirty = new Uint8Array(bytes.length + 7).fill(0xa5);
+      expect(Buffer.compare(Buffer.from(quantize(dtype, x, dirty)), Buffer.from(bytes))).toBe(0);
     });
   }
 

@@ -19,8 +19,9 @@ import { buildSafetensors, STORIES_GGUF, STORIES_HF } from './helpers/model-file
 import { mulberry32 } from './helpers/prng.ts';
 import { CpuLlama, type CpuLayerWeights, type CpuLlamaWeights } from './reference/cpu-llama.ts';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from './reference/cpu-ops.ts';
-import { dequantize, quantize } from './reference/quant.ts';
-import { maxAbsDiff } from './helpers/compare.ts';
+import { quantizeValues as quantize } from '../src/model/quantize.ts';
+import { dequantize } from './reference/quant.ts';
+import { expectForwardMatchesReference } from './helpers/compare.ts';
 
 type FileDType = 'F32' | 'BF16';
 type Stored = 'f16' | 'f32' | 'q8_0' | 'q4_0';
@@ -95,20 +96,11 @@ function randomHfModel(file: FileDType, stored: Stored, options: { tied?: boolea
 
 /** GPU logits (prefill of 6 tokens, then 2 decode steps) vs CpuLlama's, within 2e-4 of the logit scale. */
 async function expectMatchesReference(generator: LlamaGenerator, config: LlamaConfig, cpu: CpuLlamaWeights): Promise<void> {
-  const model = generator.model;
-  const cache = model.createKvCache(16);
-  const reference = new CpuLlama(config, cpu, 16);
+  const cache = generator.model.createKvCache(16);
   try {
     const rand = mulberry32(9);
     const prompt = Array.from({ length: 6 }, () => Math.floor(rand() * config.vocabSize));
-    const gpuAll = await model.forward(prompt, 0, cache, { allLogits: true });
-    const cpuAll = reference.forward(prompt, 0);
-    const scale = Math.max(1, ...cpuAll.map(Math.abs));
-    expect(maxAbsDiff(gpuAll, cpuAll)).toBeLessThan(2e-4 * scale);
-    for (let step = 0; step < 2; step++) {
-      const token = (prompt[step] * 31 + 7) % config.vocabSize;
-      expect(maxAbsDiff(await model.forward([token], prompt.length + step, cache), reference.forward([token], prompt.length + step))).toBeLessThan(2e-4 * scale);
-    }
+    await expectForwardMatchesReference(generator.model, cache, new CpuLlama(config, cpu, 16), prompt, { decodeSteps: 2 });
   } finally {
     cache.destroy();
   }

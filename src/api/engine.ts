@@ -1,38 +1,231 @@
 // The object users hold: a loaded model that answers completions, in-process or through any host.
-import type { ModelInfo, TextGenerator } from '../engine/types.ts';
+//
+// unload() may be called while other callers' requests still run on the model's GPU buffers (a
+// stream another script is reading, say), so the engine counts the requests in flight and frees
+// the buffers only after the last one ends; from unload() on, new requests are refused with 503.
+// Hosts that take the engine as an ApiEngine (the fetch shim, the Node server) reach the model
+// through `engine.generator`, which counts each session and generation it opens the same way.
+import type { FinishReason, GenerationRequest, GenerationSession, ModelInfo, SessionRequest, TextGenerator } from '../engine/types.ts';
 import { createCompletion, type CompletionChunk, type CompletionRequest, type CompletionResponse } from './completions.ts';
-import { handleApiRequest, type ApiEngine, type ApiRequest, type ApiResponse } from './handler.ts';
+import { ApiError } from './errors.ts';
+import { errorResponse, handleApiRequest, type ApiEngine, type ApiHandlerOptions, type ApiRequest, type ApiResponse } from './handler.ts';
 
 /** A generator that can also give its GPU memory back. */
 export interface UnloadableGenerator extends TextGenerator {
   destroy?(): void;
 }
 
+/** 503: a request to an engine after its unload(). */
+export function modelUnloaded(id: string): ApiError {
+  return new ApiError(503, `The model '${id}' has been unloaded and takes no more requests.`, {
+    type: 'service_unavailable',
+    code: 'model_unloaded',
+  });
+}
+
 export class Engine implements ApiEngine {
-  constructor(readonly generator: UnloadableGenerator) {}
+  /**
+   * The loaded generator as hosts use it: everything passes through to it, except that each
+   * session or generation it opens counts as a request in flight, and none opens after unload().
+   */
+  readonly generator: UnloadableGenerator;
+  private readonly loaded: UnloadableGenerator;
+  private inFlight = 0;
+  private unloaded: Promise<void> | null = null;
+  private destroyLoaded: (() => void) | null = null;
+
+  constructor(generator: UnloadableGenerator) {
+    this.loaded = generator;
+    this.generator = countingGenerator(generator, () => this.admit());
+  }
 
   get info(): ModelInfo {
-    return this.generator.info;
+    return this.loaded.info;
+  }
+
+  /** Requests running now (completions, streams not yet ended, and sessions opened through `generator`). */
+  get requestsInFlight(): number {
+    return this.inFlight;
   }
 
   /**
    * One completion, exactly as `POST /v1/completions` would answer it: the response object, or,
-   * with `stream: true`, an async iterable of chunks. Invalid requests throw an `ApiError`.
+   * with `stream: true`, an async iterable of chunks. Invalid requests throw an `ApiError`; after
+   * unload(), a 503 one. A stream counts as in flight until it ends, fails, or its consumer stops
+   * (return(), as `break` in for-await does); one never read nor returned keeps the model loaded.
    */
   complete(request: CompletionRequest & { stream?: false | null }, options?: { signal?: AbortSignal }): Promise<CompletionResponse>;
   complete(request: CompletionRequest & { stream: true }, options?: { signal?: AbortSignal }): Promise<AsyncIterable<CompletionChunk>>;
   complete(request: CompletionRequest, options?: { signal?: AbortSignal }): Promise<CompletionResponse | AsyncIterable<CompletionChunk>>;
-  complete(request: CompletionRequest, options: { signal?: AbortSignal } = {}): Promise<CompletionResponse | AsyncIterable<CompletionChunk>> {
-    return createCompletion(this.generator, request, options);
+  async complete(request: CompletionRequest, options: { signal?: AbortSignal } = {}): Promise<CompletionResponse | AsyncIterable<CompletionChunk>> {
+    const release = this.admit();
+    let result: CompletionResponse | AsyncIterable<CompletionChunk>;
+    try {
+      // The request as a whole is counted: its sessions use the generator directly.
+      result = await createCompletion(this.loaded, request, options);
+    } catch (err) {
+      release();
+      throw err;
+    }
+    if (isAsyncIterable(result)) return releaseWhenDone(result, release);
+    release();
+    return result;
   }
 
-  /** Answers an HTTP-shaped request (`/v1/completions`, `/v1/models`) as every host does. */
-  handle(request: ApiRequest): Promise<ApiResponse> {
-    return handleApiRequest(this, request);
+  /**
+   * Answers an HTTP-shaped request (`/v1/completions`, `/v1/models`) as every host does; after
+   * unload(), a 503 response. A streamed body counts as in flight until it is read to the end or
+   * its reader stops. `options`: as handleApiRequest's (`basePath`, `onError`).
+   */
+  async handle(request: ApiRequest, options: ApiHandlerOptions = {}): Promise<ApiResponse> {
+    let release: () => void;
+    try {
+      release = this.admit();
+    } catch (err) {
+      return errorResponse(err);
+    }
+    let response: ApiResponse;
+    try {
+      response = await handleApiRequest({ generator: this.loaded }, request, options);
+    } catch (err) {
+      release();
+      throw err;
+    }
+    if (typeof response.body === 'string') {
+      release();
+      return response;
+    }
+    return { ...response, body: releaseWhenDone(response.body, release) };
   }
 
-  /** Frees the model's GPU buffers; the engine cannot be used afterwards. */
-  unload(): void {
-    this.generator.destroy?.();
+  /**
+   * Frees the model's GPU buffers once the requests in flight have ended; from now on new
+   * requests get a 503. Resolves when the buffers are freed; calling it again returns the same
+   * promise. It need not be awaited.
+   */
+  unload(): Promise<void> {
+    if (!this.unloaded) {
+      this.unloaded = new Promise<void>((resolve, reject) => {
+        this.destroyLoaded = () => {
+          try {
+            this.loaded.destroy?.();
+            resolve();
+          } catch (err) {
+            reject(err);
+          }
+        };
+      });
+      // Callers need not await it: a failure to free must not become an unhandled rejection.
+      this.unloaded.catch(() => {});
+      this.destroyIfIdle();
+    }
+    return this.unloaded;
   }
+
+  /** Counts a request in; returns its release (idempotent). Throws the 503 after unload(). */
+  private admit(): () => void {
+    if (this.unloaded) throw modelUnloaded(this.loaded.info.id);
+    this.inFlight++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.inFlight--;
+      this.destroyIfIdle();
+    };
+  }
+
+  private destroyIfIdle(): void {
+    if (this.inFlight > 0 || !this.destroyLoaded) return;
+    const destroy = this.destroyLoaded;
+    this.destroyLoaded = null; // exactly once
+    destroy();
+  }
+}
+
+function isAsyncIterable<T>(value: unknown): value is AsyncIterable<T> {
+  return typeof value === 'object' && value !== null && Symbol.asyncIterator in value;
+}
+
+/**
+ * `source` as an async iterable that calls `release` once when the iteration ends: done, thrown,
+ * or stopped by return() (also before the first next(), which an async generator would skip).
+ */
+function releaseWhenDone<T>(source: AsyncIterable<T>, release: () => void): AsyncIterableIterator<T> {
+  const iterator = source[Symbol.asyncIterator]();
+  let ended = false;
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    release();
+  };
+  return {
+    async next(): Promise<IteratorResult<T>> {
+      if (ended) return { done: true, value: undefined };
+      try {
+        const step = await iterator.next();
+        if (step.done) end();
+        return step;
+      } catch (err) {
+        end();
+        throw err;
+      }
+    },
+    async return(value?: unknown): Promise<IteratorResult<T>> {
+      try {
+        if (!ended) await iterator.return?.();
+      } finally {
+        end();
+      }
+      return { done: true, value };
+    },
+    [Symbol.asyncIterator]() {
+      return this;
+    },
+  };
+}
+
+/**
+ * `generator` with each session (until close()) and each generate() stream (from its first next()
+ * until it ends) counted through `admit`, which returns the release or throws to refuse. All else
+ * (info, tokenizer, and whatever the concrete generator has, such as `model`) passes through.
+ */
+function countingGenerator<G extends TextGenerator>(generator: G, admit: () => () => void): G {
+  async function openSession(request: SessionRequest): Promise<GenerationSession> {
+    const release = admit();
+    let session: GenerationSession;
+    try {
+      session = await generator.openSession(request);
+    } catch (err) {
+      release();
+      throw err;
+    }
+    return {
+      promptLogprobs: session.promptLogprobs,
+      sequence: (options) => session.sequence(options),
+      close() {
+        try {
+          session.close();
+        } finally {
+          release();
+        }
+      },
+    };
+  }
+  async function* generate(request: GenerationRequest): AsyncGenerator<number, FinishReason, void> {
+    const release = admit();
+    try {
+      return yield* generator.generate(request);
+    } finally {
+      release();
+    }
+  }
+  return new Proxy(generator, {
+    get(target, property) {
+      if (property === 'openSession') return openSession;
+      if (property === 'generate') return generate;
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
 }

@@ -12,7 +12,8 @@ import type { GpuContext } from '../gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../gpu/tensor.ts';
 import type { LlamaConfig } from './config.ts';
 import { QUANT_FORMATS, checkWeightShape, isQuantized, weightByteSize } from '../gpu/weight-formats.ts';
-import { F16_MAX, quantizeValues, toF16Clamped } from './quantize.ts';
+import { F16_MAX, f16ToF32, quantizeValues, toF16Clamped } from './quantize.ts';
+export { f16ToF32 } from './quantize.ts'; // with the other f16 conversions; still importable from here
 import { DEFAULT_CHUNK_SIZE, type ByteSource, type ModelFiles } from './files.ts';
 import { GLOBAL_TENSOR_NAMES, layerTensorNames } from './tensor-names.ts';
 
@@ -440,15 +441,6 @@ export function toFloat32(bytes: Uint8Array, dtype: WeightDType, out?: Float32Ar
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 /** f32 value of every f16 bit pattern (256 KiB, built on first use). */
 let f16Table: Float32Array | undefined;
-
-export function f16ToF32(h: number): number {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  if (exp === 0) return sign * frac * 2 ** -24;
-  if (exp === 31) return frac ? NaN : sign * Infinity;
-  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
-}
 
 /**
  * Throws unless a tensor's buffers fit the device's per-buffer and per-binding limits. A matrix

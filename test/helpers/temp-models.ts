@@ -1,0 +1,89 @@
+// Random models that a test file generates into temporary folders (scripts/model-families.ts,
+// scripts/gguf-from-hf.ts) and loads: the folders are removed and the engines unloaded after the
+// file's tests; and the weights of such a model read back from its files for the CPU reference.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll } from 'vitest';
+import type { Engine } from '../../src/api/engine.ts';
+import type { LlamaGenerator } from '../../src/engine/generator.ts';
+import type { LlamaConfig } from '../../src/model/config.ts';
+import { readSafetensorsCheckpoint } from '../../src/model/formats/safetensors.ts';
+import { filesFromPath, loadModelFromPath, type LoadModelOptions } from '../../src/node/index.ts';
+import type { CpuLlamaWeights } from '../reference/cpu-llama.ts';
+import { bf16BitsToF32 } from '../reference/cpu-ops.ts';
+
+export interface TempModels {
+  /** A fresh empty folder, removed after the file's tests. */
+  dir(prefix: string): string;
+  /** Loads a model folder or GGUF file on the process's GPU; unloaded after the file's tests. */
+  load(path: string, options?: LoadModelOptions): Promise<LlamaGenerator>;
+}
+
+/** Temporary folders and engines for one test file; call it at the top level of the file (it registers an afterAll). */
+export function tempModels(): TempModels {
+  const dirs: string[] = [];
+  const engines: Engine[] = [];
+  afterAll(async () => {
+    await Promise.all(engines.map((e) => e.unload()));
+    dirs.forEach((d) => rmSync(d, { recursive: true, force: true }));
+  });
+  return {
+    dir(prefix) {
+      const dir = mkdtempSync(join(tmpdir(), prefix));
+      dirs.push(dir);
+      return dir;
+    },
+    async load(path, options) {
+      const engine = await loadModelFromPath(path, options);
+      engines.push(engine);
+      return engine.generator as LlamaGenerator;
+    },
+  };
+}
+
+/** The tensors of a generated folder's model.safetensors (F32 or BF16) as f32 values, by name, read through the project's safetensors reader. */
+export async function readFolderTensors(dir: string): Promise<Map<string, Float32Array>> {
+  const infos = await readSafetensorsCheckpoint(filesFromPath(dir));
+  const bytes = readFileSync(join(dir, 'model.safetensors'));
+  const out = new Map<string, Float32Array>();
+  for (const t of infos) {
+    const view = new DataView(bytes.buffer, bytes.byteOffset + t.offset, t.byteLength);
+    if (t.dtype === 'F32') out.set(t.name, Float32Array.from({ length: t.byteLength / 4 }, (_, i) => view.getFloat32(i * 4, true)));
+    else if (t.dtype === 'BF16') out.set(t.name, Float32Array.from({ length: t.byteLength / 2 }, (_, i) => bf16BitsToF32(view.getUint16(i * 2, true))));
+    else throw new Error(`${t.name}: unexpected dtype ${t.dtype}`);
+  }
+  return out;
+}
+
+/** CpuLlama's weights from tensors by Hugging Face name (biases optional; the embedding serves as the head when tied). */
+export function cpuLlamaWeights(config: LlamaConfig, tensors: ReadonlyMap<string, Float32Array>): CpuLlamaWeights {
+  const tensor = (name: string): Float32Array => {
+    const t = tensors.get(name);
+    if (!t) throw new Error(`no tensor ${name}`);
+    return t;
+  };
+  const tokenEmbedding = tensor('model.embed_tokens.weight');
+  return {
+    tokenEmbedding,
+    layers: Array.from({ length: config.numLayers }, (_, l) => {
+      const p = `model.layers.${l}`;
+      return {
+        attnNorm: tensor(`${p}.input_layernorm.weight`),
+        wq: tensor(`${p}.self_attn.q_proj.weight`),
+        wk: tensor(`${p}.self_attn.k_proj.weight`),
+        wv: tensor(`${p}.self_attn.v_proj.weight`),
+        wo: tensor(`${p}.self_attn.o_proj.weight`),
+        bq: tensors.get(`${p}.self_attn.q_proj.bias`),
+        bk: tensors.get(`${p}.self_attn.k_proj.bias`),
+        bv: tensors.get(`${p}.self_attn.v_proj.bias`),
+        ffnNorm: tensor(`${p}.post_attention_layernorm.weight`),
+        wGate: tensor(`${p}.mlp.gate_proj.weight`),
+        wUp: tensor(`${p}.mlp.up_proj.weight`),
+        wDown: tensor(`${p}.mlp.down_proj.weight`),
+      };
+    }),
+    outputNorm: tensor('model.norm.weight'),
+    lmHead: config.tieWordEmbeddings ? tokenEmbedding : tensor('lm_head.weight'),
+  };
+}
