@@ -1,26 +1,57 @@
 // The demo: load a model onto the GPU, install the fetch shim, then talk to it with plain
 // fetch('/v1/completions') and server-sent events, exactly as code written for a server would.
-import { sseJson } from './sse.ts';
-import { installFetchShim, loadModel, type CompletionChunk, type Engine } from '../src/index.ts';
+// The modules beside this one each do one part: the parameter panel, the token view, the cached
+// models list, the snippets; this file wires them to the page.
+import { acquireDevice, installFetchShim, loadModel, type CachedModel, type CompletionChunk, type Engine, type GpuContext, type ModelSource } from '../src/index.ts';
+import { CachedModelsList } from './cached-models.ts';
+import { ApiRequestError, LiveStats, runCompletion } from './completion-run.ts';
+import { errorMessage, formatBytes } from './format.ts';
+import { parseModelSource } from './model-source.ts';
+import { ParamsPanel } from './params-panel.ts';
+import { copyText, curlSnippet, openaiSnippet } from './snippets.ts';
+import { AlternativesPopover, ChoiceView } from './token-view.ts';
 
+// Page options: ?model=URL&id=NAME (the model loaded first), ?hub=HOST (a Hugging Face mirror for
+// repo ids), ?memoryBudgetMiB=N (the GPU memory a model may take).
+const query = new URLSearchParams(location.search);
 const DEFAULT_MODEL = '/models/stories260K/stories260K.gguf';
 const DEFAULT_ID = 'stories260K';
+/** How many of a stream's chunks the response panel keeps. */
+const LAST_CHUNKS = 3;
 
-const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
 const form = $<HTMLFormElement>('form');
 const promptInput = $<HTMLTextAreaElement>('prompt');
-const maxTokensInput = $<HTMLInputElement>('max-tokens');
-const temperatureInput = $<HTMLInputElement>('temperature');
 const button = $<HTMLButtonElement>('generate');
-const output = $<HTMLPreElement>('output');
+const tintToggle = $<HTMLInputElement>('tint');
+const output = $('output');
+const stats = $('stats');
 const statusLine = $('status');
 const adapterLine = $('adapter');
 const modelLine = $('model-name');
 const progress = $<HTMLProgressElement>('progress');
 const errorBox = $('error');
+const sourceForm = $<HTMLFormElement>('source-form');
+const sourceInput = $<HTMLInputElement>('model-source');
+const sourceButton = $<HTMLButtonElement>('load-source');
 const localControls = $<HTMLFieldSetElement>('local');
 const fileInput = $<HTMLInputElement>('model-files');
 const folderInput = $<HTMLInputElement>('model-folder');
+const requestView = $('request-json');
+const responseView = $('response-json');
+const responseNote = $('response-note');
+const copyStatus = $('copy-status');
+
+/** Phone width: one column, parameter groups closed until opened. */
+const narrow = matchMedia('(max-width: 60rem)');
+const params = new ParamsPanel($('params'), { collapsed: narrow.matches });
+const popover = new AlternativesPopover(output);
+const cachedModels = new CachedModelsList($('cached-models'), {
+  load: (model: CachedModel) => void switchModel(model.url, model.id, model.id),
+  error: (message) => showError(message, 'model'),
+});
+
+// ---- page state and errors -------------------------------------------------------------------
 
 type State = 'loading' | 'ready' | 'generating' | 'error';
 
@@ -29,85 +60,119 @@ function setState(state: State, status: string): void {
   statusLine.textContent = status;
 }
 
-function showError(error: unknown): void {
+/** Shows an error in the page, next to what failed (the model card, or the output). */
+function showError(error: unknown, where: 'model' | 'request'): void {
+  const home = where === 'model' ? document.querySelector('.card.model')! : document.querySelector('.card.result')!;
+  if (errorBox.parentElement !== home) home.append(errorBox);
   errorBox.hidden = false;
-  errorBox.textContent = error instanceof Error ? error.message : String(error);
+  errorBox.textContent = errorMessage(error);
+  errorBox.scrollIntoView({ block: 'nearest' });
 }
 
-function formatBytes(n: number): string {
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 ** 2) return `${(n / 1024).toFixed(1)} KiB`;
-  if (n < 1024 ** 3) return `${(n / 1024 ** 2).toFixed(1)} MiB`;
-  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
+function clearError(): void {
+  errorBox.hidden = true;
+  errorBox.textContent = '';
 }
 
-// ---- loading -------------------------------------------------------------------------------
+addEventListener('unhandledrejection', (event) => showError(event.reason, 'request'));
 
-const params = new URLSearchParams(location.search);
-const modelUrl = new URL(params.get('model') ?? DEFAULT_MODEL, location.href).href;
-const modelId = params.get('id') ?? (params.has('model') ? undefined : DEFAULT_ID);
-modelLine.textContent = `Model: ${modelUrl}`;
+// ---- the GPU ---------------------------------------------------------------------------------
 
-async function describeAdapter(): Promise<void> {
-  if (!navigator.gpu) throw new Error('This browser has no WebGPU (navigator.gpu is missing). Try a recent Chrome, Edge or Safari.');
-  const adapter = await navigator.gpu.requestAdapter();
-  if (!adapter) throw new Error('WebGPU is present but found no GPU adapter.');
-  const { vendor, architecture, description } = adapter.info;
-  adapterLine.textContent = `GPU: ${[vendor, architecture, description].filter(Boolean).join(' · ') || 'unknown adapter'}`;
+/** The page's GPU, once: every model loads onto it. */
+async function pageGpu(): Promise<GpuContext> {
+  if (!navigator.gpu) {
+    throw new Error(
+      'This browser has no WebGPU (navigator.gpu is missing), so the model cannot run here. ' +
+        'Try a recent Chrome or Edge (on Linux, Chromium with --enable-unsafe-webgpu), or Safari 26.',
+    );
+  }
+  const gpu = await acquireDevice(navigator.gpu).catch((error) => {
+    throw new Error(`WebGPU is present but no GPU device could be opened: ${errorMessage(error)}`);
+  });
+  const { vendor, architecture, description } = gpu.adapter;
+  const name = [vendor, architecture, description].filter(Boolean).join(' · ') || 'unknown adapter';
+  adapterLine.textContent = `GPU: ${name} · shader-f16: ${gpu.features.shaderF16 ? 'yes' : 'no'} · subgroups: ${gpu.features.subgroups ? 'yes' : 'no'}`;
+  adapterLine.dataset.shaderF16 = String(gpu.features.shaderF16);
+  return gpu;
 }
 
+const gpuPromise = pageGpu();
+
+// ---- loading a model -------------------------------------------------------------------------
+
+let enginePromise: Promise<Engine> = Promise.reject(new Error('No model loaded yet.'));
+enginePromise.catch(() => {});
+let uninstallShim: () => void = () => {};
 let loadSeconds = 0;
 
-async function load(source: string | File[], id?: string) {
-  await describeAdapter();
+async function load(source: ModelSource, id: string | undefined, fromLocalFiles: boolean): Promise<Engine> {
+  const gpu = await gpuPromise;
   const started = performance.now();
   const engine = await loadModel(source, {
     id,
+    gpu,
+    memoryBudgetBytes: memoryBudgetBytes(),
     onProgress({ loadedBytes, totalBytes, loadedTensors, totalTensors, phase }) {
       progress.max = totalBytes || 1;
       progress.value = loadedBytes;
+      progress.dataset.phase = phase;
       const verb = phase === 'download' ? 'Downloading' : 'Uploading to GPU';
       const tensors = totalTensors > 0 ? `, tensor ${loadedTensors} of ${totalTensors}` : '';
       statusLine.textContent = `${verb}: ${formatBytes(loadedBytes)} of ${formatBytes(totalBytes)}${tensors}`;
     },
   });
-  loadSeconds = (performance.now() - started) / 1000;
-  const storage = engine.info.storage;
-  const weights = storage ? `, weights ${storage.weightStorage} ${formatBytes(storage.weightBytes)}` : '';
-  const local = typeof source === 'string' ? '' : ', from local files';
-  modelLine.textContent = `Model: ${engine.info.id} (${engine.info.format}, context ${engine.info.contextLength}${weights}${local})`;
+  const seconds = (performance.now() - started) / 1000;
+  const { info } = engine;
+  const weights = info.storage ? `, weights ${info.storage.weightStorage} ${formatBytes(info.storage.weightBytes)}, KV cache ${info.storage.kvCacheDType}` : '';
+  const local = fromLocalFiles ? ', from local files' : '';
+  modelLine.textContent = `Model: ${info.id} (${info.format}, ${info.architecture}, context ${info.contextLength}${weights}${local})`;
+  loadSeconds = seconds;
   return engine;
 }
 
-let enginePromise: Promise<Engine>;
-let uninstallShim: () => void;
-
-function start(source: string | File[], id?: string): void {
-  setState('loading', 'Loading model…');
-  button.disabled = true;
-  localControls.disabled = true;
-  progress.value = 0;
-  enginePromise = load(source, id);
-  // Installed at once: a request sent before the model is ready waits for it.
-  uninstallShim = installFetchShim(enginePromise);
-  enginePromise.then(
-    () => {
-      setState('ready', `Ready (loaded in ${loadSeconds.toFixed(1)} s).`);
-      button.disabled = false;
-    },
-    (error) => {
-      setState('error', 'Could not load the model.');
-      showError(error);
-    },
-  ).finally(() => (localControls.disabled = false));
+/** `?memoryBudgetMiB=N`: refuse models that need more GPU memory than that (as a small device would). */
+function memoryBudgetBytes(): number | undefined {
+  const mib = query.get('memoryBudgetMiB');
+  return mib === null ? undefined : Number(mib) * 1024 ** 2;
 }
 
-start(modelUrl, modelId);
+/** One model loads at a time: the ways to pick another wait for it. */
+function setLoadControlsDisabled(disabled: boolean): void {
+  localControls.disabled = disabled;
+  sourceButton.disabled = disabled;
+}
 
-// ---- a model from local files: file picker, folder picker, or dropped on the page ----------
+function start(source: ModelSource, id: string | undefined, label: string): void {
+  setState('loading', 'Loading model…');
+  modelLine.textContent = `Model: ${label}`;
+  button.disabled = true;
+  setLoadControlsDisabled(true);
+  progress.value = 0;
+  const fromLocalFiles = typeof source !== 'string' && !(source instanceof URL) && !('repo' in source);
+  enginePromise = load(source, id, fromLocalFiles);
+  // Installed at once: a request sent before the model is ready waits for it.
+  uninstallShim = installFetchShim(enginePromise);
+  enginePromise
+    .then(
+      (engine) => {
+        setState('ready', `Ready (loaded in ${loadSeconds.toFixed(1)} s).`);
+        button.disabled = false;
+        updateRequestView(engine.info.id);
+      },
+      (error) => {
+        setState('error', 'Could not load the model.');
+        showError(error, 'model');
+      },
+    )
+    .finally(() => {
+      setLoadControlsDisabled(false);
+      void cachedModels.refresh();
+    });
+}
 
-async function loadLocal(files: File[]): Promise<void> {
-  if (files.length === 0 || document.body.dataset.state === 'loading') return;
+/** Replaces the loaded model: stops the request in flight, frees the old model, loads the new one. */
+async function switchModel(source: ModelSource, id: string | undefined, label: string): Promise<void> {
+  if (document.body.dataset.state === 'loading') return;
   setState('loading', 'Unloading the current model…');
   // Let the request in flight end (as 'aborted') before its engine goes away.
   running?.abort();
@@ -115,15 +180,31 @@ async function loadLocal(files: File[]): Promise<void> {
   uninstallShim();
   const old = await enginePromise.catch(() => undefined);
   old?.unload();
-  errorBox.hidden = true;
-  errorBox.textContent = '';
-  modelLine.textContent = `Model: ${files.map((f) => f.name).join(', ')}`;
-  start(files);
+  clearError();
+  start(source, id, label);
+}
+
+const initialUrl = new URL(query.get('model') ?? DEFAULT_MODEL, location.href).href;
+start(initialUrl, query.get('id') ?? (query.has('model') ? undefined : DEFAULT_ID), initialUrl);
+
+sourceForm.addEventListener('submit', (event) => {
+  event.preventDefault();
+  try {
+    const { source, label } = parseModelSource(sourceInput.value, { hubHost: query.get('hub') ?? undefined });
+    void switchModel(source, undefined, label);
+  } catch (error) {
+    showError(error, 'model');
+  }
+});
+
+// A model from local files: file picker, folder picker, or dropped on the page.
+function loadLocal(files: File[]): void {
+  if (files.length > 0) void switchModel(files, undefined, files.map((f) => f.name).join(', '));
 }
 
 for (const input of [fileInput, folderInput]) {
   input.addEventListener('change', () => {
-    void loadLocal([...(input.files ?? [])]);
+    loadLocal([...(input.files ?? [])]);
     input.value = ''; // picking the same files again loads them again
   });
 }
@@ -135,63 +216,144 @@ addEventListener('dragleave', () => document.body.classList.remove('dragging'));
 addEventListener('drop', (event) => {
   event.preventDefault(); // the browser would otherwise open the file
   document.body.classList.remove('dragging');
-  void loadLocal([...(event.dataTransfer?.files ?? [])]);
+  loadLocal([...(event.dataTransfer?.files ?? [])]);
 });
 
-// ---- one completion, streamed --------------------------------------------------------------
+// ---- the request, as it will be sent -----------------------------------------------------------
 
+let modelId = DEFAULT_ID;
+
+/** The request body from the prompt and the panel; throws on a malformed JSON field. */
+function requestBody(): Record<string, unknown> {
+  return { model: modelId, prompt: promptInput.value, ...params.read() };
+}
+
+function updateRequestView(id = modelId): void {
+  modelId = id;
+  try {
+    const body = requestBody();
+    requestView.textContent = JSON.stringify(body, null, 2);
+    $('curl-snippet').textContent = curlSnippet(body);
+    $('openai-snippet').textContent = openaiSnippet(body);
+  } catch (error) {
+    requestView.textContent = errorMessage(error);
+  }
+}
+
+for (const source of [$('params'), promptInput]) {
+  source.addEventListener('input', () => updateRequestView());
+  source.addEventListener('change', () => updateRequestView());
+}
+
+// Tinting needs logprobs: turning it on asks for 5 alternatives if the request asked for none.
+tintToggle.addEventListener('change', () => {
+  output.classList.toggle('tinted', tintToggle.checked);
+  const logprobs = params.control('logprobs');
+  if (tintToggle.checked && logprobs && logprobs.value === '') {
+    logprobs.value = '5';
+    updateRequestView();
+  }
+});
+
+for (const [id, snippet] of [['copy-curl', curlSnippet], ['copy-openai', openaiSnippet]] as const) {
+  $(id).addEventListener('click', async () => {
+    try {
+      await copyText(snippet(requestBody()));
+      copyStatus.textContent = 'Copied.';
+    } catch (error) {
+      copyStatus.textContent = errorMessage(error);
+    }
+  });
+}
+
+// ---- one completion ----------------------------------------------------------------------------
 
 let running: AbortController | undefined;
 let generation: Promise<void> | undefined;
 
 async function generate(): Promise<void> {
-  const engine = await enginePromise;
-  running = new AbortController();
-  output.textContent = '';
+  clearError();
+  popover.hide();
+  let body: Record<string, unknown>;
+  try {
+    body = requestBody();
+  } catch (error) {
+    showError(error, 'request');
+    return;
+  }
+  requestView.textContent = JSON.stringify(body, null, 2);
+  responseView.textContent = '';
+  responseNote.textContent = '';
+  output.replaceChildren();
   delete output.dataset.finish;
-  errorBox.hidden = true;
+  running = new AbortController();
   button.textContent = 'Stop';
   setState('generating', 'Generating…');
-  const started = performance.now();
-  let tokens = 0;
+
+  const choices = new Map<number, ChoiceView>();
+  const live = new LiveStats();
+  const lastChunks: CompletionChunk[] = [];
+  let chunkCount = 0;
+  const promptLength = body.echo && typeof body.prompt === 'string' ? body.prompt.length : 0;
+  const context = typeof body.prompt === 'string' ? body.prompt : '';
+  const finishes: string[] = [];
+  const choice = (index: number) => {
+    let view = choices.get(index);
+    if (!view) {
+      view = new ChoiceView(index, promptLength, body.echo ? '' : context);
+      choices.set(index, view);
+      // Choices in index order, whatever order they arrive in.
+      const after = [...output.children].find((c) => Number((c as HTMLElement).dataset.index) > index);
+      output.insertBefore(view.element, after ?? null);
+    }
+    return view;
+  };
+  stats.textContent = live.describe();
   try {
-    const response = await fetch('/v1/completions', {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({
-        model: engine.info.id,
-        prompt: promptInput.value,
-        max_tokens: Number(maxTokensInput.value),
-        temperature: Number(temperatureInput.value),
-        stream: true,
-        stream_options: { include_usage: true }, // one last chunk carries the token counts
-      }),
-      signal: running.signal,
+    const result = await runCompletion(body, running.signal, {
+      text(index, text, logprobs) {
+        const view = choice(index);
+        const before = view.tokens;
+        view.append(text, logprobs);
+        // With logprobs each generated token is counted; without, each piece of text (one per token, nearly).
+        live.add(logprobs ? view.tokens - before : text ? 1 : 0);
+        if (body.stream) stats.textContent = live.describe();
+      },
+      finish(index, reason) {
+        choice(index).finish(reason);
+        finishes.push(reason);
+      },
+      chunk(chunk) {
+        chunkCount++;
+        lastChunks.push(chunk);
+        if (lastChunks.length > LAST_CHUNKS) lastChunks.shift();
+      },
     });
-    if (!response.ok) {
-      const body = await response.json().catch(() => null);
-      throw new Error(body?.error?.message ?? `HTTP ${response.status}`);
+    if (result.usage) live.tokens = result.usage.completion_tokens;
+    if (result.response) {
+      responseView.textContent = JSON.stringify(result.response, null, 2);
+      responseNote.textContent = '(the whole response)';
+      stats.textContent = `${live.tokens} tokens in ${live.elapsedSeconds.toFixed(2)} s, not streamed (no time to first token)`;
+    } else {
+      responseView.textContent = JSON.stringify(lastChunks, null, 2);
+      responseNote.textContent = `(the last ${lastChunks.length} of ${chunkCount} chunks)`;
+      stats.textContent = live.describe();
     }
-    let finish = '';
-    for await (const chunk of sseJson<CompletionChunk & { error?: { message: string } }>(response)) {
-      if (chunk.error) throw new Error(chunk.error.message);
-      if (chunk.usage) tokens = chunk.usage.completion_tokens;
-      const choice = chunk.choices?.[0];
-      if (!choice) continue;
-      output.textContent += choice.text;
-      if (choice.finish_reason) finish = choice.finish_reason;
-    }
-    output.dataset.finish = finish || 'done';
-    const seconds = (performance.now() - started) / 1000;
-    setState('ready', `Done (${finish || 'complete'}): ${tokens} tokens in ${seconds.toFixed(2)} s.`);
+    const finish = finishes.length === 1 ? finishes[0]! : finishes.join(', ') || 'done';
+    output.dataset.finish = finish;
+    setState('ready', `Done (${finish}): ${live.tokens} tokens in ${live.elapsedSeconds.toFixed(2)} s.`);
   } catch (error) {
     if ((error as Error).name === 'AbortError') {
       output.dataset.finish = 'aborted';
+      responseView.textContent = JSON.stringify(lastChunks, null, 2);
+      responseNote.textContent = `(stopped: the last ${lastChunks.length} of ${chunkCount} chunks)`;
       setState('ready', 'Stopped.');
     } else {
       output.dataset.finish = 'error';
+      if (error instanceof ApiRequestError && error.body) responseView.textContent = JSON.stringify(error.body, null, 2);
+      responseNote.textContent = error instanceof ApiRequestError ? `(HTTP ${error.status})` : '(failed)';
       setState('ready', 'The request failed.');
-      showError(error);
+      showError(error, 'request');
     }
   } finally {
     running = undefined;
@@ -201,8 +363,18 @@ async function generate(): Promise<void> {
 
 form.addEventListener('submit', (event) => {
   event.preventDefault();
-  if (running) running.abort();
-  else generation = generate();
+  if (running) {
+    running.abort();
+    return;
+  }
+  generation = generate();
+  // On a narrow screen the output is below the fold: bring it up.
+  if (narrow.matches) output.scrollIntoView({ block: 'nearest' });
 });
 
-addEventListener('unhandledrejection', (event) => showError(event.reason));
+// Ctrl/Cmd+Enter in the prompt generates, as in most playgrounds.
+promptInput.addEventListener('keydown', (event) => {
+  if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) form.requestSubmit();
+});
+
+updateRequestView();

@@ -1,72 +1,315 @@
-// The demo page, used as a person would: wait for the embedded model, type a prompt, click
-// Generate, read the streamed answer.
-import { expect, test, type Page } from '@playwright/test';
+// The demo page, used as a person would: wait for the embedded model, type a prompt, change
+// parameters, generate, stop, hover tokens, copy the code, load other models (by URL, repo id,
+// local files), and read the errors the page shows. Screenshots at desktop and phone width are
+// saved as test artifacts (test-results/, attached to the report).
+import { expect, test, type Locator, type Page } from '@playwright/test';
+import { COMPLETION_PARAMS } from '../../src/api/schema.ts';
 import { reference } from './reference.ts';
 
-test('the demo loads stories260K and streams the reference completion', async ({ page }) => {
-  const pageErrors: string[] = [];
-  page.on('pageerror', (error) => pageErrors.push(error.message));
+const body = (page: Page) => page.locator('body');
+const param = (page: Page, name: string) => page.locator(`#param-${name}`);
+/** The completion text of the first (or only) choice, without the dimmed prompt. */
+const completion = (page: Page) => page.locator('#output .choice-text').first();
+const output = (page: Page) => page.locator('#output');
+const errorBox = (page: Page) => page.locator('#error');
 
-  await page.goto('/');
-  const body = page.locator('body');
-  await expect(body).toHaveAttribute('data-state', /^(ready|error)$/, { timeout: 240_000 });
-  expect(await page.locator('#error').textContent()).toBe('');
-  await expect(body).toHaveAttribute('data-state', 'ready');
-  await expect(page.locator('#status')).toContainText('Ready');
-  await expect(page.locator('#adapter')).toContainText('GPU:');
+/** Records uncaught page errors; the test ends by checking there were none. */
+function watchPageErrors(page: Page): string[] {
+  const errors: string[] = [];
+  page.on('pageerror', (error) => errors.push(error.message));
+  return errors;
+}
 
-  await page.locator('#prompt').fill(reference.prompt);
-  await page.locator('#max-tokens').fill('32');
-  await page.locator('#temperature').fill('0');
+async function readyWithDefaultModel(page: Page, url = '/'): Promise<void> {
+  await page.goto(url);
+  await expect(body(page)).toHaveAttribute('data-state', /^(ready|error)$/, { timeout: 240_000 });
+  expect(await errorBox(page).textContent()).toBe('');
+  await expect(body(page)).toHaveAttribute('data-state', 'ready');
+}
+
+/** Clicks Generate and waits for the completion to end (any finish: length, stop, aborted, error). */
+async function generate(page: Page): Promise<void> {
   await page.locator('#generate').click();
+  await expect(output(page)).toHaveAttribute('data-finish', /.+/, { timeout: 240_000 });
+}
 
-  const output = page.locator('#output');
-  await expect(output).toHaveAttribute('data-finish', /.+/, { timeout: 240_000 });
-  expect(await page.locator('#error').textContent()).toBe('');
-  expect(await output.getAttribute('data-finish')).toBe('length');
-  expect(await output.textContent()).toBe(reference.completion_text);
+async function greedy(page: Page, maxTokens: number, prompt = reference.prompt): Promise<void> {
+  await page.locator('#prompt').fill(prompt);
+  await param(page, 'max_tokens').fill(String(maxTokens));
+  await param(page, 'temperature').fill('0');
+}
+
+async function popoverRows(page: Page): Promise<Locator> {
+  const popover = page.getByTestId('token-popover');
+  await expect(popover).toBeVisible();
+  return popover.locator('table.alternatives tr');
+}
+
+test('the embedded model loads at once and streams the reference completion, tinted, with live figures', async ({ page }) => {
+  const pageErrors = watchPageErrors(page);
+  await readyWithDefaultModel(page);
+
+  await test.step('adapter, progress, model and cache are shown', async () => {
+    await expect(page.locator('#adapter')).toContainText('GPU:');
+    await expect(page.locator('#adapter')).toContainText(/shader-f16: (yes|no)/);
+    await expect(page.locator('#status')).toContainText('Ready');
+    await expect(page.locator('#progress')).toHaveAttribute('data-phase', /^(download|upload)$/);
+    expect(await page.locator('#progress').evaluate((p: HTMLProgressElement) => p.value)).toBeGreaterThan(0);
+    await expect(page.locator('#model-name')).toContainText('stories260K (gguf');
+    // Loaded from its URL, the model went into the weight cache: listed with its size.
+    await expect(page.getByTestId('cached-model')).toHaveCount(1);
+    await expect(page.getByTestId('cached-model')).toContainText(/stories260K\s*\d+(\.\d)? (KiB|MiB)/);
+  });
+
+  await test.step('stream 32 tokens greedily', async () => {
+    await greedy(page, 32);
+    await generate(page);
+    expect(await errorBox(page).textContent()).toBe('');
+    await expect(output(page)).toHaveAttribute('data-finish', 'length');
+    expect(await completion(page).textContent()).toBe(reference.completion_text);
+    await expect(output(page).locator('.prompt-text')).toHaveText(reference.prompt);
+  });
+
+  await test.step('every token is a tinted span; the figures and the JSON are shown', async () => {
+    // The demo asks for logprobs 5 by default: tokens carry their probability in --p.
+    const tokens = output(page).locator('.tok');
+    expect(await tokens.count()).toBeGreaterThan(20);
+    const joined = (await tokens.allTextContents()).join('');
+    expect(joined).toBe(reference.completion_text);
+    const probabilities = await tokens.evaluateAll((spans) => spans.map((s) => Number((s as HTMLElement).style.getPropertyValue('--p'))));
+    for (const p of probabilities) {
+      expect(p).toBeGreaterThan(0);
+      expect(p).toBeLessThanOrEqual(1);
+    }
+    await expect(page.locator('#stats')).toHaveText(/time to first token \d+ ms · 32 tokens · \d+(\.\d)? tokens\/s/);
+
+    const request = JSON.parse((await page.getByTestId('request-json').textContent())!);
+    expect(request).toMatchObject({ model: 'stories260K', prompt: reference.prompt, max_tokens: 32, temperature: 0, logprobs: 5, stream: true });
+    const lastChunks = JSON.parse((await page.getByTestId('response-json').textContent())!);
+    expect(lastChunks.length).toBe(3);
+    expect(lastChunks.at(-1).usage).toMatchObject({ completion_tokens: 32 });
+    expect(lastChunks.at(-2).choices[0].finish_reason).toBe('length');
+  });
+
+  await test.step('hover, focus or tap a token: its alternatives, with probabilities', async () => {
+    const tokens = output(page).locator('.tok');
+    await tokens.nth(2).hover();
+    const rows = await popoverRows(page);
+    // logprobs 5: five alternatives, plus the chosen token when it is not among them.
+    expect(await rows.count()).toBeGreaterThanOrEqual(5);
+    expect(await rows.count()).toBeLessThanOrEqual(6);
+    await expect(rows.first()).toContainText('%');
+    const chosen = page.getByTestId('token-popover').locator('tr.chosen');
+    await expect(chosen).toHaveCount(1);
+    await expect(chosen).toContainText(JSON.stringify(await tokens.nth(2).textContent()));
+    await page.keyboard.press('Escape');
+    await expect(page.getByTestId('token-popover')).toBeHidden();
+
+    await tokens.nth(5).focus();
+    await expect(page.getByTestId('token-popover')).toContainText(JSON.stringify(await tokens.nth(5).textContent()));
+    await page.locator('h1').click(); // a tap elsewhere hides it
+    await expect(page.getByTestId('token-popover')).toBeHidden();
+    await tokens.nth(7).click(); // a tap on a token shows it
+    await expect(page.getByTestId('token-popover')).toContainText(JSON.stringify(await tokens.nth(7).textContent()));
+  });
+  expect(pageErrors).toEqual([]);
+});
+
+test('the panel has a control for every API parameter; changed parameters are sent and answered', async ({ page }) => {
+  const pageErrors = watchPageErrors(page);
+  await readyWithDefaultModel(page);
+
+  // Every parameter of the API's own table, except the ones set elsewhere (model, prompt) or
+  // that only wrap others (extra_body), has a control showing its default (and range).
+  for (const [name, row] of Object.entries(COMPLETION_PARAMS)) {
+    if (['model', 'prompt', 'extra_body'].includes(name)) continue;
+    const control = page.locator(`[data-param="${name}"]`);
+    await expect(control, name).toHaveCount(1);
+    await expect(control.locator('.hint'), name).toContainText('default');
+    if (row.range) await expect(control.locator('.hint'), name).toContainText(row.range);
+  }
+  await expect(param(page, 'temperature')).toHaveAttribute('min', '0');
+  await expect(param(page, 'temperature')).toHaveAttribute('max', '2');
+
+  // Two sampled choices, not streamed, with a seed and a stop string.
+  await page.locator('#prompt').fill(reference.prompt);
+  await param(page, 'max_tokens').fill('6');
+  await param(page, 'temperature').fill('0.9');
+  await page.locator('summary', { hasText: 'Choices' }).click();
+  await param(page, 'n').fill('2');
+  await page.locator('summary', { hasText: 'Streaming' }).click();
+  await param(page, 'stream').uncheck();
+  await expect(param(page, 'stream_options')).toBeDisabled();
+  await param(page, 'seed').fill('7');
+  await param(page, 'stop').fill('["\\n\\n"]');
+  const request = JSON.parse((await page.getByTestId('request-json').textContent())!);
+  expect(request).toEqual({
+    model: 'stories260K',
+    prompt: reference.prompt,
+    max_tokens: 6,
+    temperature: 0.9,
+    n: 2,
+    seed: 7,
+    stop: ['\n\n'],
+    logprobs: 5,
+  });
+
+  await generate(page);
+  expect(await errorBox(page).textContent()).toBe('');
+  await expect(output(page).locator('.choice')).toHaveCount(2);
+  const response = JSON.parse((await page.getByTestId('response-json').textContent())!);
+  expect(response.object).toBe('text_completion');
+  expect(response.choices).toHaveLength(2);
+  const texts = await output(page).locator('.choice-text').allTextContents();
+  expect(texts).toEqual(response.choices.map((c: { text: string }) => c.text));
+  await expect(page.locator('#stats')).toContainText('not streamed');
+  expect(pageErrors).toEqual([]);
+});
+
+test('a bad parameter shows the API error message in the page', async ({ page }) => {
+  await readyWithDefaultModel(page);
+  await greedy(page, 4);
+
+  await param(page, 'temperature').fill('5');
+  await generate(page);
+  await expect(output(page)).toHaveAttribute('data-finish', 'error');
+  await expect(errorBox(page)).toBeVisible();
+  await expect(errorBox(page)).toContainText("400 invalid_request_error, value_above_maximum (param: temperature): Invalid 'temperature': 5 is out of range");
+  const answer = JSON.parse((await page.getByTestId('response-json').textContent())!);
+  expect(answer.error.param).toBe('temperature');
+
+  // A field that is not JSON is caught before anything is sent, and named.
+  await param(page, 'temperature').fill('0');
+  await page.locator('summary', { hasText: 'Penalties' }).click();
+  await param(page, 'logit_bias').fill('{13: -100}');
+  await page.locator('#generate').click();
+  await expect(errorBox(page)).toContainText('logit_bias must be JSON');
+
+  // Fixed, it runs.
+  await param(page, 'logit_bias').fill('');
+  await generate(page);
+  await expect(output(page)).toHaveAttribute('data-finish', 'length');
+  await expect(errorBox(page)).toBeHidden();
+});
+
+test('Stop ends a running completion, and the next one runs', async ({ page }) => {
+  await readyWithDefaultModel(page);
+  await param(page, 'max_tokens').fill('400');
+  await param(page, 'ignore_eos').check(); // it cannot end by itself before Stop
+  await page.locator('#generate').click();
+  await expect(completion(page)).not.toHaveText('', { timeout: 120_000 }); // some text has streamed in
+  await expect(page.locator('#generate')).toHaveText('Stop');
+  await page.locator('#generate').click();
+  await expect(output(page)).toHaveAttribute('data-finish', 'aborted');
+  await expect(page.locator('#status')).toHaveText('Stopped.');
+  await expect(page.locator('#response-note')).toContainText('stopped');
+  expect(await errorBox(page).textContent()).toBe('');
+
+  await param(page, 'ignore_eos').uncheck();
+  await greedy(page, 32);
+  await generate(page);
+  await expect(output(page)).toHaveAttribute('data-finish', 'length');
+  expect(await completion(page).textContent()).toBe(reference.completion_text);
+});
+
+test('the openai snippet runs against the shim and gives the same text; the curl snippet targets the CLI server', async ({ page, context }) => {
+  await context.grantPermissions(['clipboard-read', 'clipboard-write']);
+  await readyWithDefaultModel(page);
+  await greedy(page, 12);
+  await generate(page);
+  const text = await completion(page).textContent();
+
+  const curl = (await page.getByTestId('curl-snippet').textContent())!;
+  expect(curl).toContain('curl -N http://127.0.0.1:8080/v1/completions');
+  expect(curl).toContain('npx webgpu-llama serve --model PATH');
+  expect(curl).toContain('"max_tokens": 12');
+
+  await page.locator('#copy-openai').click();
+  await expect(page.locator('#copy-status')).toHaveText('Copied.');
+  const snippet = await page.evaluate(() => navigator.clipboard.readText());
+  expect(snippet).toBe(await page.getByTestId('openai-snippet').textContent());
+  expect(snippet).toContain("new OpenAI({ baseURL: location.origin + '/v1', apiKey: 'unused', dangerouslyAllowBrowser: true })");
+
+  // Run it as a page would: the test page has the openai client and the same model behind the shim.
+  await page.goto('/test-pages/openai.html');
+  await page.evaluate(() => (window as any).openaiReady());
+  const logged = await page.evaluate(async (code) => {
+    const lines: string[] = [];
+    const body = code.replace(/^import OpenAI from 'openai';$/m, '');
+    const AsyncFunction = (async () => {}).constructor as new (...args: string[]) => (...args: unknown[]) => Promise<void>;
+    await new AsyncFunction('OpenAI', 'console', body)((window as any).OpenAI, { log: (s: string) => lines.push(s) });
+    return lines;
+  }, snippet);
+  expect(logged).toEqual([text]);
+});
+
+test('a URL or a Hugging Face repo id loads; the cached models list shows sizes and deletes', async ({ page, baseURL }) => {
+  const pageErrors = watchPageErrors(page);
+  // A mirror of the hub on this server: /hub/{repo}/resolve/{revision}/{file} serves the HF copy.
+  await page.route('**/hub/test-org/tiny-stories/resolve/main/**', (route) =>
+    route.continue({ url: route.request().url().replace('/hub/test-org/tiny-stories/resolve/main/', '/models/stories260K/hf/') }),
+  );
+  await readyWithDefaultModel(page, `/?hub=${encodeURIComponent(`${baseURL}/hub`)}`);
+
+  await page.locator('#model-source').fill('nonsense here');
+  await page.locator('#load-source').click();
+  await expect(errorBox(page)).toContainText('neither a Hugging Face repo id');
+
+  await page.locator('#model-source').fill('test-org/tiny-stories');
+  await page.locator('#load-source').click();
+  await expect(body(page)).toHaveAttribute('data-state', /^(ready|error)$/, { timeout: 240_000 });
+  expect(await errorBox(page).textContent()).toBe('');
+  await expect(page.locator('#model-name')).toContainText('tiny-stories (safetensors');
+  await greedy(page, 32);
+  await generate(page);
+  expect(await completion(page).textContent()).toBe(reference.completion_text);
+
+  const cached = page.getByTestId('cached-model');
+  await expect(cached).toHaveCount(2);
+  const mirrored = cached.filter({ hasText: 'tiny-stories' });
+  await expect(mirrored).toContainText(/\d+(\.\d)? (KiB|MiB)/);
+  await mirrored.getByRole('button', { name: 'Delete' }).click();
+  await expect(cached).toHaveCount(1);
+  await expect(cached).toContainText('stories260K');
+
+  await page.locator('#model-source').fill('/models/stories260K/hf/');
+  await page.locator('#load-source').click();
+  await expect(body(page)).toHaveAttribute('data-state', /^(ready|error)$/, { timeout: 240_000 });
+  expect(await errorBox(page).textContent()).toBe('');
+  await expect(page.locator('#model-name')).toContainText('(safetensors');
   expect(pageErrors).toEqual([]);
 });
 
 test('?model= loads the Hugging Face (safetensors) copy, which gives the same completion', async ({ page }) => {
-  await page.goto('/?model=/models/stories260K/hf/&id=stories260K');
-  const body = page.locator('body');
-  await expect(body).toHaveAttribute('data-state', /^(ready|error)$/, { timeout: 240_000 });
-  expect(await page.locator('#error').textContent()).toBe('');
+  await readyWithDefaultModel(page, '/?model=/models/stories260K/hf/&id=stories260K');
   await expect(page.locator('#model-name')).toContainText('safetensors');
-
-  await page.locator('#max-tokens').fill('32');
-  await page.locator('#generate').click();
-  const output = page.locator('#output');
-  await expect(output).toHaveAttribute('data-finish', /.+/, { timeout: 240_000 });
-  expect(await page.locator('#error').textContent()).toBe('');
-  expect(await output.textContent()).toBe(reference.completion_text);
+  await greedy(page, 32);
+  await generate(page);
+  expect(await errorBox(page).textContent()).toBe('');
+  expect(await completion(page).textContent()).toBe(reference.completion_text);
 });
 
-test('a model that cannot be loaded is reported in the page', async ({ page }) => {
-  await page.goto('/?model=/models/does-not-exist.gguf');
-  await expect(page.locator('body')).toHaveAttribute('data-state', 'error', { timeout: 120_000 });
-  await expect(page.locator('#error')).toBeVisible();
-  expect((await page.locator('#error').textContent())!.length).toBeGreaterThan(0);
-  await expect(page.locator('#generate')).toBeDisabled();
-});
+test.describe('errors are shown in the page', () => {
+  async function expectLoadError(page: Page, url: string, message: RegExp): Promise<void> {
+    await page.goto(url);
+    await expect(body(page)).toHaveAttribute('data-state', 'error', { timeout: 120_000 });
+    await expect(errorBox(page)).toBeVisible();
+    await expect(errorBox(page)).toContainText(message);
+    await expect(page.locator('#generate')).toBeDisabled();
+  }
 
-test('Stop ends a running completion, and the next one runs', async ({ page }) => {
-  await page.goto('/');
-  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready', { timeout: 240_000 });
-  await page.locator('#max-tokens').fill('400');
-  await page.locator('#generate').click();
-  const output = page.locator('#output');
-  await expect(output).not.toHaveText('', { timeout: 120_000 }); // some text has streamed in
-  await page.locator('#generate').click(); // now labelled Stop
-  await expect(output).toHaveAttribute('data-finish', 'aborted');
-  await expect(page.locator('#status')).toHaveText('Stopped.');
-  expect(await page.locator('#error').textContent()).toBe('');
+  test('a model that cannot be loaded', async ({ page }) => {
+    await expectLoadError(page, '/?model=/models/does-not-exist.gguf', /does-not-exist|404/);
+  });
 
-  await page.locator('#max-tokens').fill('32');
-  await page.locator('#generate').click();
-  await expect(output).toHaveAttribute('data-finish', 'length', { timeout: 240_000 });
-  expect(await output.textContent()).toBe(reference.completion_text);
+  test('a model too large for the memory budget', async ({ page }) => {
+    await expectLoadError(page, '/?memoryBudgetMiB=0.5', /Model stories260K needs \d+ bytes .* of GPU memory but the budget allows 524288 bytes/);
+  });
+
+  test('a browser without WebGPU', async ({ page }) => {
+    await page.addInitScript(() => Object.defineProperty(Navigator.prototype, 'gpu', { get: () => undefined }));
+    await expectLoadError(page, '/', /no WebGPU/);
+  });
 });
 
 // ---- local files: a visitor's own model, picked or dropped --------------------------------
@@ -74,32 +317,21 @@ test('Stop ends a running completion, and the next one runs', async ({ page }) =
 const MODEL_DIR = 'public/models/stories260K';
 const HF_FILES = ['config.json', 'tokenizer.json', 'tokenizer_config.json', 'generation_config.json', 'model.safetensors'];
 
-async function readyWithDefaultModel(page: Page): Promise<void> {
-  await page.goto('/');
-  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready', { timeout: 240_000 });
-}
-
 /** Waits for the new model, generates 32 tokens greedily and checks the reference text. */
 async function expectReferenceCompletion(page: Page, format: string): Promise<void> {
-  const body = page.locator('body');
-  await expect(body).toHaveAttribute('data-state', /^(ready|error)$/, { timeout: 240_000 });
-  expect(await page.locator('#error').textContent()).toBe('');
-  await expect(body).toHaveAttribute('data-state', 'ready');
+  await expect(body(page)).toHaveAttribute('data-state', /^(ready|error)$/, { timeout: 240_000 });
+  expect(await errorBox(page).textContent()).toBe('');
+  await expect(body(page)).toHaveAttribute('data-state', 'ready');
   await expect(page.locator('#model-name')).toContainText(`(${format}`);
   await expect(page.locator('#model-name')).toContainText('from local files');
-  await page.locator('#prompt').fill(reference.prompt);
-  await page.locator('#max-tokens').fill('32');
-  await page.locator('#temperature').fill('0');
-  await page.locator('#generate').click();
-  const output = page.locator('#output');
-  await expect(output).toHaveAttribute('data-finish', /.+/, { timeout: 240_000 });
-  expect(await page.locator('#error').textContent()).toBe('');
-  expect(await output.textContent()).toBe(reference.completion_text);
+  await greedy(page, 32);
+  await generate(page);
+  expect(await errorBox(page).textContent()).toBe('');
+  expect(await completion(page).textContent()).toBe(reference.completion_text);
 }
 
 test('a .gguf file picked with the file input replaces the model', async ({ page }) => {
-  const pageErrors: string[] = [];
-  page.on('pageerror', (error) => pageErrors.push(error.message));
+  const pageErrors = watchPageErrors(page);
   await readyWithDefaultModel(page);
   await page.locator('#model-files').setInputFiles(`${MODEL_DIR}/stories260K.gguf`);
   await expectReferenceCompletion(page, 'gguf');
@@ -113,7 +345,7 @@ test("a Hugging Face folder's files picked with the folder input load the safete
   await expectReferenceCompletion(page, 'safetensors');
 });
 
-test("the same files picked one by one with the file input load too", async ({ page }) => {
+test('the same files picked one by one with the file input load too', async ({ page }) => {
   await readyWithDefaultModel(page);
   await page.locator('#model-files').setInputFiles(HF_FILES.map((name) => `${MODEL_DIR}/hf/${name}`));
   await expectReferenceCompletion(page, 'safetensors');
@@ -136,23 +368,60 @@ test('files dropped on the page load', async ({ page }) => {
 test('a file that is not a model is reported in the page, and a model can be loaded after it', async ({ page }) => {
   await readyWithDefaultModel(page);
   await page.locator('#model-files').setInputFiles({ name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('hello') });
-  await expect(page.locator('body')).toHaveAttribute('data-state', 'error', { timeout: 120_000 });
-  await expect(page.locator('#error')).toBeVisible();
+  await expect(body(page)).toHaveAttribute('data-state', 'error', { timeout: 120_000 });
+  await expect(errorBox(page)).toBeVisible();
   await expect(page.locator('#generate')).toBeDisabled();
   await page.locator('#model-files').setInputFiles(`${MODEL_DIR}/stories260K.gguf`);
   await expectReferenceCompletion(page, 'gguf');
 });
 
 test('loading a model while a completion streams stops it cleanly first', async ({ page }) => {
-  const pageErrors: string[] = [];
-  page.on('pageerror', (error) => pageErrors.push(error.message));
+  const pageErrors = watchPageErrors(page);
   await readyWithDefaultModel(page);
-  await page.locator('#max-tokens').fill('400');
+  await param(page, 'max_tokens').fill('400');
+  await param(page, 'ignore_eos').check();
   await page.locator('#generate').click();
-  const output = page.locator('#output');
-  await expect(output).not.toHaveText('', { timeout: 120_000 }); // some text has streamed in
+  await expect(completion(page)).not.toHaveText('', { timeout: 120_000 }); // some text has streamed in
   await page.locator('#model-files').setInputFiles(`${MODEL_DIR}/stories260K.gguf`);
-  await expect(output).toHaveAttribute('data-finish', 'aborted');
+  await expect(output(page)).toHaveAttribute('data-finish', 'aborted');
+  await param(page, 'ignore_eos').uncheck();
   await expectReferenceCompletion(page, 'gguf');
   expect(pageErrors).toEqual([]);
 });
+
+// ---- screenshots: desktop and phone ---------------------------------------------------------
+
+for (const [name, viewport] of [
+  ['desktop', { width: 1280, height: 800 }],
+  ['phone', { width: 390, height: 844 }],
+] as const) {
+  test(`screenshot at ${name} width (${viewport.width}x${viewport.height}), usable there`, async ({ page }, testInfo) => {
+    await page.setViewportSize(viewport);
+    await readyWithDefaultModel(page);
+    if (name === 'phone') {
+      // At phone width the parameter groups start closed, so that the output is near the prompt.
+      await expect(page.locator('#params details[open]')).toHaveCount(0);
+      await page.locator('summary', { hasText: 'Length and stop' }).click();
+      await page.locator('summary', { hasText: 'Sampling' }).click();
+    }
+    await greedy(page, 16);
+    await generate(page);
+    await expect(output(page)).toHaveAttribute('data-finish', 'length');
+    // Nothing wider than the screen: no sideways scrolling.
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(viewport.width);
+    // Tapping a token shows its alternatives, inside the screen.
+    await output(page).locator('.tok').nth(3).click();
+    const popover = page.getByTestId('token-popover');
+    await expect(popover).toBeVisible();
+    const box = (await popover.boundingBox())!;
+    expect(box.x).toBeGreaterThanOrEqual(0);
+    expect(box.x + box.width).toBeLessThanOrEqual(viewport.width);
+
+    const viewportShot = testInfo.outputPath(`demo-${name}.png`);
+    await page.screenshot({ path: viewportShot });
+    await testInfo.attach(`demo-${name}`, { path: viewportShot, contentType: 'image/png' });
+    const fullShot = testInfo.outputPath(`demo-${name}-full.png`);
+    await page.screenshot({ path: fullShot, fullPage: true });
+    await testInfo.attach(`demo-${name}-full`, { path: fullShot, contentType: 'image/png' });
+  });
+}
