@@ -4,6 +4,7 @@
 // `npm run demo -- --host 0.0.0.0 --port 5173` overrides host and port (Vite's CLI flags win).
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vite';
+import { benchIsolation } from './bench/vite-isolation-plugin.ts';
 
 const repoRoot = fileURLToPath(new URL('.', import.meta.url));
 // The browser tests and the bench set this: no file watching and no HMR connection, so an edit
@@ -16,6 +17,7 @@ export default defineConfig({
   cacheDir: fileURLToPath(new URL('./node_modules/.vite', import.meta.url)),
   // Several pages, no SPA fallback: a missing file (a mistyped ?model= URL) is a 404, not index.html.
   appType: 'mpa',
+  plugins: [benchIsolation()],
   server: {
     // 127.0.0.1 rather than `localhost`: a secure context (WebGPU needs one) on every OS,
     // and no surprise IPv6-only binding.

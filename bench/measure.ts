@@ -1,14 +1,15 @@
-// Timing one streamed completion, the same way in Node (engine.complete) and in the page (fetch
-// through the shim, server-sent events). Browser-safe: demo/bench.ts imports it too.
+// Timing one streamed completion, the same way in Node (engine.complete), in the page (fetch
+// through the shim, server-sent events) and for wllama (its streamed completion chunks); and the
+// statistics the bench reports. Browser-safe: the bench pages import it too.
 
 /** A streamed completion chunk, as much of it as the bench reads. */
 export interface CompletionChunk {
   choices?: { text?: string; finish_reason?: string | null }[];
-  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number } | null;
+  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens?: number } | null;
   error?: { message: string };
 }
 
-export interface RunTiming {
+export interface RunTiming<S = never> {
   /** From sending the request to the first chunk carrying text. */
   firstTokenMs: number;
   /** From sending the request to the last chunk carrying text. */
@@ -21,11 +22,18 @@ export interface RunTiming {
   completionTokens: number;
   finishReason: string | null;
   text: string;
+  /** snapshot() taken when the first text chunk arrived, and at the end of the stream. */
+  atFirstToken?: S;
+  atEnd?: S;
 }
 
-/** Consumes `chunks` (started at `start`, a performance.now() value) and times them. */
-export async function timeChunks(start: number, chunks: AsyncIterable<CompletionChunk>): Promise<RunTiming> {
-  const t: RunTiming = {
+/**
+ * Consumes `chunks` (started at `start`, a performance.now() value) and times them. `snapshot`
+ * (GPU counters) is read as the first text arrives and when the stream ends: between the two the
+ * device did the decode steps of every token after the first, and nothing else.
+ */
+export async function timeChunks<S = never>(start: number, chunks: AsyncIterable<CompletionChunk>, snapshot?: () => S): Promise<RunTiming<S>> {
+  const t: RunTiming<S> = {
     firstTokenMs: -1,
     lastTokenMs: -1,
     totalMs: -1,
@@ -40,7 +48,10 @@ export async function timeChunks(start: number, chunks: AsyncIterable<Completion
     const now = performance.now() - start;
     for (const choice of chunk.choices ?? []) {
       if (choice.text) {
-        if (t.firstTokenMs < 0) t.firstTokenMs = now;
+        if (t.firstTokenMs < 0) {
+          t.firstTokenMs = now;
+          if (snapshot) t.atFirstToken = snapshot();
+        }
         t.lastTokenMs = now;
         t.textChunks++;
         t.text += choice.text;
@@ -53,7 +64,28 @@ export async function timeChunks(start: number, chunks: AsyncIterable<Completion
     }
   }
   t.totalMs = performance.now() - start;
+  if (snapshot) t.atEnd = snapshot();
   if (t.firstTokenMs < 0) t.firstTokenMs = t.lastTokenMs = t.totalMs;
   return t;
 }
 
+/** Tokens the run decoded: usage's count, else one per text chunk. */
+export function decodedTokens(t: RunTiming<unknown>): number {
+  return t.completionTokens >= 0 ? t.completionTokens : t.textChunks;
+}
+
+export interface Stat {
+  median: number;
+  min: number;
+  max: number;
+  runs: number[];
+}
+
+export const round = (x: number, digits = 1): number => (Number.isFinite(x) ? Number(x.toFixed(digits)) : x);
+
+export function stat(values: number[], digits = 1): Stat {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  const median = s.length === 0 ? NaN : s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+  return { median: round(median, digits), min: round(s[0] ?? NaN, digits), max: round(s.at(-1) ?? NaN, digits), runs: values.map((v) => round(v, digits)) };
+}

@@ -1,317 +1,265 @@
-// `npm run bench`: load time, time to first token, prefill and decode speed of stories260K, in
-// Node (Dawn) and in Chromium (the page's fetch shim, as users call it). Medians over several
-// runs; a table, then one JSON line with every figure as the last line.
+// `npm run bench`: webgpu-llama's speed in Node (Dawn) and in headless Chromium (the page's fetch
+// shim, as users call it), wllama side by side in the same Chromium, the device's counters per
+// decode token, and probes of the adapter's own limits. Tables on stdout, then one JSON line with
+// every figure as the LAST line. Progress goes to stderr.
 //
-//   npm run bench -- [--runs N] [--node-only | --browser-only]
+// Measured, per host, model and weight storage: load time; time to first token (TTFT: a request
+// with max_tokens 1, to its end) and prefill tokens/s (prompt tokens / TTFT) for a prompt of about
+// --prompt-tokens; decode tokens/s from a request of --decode-tokens tokens on the same prompt
+// (greedy, ignore_eos): (tokens - 1) / (its time - TTFT), see bench/cases.ts. Each figure is the
+// median of --runs runs, with min-max. Models: stories260K (GGUF, f32) and a random-weight model of
+// SmolLM2-135M's shape (generated on demand into generated-models/, ignored by git) loaded as f32,
+// f16, q8_0 and q4_0. SmolLM2 on SwiftShader takes about a second per token, prefill or decode, so
+// it has its own smaller counts.
 //
-// With --real-shapes (Node only): random models at the real shapes of SmolLM2-135M and
-// Llama-3.2-1B, generated on demand into generated-models/ (ignored by git), loaded with each
-// weight storage: load time, peak memory while loading, prefill / decode tokens/s (bench/real-shapes.ts).
-//   npm run bench -- --real-shapes [--models smollm2,llama3] [--storages f32,f16,q8_0,q4_0]
-//                    [--prefill-tokens 64] [--decode-tokens 16] [--shape real|tiny]
-import { createServer as createNetServer } from 'node:net';
-import { fileURLToPath } from 'node:url';
+//   npm run bench -- [--node-only | --browser-only] [--no-wllama] [--no-probes]
+//                    [--models stories260K,smollm2] [--storages f32,f16,q8_0,q4_0]
+//                    [--runs 3] [--prompt-tokens 200] [--decode-tokens 256]
+//                    [--smol-runs 1] [--smol-prompt-tokens 16] [--smol-decode-tokens 8]
+//                    [--wllama-threads 1,2] [--probe-matrix 8192x2048] [--copy-mib 128]
+//                    [--request-timeout-s 600]  (a request running longer is taken for a hang)
+//
+// `npm run bench -- --real-shapes ...` is the memory bench of bench/real-shapes.ts (Node only:
+// peak memory while loading SmolLM2-135M / Llama-3.2-1B shaped models).
+import { readFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
-import type { CompletionRequest } from '../src/api/completions.ts';
-import type { Engine } from '../src/index.ts';
-import { timeChunks, type RunTiming } from './measure.ts';
-import { realShapesTable, runRealShapes } from './real-shapes.ts';
-import type { Family, Shape } from '../scripts/model-families.ts';
 import type { WeightStorage } from '../src/model/weights.ts';
+import type { Family, Shape } from '../scripts/model-families.ts';
+import { measureCase, RequestTimeout, setRequestTimeout, type CaseFigures } from './cases.ts';
+import { chromiumHost, nodeHost, startBrowser, type BrowserSession, type Host, type HostName } from './hosts.ts';
+import { DEFAULT_PROBE_OPTIONS, type ProbeDType, type ProbeFigures, type ProbeOptions } from './probes.ts';
+import { ensureGenerated, realShapesTable, runRealShapes } from './real-shapes.ts';
+import { bestOf, casesTable, countersTable, probesTable, ratios, wllamaTable } from './report.ts';
+import { measureWllama, type WllamaFigures } from './wllama.ts';
+import { buildPrompt, ROOT, smolCase, storiesCase, type BenchCase } from './workload.ts';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const MODEL_ID = 'stories260K';
-const MODEL_PATH = `${ROOT}public/models/stories260K/stories260K.gguf`;
-const MODEL_URL = '/models/stories260K/stories260K.gguf';
-const PREFILL_TOKENS = 128;
-const DECODE_TOKENS = 256;
-const DECODE_PROMPT = 'Once upon a time';
-
-// Plain story text, the kind stories260K was trained on; cut to ~128 tokens below.
-const STORY =
-  'Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her ' +
-  'friends. One day, she saw a big red ball under a tree. She ran to the ball and picked it up. It was ' +
-  'soft and round. Lily wanted to share the ball with her friend Tom. Tom was sad because he lost his toy ' +
-  'car. Lily said, "Tom, do you want to play with my ball?" Tom smiled and said, "Yes, thank you, Lily!" ' +
-  'They threw the ball to each other and laughed. Then the sun went down and it was time to go home. ' +
-  'Mom gave Lily a big hug and a warm cup of milk. Lily told Mom about the ball and her friend Tom. Mom ' +
-  'said, "You are a good friend, Lily." Lily was happy. She went to bed and dreamed about the park, the ' +
-  'ball and the sun. The next day, Lily and Tom went to the park again. They saw a little dog with a ' +
-  'blue hat. The dog wanted to play too, so they all played together until it was time to eat.';
-
-interface Host {
-  name: 'node' | 'chromium';
-  /** Loads the model afresh; returns the wall time in ms. */
-  load(): Promise<number>;
-  /** One streamed completion (stream_options.include_usage), timed from the request. */
-  run(body: CompletionRequest): Promise<RunTiming>;
-  /** Prompt tokens `text` makes (BOS included when the model adds it), from the model's tokenizer. */
-  countTokens(text: string): Promise<number>;
-  describe(): string;
-  close(): Promise<void>;
-}
-
-interface HostFigures {
-  adapter: string;
-  load_ms: number;
-  ttft_ms: number;
-  prefill_prompt_tokens: number;
-  prefill_tokens_per_s: number;
-  decode_tokens: number;
-  decode_finish_reason: string | null;
-  decode_tokens_per_s: number;
-  runs: {
-    load_ms: number[];
-    ttft_ms: number[];
-    prefill_tokens_per_s: number[];
-    decode_tokens: number[];
-    decode_tokens_per_s: number[];
-  };
-}
-
-const median = (values: number[]): number => {
-  const s = [...values].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
-};
-const round = (x: number, digits = 1) => Number(x.toFixed(digits));
 const log = (message: string) => process.stderr.write(message + '\n');
+const WLLAMA_VERSION: string = JSON.parse(readFileSync(`${ROOT}node_modules/@wllama/wllama/package.json`, 'utf8')).version;
 
-// ---- Node --------------------------------------------------------------------------------------
+const { values } = parseArgs({
+  options: {
+    'node-only': { type: 'boolean', default: false },
+    'browser-only': { type: 'boolean', default: false },
+    'no-wllama': { type: 'boolean', default: false },
+    'no-probes': { type: 'boolean', default: false },
+    models: { type: 'string', default: 'stories260K,smollm2' },
+    storages: { type: 'string', default: 'f32,f16,q8_0,q4_0' },
+    runs: { type: 'string', default: '3' },
+    'prompt-tokens': { type: 'string', default: '200' },
+    'decode-tokens': { type: 'string', default: '256' },
+    'smol-runs': { type: 'string', default: '1' },
+    'smol-prompt-tokens': { type: 'string', default: '16' },
+    'smol-decode-tokens': { type: 'string', default: '8' },
+    'wllama-threads': { type: 'string', default: '1,2' },
+    'probe-matrix': { type: 'string', default: `${DEFAULT_PROBE_OPTIONS.matvecRows}x${DEFAULT_PROBE_OPTIONS.matvecCols}` },
+    'copy-mib': { type: 'string', default: String(DEFAULT_PROBE_OPTIONS.copyMiB) },
+    'request-timeout-s': { type: 'string', default: '600' },
+    // --real-shapes: the memory bench (bench/real-shapes.ts)
+    'real-shapes': { type: 'boolean', default: false },
+    'prefill-tokens': { type: 'string', default: '64' },
+    shape: { type: 'string', default: 'real' },
+  },
+});
 
-async function nodeHost(): Promise<Host> {
-  const { loadModelFromPath } = await import('../src/node/index.ts');
-  const { nodeGpuContext } = await import('../src/node/gpu.ts');
-  const ctx = await nodeGpuContext({ log });
-  let engine: Engine | undefined;
+const int = (name: keyof typeof values): number => {
+  const n = Number(values[name]);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${values[name]}`);
+  return n;
+};
+const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
+
+async function realShapes(): Promise<void> {
+  const options = {
+    models: (values.models === 'stories260K,smollm2' ? ['smollm2', 'llama3'] : list(values.models)) as Family[],
+    storages: list(values.storages) as WeightStorage[],
+    prefillTokens: int('prefill-tokens'),
+    decodeTokens: values['decode-tokens'] === '256' ? 16 : int('decode-tokens'),
+    shape: values.shape as Shape,
+  };
+  const figures = await runRealShapes(options);
+  console.log(`random models at ${options.shape} shapes in Node; peaks while loading, above the figure before the load; ` +
+    `prefill with a ~${options.prefillTokens}-token prompt, decode with max_tokens ${options.decodeTokens}, temperature 0`);
+  console.log(realShapesTable(figures));
+  console.log(JSON.stringify({ real_shapes: options, results: figures }));
+}
+
+interface Plan {
+  cases: BenchCase[];
+  hosts: HostName[];
+  wllamaThreads: number[];
+  probes: ProbeOptions | null;
+}
+
+function plan(): Plan {
+  const models = list(values.models).map((m) => m.toLowerCase());
+  for (const m of models) if (m !== 'stories260k' && m !== 'smollm2') throw new Error(`--models: unknown model ${m} (stories260K, smollm2)`);
+  const storages = list(values.storages) as WeightStorage[];
+  for (const s of storages) if (!['f32', 'f16', 'q8_0', 'q4_0'].includes(s)) throw new Error(`--storages: unknown storage ${s} (f32, f16, q8_0, q4_0)`);
+  const cases: BenchCase[] = [];
+  if (models.includes('stories260k')) {
+    cases.push(storiesCase({ promptTokens: int('prompt-tokens'), decodeTokens: int('decode-tokens'), runs: int('runs') }));
+  }
+  if (models.includes('smollm2')) {
+    const dir = ensureGenerated('smollm2', 'real');
+    const counts = { promptTokens: int('smol-prompt-tokens'), decodeTokens: int('smol-decode-tokens'), runs: int('smol-runs') };
+    for (const storage of storages) cases.push(smolCase(dir, storage, counts));
+  }
+  const hosts: HostName[] = [];
+  if (!values['browser-only']) hosts.push('node');
+  if (!values['node-only']) hosts.push('chromium');
+  const [rows, cols] = values['probe-matrix'].split('x').map(Number);
   return {
-    name: 'node',
-    async load() {
-      const start = performance.now();
-      const loaded = await loadModelFromPath(MODEL_PATH, { id: MODEL_ID });
-      const ms = performance.now() - start;
-      engine?.unload();
-      engine = loaded;
-      return ms;
-    },
-    async run(body) {
-      const start = performance.now();
-      const chunks = await engine!.complete({ ...body, stream: true, stream_options: { include_usage: true } });
-      return timeChunks(start, chunks);
-    },
-    countTokens: async (text) => engine!.generator.tokenizer.encode(text).length,
-    describe: () => [ctx.adapter.vendor, ctx.adapter.architecture, ctx.adapter.description].filter(Boolean).join(' '),
-    async close() {
-      engine?.unload();
-    },
+    cases,
+    hosts,
+    wllamaThreads: values['no-wllama'] || !hosts.includes('chromium') || !models.includes('stories260k') ? [] : list(values['wllama-threads']).map(Number),
+    probes: values['no-probes'] ? null : { ...DEFAULT_PROBE_OPTIONS, matvecRows: rows, matvecCols: cols, copyMiB: int('copy-mib'), dtypes: storages as ProbeDType[] },
   };
 }
 
-// ---- Chromium ----------------------------------------------------------------------------------
+/** The prompt of each model, built once with its tokenizer (the same text on every host and storage). */
+const prompts = new Map<string, { prompt: string; tokens: number }>();
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createNetServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-async function chromiumHost(): Promise<Host> {
-  const { createServer } = await import('vite');
-  const { chromium } = await import('@playwright/test');
-  const { CHROMIUM_PATH, WEBGPU_ARGS } = await import('../test/browser/chromium.ts');
-
-  const port = await freePort();
-  const server = await createServer({
-    configFile: `${ROOT}vite.config.ts`,
-    logLevel: 'warn',
-    server: { host: '127.0.0.1', port, strictPort: true, watch: null, ws: false },
-  });
-  await server.listen();
-  const browser = await chromium.launch({ executablePath: CHROMIUM_PATH, args: WEBGPU_ARGS, headless: true });
-  const page = await browser.newPage();
-  page.on('pageerror', (error) => log(`chromium: page error: ${error.message}`));
-  const benchUrl = `http://127.0.0.1:${port}/bench.html`;
-  let adapter = '';
-  return {
-    name: 'chromium',
-    async load() {
-      await page.goto(benchUrl);
-      await page.waitForFunction(() => 'bench' in window);
-      const result = await page.evaluate(
-        ([url, id]) => (window as any).bench.load(url, id) as Promise<{ loadMs: number; adapter: string }>,
-        [MODEL_URL, MODEL_ID] as const,
-      );
-      adapter = result.adapter;
-      return result.loadMs;
-    },
-    run: (body) => page.evaluate((b) => (window as any).bench.run(b) as Promise<RunTiming>, body),
-    countTokens: (text) => page.evaluate((t) => (window as any).bench.countTokens(t) as Promise<number>, text),
-    describe: () => adapter,
-    async close() {
-      await browser.close();
-      await server.close();
-    },
-  };
-}
-
-// ---- the measurements --------------------------------------------------------------------------
-
-/** The longest prefix of STORY (repeated as needed) of at most `target` prompt tokens, BOS included. */
-async function buildPrompt(host: Host, target: number): Promise<{ prompt: string; tokens: number }> {
-  const words = (STORY + ' ' + STORY).split(' ');
-  let best = { prompt: '', tokens: 0 };
-  let lo = 1;
-  let hi = words.length;
-  while (lo <= hi) {
-    const mid = (lo + hi) >> 1;
-    const prompt = words.slice(0, mid).join(' ');
-    const tokens = await host.countTokens(prompt);
-    if (tokens <= target) {
-      best = { prompt, tokens };
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
+async function runHost(host: Host, p: Plan, results: CaseFigures[]): Promise<(ProbeFigures & { adapter: string }) | undefined> {
+  for (const c of p.cases) {
+    try {
+      let loaded: { loadMs: number; adapter: string } | undefined;
+      if (!prompts.has(c.model)) {
+        loaded = await host.load(c);
+        log(`${host.name} ${c.model} ${c.storage}: load 1/${c.runs}: ${loaded.loadMs.toFixed(0)} ms`);
+        const built = await buildPrompt((text) => host.countTokens(text), c.promptTokens);
+        prompts.set(c.model, built);
+        log(`${c.model}: prompt of ${built.tokens} tokens`);
+      }
+      const prompt = prompts.get(c.model)!;
+      // The warm-up compiles the pipelines; on a slow model, a short prompt does it sooner.
+      const warmup = c.warmupWords ? prompt.prompt.split(' ').slice(0, c.warmupWords).join(' ') : prompt.prompt;
+      results.push(await measureCase(host, c, prompt, warmup, loaded));
+    } catch (error) {
+      log(`${host.name} ${c.model} ${c.storage}: ERROR ${(error as Error).stack ?? error}`);
+      results.push({ host: host.name, model: c.model, storage: c.storage, runs: c.runs, error: String((error as Error).message ?? error) } as CaseFigures);
+      // A hung request still holds the engine and the GPU: nothing more can run on this host.
+      if (error instanceof RequestTimeout) return undefined;
+      await host.unload().catch(() => {});
     }
   }
-  return best;
-}
-
-async function measure(host: Host, runs: number, prompt: string): Promise<HostFigures> {
-  const loads: number[] = [];
-  for (let i = 0; i < runs; i++) {
-    loads.push(await host.load());
-    log(`${host.name}: load ${i + 1}/${runs}: ${loads.at(-1)!.toFixed(0)} ms`);
+  if (!p.probes) return undefined;
+  try {
+    log(`${host.name}: probes`);
+    return await host.probes(p.probes);
+  } catch (error) {
+    log(`${host.name} probes: ERROR ${(error as Error).stack ?? error}`);
+    return undefined;
   }
-  const prefillBody = { model: MODEL_ID, prompt, max_tokens: 1, temperature: 0 };
-  const decodeBody = { model: MODEL_ID, prompt: DECODE_PROMPT, max_tokens: DECODE_TOKENS, temperature: 0 };
-  // Warm-up: pipelines compile on first use.
-  await host.run(prefillBody);
-  await host.run({ ...decodeBody, max_tokens: 8 });
-
-  const ttft: number[] = [];
-  const prefillTps: number[] = [];
-  let prefillTokens = 0;
-  for (let i = 0; i < runs; i++) {
-    const t = await host.run(prefillBody);
-    prefillTokens = t.promptTokens;
-    ttft.push(t.firstTokenMs);
-    prefillTps.push(t.promptTokens / (t.firstTokenMs / 1000));
-    log(`${host.name}: prefill ${i + 1}/${runs}: ${t.promptTokens} tokens, first token after ${t.firstTokenMs.toFixed(0)} ms`);
-  }
-
-  const decodeTokens: number[] = [];
-  const decodeTps: number[] = [];
-  let finish: string | null = null;
-  for (let i = 0; i < runs; i++) {
-    const t = await host.run(decodeBody);
-    const tokens = t.completionTokens >= 0 ? t.completionTokens : t.textChunks;
-    finish = t.finishReason;
-    decodeTokens.push(tokens);
-    // Tokens after the first, over the time between the first and the last.
-    decodeTps.push((tokens - 1) / ((t.lastTokenMs - t.firstTokenMs) / 1000));
-    log(`${host.name}: decode ${i + 1}/${runs}: ${tokens} tokens (${t.finishReason}), ${decodeTps.at(-1)!.toFixed(1)} tok/s`);
-  }
-
-  return {
-    adapter: host.describe(),
-    load_ms: round(median(loads)),
-    ttft_ms: round(median(ttft)),
-    prefill_prompt_tokens: prefillTokens,
-    prefill_tokens_per_s: round(median(prefillTps)),
-    decode_tokens: median(decodeTokens),
-    decode_finish_reason: finish,
-    decode_tokens_per_s: round(median(decodeTps)),
-    runs: {
-      load_ms: loads.map((x) => round(x)),
-      ttft_ms: ttft.map((x) => round(x)),
-      prefill_tokens_per_s: prefillTps.map((x) => round(x)),
-      decode_tokens: decodeTokens,
-      decode_tokens_per_s: decodeTps.map((x) => round(x)),
-    },
-  };
-}
-
-function table(results: Partial<Record<Host['name'], HostFigures>>): string {
-  const header = ['host', 'adapter', 'load ms', 'TTFT ms', `prefill tok/s`, 'decode tok/s', 'decoded'];
-  const rows = Object.entries(results).map(([name, f]) => [
-    name,
-    f.adapter || '?',
-    f.load_ms.toFixed(0),
-    f.ttft_ms.toFixed(0),
-    `${f.prefill_tokens_per_s.toFixed(0)} (${f.prefill_prompt_tokens} tok)`,
-    f.decode_tokens_per_s.toFixed(1),
-    `${f.decode_tokens} tok${f.decode_finish_reason === 'stop' ? ' (EOS)' : ''}`,
-  ]);
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i])).join('  ');
-  return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: {
-      runs: { type: 'string', default: '3' },
-      'node-only': { type: 'boolean', default: false },
-      'browser-only': { type: 'boolean', default: false },
-      'real-shapes': { type: 'boolean', default: false },
-      models: { type: 'string', default: 'smollm2,llama3' },
-      storages: { type: 'string', default: 'f32,f16,q8_0,q4_0' },
-      'prefill-tokens': { type: 'string', default: '64' },
-      'decode-tokens': { type: 'string', default: '16' },
-      shape: { type: 'string', default: 'real' },
-    },
-  });
-  if (values['real-shapes']) {
-    const options = {
-      models: values.models.split(',') as Family[],
-      storages: values.storages.split(',') as WeightStorage[],
-      prefillTokens: Number(values['prefill-tokens']),
-      decodeTokens: Number(values['decode-tokens']),
-      shape: values.shape as Shape,
-    };
-    const figures = await runRealShapes(options);
-    console.log(`random models at ${options.shape} shapes in Node; peaks while loading, above the figure before the load; ` +
-      `prefill with a ~${options.prefillTokens}-token prompt, decode with max_tokens ${options.decodeTokens}, temperature 0`);
-    console.log(realShapesTable(figures));
-    console.log(JSON.stringify({ real_shapes: options, results: figures }));
-    return;
-  }
-  const runs = Math.max(1, Number(values.runs));
-  const hostMakers: (() => Promise<Host>)[] = [];
-  if (!values['browser-only']) hostMakers.push(nodeHost);
-  if (!values['node-only']) hostMakers.push(chromiumHost);
+  if (values['real-shapes']) return realShapes();
+  setRequestTimeout(int('request-timeout-s') * 1000);
+  const started = performance.now();
+  // Other processes on a small machine move every figure: the load is recorded with them.
+  const loadBefore = loadavg()[0];
+  const p = plan();
+  const results: CaseFigures[] = [];
+  const probes: Partial<Record<HostName, ProbeFigures & { adapter: string }>> = {};
+  const wllama: WllamaFigures[] = [];
+  let chromiumVersion: string | undefined;
 
-  const results: Partial<Record<Host['name'], HostFigures>> = {};
-  let prompt: { prompt: string; tokens: number } | undefined;
-  for (const make of hostMakers) {
-    const host = await make();
+  if (p.hosts.includes('node')) {
+    const host = await nodeHost();
     try {
-      if (!prompt) {
-        await host.load();
-        prompt = await buildPrompt(host, PREFILL_TOKENS);
-        log(`prefill prompt: ${prompt.tokens} tokens`);
-      }
-      results[host.name] = await measure(host, runs, prompt.prompt);
+      const figures = await runHost(host, p, results);
+      if (figures) probes.node = figures;
     } finally {
       await host.close();
     }
   }
+  if (p.hosts.includes('chromium')) {
+    const session: BrowserSession = await startBrowser();
+    chromiumVersion = session.version;
+    try {
+      const host = await chromiumHost(session);
+      try {
+        const figures = await runHost(host, p, results);
+        if (figures) probes.chromium = figures;
+      } finally {
+        await host.close();
+      }
+      const stories = p.cases.find((c) => c.model === 'stories260K');
+      for (const threads of p.wllamaThreads) {
+        if (!stories) break;
+        try {
+          wllama.push(
+            await measureWllama(session, { url: stories.url, prompt: prompts.get('stories260K')!.prompt, decodeTokens: stories.decodeTokens, contextLength: stories.contextLength, runs: stories.runs }, threads),
+          );
+        } catch (error) {
+          log(`wllama ${threads} threads: ERROR ${(error as Error).stack ?? error}`);
+          wllama.push({ threads_requested: threads, error: String((error as Error).message ?? error) } as WllamaFigures);
+        }
+      }
+    } finally {
+      await session.close();
+    }
+  }
 
-  console.log(`stories260K, medians of ${runs} run${runs === 1 ? "" : "s"}; TTFT and prefill with a ${prompt?.tokens}-token prompt, ` +
-    `decode with max_tokens ${DECODE_TOKENS}, temperature 0 ("decoded": tokens counted from usage)`);
-  console.log(table(results));
+  const oursInChromium = results.find((c) => c.host === 'chromium' && c.model === 'stories260K' && !c.error);
+  const okWllama = wllama.filter((w) => !w.error);
+  const stories = p.cases.find((c) => c.model === 'stories260K');
+  const smol = p.cases.find((c) => c.model === 'SmolLM2-135M');
+  const adapters = [...new Set(results.filter((c) => c.adapter).map((c) => `${c.host}: ${c.adapter}`))];
+
+  const machine = `${cpus().length} CPU cores (${cpus()[0]?.model.trim() ?? '?'}), load average ${loadBefore.toFixed(1)} at the start, ${loadavg()[0].toFixed(1)} at the end`;
+  console.log(`webgpu-llama bench${chromiumVersion ? `, Chromium ${chromiumVersion}` : ''}, Node ${process.version}; ${adapters.join('; ')}`);
+  console.log(machine);
+  console.log(
+    'Medians (min-max) over the runs. TTFT: a max_tokens 1 request on the prompt in [brackets], to its end; prefill = prompt tokens / TTFT; ' +
+      'decode: greedy, ignore_eos, max_tokens in [brackets] on the same prompt, (tokens - 1) / (its time - TTFT).',
+  );
+  if (stories) console.log(`stories260K: ${stories.runs} run(s), ~${stories.promptTokens}-token prompt, ${stories.decodeTokens} decode tokens.`);
+  if (smol) {
+    console.log(`SmolLM2-135M (random weights, real shape): ${smol.runs} run(s), ~${smol.promptTokens}-token prompt, ${smol.decodeTokens} decode tokens ` +
+      '(smaller defaults: SwiftShader is slow at this size; --smol-runs, --smol-prompt-tokens, --smol-decode-tokens change them).');
+  }
+  console.log();
+  console.log(casesTable(results));
+  console.log();
+  console.log('Device calls per decode token after warm-up ((full request - max_tokens 1 request) / (tokens - 1); buffers and bind groups: created; the last column is the whole max_tokens 1 request):');
+  console.log(countersTable(results));
+  if (Object.keys(probes).length) {
+    console.log();
+    console.log(`Adapter probes: copy of ${p.probes!.copyMiB} MiB; matvec = batch.matmul T=1 on a random [${p.probes!.matvecRows}, ${p.probes!.matvecCols}] matrix (weight bytes/s, and x the copy rate); dispatch = per tiny dispatch in one submit; read-back = 4 bytes on an idle queue.`);
+    console.log(probesTable(probes));
+  }
+  if (wllama.length) {
+    console.log();
+    console.log(`wllama ${WLLAMA_VERSION} (llama.cpp in WebAssembly, CPU, n_gpu_layers 0) on the same stories260K GGUF in the same Chromium, same prompt and decode length; ratios are ours / wllama (tok/s: above 1 we are faster; ms: below 1 we are faster):`);
+    console.log(wllamaTable(oursInChromium, wllama));
+  }
+  const elapsed = (performance.now() - started) / 1000;
+  console.log();
+  console.log(`(${elapsed.toFixed(0)} s)`);
   console.log(
     JSON.stringify({
-      model: MODEL_ID,
-      runs,
-      prefill_prompt: prompt?.prompt,
-      decode: { prompt: DECODE_PROMPT, max_tokens: DECODE_TOKENS, temperature: 0 },
-      ...results,
+      bench: 'webgpu-llama',
+      date: new Date().toISOString(),
+      node: process.version,
+      chromium: chromiumVersion ?? null,
+      elapsed_s: Math.round(elapsed),
+      machine: { cpus: cpus().length, cpu_model: cpus()[0]?.model.trim() ?? null, load_average_start: loadBefore, load_average_end: loadavg()[0] },
+      cases: p.cases.map(({ model, storage, promptTokens, decodeTokens, runs, contextLength }) => ({ model, storage, promptTokens, decodeTokens, runs, contextLength })),
+      prompts: Object.fromEntries(prompts),
+      results,
+      probes,
+      wllama: {
+        version: WLLAMA_VERSION,
+        settings: wllama,
+        ratios: oursInChromium
+          ? {
+              ...Object.fromEntries(okWllama.map((w) => [`threads_${w.threads_requested}`, ratios(oursInChromium, w)])),
+              ...(okWllama.length ? { best: ratios(oursInChromium, bestOf(okWllama)) } : {}),
+            }
+          : null,
+      },
     }),
   );
 }

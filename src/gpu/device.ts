@@ -1,6 +1,7 @@
 // Device acquisition: read what the adapter offers, request only what our kernels can use.
 // No kernel requires `shader-f16` (SwiftShader and many real GPUs lack it): f16 weights are
 // packed two per u32 and unpacked to f32 in the shaders.
+import { installGpuCounters } from './counters.ts';
 
 export interface GpuFeatures {
   /** `shader-f16` is available (f16 arithmetic in WGSL); kernels never require it. */
@@ -71,6 +72,8 @@ export async function acquireDevice(gpu: GPU | undefined, options: AcquireDevice
     if (typeof value === 'number') requiredLimits[name] = value;
   }
   const device = await adapter.requestDevice({ requiredFeatures, requiredLimits });
+  // Dispatch, submit, read-back and allocation counts (gpuCounters): a few JS calls' worth of cost.
+  installGpuCounters(device);
   device.lost.then((info) => {
     if (info.reason !== 'destroyed') console.error(`webgpu-llama: GPU device lost: ${info.message}`);
   });
