@@ -33,6 +33,17 @@ export type { ModelFiles } from './model/files.ts';
 export { acquireDevice, filesFromUrl, filesFromFileList, filesFromHub, hubUrl };
 export type { HubSource } from './model/hub.ts';
 export { listCachedModels, deleteCachedModel, weightCacheAvailable, type CachedModel } from './model/cache.ts';
+export type { FetchShimOptions, RequestHandlingEngine, ShimEngine } from './api/shim.ts';
+export type { ApiEngine, ApiHandlerOptions } from './api/handler.ts';
+export type { ApiErrorBody, ApiErrorObject } from './api/errors.ts';
+export type { CompletionParams } from './api/completions.ts';
+export type { FinishReason } from './engine/types.ts';
+// Engine placements: a dedicated Web Worker, and a Service Worker (its own entry,
+// 'webgpu-llama/service-worker', runs inside the worker; this is the page's side).
+export { loadModelInWorker, type WorkerEngineOptions, type WorkerModelSource } from './worker/worker-engine.ts';
+export { registerServiceWorkerEngine, type ServiceWorkerRegistrationOptions } from './worker/register.ts';
+export { RemoteEngine } from './worker/remote-engine.ts';
+export type { RequestStats } from './worker/tracked-engine.ts';
 
 /**
  * Where a model comes from: a URL (a Hugging Face folder's base, or a .gguf file), a Hugging Face

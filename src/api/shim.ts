@@ -1,7 +1,26 @@
 // Serves the API inside the page: a `fetch` that answers requests under the base URL with
 // handleApiRequest and passes every other request to the fetch it replaced, untouched.
 // Browser code: nothing here may import Node modules.
-import { DEFAULT_BASE_PATH, handleApiRequest, normalizeBasePath, type ApiEngine, type ApiHandlerOptions } from './handler.ts';
+import {
+  DEFAULT_BASE_PATH,
+  handleApiRequest,
+  normalizeBasePath,
+  type ApiEngine,
+  type ApiHandlerOptions,
+  type ApiRequest,
+  type ApiResponse,
+} from './handler.ts';
+
+/**
+ * An engine that runs elsewhere (a dedicated Web Worker: src/worker) and answers API requests
+ * itself: the shim hands it each request as it is. It has no `generator` in this realm.
+ */
+export interface RequestHandlingEngine {
+  handle(request: ApiRequest, options?: { basePath?: string }): Promise<ApiResponse>;
+}
+
+/** What installFetchShim serves: an Engine (or anything with a generator), or a remote engine. */
+export type ShimEngine = ApiEngine | RequestHandlingEngine;
 
 export interface FetchShimOptions {
   /**
@@ -26,7 +45,7 @@ const FALLBACK_ORIGIN = 'http://localhost/';
  * Returns a function that puts the previous fetch back. A rejected engine promise is answered with
  * 503 by every request (and is not an unhandled rejection).
  */
-export function installFetchShim(engine: ApiEngine | Promise<ApiEngine>, options: FetchShimOptions = {}): () => void {
+export function installFetchShim(engine: ShimEngine | Promise<ShimEngine>, options: FetchShimOptions = {}): () => void {
   const target = options.target ?? globalThis;
   const previous = target.fetch;
   Promise.resolve(engine).catch(() => {}); // a load failure is answered per request with 503
@@ -81,7 +100,7 @@ function abortError(signal: AbortSignal): unknown {
 }
 
 async function answer(
-  engine: ApiEngine | Promise<ApiEngine>,
+  engine: ShimEngine | Promise<ShimEngine>,
   url: URL,
   basePath: string,
   input: RequestInfo | URL,
@@ -107,7 +126,7 @@ async function answer(
     });
     aborted.catch(() => {});
     const response = await Promise.race([
-      handleApiRequest(
+      handleWithEngine(
         engine,
         { method, url: url.pathname + url.search, body, signal: controller.signal },
         { basePath, ...(options.onError ? { onError: options.onError } : {}) },
@@ -127,6 +146,19 @@ async function answer(
     controller.abort(err);
     throw err;
   }
+}
+
+/** A remote engine answers the request itself; anything else goes through handleApiRequest. */
+async function handleWithEngine(
+  engine: ShimEngine | Promise<ShimEngine>,
+  request: ApiRequest,
+  options: ApiHandlerOptions & { basePath: string },
+): Promise<ApiResponse> {
+  const resolved = await Promise.resolve(engine).catch(() => null); // a failed load: 503 below
+  if (resolved && !('generator' in resolved) && typeof resolved.handle === 'function') {
+    return resolved.handle(request, { basePath: options.basePath });
+  }
+  return handleApiRequest(engine as ApiEngine | Promise<ApiEngine>, request, options);
 }
 
 /**

@@ -1,0 +1,108 @@
+// The client side of the placement tests (test/browser/placements.spec.ts): plain `fetch` calls to
+// /v1, exactly what application code does. It installs nothing, so a page that only loads this
+// (placement-plain.html) is answered by whatever serves /v1 there: the page's shim, or the service
+// worker. Results come back as plain data for the spec to check.
+import OpenAI from 'openai';
+
+const MODEL = 'stories260K';
+
+function post(body: unknown, signal?: AbortSignal): Promise<Response> {
+  return fetch('/v1/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    ...(signal ? { signal } : {}),
+  });
+}
+
+/** The `data:` payloads of an SSE text. */
+function events(text: string): string[] {
+  return text
+    .split('\n\n')
+    .filter((event) => event.startsWith('data: '))
+    .map((event) => event.slice('data: '.length));
+}
+
+/** A long stream (until the context is full) that the caller leaves: its first event and the stream. */
+async function startLongStream(signal?: AbortSignal) {
+  const response = await post({ model: MODEL, prompt: 'Once upon a time', max_tokens: null, ignore_eos: true, temperature: 0, stream: true }, signal);
+  const reader = response.body!.getReader();
+  const first = await reader.read();
+  return { status: response.status, reader, first: new TextDecoder().decode(first.value) };
+}
+
+let heldReader: ReadableStreamDefaultReader<Uint8Array> | null = null;
+
+export const placementClient = {
+  async complete(prompt: string, maxTokens: number) {
+    const response = await post({ model: MODEL, prompt, max_tokens: maxTokens, temperature: 0 });
+    return { status: response.status, body: await response.json() };
+  },
+
+  async stream(prompt: string, maxTokens: number) {
+    const response = await post({ model: MODEL, prompt, max_tokens: maxTokens, temperature: 0, stream: true });
+    const reader = response.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    let reads = 0;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      reads++;
+      text += decoder.decode(value, { stream: true });
+    }
+    const data = events(text);
+    const chunks = data.filter((d) => d !== '[DONE]').map((d) => JSON.parse(d));
+    return {
+      status: response.status,
+      contentType: response.headers.get('content-type'),
+      reads,
+      texts: chunks.map((chunk) => chunk.choices[0]?.text ?? ''),
+      finishReason: chunks.at(-1)?.choices[0]?.finish_reason ?? null,
+      endsWithDone: data.at(-1) === '[DONE]',
+    };
+  },
+
+  /** Aborts a long stream after its first event; the read after it fails with the abort. */
+  async abortMidStream() {
+    const controller = new AbortController();
+    const { status, reader, first } = await startLongStream(controller.signal);
+    controller.abort();
+    let error = 'none';
+    try {
+      for (;;) if ((await reader.read()).done) break;
+    } catch (err) {
+      error = (err as Error).name;
+    }
+    return { status, first, error };
+  },
+
+  /** Starts a long stream and keeps it open (for a tab closed mid-stream). */
+  async holdLongStream() {
+    const { status, reader, first } = await startLongStream();
+    heldReader = reader;
+    return { status, first };
+  },
+
+  /** The official openai client, made as browser code makes it, streaming: its chunks' texts. */
+  async openaiStream(prompt: string, maxTokens: number) {
+    const client = new OpenAI({ baseURL: location.origin + '/v1', apiKey: 'unused', dangerouslyAllowBrowser: true });
+    const stream = await client.completions.create({ model: MODEL, prompt, max_tokens: maxTokens, temperature: 0, stream: true });
+    const texts: string[] = [];
+    for await (const chunk of stream) texts.push(chunk.choices[0]?.text ?? '');
+    let error: unknown = null;
+    try {
+      await client.completions.create({ model: MODEL, prompt, temperature: 5 });
+    } catch (err) {
+      error = err;
+    }
+    return { texts, errorStatus: (error as { status?: number } | null)?.status ?? null, errorParam: (error as { param?: string } | null)?.param ?? null };
+  },
+
+  async badParameter() {
+    const response = await post({ model: MODEL, prompt: 'Once upon a time', temperature: 5 });
+    return { status: response.status, contentType: response.headers.get('content-type'), body: await response.json() };
+  },
+};
+
+Object.assign(window, { placementClient });

@@ -1,0 +1,95 @@
+// The page's handle on an engine that runs in another realm (a dedicated Web Worker, or the
+// service worker): the same surface as Engine — `info`, `complete()`, `handle()`, `unload()` —
+// over a transport that carries one HTTP-shaped request and brings its response back.
+// installFetchShim accepts it (it has `handle` and no generator). complete() is handle() on
+// POST /v1/completions, read back into objects, so every placement validates, streams and fails
+// exactly as the handler does.
+// Browser code: nothing here may import Node modules.
+import type { CompletionChunk, CompletionRequest, CompletionResponse } from '../api/completions.ts';
+import { ApiError, type ApiErrorBody } from '../api/errors.ts';
+import { DEFAULT_BASE_PATH, type ApiRequest, type ApiResponse } from '../api/handler.ts';
+import type { RequestHandlingEngine } from '../api/shim.ts';
+import type { ModelInfo } from '../engine/types.ts';
+import type { RequestStats } from './tracked-engine.ts';
+
+/** Carries one request to the engine and its response back; `signal` aborts it there. */
+export type RequestTransport = (request: ApiRequest, basePath: string) => Promise<ApiResponse>;
+
+export interface RemoteEngineHooks {
+  transport: RequestTransport;
+  unload: () => Promise<void>;
+  stats: () => Promise<RequestStats>;
+}
+
+export class RemoteEngine implements RequestHandlingEngine {
+  constructor(
+    /** The loaded model, as the engine's host reported it. */
+    readonly info: ModelInfo,
+    private readonly hooks: RemoteEngineHooks,
+  ) {}
+
+  /**
+   * One completion, exactly as `POST /v1/completions` would answer it: the response object, or,
+   * with `stream: true`, an async iterable of chunks. Errors throw an `ApiError` (status, type,
+   * param, code as the response body has them). `signal` aborts the generation in the worker.
+   */
+  complete(request: CompletionRequest & { stream?: false | null }, options?: { signal?: AbortSignal }): Promise<CompletionResponse>;
+  complete(request: CompletionRequest & { stream: true }, options?: { signal?: AbortSignal }): Promise<AsyncIterable<CompletionChunk>>;
+  complete(request: CompletionRequest, options?: { signal?: AbortSignal }): Promise<CompletionResponse | AsyncIterable<CompletionChunk>>;
+  async complete(request: CompletionRequest, options: { signal?: AbortSignal } = {}): Promise<CompletionResponse | AsyncIterable<CompletionChunk>> {
+    const response = await this.handle({
+      method: 'POST',
+      url: `${DEFAULT_BASE_PATH}/completions`,
+      body: JSON.stringify(request),
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
+    if (typeof response.body !== 'string') return chunksOf(response.body);
+    if (response.status !== 200) throw errorOf(response.status, response.body, response.headers);
+    return JSON.parse(response.body) as CompletionResponse;
+  }
+
+  /** Answers an HTTP-shaped request (`/v1/completions`, `/v1/models`) as every host does. */
+  handle(request: ApiRequest, options: { basePath?: string } = {}): Promise<ApiResponse> {
+    return this.hooks.transport(request, options.basePath ?? DEFAULT_BASE_PATH);
+  }
+
+  /** Frees the model's GPU memory (after the requests in flight); the engine cannot be used afterwards. */
+  unload(): Promise<void> {
+    return this.hooks.unload();
+  }
+
+  /** Requests in flight, completed and aborted, as the engine's host counts them (diagnostics, tests). */
+  requestStats(): Promise<RequestStats> {
+    return this.hooks.stats();
+  }
+}
+
+function errorOf(status: number, body: string, headers: Record<string, string> = {}): ApiError {
+  let parsed: Partial<ApiErrorBody> = {};
+  try {
+    parsed = JSON.parse(body) as ApiErrorBody;
+  } catch {
+    // not JSON: the text is the message
+  }
+  const error = parsed.error;
+  return new ApiError(status, error?.message ?? body, {
+    type: error?.type,
+    param: error?.param ?? null,
+    code: error?.code ?? null,
+    headers,
+  });
+}
+
+/** The chunks of a server-sent event stream; an error event throws (as a 500 unless it says otherwise). */
+async function* chunksOf(events: AsyncIterable<string>): AsyncGenerator<CompletionChunk, void, void> {
+  for await (const event of events) {
+    for (const line of event.split('\n')) {
+      if (!line.startsWith('data: ')) continue;
+      const data = line.slice('data: '.length);
+      if (data === '[DONE]') return;
+      const value = JSON.parse(data) as CompletionChunk | ApiErrorBody;
+      if ('error' in value) throw errorOf(value.error.type === 'server_error' ? 500 : 400, JSON.stringify(value));
+      yield value;
+    }
+  }
+}

@@ -1,0 +1,200 @@
+// webgpu-llama/service-worker: the engine in a Service Worker, so that every page and frame of the
+// origin (in the worker's scope) gets `/v1/*` answered without installing anything itself. A
+// user's module service worker imports this and calls serveEngineFromServiceWorker():
+//
+//   // sw.js, registered with navigator.serviceWorker.register('/sw.js', { type: 'module' })
+//   import { serveEngineFromServiceWorker } from './node_modules/webgpu-llama/dist/service-worker.js';
+//   serveEngineFromServiceWorker({ source: '/models/stories260K/stories260K.gguf' });
+//
+// Requests are answered by the very fetch shim a page installs (installFetchShim on a private
+// target), so streaming, aborts and errors are the same in every placement. A client that goes
+// away mid-stream cancels the response body, which aborts the generation. The browser may stop an
+// idle service worker; the model then loads again (from the weight cache) on the next request.
+// Browser code: nothing here may import Node modules.
+import type { Engine } from '../api/engine.ts';
+import { installFetchShim } from '../api/shim.ts';
+import { loadModel, type LoadModelOptions } from '../index.ts';
+import type { HubSource } from '../model/hub.ts';
+import type { LoadProgress } from '../model/weights.ts';
+import { serializeError, SERVICE_WORKER_MESSAGE, type LoadReply, type TransferableLoadOptions, type UnloadReply } from './protocol.ts';
+import { trackRequests } from './tracked-engine.ts';
+
+export interface ServiceWorkerEngineOptions extends Omit<LoadModelOptions, 'gpu' | 'onProgress'> {
+  /**
+   * The model: an absolute or worker-relative URL (a .gguf file or a Hugging Face folder), or a Hub
+   * repo. Default: the `model` query parameter of the worker script's URL (with `id` for the id),
+   * else the last source a page sent with registerServiceWorkerEngine (kept across restarts).
+   */
+  source?: string | HubSource;
+  /** Where the API lives; default '/v1' on the worker's origin. */
+  baseUrl?: string;
+  /** Take control of open pages at once (skipWaiting + clients.claim); default true. */
+  claimClients?: boolean;
+}
+
+/** A load a page asked for, as kept in Cache Storage so a restarted worker loads it again. */
+interface LoadConfig {
+  source: string | HubSource;
+  options: TransferableLoadOptions;
+}
+
+/** The parts of ServiceWorkerGlobalScope used here (the DOM lib has no service worker types). */
+interface ServiceWorkerScope {
+  location: { href: string };
+  skipWaiting(): Promise<void>;
+  clients: { claim(): Promise<void> };
+  addEventListener(type: 'install' | 'activate', listener: (event: ExtendableEvent) => void): void;
+  addEventListener(type: 'fetch', listener: (event: FetchEvent) => void): void;
+  addEventListener(type: 'message', listener: (event: ExtendableMessageEvent) => void): void;
+}
+interface ExtendableEvent extends Event {
+  waitUntil(promise: Promise<unknown>): void;
+}
+interface FetchEvent extends ExtendableEvent {
+  readonly request: Request;
+  respondWith(response: Promise<Response>): void;
+}
+interface ExtendableMessageEvent extends ExtendableEvent {
+  readonly data: unknown;
+  readonly ports: readonly MessagePort[];
+}
+
+/** A message a page sends the service worker (see registerServiceWorkerEngine). */
+export type ServiceWorkerCommand =
+  | { type: typeof SERVICE_WORKER_MESSAGE; command: 'load'; source: string | HubSource; options: TransferableLoadOptions }
+  | { type: typeof SERVICE_WORKER_MESSAGE; command: 'info' | 'stats' | 'unload' };
+
+const CONFIG_CACHE = 'webgpu-llama-service-worker-v1';
+const CONFIG_KEY = 'https://webgpu-llama.invalid/service-worker/load-config';
+
+/** Installs the service worker's listeners: call once, at the top level of the worker script. */
+export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions = {}): void {
+  const scope = globalThis as unknown as ServiceWorkerScope;
+  const { source, baseUrl, claimClients = true, ...loadOptions } = options;
+  const initial: LoadConfig | null = source !== undefined ? { source, options: loadOptions } : configFromScriptUrl(scope.location.href, loadOptions);
+
+  let current: { key: string; engine: Promise<Engine> } | null = null;
+  let progressListeners: ((progress: LoadProgress) => void)[] = [];
+  const load = (config: LoadConfig): Promise<Engine> => {
+    const key = JSON.stringify(config);
+    if (current?.key === key) return current.engine;
+    const previous = current?.engine;
+    const { reportProgress: _p, reportWarnings: _w, ...rest } = config.options;
+    const engine = (async () => {
+      // One model at a time: the previous one gives its GPU memory back first.
+      if (previous) await previous.then((e) => e.unload(), () => {});
+      return loadModel(config.source, { ...rest, onProgress: (p) => progressListeners.forEach((listener) => listener(p)) });
+    })();
+    engine.catch(() => {}); // answered per request with 503
+    current = { key, engine };
+    return engine;
+  };
+  // The model for a request: the one loaded, else the configured one (loading it now).
+  const engineNow = async (): Promise<Engine> => {
+    if (current) return current.engine;
+    const config = initial ?? (await readConfig());
+    if (!config) throw new Error('The service worker has no model: give it a source (serveEngineFromServiceWorker, ?model=, or registerServiceWorkerEngine).');
+    return load(config);
+  };
+
+  const tracked = trackRequests(engineNow);
+  // The page's own fetch shim, on a private target: it answers what is under the base URL.
+  const shimTarget = { fetch: (input: RequestInfo | URL, init?: RequestInit) => fetch(input, init), location: scope.location };
+  installFetchShim(tracked, { target: shimTarget as unknown as typeof globalThis, ...(baseUrl ? { baseUrl } : {}) });
+  const base = new URL(baseUrl ?? '/v1', scope.location.href);
+  const basePath = base.pathname.replace(/\/+$/, '');
+
+  scope.addEventListener('install', (event) => {
+    if (claimClients) event.waitUntil(scope.skipWaiting());
+  });
+  scope.addEventListener('activate', (event) => {
+    if (claimClients) event.waitUntil(scope.clients.claim());
+  });
+  scope.addEventListener('fetch', (event) => {
+    const url = new URL(event.request.url);
+    if (url.origin !== base.origin || (url.pathname !== basePath && !url.pathname.startsWith(basePath + '/'))) return;
+    event.respondWith(shimTarget.fetch(event.request));
+  });
+  scope.addEventListener('message', (event) => {
+    const message = event.data as ServiceWorkerCommand;
+    const port = event.ports[0];
+    if (!port || typeof message !== 'object' || message === null || message.type !== SERVICE_WORKER_MESSAGE) return;
+    const reply = (data: LoadReply | UnloadReply | object) => port.postMessage(data);
+    switch (message.command) {
+      case 'load':
+      case 'info': {
+        const onProgress = (progress: LoadProgress) => reply({ type: 'progress', progress });
+        if (message.command === 'load' && message.options.reportProgress) progressListeners.push(onProgress);
+        const engine =
+          message.command === 'load'
+            ? (() => {
+                const config: LoadConfig = { source: message.source, options: message.options };
+                void writeConfig(config);
+                return load(config);
+              })()
+            : engineNow();
+        event.waitUntil(
+          engine
+            .then(
+              (loaded) => reply({ type: 'loaded', info: loaded.info }),
+              (err: unknown) => reply({ type: 'failed', error: serializeError(err) }),
+            )
+            .finally(() => {
+              progressListeners = progressListeners.filter((listener) => listener !== onProgress);
+              port.close();
+            }),
+        );
+        return;
+      }
+      case 'stats':
+        reply({ ...tracked.stats });
+        port.close();
+        return;
+      case 'unload': {
+        const engine = current?.engine;
+        current = null;
+        event.waitUntil(
+          (async () => {
+            try {
+              if (engine) await (await engine).unload();
+              reply({ type: 'unloaded' });
+            } catch (err) {
+              reply({ type: 'failed', error: serializeError(err) });
+            } finally {
+              port.close();
+            }
+          })(),
+        );
+        return;
+      }
+    }
+  });
+}
+
+/** `sw.js?model=URL&id=NAME`: the model named at registration. */
+function configFromScriptUrl(href: string, options: TransferableLoadOptions): LoadConfig | null {
+  const params = new URL(href).searchParams;
+  const model = params.get('model');
+  if (!model) return null;
+  const id = params.get('id');
+  return { source: new URL(model, href).href, options: { ...options, ...(id ? { id } : {}) } };
+}
+
+async function readConfig(): Promise<LoadConfig | null> {
+  try {
+    const response = await (await caches.open(CONFIG_CACHE)).match(CONFIG_KEY);
+    return response ? ((await response.json()) as LoadConfig) : null;
+  } catch {
+    return null; // no Cache Storage: only the configured source
+  }
+}
+
+async function writeConfig(config: LoadConfig): Promise<void> {
+  try {
+    const { reportProgress: _p, reportWarnings: _w, ...options } = config.options;
+    const body = JSON.stringify({ source: config.source, options });
+    await (await caches.open(CONFIG_CACHE)).put(CONFIG_KEY, new Response(body, { headers: { 'content-type': 'application/json' } }));
+  } catch {
+    // not kept: a restarted worker falls back to its configured source
+  }
+}

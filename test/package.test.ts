@@ -1,0 +1,160 @@
+// The npm package as users get it: `npm run build` writes dist/, package.json points every entry
+// at it, `npm pack` ships exactly dist/, the bin, README and package.json, the browser entries
+// reach no Node module (nor any bare import: a page with no bundler can load them), and the CLI
+// runs from an unpacked tarball with no TypeScript tooling.
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const dist = join(root, 'dist');
+const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+const reference = JSON.parse(readFileSync(join(root, 'test/fixtures/stories260K-reference.json'), 'utf8'));
+const npm = (args: string[], cwd = root) => execFileSync('npm', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 170_000 });
+
+/** Every module an entry loads: the entry and, recursively, the files it imports by relative path. */
+function importGraph(entry: string): { files: string[]; specifiers: string[] } {
+  const files = new Set<string>();
+  const specifiers: string[] = [];
+  const visit = (file: string) => {
+    if (files.has(file)) return;
+    files.add(file);
+    const code = readFileSync(file, 'utf8');
+    for (const match of code.matchAll(/(?:^|[;\n])\s*(?:import|export)\s[^'"]*?from\s*["']([^"']+)["']|(?:^|[;\n])\s*import\s*["']([^"']+)["']|\bimport\(\s*["']([^"']+)["']\s*\)/g)) {
+      const specifier = (match[1] ?? match[2] ?? match[3])!;
+      specifiers.push(specifier);
+      if (specifier.startsWith('.')) visit(resolve(dirname(file), specifier));
+    }
+  };
+  visit(entry);
+  return { files: [...files], specifiers };
+}
+
+describe('the npm package', () => {
+  beforeAll(() => {
+    npm(['run', 'build']);
+  }, 180_000);
+
+  test('every export, the types and the bin point at built files', () => {
+    const targets: string[] = [pkg.main, pkg.types, ...Object.values(pkg.bin as Record<string, string>)];
+    for (const [subpath, target] of Object.entries(pkg.exports as Record<string, string | Record<string, string>>)) {
+      if (typeof target === 'string') targets.push(target);
+      else {
+        expect(Object.keys(target)[0], `${subpath}: 'types' first, as TypeScript requires`).toBe(target.types ? 'types' : 'default');
+        targets.push(...Object.values(target));
+      }
+    }
+    for (const target of targets) expect(existsSync(join(root, target)), target).toBe(true);
+    expect(pkg.exports['.'].default).toBe('./dist/index.js');
+    expect(pkg.exports['./node'].default).toBe('./dist/node.js');
+    expect(pkg.exports['./service-worker'].default).toBe('./dist/service-worker.js');
+    expect(pkg.exports['./worker']).toBe('./dist/worker.js');
+  });
+
+  test('the browser entries import no Node module and no bare specifier; the WGSL is inlined', () => {
+    for (const entry of ['index.js', 'worker.js', 'service-worker.js']) {
+      const { files, specifiers } = importGraph(join(dist, entry));
+      expect(specifiers.filter((s) => !s.startsWith('./')), entry).toEqual([]);
+      for (const file of files) {
+        const code = readFileSync(file, 'utf8');
+        expect(/\bfrom\s*["']node:|\bimport\(\s*["']node:|\brequire\(/.test(code), `${file} loads a Node module`).toBe(false);
+      }
+    }
+    // Service workers may not call import(): the service worker's graph has only static imports.
+    for (const file of importGraph(join(dist, 'service-worker.js')).files) {
+      expect(/\bimport\(/.test(readFileSync(file, 'utf8').replace(/\/\/.*$|\/\*[\s\S]*?\*\//gm, '')), `${file} calls import()`).toBe(false);
+    }
+    // The WGSL is in the JavaScript as strings: no .wgsl file is fetched at run time.
+    const code = importGraph(join(dist, 'index.js')).files.map((file) => readFileSync(file, 'utf8')).join('\n');
+    expect(code.includes('@compute @workgroup_size')).toBe(true);
+    // Only the Node entries reach node: modules and Dawn.
+    const node = importGraph(join(dist, 'node.js')).specifiers;
+    expect(node).toContain('webgpu');
+    expect(node.some((s) => s.startsWith('node:'))).toBe(true);
+  });
+
+  test('npm pack ships dist, the bin, README and package.json — no sources, tests or models', () => {
+    const [packed] = JSON.parse(npm(['pack', '--dry-run', '--json', '--ignore-scripts']));
+    const paths: string[] = packed.files.map((file: { path: string }) => file.path).sort();
+    const outside = paths.filter((path) => !path.startsWith('dist/'));
+    expect(outside).toEqual(['README.md', 'bin/webgpu-llama.mjs', 'package.json']);
+    for (const file of ['dist/index.js', 'dist/node.js', 'dist/cli.js', 'dist/worker.js', 'dist/service-worker.js', 'dist/types/index.d.ts', 'dist/types/node/index.d.ts']) {
+      expect(paths).toContain(file);
+    }
+    expect(paths.filter((path) => /\.(ts|wgsl|gguf|safetensors)$/.test(path) && !path.endsWith('.d.ts'))).toEqual([]);
+  });
+
+  describe('installed from the tarball', () => {
+    let dir: string;
+    beforeAll(() => {
+      dir = mkdtempSync(join(tmpdir(), 'webgpu-llama-pack-'));
+      const tarball = JSON.parse(npm(['pack', '--json', '--ignore-scripts', '--pack-destination', dir]))[0].filename as string;
+      const installed = join(dir, 'node_modules', 'webgpu-llama');
+      mkdirSync(installed, { recursive: true });
+      execFileSync('tar', ['-xzf', join(dir, tarball), '-C', installed, '--strip-components=1']);
+      // The optional peer dependency, as a user installs it next to the package.
+      symlinkSync(join(root, 'node_modules', 'webgpu'), join(dir, 'node_modules', 'webgpu'));
+    }, 60_000);
+    afterAll(() => {
+      if (dir) rmSync(dir, { recursive: true, force: true });
+    });
+
+    test('the CLI runs from dist (no src/, no tsx) and completes the reference text', () => {
+      const installed = join(dir, 'node_modules', 'webgpu-llama');
+      expect(existsSync(join(installed, 'src'))).toBe(false);
+      const out = execFileSync(
+        process.execPath,
+        [join(installed, 'bin/webgpu-llama.mjs'), 'complete', '--model', join(root, 'public/models/stories260K/stories260K.gguf'), '--prompt', reference.prompt, '--temperature', '0', '--max-tokens', '32'],
+        // A bound, so that a hang fails this test instead of blocking the run (execFileSync blocks vitest's own timeout).
+        { cwd: dir, encoding: 'utf8', env: { ...process.env, NODE_PATH: '' }, timeout: 110_000 },
+      );
+      expect(out).toContain(reference.completion_text);
+    }, 120_000);
+
+    test('a TypeScript consumer (strict, NodeNext, no skipLibCheck) type-checks against the declarations', () => {
+      mkdirSync(join(dir, 'node_modules', '@webgpu'), { recursive: true });
+      symlinkSync(join(root, 'node_modules', '@webgpu', 'types'), join(dir, 'node_modules', '@webgpu', 'types'));
+      writeFileSync(join(dir, 'package.json'), JSON.stringify({ type: 'module' }));
+      writeFileSync(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, lib: ['ES2023', 'DOM'], types: ['@webgpu/types'] },
+          files: ['consumer.ts'],
+        }),
+      );
+      writeFileSync(
+        join(dir, 'consumer.ts'),
+        [
+          "import { installFetchShim, loadModel, loadModelInWorker, registerServiceWorkerEngine, ApiError } from 'webgpu-llama';",
+          "import type { CompletionChunk, CompletionRequest, CompletionResponse, RemoteEngine } from 'webgpu-llama';",
+          "import { serveEngineFromServiceWorker } from 'webgpu-llama/service-worker';",
+          "const request: CompletionRequest = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 8 };",
+          'const engine = await loadModel(\'/models/stories260K/\');',
+          "const response: CompletionResponse = await engine.complete({ model: 'stories260K', prompt: 'Once upon a time' });",
+          'const either: CompletionResponse | AsyncIterable<CompletionChunk> = await engine.complete(request);',
+          'const chunks: AsyncIterable<CompletionChunk> = await engine.complete({ ...request, stream: true });',
+          'const remote: RemoteEngine = await loadModelInWorker(\'/m.gguf\', { id: \'m\', contextLength: 256 });',
+          'installFetchShim(remote);',
+          'void registerServiceWorkerEngine(\'/sw.js\', { source: { repo: \'org/name\' } });',
+          'serveEngineFromServiceWorker({ baseUrl: \'/v1\' });',
+          'console.log(response.choices[0]?.text, either, chunks, remote.info.id, new ApiError(400, \'x\').status);',
+          '// @ts-expect-error: temperature is a number',
+          "const wrong: CompletionRequest = { model: 'm', prompt: 'p', temperature: 'hot' };",
+          'console.log(wrong);',
+        ].join('\n'),
+      );
+      execFileSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', dir], { cwd: dir, encoding: 'utf8', timeout: 110_000 });
+    }, 120_000);
+
+    test('the Node entry resolves by its package name from the installed copy', () => {
+      const out = execFileSync(process.execPath, ['--input-type=module', '-e', "const m = await import('webgpu-llama/node'); console.log(typeof m.loadModelFromPath, typeof m.startServer, typeof m.installFetchShim)"], {
+        cwd: dir,
+        encoding: 'utf8',
+      });
+      expect(out.trim()).toBe('function function function');
+    });
+  });
+});

@@ -1,0 +1,63 @@
+// The library build: `npm run build` writes dist/ — ES modules a page can import with no bundler
+// (WGSL and @huggingface/tokenizers bundled in; only `webgpu`, Dawn, and node: modules stay
+// external, and only the Node entries import them). Declarations come from tsc
+// (tsconfig.build.json) into dist/types/.
+//
+// Every file lands flat in dist/ so that the relative URLs the code computes at run time
+// (`new URL('./worker.js', import.meta.url)`, in src/worker/worker-url.ts) hold from any chunk.
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { defineConfig, type Plugin } from 'vite';
+
+const src = (path: string) => fileURLToPath(new URL(`./src/${path}`, import.meta.url));
+
+/** The license of the one bundled dependency travels with it (Apache-2.0 asks for that). */
+function bundledLicenses(): Plugin {
+  return {
+    name: 'webgpu-llama:bundled-licenses',
+    generateBundle() {
+      const license = readFileSync(new URL('./node_modules/@huggingface/tokenizers/LICENSE', import.meta.url), 'utf8');
+      this.emitFile({ type: 'asset', fileName: 'licenses/huggingface-tokenizers.LICENSE.txt', source: license });
+    },
+  };
+}
+
+export default defineConfig({
+  plugins: [bundledLicenses()],
+  // No public/ copy (the models are not part of the package), no HTML.
+  publicDir: false,
+  // src/worker/worker-url.ts: the dedicated worker's script in dist/ (the `worker` entry below).
+  define: { __WEBGPU_LLAMA_WORKER_FILE__: JSON.stringify('./worker.js') },
+  build: {
+    outDir: 'dist',
+    emptyOutDir: true,
+    target: 'es2022',
+    // Unminified: users' bundlers minify; a readable dist is easier to debug in a page.
+    minify: false,
+    sourcemap: false,
+    reportCompressedSize: true,
+    lib: {
+      entry: {
+        index: src('index.ts'),
+        worker: src('worker/worker-entry.ts'),
+        'service-worker': src('worker/service-worker.ts'),
+        node: src('node/index.ts'),
+        cli: src('node/cli.ts'),
+      },
+      formats: ['es'],
+    },
+    rolldownOptions: {
+      external: [/^node:/, 'webgpu'],
+      output: {
+        entryFileNames: '[name].js',
+        chunkFileNames: '[name]-[hash].js',
+        // One chunk with the browser runtime every browser entry shares (engine-[hash].js), so
+        // a page loads the same file whichever entry it starts from. Node-only code (src/node)
+        // stays out of it: only dist/node.js and dist/cli.js reach `node:` modules and `webgpu`.
+        codeSplitting: {
+          groups: [{ name: 'engine', test: /\/(shaders|node_modules)\/|\/src\/(?!node\/|worker\/(worker-entry|service-worker)\.ts$)/ }],
+        },
+      },
+    },
+  },
+});
