@@ -33,6 +33,7 @@ export type { ModelFiles } from './model/files.ts';
 export { acquireDevice, filesFromUrl, filesFromFileList, filesFromHub, hubUrl };
 export type { HubSource } from './model/hub.ts';
 export { listCachedModels, deleteCachedModel, weightCacheAvailable, type CachedModel } from './model/cache.ts';
+export { gpuCounters, counterDelta, type GpuCounters } from './gpu/counters.ts';
 export type { FetchShimOptions, RequestHandlingEngine, ShimEngine } from './api/shim.ts';
 export type { ApiEngine, ApiHandlerOptions } from './api/handler.ts';
 export type { ApiErrorBody, ApiErrorObject } from './api/errors.ts';
