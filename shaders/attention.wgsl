@@ -20,7 +20,10 @@
 // element `alias KV` (H for f32 caches; for f16 caches, packed two halves a u32 word: vec2<u32>
 // with vec4 H, else u32) and `fn load_k/load_v(i: u32) -> H` of the cache's i-th H; single-float
 // reads `fn load_q1/load_k1/load_v1(i: u32) -> f32` of float i; `fn store_out(i: u32, v: H)` writes
-// floats i .. i + WIDTH - 1 of out. Two entry points; the host picks (kernels.ts, attentionPlan):
+// floats i .. i + WIDTH - 1 of out; `fn start_pos() -> u32`, the position of token 0 (params.start_pos,
+// or params.start_pos plus a u32 read from a storage buffer for the reusable decode step: the
+// dispatch grid depends only on T and the heads, and each thread loops to its own position, so one
+// recorded bind group serves every step). Two entry points; the host picks (kernels.ts, attentionPlan):
 //
 // - `per_thread`: one thread per (query token t, head h), which walks its keys one by one with q
 //   and the accumulator in private arrays of HEAD_DIM / WIDTH slices. No workgroup memory and no
@@ -33,6 +36,11 @@
 //   value sum each thread owns output dimensions d = lid, lid + WORKGROUP_SIZE, ... (up to
 //   MAX_HEAD_DIM in all). Spreads one query's keys over many threads: for GPUs, when there are
 //   too few (t, h) pairs to fill the device (decode) and the context is long.
+//
+// And `split_combine`, the second pass of decode attention split over the sequence
+// (flash-decoding; decode_attention.wgsl is the first): one thread per output float rescales the
+// chunks' unnormalized accumulators in `partials` to their common max and divides by the summed l.
+// Its grid depends on the cache size, not on the position; it skips the chunks past the position.
 
 struct Params {
   T: u32,
@@ -42,6 +50,8 @@ struct Params {
   head_dim: u32,
   scale: f32, // 1 / sqrt(head_dim)
   window: u32, // sliding window in positions; 0: none
+  chunk_keys: u32, // split_combine: keys per chunk
+  num_chunks: u32, // split_combine: chunks per head (fixed by the cache size, not the position)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -49,6 +59,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read> q: array<H>;            // [T, num_heads, head_dim]
 @group(0) @binding(3) var<storage, read> k_cache: array<KV>;     // [context_rows, num_kv_heads, head_dim]
 @group(0) @binding(4) var<storage, read> v_cache: array<KV>;     // [context_rows, num_kv_heads, head_dim]
+// split_combine: [num_heads, num_chunks, head_dim] unnormalized accumulators, then [num_heads, num_chunks] (m, l)
+@group(0) @binding(5) var<storage, read_write> partials: array<f32>;
 
 const WORKGROUP_SIZE: u32 = 64u;
 const MAX_HEAD_DIM: u32 = 256u;
@@ -89,7 +101,7 @@ fn per_thread(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) gri
     acc[i] = H();
   }
 
-  let pos = params.start_pos + t;
+  let pos = start_pos() + t;
   var m = NEG_LARGE; // running max of the scores so far
   var l = 0.0;       // running sum of exp(score - m)
   for (var j = first_key(pos); j <= pos; j++) {
@@ -175,7 +187,7 @@ fn per_workgroup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
   workgroupBarrier();
 
   // Causal mask: token t at position start_pos + t sees cache rows first_key(pos) ..= pos.
-  let pos = params.start_pos + t;
+  let pos = start_pos() + t;
   let n_keys = pos + 1u;
 
   var m = NEG_LARGE; // running max of the scores so far
@@ -229,4 +241,32 @@ fn per_workgroup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
       out[q_base + d] = acc[c] / l;
     }
   }
+}
+
+@compute @workgroup_size(THREAD_WORKGROUP_SIZE)
+fn split_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+  let i = (wg.y * grid.x + wg.x) * THREAD_WORKGROUP_SIZE + lid; // flat (h, d)
+  if (i >= params.num_heads * HEAD_DIM) {
+    return;
+  }
+  let h = i / HEAD_DIM;
+  let d = i % HEAD_DIM;
+  let pos = start_pos();
+  // Only the chunks that hold keys of this query: first_key(pos) / chunk_keys ..= pos / chunk_keys.
+  let c_lo = first_key(pos) / params.chunk_keys;
+  let c_hi = min(pos / params.chunk_keys, params.num_chunks - 1u);
+  let ml = params.num_heads * params.num_chunks * HEAD_DIM + 2u * h * params.num_chunks;
+  var m = NEG_LARGE;
+  for (var c = c_lo; c <= c_hi; c++) {
+    m = max(m, partials[ml + 2u * c]);
+  }
+  var l = 0.0;
+  var a = 0.0;
+  for (var c = c_lo; c <= c_hi; c++) {
+    let w = exp(partials[ml + 2u * c] - m);
+    l += w * partials[ml + 2u * c + 1u];
+    a += w * partials[(h * params.num_chunks + c) * HEAD_DIM + d];
+  }
+  out[i] = a / l;
 }

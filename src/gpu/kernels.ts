@@ -25,6 +25,10 @@ import attentionWgsl from '../../shaders/attention.wgsl?raw';
 import swigluWgsl from '../../shaders/swiglu.wgsl?raw';
 import residualWgsl from '../../shaders/residual.wgsl?raw';
 import kvCacheWgsl from '../../shaders/kv_cache.wgsl?raw';
+import sinCosWgsl from '../../shaders/sin_cos.wgsl?raw';
+import f16BitsWgsl from '../../shaders/f16_bits.wgsl?raw';
+import fusedMatvecWgsl from '../../shaders/fused_matvec.wgsl?raw';
+import decodeAttentionWgsl from '../../shaders/decode_attention.wgsl?raw';
 
 /** Element type of a KV cache: 'f16' packs two halves a u32 word (no shader-f16 needed). */
 export type KvDType = 'f16' | 'f32';
@@ -54,13 +58,42 @@ const WEIGHT_KERNEL_SOURCES: Record<WeightKernel, string> = {
 
 // Kernels whose source does not depend on the weights.
 const FIXED_KERNELS = {
-  rope: { code: ropeWgsl, entryPoint: 'main' },
   swiglu: { code: swigluWgsl, entryPoint: 'main' },
   add: { code: residualWgsl, entryPoint: 'add' },
   add_in_place: { code: residualWgsl, entryPoint: 'add_in_place' },
-  write_kv: { code: kvCacheWgsl, entryPoint: 'write_kv' },
 } satisfies Record<string, ShaderSpec>;
 type FixedKernel = keyof typeof FIXED_KERNELS;
+
+/**
+ * Where a position-dependent kernel (rope, attention, the K/V write) finds the position of its
+ * first token: 'uniform' is the dispatch's own parameter (a fresh one per dispatch), 'buffer' adds
+ * a u32 read from a small storage buffer at POSITION_BINDING, which the reusable decode step
+ * (KernelProgram) rewrites with queue.writeBuffer before each step, so its bind groups never change.
+ */
+export type PositionSource = 'uniform' | 'buffer';
+const POSITION_BINDING = 8;
+
+/** `fn start_pos() -> u32` for a kernel whose Params has a `start_pos` field. */
+function positionWgsl(source: PositionSource): string {
+  return source === 'buffer'
+    ? `@group(0) @binding(${POSITION_BINDING}) var<storage, read> step_position: array<u32>;\n` +
+        `fn start_pos() -> u32 { return params.start_pos + step_position[0]; }\n`
+    : `fn start_pos() -> u32 { return params.start_pos; }\n`;
+}
+
+// Kernels that take a position, each compiled for both position sources.
+// (Their sources include the snippets they call: sin_cos.wgsl, f16_bits.wgsl.)
+const POSITIONAL_KERNELS = {
+  rope: { code: `${sinCosWgsl}\n${ropeWgsl}`, entryPoint: 'main' },
+  write_kv: { code: `${f16BitsWgsl}\n${kvCacheWgsl}`, entryPoint: 'write_kv' },
+  write_kv_f32: { code: `${f16BitsWgsl}\n${kvCacheWgsl}`, entryPoint: 'write_kv_f32' },
+} satisfies Record<string, ShaderSpec>;
+type PositionalKernel = keyof typeof POSITIONAL_KERNELS;
+const positionalKey = (name: PositionalKernel, source: PositionSource) => `${name}/pos_${source}`;
+const positionalSpec = (name: PositionalKernel, source: PositionSource): ShaderSpec => ({
+  code: `${positionWgsl(source)}\n${POSITIONAL_KERNELS[name].code}`,
+  entryPoint: POSITIONAL_KERNELS[name].entryPoint,
+});
 
 /** `fn load_bias(r: u32) -> f32`: reads the bias binding, or is 0 for layers without bias. */
 function biasWgsl(hasBias: boolean): string {
@@ -179,6 +212,112 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
   return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
 }
 
+// ---- fused decode projections (fused_matvec.wgsl) ---------------------------------------------
+
+/** fused_matvec.wgsl's modes (its MODE_* constants). */
+export type FusedMatvecMode = 'store' | 'accumulate' | 'swiglu';
+const FUSED_MODES: Record<FusedMatvecMode, number> = { store: 0, accumulate: 1, swiglu: 2 };
+/** fused_matvec.wgsl MAX_SEGMENTS: row ranges one dispatch stacks. */
+const FUSED_MAX_SEGMENTS = 8;
+const FUSED_GAMMA_BINDING = 5;
+const fusedWeightBinding = (s: number) => 10 + 2 * s;
+const fusedBiasBinding = (s: number) => 11 + 2 * s;
+
+/** One row range a fused dispatch computes: a matrix or one part of a split one. */
+interface FusedSegment {
+  buffer: GPUBuffer;
+  dtype: WeightDType;
+  rows: number;
+  /** First row of y it writes. */
+  outRow: number;
+  /** Its first row within the matrix (the bias index). */
+  biasRow: number;
+  bias?: GPUBuffer;
+}
+
+type FusedVariant = {
+  mode: FusedMatvecMode;
+  norm: boolean;
+  aligned: boolean;
+  plan: MatvecPlan;
+  segments: { dtype: WeightDType; hasBias: boolean }[];
+};
+
+const fusedKey = (v: FusedVariant) =>
+  `fused_matvec/${v.mode}/${v.norm ? 'norm' : 'plain'}/${v.aligned ? 'vec4' : 'scalar'}/team${v.plan.team}-${v.plan.reduction}/` +
+  v.segments.map((g) => `${g.dtype}${g.hasBias ? '+bias' : ''}`).join(',');
+
+/**
+ * A snippet's module-scope names (functions, variables, constants) suffixed with `_${suffix}`, so
+ * that several weight-format snippets can live in one module.
+ */
+function renameWgsl(code: string, suffix: string): string {
+  const names = new Set<string>();
+  for (const m of code.matchAll(/\bfn\s+(\w+)/g)) names.add(m[1]);
+  for (const m of code.matchAll(/\bvar<[^>]*>\s+(\w+)/g)) names.add(m[1]);
+  for (const m of code.matchAll(/^const\s+(\w+)/gm)) names.add(m[1]);
+  return code.replace(/\b\w+\b/g, (w) => (names.has(w) ? `${w}_${suffix}` : w));
+}
+
+function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
+  const reduce = reduceTeamWgsl(v.plan);
+  let code = `${reduce.directives}const MODE: u32 = ${FUSED_MODES[v.mode]}u;\nconst NORM: bool = ${v.norm};\n`;
+  code += `const SEGMENTS: u32 = ${v.segments.length}u;\n${reduce.code}${activationWgsl(v.aligned)}`;
+  if (v.norm) {
+    code += v.aligned
+      ? `@group(0) @binding(${FUSED_GAMMA_BINDING}) var<storage, read> gamma: array<vec4<f32>>;\n` +
+        `fn load_gamma4(k: u32) -> vec4<f32> { return gamma[k >> 2u]; }\nfn load_gamma(k: u32) -> f32 { return gamma[k >> 2u][k & 3u]; }\n`
+      : `@group(0) @binding(${FUSED_GAMMA_BINDING}) var<storage, read> gamma: array<f32>;\n` +
+        `fn load_gamma4(k: u32) -> vec4<f32> { return vec4<f32>(gamma[k], gamma[k + 1u], gamma[k + 2u], gamma[k + 3u]); }\n` +
+        `fn load_gamma(k: u32) -> f32 { return gamma[k]; }\n`;
+  } else {
+    code += `fn load_gamma4(k: u32) -> vec4<f32> { return vec4<f32>(1.0); }\nfn load_gamma(k: u32) -> f32 { return 1.0; }\n`;
+  }
+  let dotCases = '';
+  let biasCases = '';
+  v.segments.forEach((g, s) => {
+    const [w4, w1] = [`load_weight4_s${s}`, `load_weight_s${s}`];
+    code += renameWgsl(weightFormatWgsl(g.dtype, fusedWeightBinding(s), 0, v.aligned), `s${s}`);
+    code += g.hasBias
+      ? `@group(0) @binding(${fusedBiasBinding(s)}) var<storage, read> bias_s${s}: array<f32>;\nfn bias_${s}(r: u32) -> f32 { return bias_s${s}[r]; }\n`
+      : `fn bias_${s}(r: u32) -> f32 { return 0.0; }\n`;
+    code += `fn quad_dot_${s}(r0: u32, last_row: u32, lane: u32) -> vec4<f32> {
+  let cols = params.cols;
+  let w0 = min(r0, last_row) * cols;
+  let w1 = min(r0 + 1u, last_row) * cols;
+  let w2 = min(r0 + 2u, last_row) * cols;
+  let w3 = min(r0 + 3u, last_row) * cols;
+  var acc = vec4<f32>();
+  let k_vec_end = cols & ~3u;
+  for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
+    let w = mat4x4<f32>(${w4}(w0 + k), ${w4}(w1 + k), ${w4}(w2 + k), ${w4}(w3 + k));
+    acc += load_xn4(k) * w;
+  }
+  for (var k = k_vec_end + lane; k < cols; k += TEAM) {
+    acc += load_xn(k) * vec4<f32>(${w1}(w0 + k), ${w1}(w1 + k), ${w1}(w2 + k), ${w1}(w3 + k));
+  }
+  return acc;
+}\n`;
+    dotCases += `    case ${s}u: { return quad_dot_${s}(r0, last_row, lane); }\n`;
+    biasCases += `    case ${s}u: { return bias_${s}(r); }\n`;
+  });
+  code += `fn quad_dot(s: u32, r0: u32, last_row: u32, lane: u32) -> vec4<f32> {\n  switch (s) {\n${dotCases}    default: { return vec4<f32>(); }\n  }\n}\n`;
+  code += `fn seg_bias(s: u32, r: u32) -> f32 {\n  switch (s) {\n${biasCases}    default: { return 0.0; }\n  }\n}\n`;
+  return { code: `${code}\n${fusedMatvecWgsl}`, entryPoint: 'main' };
+}
+
+/** The keys per chunk of the decode attention's split over the sequence (see Kernels.decodeAttentionChunkKeys). */
+const DECODE_CHUNK_KEYS_CPU = 1024;
+const DECODE_CHUNK_KEYS_GPU = 256;
+/**
+ * decode_attention.wgsl threads ((head, chunk) pairs) per workgroup. On CPU devices 8: measured on
+ * SwiftShader (2 cores), stories260K (8 heads) decode: 64 threads ~3.3 ms/token, 16 or 8 ~2.8,
+ * 4 ~2.8 (two workgroups), 2 ~3.6. A decode step has few (head, chunk) items, and SwiftShader
+ * walks every SIMD group of a workgroup, idle or not. GPUs keep 64 (a full wave).
+ */
+const DECODE_ATTENTION_THREADS_CPU = 8;
+const DECODE_ATTENTION_THREADS_GPU = 64;
+
 // ---- rmsNorm and attention variants ---------------------------------------------------------
 
 /** rmsnorm.wgsl `per_row`: token rows (one thread each) per workgroup. */
@@ -253,10 +392,13 @@ export function attentionPlan(items: number, keys: number, headDim: number, isCp
   return longDecode ? 'per_workgroup' : 'per_thread';
 }
 
-type AttentionVariant = { entry: 'per_thread' | 'per_workgroup'; headDim: number; kvDType: KvDType };
-const attentionKey = (v: AttentionVariant) => `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}`;
+type AttentionVariant = { entry: 'per_thread' | 'per_workgroup' | 'split_combine'; headDim: number; kvDType: KvDType; position?: PositionSource };
+const attentionKey = (v: AttentionVariant) =>
+  `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position ?? 'uniform'}`;
 const attentionSpec = (v: AttentionVariant): ShaderSpec => ({
-  code: `const HEAD_DIM: u32 = ${v.headDim}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}\n${attentionWgsl}`,
+  code:
+    `const HEAD_DIM: u32 = ${v.headDim}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}` +
+    `${positionWgsl(v.position ?? 'uniform')}\n${attentionWgsl}`,
   entryPoint: v.entry,
 });
 
@@ -264,7 +406,7 @@ const attentionSpec = (v: AttentionVariant): ShaderSpec => ({
  * attention.wgsl's element type of q and the caches: vec4s when the head dimension is a multiple
  * of 4 (every head starts at a multiple of 4 floats), else single floats.
  */
-function attentionSliceWgsl(aligned: boolean, kvDType: KvDType): string {
+function attentionSliceWgsl(aligned: boolean, kvDType: KvDType, withQ = true): string {
   const load1 = (name: string, buf: string) =>
     aligned
       ? `fn ${name}(i: u32) -> f32 { return ${buf}[i >> 2u][i & 3u]; }\n`
@@ -288,13 +430,83 @@ function attentionSliceWgsl(aligned: boolean, kvDType: KvDType): string {
       `fn ${name}1(i: u32) -> f32 { return ${name}(i); }\n`;
     cache = 'alias KV = u32;\n' + f('load_k', 'k_cache') + f('load_v', 'v_cache');
   }
-  const loads = load1('load_q1', 'q') + cache;
+  const loads = (withQ ? load1('load_q1', 'q') : '') + cache;
   if (!aligned) {
-    return `alias H = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: H) -> f32 { return v; }\n${loads}fn store_out(i: u32, v: H) { out[i] = v; }\n`;
+    return (
+      `alias H = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: H) -> f32 { return v; }\n${loads}fn store_out(i: u32, v: H) { out[i] = v; }\n`
+    );
   }
+  const store4 = (name: string, buf: string) =>
+    `fn ${name}(i: u32, v: H) { ${buf}[i] = v.x; ${buf}[i + 1u] = v.y; ${buf}[i + 2u] = v.z; ${buf}[i + 3u] = v.w; }\n`;
   return (
     `alias H = vec4<f32>;\nconst WIDTH: u32 = 4u;\nfn hsum(v: H) -> f32 { return v.x + v.y + v.z + v.w; }\n${loads}` +
-    `fn store_out(i: u32, v: H) { out[i] = v.x; out[i + 1u] = v.y; out[i + 2u] = v.z; out[i + 3u] = v.w; }\n`
+    store4('store_out', 'out')
+  );
+}
+
+type DecodeAttentionVariant = { headDim: number; kvDType: KvDType; position: PositionSource; split: boolean; threads: number };
+const decodeAttentionKey = (v: DecodeAttentionVariant) =>
+  `decode_attention/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position}/${v.split ? 'split' : 'whole'}/t${v.threads}`;
+
+/** decode_attention.wgsl with its snippets (see the head of that file). */
+function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
+  const aligned = v.headDim % 4 === 0;
+  // (q comes from qkv: no load_q1.)
+  let code = `const HEAD_DIM: u32 = ${v.headDim}u;\nconst THREADS: u32 = ${v.threads}u;\n${attentionSliceWgsl(aligned, v.kvDType, false)}`;
+  // The partials binding exists only in the split variant (a layout 'auto' binding must be bound).
+  if (v.split) {
+    code +=
+      '@group(0) @binding(5) var<storage, read_write> partials: array<f32>;\n' +
+      (aligned
+        ? 'fn store_partial(i: u32, v: H) { partials[i] = v.x; partials[i + 1u] = v.y; partials[i + 2u] = v.z; partials[i + 3u] = v.w; }\n'
+        : 'fn store_partial(i: u32, v: H) { partials[i] = v; }\n') +
+      'fn store_ml(i: u32, m: f32, l: f32) { partials[i] = m; partials[i + 1u] = l; }\n';
+  } else {
+    code += 'fn store_partial(i: u32, v: H) {}\nfn store_ml(i: u32, m: f32, l: f32) {}\n';
+  }
+  code += `${sinCosWgsl}\n${f16BitsWgsl}\n${positionWgsl(v.position)}`;
+  code += 'fn pack_f16(a: f32, b: f32) -> u32 { return f16_bits(a) | (f16_bits(b) << 16u); }\n';
+  if (aligned) {
+    code +=
+      'fn slice_h(f: ptr<function, array<f32, HEAD_DIM>>, i: u32) -> H { return H((*f)[4u * i], (*f)[4u * i + 1u], (*f)[4u * i + 2u], (*f)[4u * i + 3u]); }\n' +
+      'fn qkv_h(i: u32) -> H { return H(qkv[i], qkv[i + 1u], qkv[i + 2u], qkv[i + 3u]); }\n';
+  } else {
+    code += 'fn slice_h(f: ptr<function, array<f32, HEAD_DIM>>, i: u32) -> H { return (*f)[i]; }\nfn qkv_h(i: u32) -> H { return qkv[i]; }\n';
+  }
+  if (v.kvDType === 'f32') {
+    code +=
+      'fn round_kv(x: H) -> H { return x; }\n' +
+      'fn store_kv_row(e0: u32) { for (var i = 0u; i < HEAD_SLICES; i++) { k_cache[e0 / WIDTH + i] = k_cur[i]; v_cache[e0 / WIDTH + i] = v_cur[i]; } }\n';
+  } else if (aligned) {
+    code +=
+      'fn round_kv(x: H) -> H { return H(unpack2x16float(pack_f16(x.x, x.y)), unpack2x16float(pack_f16(x.z, x.w))); }\n' +
+      'fn store_kv_row(e0: u32) {\n  for (var i = 0u; i < HEAD_SLICES; i++) {\n' +
+      '    k_cache[e0 / 4u + i] = vec2<u32>(pack_f16(k_cur[i].x, k_cur[i].y), pack_f16(k_cur[i].z, k_cur[i].w));\n' +
+      '    v_cache[e0 / 4u + i] = vec2<u32>(pack_f16(v_cur[i].x, v_cur[i].y), pack_f16(v_cur[i].z, v_cur[i].w));\n  }\n}\n';
+  } else {
+    // Single floats: a cache word holds two of them (e0 and HEAD_DIM are even).
+    code +=
+      'fn round_kv(x: H) -> H { return unpack2x16float(f16_bits(x)).x; }\n' +
+      'fn store_kv_row(e0: u32) {\n  for (var i = 0u; i < HEAD_SLICES; i += 2u) {\n' +
+      '    k_cache[(e0 + i) / 2u] = pack_f16(k_cur[i], k_cur[i + 1u]);\n    v_cache[(e0 + i) / 2u] = pack_f16(v_cur[i], v_cur[i + 1u]);\n  }\n}\n';
+  }
+  const slices = aligned ? v.headDim / 4 : v.headDim;
+  return { code: unrollSliceLoops(`${code}\n${decodeAttentionWgsl}`, slices), entryPoint: 'main' };
+}
+
+/** Slices up to which unrollSliceLoops unrolls (beyond, the code grows more than the loop costs). */
+const MAX_UNROLLED_SLICES = 16;
+
+/**
+ * Unrolls the brace-free `for (var i = 0u; i < HEAD_SLICES; i++) { ... }` loops of a shader into
+ * one copy of the body per slice, with i a constant. Why: SwiftShader does not unroll them, and a
+ * function-scope array indexed by a loop variable goes through memory lane by lane. Measured on
+ * SwiftShader, stories260K decode (head_dim 8: 2 slices): ~3.3 -> ~3.1 ms/token.
+ */
+function unrollSliceLoops(code: string, slices: number): string {
+  if (slices > MAX_UNROLLED_SLICES) return code;
+  return code.replace(/for \(var i = 0u; i < HEAD_SLICES; i\+\+\) \{([^{}]*)\}/g, (_, body: string) =>
+    Array.from({ length: slices }, (_, k) => `{${body.replace(/\bi\b/g, `${k}u`)}}`).join(' '),
   );
 }
 
@@ -335,6 +547,9 @@ export class Kernels {
     for (const name of Object.keys(FIXED_KERNELS) as FixedKernel[]) {
       compiling.push(kernels.pipelines.prepare(name, () => FIXED_KERNELS[name]));
     }
+    for (const name of Object.keys(POSITIONAL_KERNELS) as PositionalKernel[]) {
+      compiling.push(kernels.pipelines.prepare(positionalKey(name, 'uniform'), () => positionalSpec(name, 'uniform')));
+    }
     for (const entry of ['per_row', 'per_workgroup'] as const) {
       for (const aligned of [true, false]) {
         const v = { entry, aligned };
@@ -363,10 +578,46 @@ export class Kernels {
     return new KernelBatch(this);
   }
 
+  /**
+   * Starts recording a KernelProgram: dispatches whose parameters and bind groups are made once
+   * and that are then encoded into any number of command encoders (the reusable decode step).
+   */
+  program(label = 'kernel program'): KernelProgram {
+    return new KernelProgram(this, label);
+  }
+
   /** @internal The pipeline of a fixed kernel. */
   fixedPipeline(name: FixedKernel): GPUComputePipeline {
     return this.pipelines.get(name, () => FIXED_KERNELS[name]);
   }
+
+  /** @internal The pipeline of a position-dependent kernel for one position source. */
+  positionalPipeline(name: PositionalKernel, source: PositionSource): GPUComputePipeline {
+    return this.pipelines.get(positionalKey(name, source), () => positionalSpec(name, source));
+  }
+
+  /** @internal A decode_attention.wgsl pipeline (compiled on first use). */
+  decodeAttentionPipeline(variant: DecodeAttentionVariant): GPUComputePipeline {
+    return this.pipelines.get(decodeAttentionKey(variant), () => decodeAttentionSpec(variant));
+  }
+
+  /** @internal A fused_matvec.wgsl pipeline (compiled on first use). */
+  fusedMatvecPipeline(variant: FusedVariant): GPUComputePipeline {
+    return this.pipelines.get(fusedKey(variant), () => fusedMatvecSpec(variant));
+  }
+
+  /**
+   * Keys per chunk of the decode attention's split over the sequence: a cache of more rows takes
+   * decode_attention + split_combine (two dispatches), a smaller one decode_attention alone.
+   * CPU devices (SwiftShader) split late: there a thread per head walking its keys is cheap and
+   * every dispatch costs ~15 µs; GPUs split early, since one thread per head leaves them idle.
+   */
+  decodeAttentionChunkKeys(): number {
+    return this.decodeChunkKeysOverride ?? (this.isCpuDevice ? DECODE_CHUNK_KEYS_CPU : DECODE_CHUNK_KEYS_GPU);
+  }
+
+  /** @internal Forces the decode attention's chunk length (tests). */
+  decodeChunkKeysOverride: number | undefined;
 
   /** @internal An rmsnorm.wgsl pipeline (compiled up front by create()). */
   rmsNormPipeline(variant: RmsNormVariant): GPUComputePipeline {
@@ -533,26 +784,13 @@ function assertDistinct(output: GPUBuffer, inputs: (GPUBuffer | undefined)[], wh
   }
 }
 
-/** Dispatches recorded into one command encoder, submitted together. */
-export class KernelBatch {
-  private readonly device: GPUDevice;
-  private readonly rawEncoder: GPUCommandEncoder;
-  private readonly uniforms: UniformArena;
-  /** The compute pass the dispatches go into, kept open between consecutive dispatches. */
-  private pass: GPUComputePassEncoder | undefined;
-  private submitted = false;
-
-  constructor(private readonly kernels: Kernels) {
-    this.device = kernels.ctx.device;
-    this.rawEncoder = this.device.createCommandEncoder({ label: 'kernel batch' });
-    this.uniforms = new UniformArena(this.device);
-  }
-
-  /** The command encoder, for recording other commands in order with the dispatches. */
-  get encoder(): GPUCommandEncoder {
-    this.endPass();
-    return this.rawEncoder;
-  }
+/**
+ * The kernels' dispatch methods, checked and planned once; where the dispatches go is the
+ * subclass's: KernelBatch encodes them at once into one command encoder, KernelProgram keeps them
+ * (with their parameters and bind groups) to encode again and again.
+ */
+export abstract class KernelRecorder {
+  constructor(protected readonly kernels: Kernels) {}
 
   /**
    * out[t, :] = E[tokens[t], :] (f32 [T, table.cols]). Token ids past the table give zero rows.
@@ -641,6 +879,8 @@ export class KernelBatch {
     startPos: number,
     invFreq: GPUBuffer,
     pairing: RopePairing,
+    /** A u32 added to startPos on the GPU (see PositionSource); for KernelProgram's reusable steps. */
+    position?: GPUBuffer,
   ): void {
     assertCount(T, 'rope T', 0);
     assertCount(numHeads, 'rope numHeads');
@@ -654,9 +894,9 @@ export class KernelBatch {
     assertFits(invFreq, (headDim / 2) * 4, 'rope invFreq');
     const pairs = T * numHeads * (headDim / 2);
     this.dispatch(
-      this.kernels.fixedPipeline('rope'),
+      this.kernels.positionalPipeline('rope', position ? 'buffer' : 'uniform'),
       [T, numHeads, headDim, startPos, pairing === 'adjacent' ? 0 : 1],
-      { 1: x, 2: invFreq },
+      withPosition({ 1: x, 2: invFreq }, position),
       Math.ceil(pairs / ELEMENTWISE_WORKGROUP),
     );
   }
@@ -668,6 +908,9 @@ export class KernelBatch {
    * only to the keys at positions (p - W, p] (Mistral / Qwen2 `sliding_window`); without, to 0 ..= p.
    * One thread per (token, head) or one workgroup per (token, head): see attentionPlan.
    * kvDType: the caches' element type ('f16': two halves a u32 word, as writeKv stores them).
+   * With `position` (a u32 on the GPU, see PositionSource), the first token is at startPos plus
+   * that value: the caches are then only checked to hold startPos + T rows, the kernel variant is
+   * planned for as many keys as the caches hold, and the dispatch grid does not depend on it.
    */
   attention(
     out: GPUBuffer,
@@ -681,6 +924,7 @@ export class KernelBatch {
     headDim: number,
     slidingWindow?: number,
     kvDType: KvDType = 'f32',
+    position?: GPUBuffer,
   ): void {
     assertCount(T, 'attention T', 0);
     assertCount(startPos, 'attention startPos', 0);
@@ -701,43 +945,271 @@ export class KernelBatch {
     if (kvDType === 'f16' && (numKvHeads * headDim) % 2 !== 0) {
       throw new Error(`attention: an f16 KV cache needs an even K/V row (numKvHeads * headDim = ${numKvHeads * headDim})`);
     }
-    const cacheBytes = (startPos + T) * numKvHeads * headDim * (kvDType === 'f16' ? 2 : 4);
-    assertFits(kCache, cacheBytes, 'attention kCache');
-    assertFits(vCache, cacheBytes, 'attention vCache');
+    const rowBytes = numKvHeads * headDim * (kvDType === 'f16' ? 2 : 4);
+    assertFits(kCache, (startPos + T) * rowBytes, 'attention kCache');
+    assertFits(vCache, (startPos + T) * rowBytes, 'attention vCache');
     const items = T * numHeads;
-    const keys = Math.min(startPos + T, slidingWindow ?? Infinity); // the most any query sees
+    // The most keys any query sees: with a GPU position, as many as the cache holds.
+    const lastRow = position ? Math.floor(Math.min(kCache.size, vCache.size) / rowBytes) : startPos + T;
+    const keys = Math.min(lastRow, slidingWindow ?? Infinity);
     const entry = this.kernels.attentionPlanOverride ?? attentionPlan(items, keys, headDim, this.kernels.isCpuDevice);
     this.dispatch(
-      this.kernels.attentionPipeline({ entry, headDim, kvDType }),
+      this.kernels.attentionPipeline({ entry, headDim, kvDType, position: position ? 'buffer' : 'uniform' }),
       [T, startPos, numHeads, numKvHeads, headDim, f32(1 / Math.sqrt(headDim)), slidingWindow ?? 0],
-      { 1: out, 2: q, 3: kCache, 4: vCache },
+      withPosition({ 1: out, 2: q, 3: kCache, 4: vCache }, position),
       entry === 'per_thread' ? Math.ceil(items / ATTENTION_ITEMS_PER_WORKGROUP) : items,
     );
   }
 
   /**
-   * Writes rows startRow .. startRow + T - 1 of the f16 caches kCache and vCache (two halves a u32
-   * word) from the f32 rows k and v [T, rowElems], rounded to nearest even. rowElems must be even.
+   * Writes rows startRow .. startRow + T - 1 of the caches kCache and vCache from the f32 rows k and
+   * v [T, rowElems]. 'f16' caches (the default) hold two halves a u32 word, rounded to nearest
+   * even (rowElems must be even); 'f32' caches the floats as they are. With `position` (a u32 on
+   * the GPU, see PositionSource) the rows start at startRow plus that value; the caches are then
+   * only checked to hold startRow + T rows.
    */
-  writeKv(kCache: GPUBuffer, vCache: GPUBuffer, k: GPUBuffer, v: GPUBuffer, T: number, startRow: number, rowElems: number): void {
+  writeKv(
+    kCache: GPUBuffer,
+    vCache: GPUBuffer,
+    k: GPUBuffer,
+    v: GPUBuffer,
+    T: number,
+    startRow: number,
+    rowElems: number,
+    options: { kvDType?: KvDType; position?: GPUBuffer } = {},
+  ): void {
+    const kvDType = options.kvDType ?? 'f16';
     assertCount(T, 'writeKv T', 0);
     assertCount(startRow, 'writeKv startRow', 0);
     assertCount(rowElems, 'writeKv rowElems');
-    if (rowElems % 2 !== 0) throw new Error(`writeKv: an f16 KV cache row must be even, got ${rowElems} elements`);
+    if (kvDType === 'f16' && rowElems % 2 !== 0) throw new Error(`writeKv: an f16 KV cache row must be even, got ${rowElems} elements`);
     if (T === 0) return;
     assertDistinct(kCache, [vCache, k, v], 'writeKv');
     assertDistinct(vCache, [k, v], 'writeKv');
     assertFits(k, T * rowElems * 4, 'writeKv k');
     assertFits(v, T * rowElems * 4, 'writeKv v');
-    assertFits(kCache, (startRow + T) * rowElems * 2, 'writeKv kCache');
-    assertFits(vCache, (startRow + T) * rowElems * 2, 'writeKv vCache');
-    const words = (T * rowElems) / 2;
+    const elemBytes = kvDType === 'f16' ? 2 : 4;
+    assertFits(kCache, (startRow + T) * rowElems * elemBytes, 'writeKv kCache');
+    assertFits(vCache, (startRow + T) * rowElems * elemBytes, 'writeKv vCache');
+    // f16: one thread per word (two halves); f32: one per float.
+    const rowLen = kvDType === 'f16' ? rowElems / 2 : rowElems;
+    const n = T * rowLen;
+    const source = options.position ? 'buffer' : 'uniform';
+    const buffers: Record<number, GPUBuffer> =
+      kvDType === 'f16' ? { 1: k, 2: v, 3: kCache, 4: vCache } : { 1: k, 2: v, 5: kCache, 6: vCache };
     this.dispatch(
-      this.kernels.fixedPipeline('write_kv'),
-      [words, (startRow * rowElems) / 2],
-      { 1: k, 2: v, 3: kCache, 4: vCache },
-      Math.ceil(words / ELEMENTWISE_WORKGROUP),
+      this.kernels.positionalPipeline(kvDType === 'f16' ? 'write_kv' : 'write_kv_f32', source),
+      [n, startRow, rowLen],
+      withPosition(buffers, options.position),
+      Math.ceil(n / ELEMENTWISE_WORKGROUP),
     );
+  }
+
+  /**
+   * Decode (one token) projection through matrices stacked by rows, with RMSNorm and the residual
+   * add folded in (fused_matvec.wgsl): y = [W_0·x' + b_0; W_1·x' + b_1; ...] where x' = x, or
+   * rmsnorm(x)·γ with `norm`; with `accumulate`, y += that instead (x += W·a). Every matrix has
+   * x's length of columns. Split matrices (GpuMatrix.parts) and their biases are stacked as row
+   * ranges; one dispatch takes as many as the device's storage-buffer bindings (and 8) allow.
+   * y must not be x (or a weight or bias).
+   */
+  fusedMatvec(
+    y: GPUBuffer,
+    x: GPUBuffer,
+    matrices: { W: GpuMatrix; bias?: GPUBuffer }[],
+    options: { norm?: { gamma: GPUBuffer; eps: number }; accumulate?: boolean } = {},
+  ): void {
+    if (matrices.length === 0) throw new Error('fusedMatvec needs at least one matrix');
+    const cols = matrices[0].W.cols;
+    const segments: FusedSegment[] = [];
+    let outRow = 0;
+    for (const [i, { W, bias }] of matrices.entries()) {
+      const what = `fusedMatvec W[${i}]`;
+      assertCount(W.rows, `${what}.rows`);
+      if (W.cols !== cols) throw new Error(`${what} has ${W.cols} columns, the others ${cols}`);
+      checkWeightShape(W.dtype, W.rows, W.cols, what);
+      if (bias) assertFits(bias, W.rows * 4, `${what} bias`);
+      for (const part of checkParts(W, what)) {
+        segments.push({ buffer: part.buffer, dtype: W.dtype, rows: part.rows, outRow: outRow + part.firstRow, biasRow: part.firstRow, bias });
+      }
+      outRow += W.rows;
+    }
+    assertFits(y, outRow * 4, 'fusedMatvec y');
+    this.recordFused(options.accumulate ? 'accumulate' : 'store', y, x, cols, segments, options.norm);
+  }
+
+  /**
+   * Decode (one token) feed-forward input: out = silu(x'·W_gateᵀ) * (x'·W_upᵀ), x' = x or
+   * rmsnorm(x)·γ with `norm`, in one dispatch (fused_matvec.wgsl MODE_SWIGLU). A split W_gate or
+   * W_up (GpuMatrix.parts) takes the two projections into `scratch` and swiglu() instead.
+   */
+  fusedSwiglu(
+    out: GPUBuffer,
+    x: GPUBuffer,
+    wGate: GpuMatrix,
+    wUp: GpuMatrix,
+    options: { norm?: { gamma: GPUBuffer; eps: number }; scratch?: { gate: GPUBuffer; up: GPUBuffer } } = {},
+  ): void {
+    if (wGate.rows !== wUp.rows || wGate.cols !== wUp.cols) {
+      throw new Error(`fusedSwiglu: W_gate [${wGate.rows}, ${wGate.cols}] and W_up [${wUp.rows}, ${wUp.cols}] differ`);
+    }
+    if (wGate.parts || wUp.parts) {
+      const scratch = options.scratch;
+      if (!scratch) throw new Error('fusedSwiglu: a split W_gate or W_up needs scratch buffers');
+      this.fusedMatvec(scratch.gate, x, [{ W: wGate }], { norm: options.norm });
+      this.fusedMatvec(scratch.up, x, [{ W: wUp }], { norm: options.norm });
+      this.swiglu(out, scratch.gate, scratch.up, wGate.rows);
+      return;
+    }
+    for (const [W, what] of [[wGate, 'W_gate'], [wUp, 'W_up']] as const) {
+      assertCount(W.rows, `fusedSwiglu ${what}.rows`);
+      checkWeightShape(W.dtype, W.rows, W.cols, `fusedSwiglu ${what}`);
+      checkParts(W, `fusedSwiglu ${what}`);
+    }
+    assertFits(out, wGate.rows * 4, 'fusedSwiglu out');
+    const segment = (W: GpuMatrix): FusedSegment => ({ buffer: W.buffer, dtype: W.dtype, rows: W.rows, outRow: 0, biasRow: 0 });
+    this.recordFused('swiglu', out, x, wGate.cols, [segment(wGate), segment(wUp)], options.norm);
+  }
+
+  private recordFused(
+    mode: FusedMatvecMode,
+    y: GPUBuffer,
+    x: GPUBuffer,
+    cols: number,
+    segments: FusedSegment[],
+    norm: { gamma: GPUBuffer; eps: number } | undefined,
+  ): void {
+    assertFits(x, cols * 4, 'fused matvec x');
+    if (norm) assertFits(norm.gamma, cols * 4, 'fused matvec gamma');
+    assertDistinct(y, [x, norm?.gamma, ...segments.flatMap((g) => [g.buffer, g.bias])], 'fused matvec');
+    const aligned = cols % 4 === 0;
+    const plan = this.kernels.matvecPlan(cols);
+    // Storage buffers one dispatch may bind: y, x, gamma, then a weight (and bias) per segment.
+    const budget = this.kernels.ctx.limits.maxStorageBuffersPerShaderStage - (norm ? 3 : 2);
+    const groups: FusedSegment[][] = [];
+    if (mode === 'swiglu') {
+      if (budget < 2) throw new Error('fused matvec: the device binds too few storage buffers');
+      groups.push(segments);
+    } else {
+      let group: FusedSegment[] = [];
+      let used = 0;
+      for (const g of segments) {
+        const cost = g.bias ? 2 : 1;
+        if (cost > budget) throw new Error('fused matvec: the device binds too few storage buffers');
+        if (group.length === FUSED_MAX_SEGMENTS || used + cost > budget) {
+          groups.push(group);
+          group = [];
+          used = 0;
+        }
+        group.push(g);
+        used += cost;
+      }
+      groups.push(group);
+    }
+    for (const group of groups) {
+      const seg: number[] = [];
+      let quads = 0;
+      for (const [s, g] of group.entries()) {
+        seg.push(quads, g.rows, g.outRow, g.biasRow);
+        // swiglu: the grid covers W_gate's quads only (each thread computes W_up's same rows).
+        if (mode !== 'swiglu' || s === 0) quads += Math.ceil(g.rows / 4);
+      }
+      // Unused slots (and W_up in swiglu mode) start past every quad: no thread picks them.
+      if (mode === 'swiglu') seg[4] = 0xffffffff;
+      while (seg.length < 4 * FUSED_MAX_SEGMENTS) seg.push(0xffffffff, 1, 0, 0);
+      const variant: FusedVariant = {
+        mode,
+        norm: !!norm,
+        aligned,
+        plan,
+        segments: group.map((g) => ({ dtype: g.dtype, hasBias: !!g.bias })),
+      };
+      const buffers: Record<number, GPUBuffer> = { 1: y, 2: x };
+      if (norm) buffers[FUSED_GAMMA_BINDING] = norm.gamma;
+      group.forEach((g, s) => {
+        buffers[fusedWeightBinding(s)] = g.buffer;
+        if (g.bias) buffers[fusedBiasBinding(s)] = g.bias;
+      });
+      this.dispatch(
+        this.kernels.fusedMatvecPipeline(variant),
+        [cols, quads, f32(norm?.eps ?? 0), 0, ...seg],
+        buffers,
+        Math.ceil((quads * plan.team) / MATVEC_WORKGROUP),
+      );
+    }
+  }
+
+  /**
+   * Decode (one token) attention straight from a fused Q/K/V projection qkv = [q | k | v], with
+   * RoPE and the K/V append folded in (decode_attention.wgsl): q and k rotated to the position
+   * (startPos plus the u32 in `position`, see PositionSource), the token's (rope(k), v) written to
+   * its cache row, and out [numHeads, headDim] = attention over the cache rows up to it. With
+   * `split` (chunks = ceil(cache rows / chunkKeys) > 1) the keys are split over the sequence and
+   * combined in a second dispatch (attention.wgsl split_combine); partials holds
+   * numHeads * chunks * (headDim + 2) floats. The grids depend on the cache size, not the position.
+   */
+  decodeAttention(
+    out: GPUBuffer,
+    qkv: GPUBuffer,
+    kCache: GPUBuffer,
+    vCache: GPUBuffer,
+    startPos: number,
+    numHeads: number,
+    numKvHeads: number,
+    headDim: number,
+    rope: { invFreq: GPUBuffer; pairing: RopePairing },
+    slidingWindow: number | undefined,
+    kvDType: KvDType,
+    split?: { chunkKeys: number; partials: GPUBuffer },
+    position?: GPUBuffer,
+  ): void {
+    assertCount(startPos, 'decodeAttention startPos', 0);
+    assertCount(numHeads, 'decodeAttention numHeads');
+    assertCount(numKvHeads, 'decodeAttention numKvHeads');
+    assertCount(headDim, 'decodeAttention headDim');
+    if (numHeads % numKvHeads !== 0) {
+      throw new Error(`attention numHeads (${numHeads}) must be a multiple of numKvHeads (${numKvHeads})`);
+    }
+    if (headDim % 2 !== 0) throw new Error(`decodeAttention headDim must be even (RoPE pairs), got ${headDim}`);
+    if (headDim > ATTENTION_MAX_HEAD_DIM) throw new Error(`attention headDim ${headDim} exceeds the supported ${ATTENTION_MAX_HEAD_DIM}`);
+    if (rope.pairing !== 'adjacent' && rope.pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(rope.pairing)}`);
+    if (slidingWindow !== undefined) assertCount(slidingWindow, 'attention slidingWindow');
+    const qDim = numHeads * headDim;
+    const kvDim = numKvHeads * headDim;
+    assertDistinct(out, [qkv, kCache, vCache, rope.invFreq, split?.partials], 'decodeAttention');
+    assertDistinct(kCache, [vCache, qkv], 'decodeAttention');
+    assertFits(out, qDim * 4, 'decodeAttention out');
+    assertFits(qkv, (qDim + 2 * kvDim) * 4, 'decodeAttention qkv');
+    assertFits(rope.invFreq, (headDim / 2) * 4, 'decodeAttention invFreq');
+    const rowBytes = kvDim * (kvDType === 'f16' ? 2 : 4);
+    assertFits(kCache, (startPos + 1) * rowBytes, 'decodeAttention kCache');
+    assertFits(vCache, (startPos + 1) * rowBytes, 'decodeAttention vCache');
+    const rows = Math.floor(Math.min(kCache.size, vCache.size) / rowBytes);
+    const chunkKeys = split ? split.chunkKeys : rows;
+    assertCount(chunkKeys, 'decodeAttention chunkKeys');
+    const chunks = Math.ceil(rows / chunkKeys);
+    if (chunks > 1 && !split) throw new Error('decodeAttention: several chunks need a partials buffer');
+    if (split) assertFits(split.partials, numHeads * chunks * (headDim + 2) * 4, 'decodeAttention partials');
+    const scale = f32(1 / Math.sqrt(headDim));
+    const window = slidingWindow ?? 0;
+    const source = position ? 'buffer' : 'uniform';
+    const threads = this.kernels.isCpuDevice ? DECODE_ATTENTION_THREADS_CPU : DECODE_ATTENTION_THREADS_GPU;
+    const buffers: Record<number, GPUBuffer> = { 1: out, 2: qkv, 3: kCache, 4: vCache, 6: rope.invFreq };
+    if (chunks > 1 && split) buffers[5] = split.partials;
+    this.dispatch(
+      this.kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads }),
+      [startPos, numHeads, numKvHeads, headDim, scale, window, chunkKeys, chunks, rope.pairing === 'adjacent' ? 0 : 1],
+      withPosition(buffers, position),
+      Math.ceil((numHeads * chunks) / threads),
+    );
+    if (chunks > 1 && split) {
+      this.dispatch(
+        this.kernels.attentionPipeline({ entry: 'split_combine', headDim, kvDType, position: source }),
+        [1, startPos, numHeads, numKvHeads, headDim, scale, window, chunkKeys, chunks],
+        withPosition({ 1: out, 5: split.partials }, position),
+        Math.ceil((numHeads * headDim) / ATTENTION_ITEMS_PER_WORKGROUP),
+      );
+    }
   }
 
   /** out[i] = silu(gate[i]) * up[i] for i < n. out must not be gate or up. */
@@ -773,7 +1245,57 @@ export class KernelBatch {
     if (byteSize === 0) return;
     assertFits(src, srcOffset + byteSize, 'copy src');
     assertFits(dst, dstOffset + byteSize, 'copy dst');
-    this.encoder.copyBufferToBuffer(src, srcOffset, dst, dstOffset, byteSize);
+    this.recordCopy(src, srcOffset, dst, dstOffset, byteSize);
+  }
+
+  /** Records one dispatch of `pipeline` with `params` in its uniform (binding 0) and `buffers` bound. */
+  protected abstract dispatch(
+    pipeline: GPUComputePipeline,
+    params: UniformValue[],
+    buffers: Record<number, GPUBuffer>,
+    workgroups: number | [number, number],
+  ): void;
+
+  protected abstract recordCopy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, byteSize: number): void;
+
+  /** A bind group of `pipeline`: the uniform slot at binding 0, then `buffers` by binding. */
+  protected bindGroup(
+    pipeline: GPUComputePipeline,
+    slot: { buffer: GPUBuffer; offset: number; size: number },
+    buffers: Record<number, GPUBuffer>,
+    label?: string,
+  ): GPUBindGroup {
+    const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: slot }];
+    for (const [binding, buffer] of Object.entries(buffers)) entries.push({ binding: Number(binding), resource: { buffer } });
+    return this.kernels.ctx.device.createBindGroup({ label, layout: this.kernels.bindGroupLayout(pipeline), entries });
+  }
+}
+
+/** Adds the position buffer at POSITION_BINDING when there is one. */
+function withPosition(buffers: Record<number, GPUBuffer>, position: GPUBuffer | undefined): Record<number, GPUBuffer> {
+  return position ? { ...buffers, [POSITION_BINDING]: position } : buffers;
+}
+
+/** Dispatches recorded into one command encoder, submitted together. */
+export class KernelBatch extends KernelRecorder {
+  private readonly device: GPUDevice;
+  private readonly rawEncoder: GPUCommandEncoder;
+  private readonly uniforms: UniformArena;
+  /** The compute pass the dispatches go into, kept open between consecutive dispatches. */
+  private pass: GPUComputePassEncoder | undefined;
+  private submitted = false;
+
+  constructor(kernels: Kernels) {
+    super(kernels);
+    this.device = kernels.ctx.device;
+    this.rawEncoder = this.device.createCommandEncoder({ label: 'kernel batch' });
+    this.uniforms = new UniformArena(this.device);
+  }
+
+  /** The command encoder, for recording other commands in order with the dispatches. */
+  get encoder(): GPUCommandEncoder {
+    this.endPass();
+    return this.rawEncoder;
   }
 
   /** Writes the dispatch parameters, finishes the encoder and submits it. The batch is done after this. */
@@ -786,17 +1308,19 @@ export class KernelBatch {
     this.submitted = true;
   }
 
-  private dispatch(
+  protected recordCopy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, byteSize: number): void {
+    this.assertOpen();
+    this.encoder.copyBufferToBuffer(src, srcOffset, dst, dstOffset, byteSize);
+  }
+
+  protected dispatch(
     pipeline: GPUComputePipeline,
     params: UniformValue[],
     buffers: Record<number, GPUBuffer>,
     workgroups: number | [number, number],
   ): void {
     this.assertOpen();
-    const slot = this.uniforms.alloc(params);
-    const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: slot }];
-    for (const [binding, buffer] of Object.entries(buffers)) entries.push({ binding: Number(binding), resource: { buffer } });
-    const bindGroup = this.device.createBindGroup({ layout: this.kernels.bindGroupLayout(pipeline), entries });
+    const bindGroup = this.bindGroup(pipeline, this.uniforms.alloc(params), buffers);
     const [x, y] = typeof workgroups === 'number' ? this.kernels.grid(workgroups) : workgroups;
     this.pass ??= this.rawEncoder.beginComputePass({ label: 'kernels' });
     this.pass.setPipeline(pipeline);
@@ -811,5 +1335,83 @@ export class KernelBatch {
 
   private assertOpen(): void {
     if (this.submitted) throw new Error('this KernelBatch was already submitted; start another with kernels.begin()');
+  }
+}
+
+type ProgramCommand =
+  | { kind: 'dispatch'; pipeline: GPUComputePipeline; bindGroup: GPUBindGroup; x: number; y: number }
+  | { kind: 'copy'; src: GPUBuffer; srcOffset: number; dst: GPUBuffer; dstOffset: number; byteSize: number };
+
+/**
+ * Dispatches recorded once and encoded many times: each dispatch's parameters get a uniform slot
+ * and a bind group when it is recorded, and `encode` only sets pipelines and bind groups and
+ * dispatches, creating nothing. Whatever varies between encodings must live in buffers the kernels
+ * read (the position: PositionSource 'buffer'), written with queue.writeBuffer before each submit.
+ */
+export class KernelProgram extends KernelRecorder {
+  private readonly uniforms: UniformArena;
+  private readonly commands: ProgramCommand[] = [];
+  private sealed = false;
+
+  constructor(kernels: Kernels, private readonly label: string) {
+    super(kernels);
+    this.uniforms = new UniformArena(kernels.ctx.device);
+  }
+
+  /** Dispatches per encode. */
+  get dispatchCount(): number {
+    return this.commands.filter((c) => c.kind === 'dispatch').length;
+  }
+
+  /** Ends recording and queues the parameters (once); encode() seals the program if this was not called. */
+  seal(): void {
+    if (this.sealed) return;
+    this.uniforms.upload();
+    this.sealed = true;
+  }
+
+  /** Encodes every recorded command, in order, into `encoder` (one compute pass per run of dispatches). */
+  encode(encoder: GPUCommandEncoder): void {
+    this.seal();
+    let pass: GPUComputePassEncoder | undefined;
+    for (const c of this.commands) {
+      if (c.kind === 'dispatch') {
+        pass ??= encoder.beginComputePass({ label: this.label });
+        pass.setPipeline(c.pipeline);
+        pass.setBindGroup(0, c.bindGroup);
+        pass.dispatchWorkgroups(c.x, c.y);
+      } else {
+        pass?.end();
+        pass = undefined;
+        encoder.copyBufferToBuffer(c.src, c.srcOffset, c.dst, c.dstOffset, c.byteSize);
+      }
+    }
+    pass?.end();
+  }
+
+  /** Frees the parameter buffers (legal once the last submit that used the program is queued). */
+  destroy(): void {
+    this.uniforms.destroy();
+  }
+
+  protected recordCopy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, byteSize: number): void {
+    this.assertRecording();
+    this.commands.push({ kind: 'copy', src, srcOffset, dst, dstOffset, byteSize });
+  }
+
+  protected dispatch(
+    pipeline: GPUComputePipeline,
+    params: UniformValue[],
+    buffers: Record<number, GPUBuffer>,
+    workgroups: number | [number, number],
+  ): void {
+    this.assertRecording();
+    const bindGroup = this.bindGroup(pipeline, this.uniforms.alloc(params), buffers, this.label);
+    const [x, y] = typeof workgroups === 'number' ? this.kernels.grid(workgroups) : workgroups;
+    this.commands.push({ kind: 'dispatch', pipeline, bindGroup, x, y });
+  }
+
+  private assertRecording(): void {
+    if (this.sealed) throw new Error('this KernelProgram is sealed; record into a new one');
   }
 }

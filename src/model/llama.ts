@@ -10,7 +10,7 @@
 // Prefill runs the whole prompt through each layer in one pass (T tokens at once); decode is the
 // same code with T = 1. Every dispatch of a step is recorded into one command buffer.
 import type { GpuContext } from '../gpu/device.ts';
-import { Kernels } from '../gpu/kernels.ts';
+import { Kernels, type KernelRecorder } from '../gpu/kernels.ts';
 import type { LlamaConfig } from './config.ts';
 import { KvCache, type KvDType } from './kv-cache.ts';
 import type { LlamaWeights } from './weights.ts';
@@ -71,9 +71,16 @@ class Activations {
   readonly ffnHidden: GPUBuffer; // silu(gate) * up
   readonly lastXb: GPUBuffer; // the last token's normalized x [d]
   readonly logits: GPUBuffer; // [T or 1, vocab]
-  readonly logitsReadback: GPUBuffer;
+  /** MAP_READ copy of the logits; absent when they stay on the GPU (the decode step). */
+  readonly logitsReadback: GPUBuffer | undefined;
 
-  constructor(device: GPUDevice, c: LlamaConfig, readonly tokens: number, readonly allLogits: boolean) {
+  constructor(
+    device: GPUDevice,
+    c: LlamaConfig,
+    readonly tokens: number,
+    readonly allLogits: boolean,
+    readable = true,
+  ) {
     const f32 = (label: string, elements: number, extraUsage = 0) => {
       const buffer = device.createBuffer({
         label,
@@ -100,12 +107,14 @@ class Activations {
     this.lastXb = f32('last_xb', c.hiddenSize);
     const logitRows = allLogits ? T : 1;
     this.logits = f32('logits', logitRows * c.vocabSize);
-    this.logitsReadback = device.createBuffer({
-      label: 'logits_readback',
-      size: logitRows * c.vocabSize * 4,
-      usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-    });
-    this.buffers.push(this.logitsReadback);
+    if (readable) {
+      this.logitsReadback = device.createBuffer({
+        label: 'logits_readback',
+        size: logitRows * c.vocabSize * 4,
+        usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+      });
+      this.buffers.push(this.logitsReadback);
+    }
   }
 
   destroy(): void {
@@ -116,6 +125,44 @@ class Activations {
 export interface ForwardOptions {
   /** Return logits for every input token ([T, vocab]) instead of the last one only. */
   allLogits?: boolean;
+  /** Also copy the last token's logits (f32 [vocab]) into this buffer at offset 0 (usage COPY_DST). */
+  lastLogitsTo?: GPUBuffer;
+  /**
+   * Read the logits back (default true). With false nothing is mapped: the promise resolves to
+   * null once the work is submitted (the logits are then only in `lastLogitsTo`).
+   */
+  readBack?: boolean;
+}
+
+/**
+ * One decode step recorded once and encoded again for every token: the token is read from
+ * `tokenIn` on the GPU and the position from a small buffer, so nothing is created per step.
+ */
+export interface DecodeStep {
+  /** u32 at byte offset 0: the token the next encodeStep embeds (written on the GPU by a sampler, or by queue.writeBuffer). */
+  readonly tokenIn: GPUBuffer; // usage STORAGE | COPY_DST | COPY_SRC
+  /** f32 [vocab]: the logits of the last encoded step, once its commands have run. */
+  readonly logits: GPUBuffer; // usage STORAGE | COPY_SRC | COPY_DST
+  /** Dispatches one encodeStep records. */
+  readonly dispatchCount: number;
+  /**
+   * Records one decode step (the token in tokenIn at `position`, its K/V written to the cache at
+   * `position`, logits out) into `encoder`. The position is set by a 4-byte copy recorded in the
+   * encoder ahead of the dispatches (from a table of every position), so several steps may be
+   * encoded into one command buffer, in order. Creates no buffers, bind groups or pipelines, and
+   * writes nothing through the queue: it only encodes that copy and the recorded dispatches.
+   */
+  encodeStep(encoder: GPUCommandEncoder, position: number): void;
+  /** Frees the step's buffers (not the cache's). */
+  destroy(): void;
+}
+
+export interface DecodeStepOptions {
+  /**
+   * The fused kernels (default true: 5 dispatches a layer, see recordDecodeStep); false records
+   * forward()'s unfused kernels instead (16 a layer), for benchmarks and tests.
+   */
+  fused?: boolean;
 }
 
 export class LlamaModel {
@@ -148,25 +195,157 @@ export class LlamaModel {
 
   /**
    * Runs `tokens` at positions startPos.. through the model, appending their K/V to `cache`.
-   * Returns the logits of the last token ([vocab]) or, with `allLogits`, of every token ([T, vocab]).
+   * Returns the logits of the last token ([vocab]) or, with `allLogits`, of every token ([T, vocab]);
+   * with `readBack: false`, null once the work is submitted (see ForwardOptions.lastLogitsTo).
    */
-  async forward(tokens: readonly number[], startPos: number, cache: KvCache, options: ForwardOptions = {}): Promise<Float32Array> {
+  forward(tokens: readonly number[], startPos: number, cache: KvCache, options?: ForwardOptions & { readBack?: true }): Promise<Float32Array>;
+  forward(tokens: readonly number[], startPos: number, cache: KvCache, options: ForwardOptions & { readBack: false }): Promise<null>;
+  forward(tokens: readonly number[], startPos: number, cache: KvCache, options?: ForwardOptions): Promise<Float32Array | null>;
+  async forward(tokens: readonly number[], startPos: number, cache: KvCache, options: ForwardOptions = {}): Promise<Float32Array | null> {
     const T = tokens.length;
     if (T === 0) throw new Error('forward() needs at least one token');
     if (startPos + T > cache.capacity) {
       throw new Error(`sequence of ${startPos + T} positions exceeds the KV cache (${cache.capacity})`);
     }
     const allLogits = options.allLogits ?? false;
+    const readBack = options.readBack ?? true;
+    const vocabBytes = this.config.vocabSize * 4;
+    if (options.lastLogitsTo && options.lastLogitsTo.size < vocabBytes) {
+      throw new Error(`lastLogitsTo has ${options.lastLogitsTo.size} bytes, needs ${vocabBytes}`);
+    }
     const act = this.activationsFor(T, allLogits);
     try {
-      this.encodeForward(act, tokens, startPos, cache);
-      await act.logitsReadback.mapAsync(GPUMapMode.READ);
-      const logits = new Float32Array(act.logitsReadback.getMappedRange().slice(0));
-      act.logitsReadback.unmap();
+      this.ctx.device.queue.writeBuffer(act.tokenIds, 0, new Uint32Array(tokens));
+      const batch = this.kernels.begin();
+      this.recordForward(batch, act, T, startPos, cache);
+      if (options.lastLogitsTo) batch.copy(act.logits, allLogits ? (T - 1) * vocabBytes : 0, options.lastLogitsTo, 0, vocabBytes);
+      const readback = act.logitsReadback;
+      if (readBack && readback) batch.copy(act.logits, 0, readback, 0, readback.size);
+      batch.submit();
+      if (!readBack || !readback) return null;
+      await readback.mapAsync(GPUMapMode.READ);
+      const logits = new Float32Array(readback.getMappedRange().slice(0));
+      readback.unmap();
       return logits;
     } finally {
+      // Legal right after submit: the buffers are freed once the submitted work is done with them.
       if (act !== this.decodeActivations) act.destroy();
     }
+  }
+
+  /**
+   * A reusable decode step over `cache` (see DecodeStep): its activations, position buffer, uniform
+   * parameters and bind groups are made here, once. Steps must be submitted in position order
+   * with the tokens the cache has not yet seen; forward() and other steps may share the cache.
+   */
+  createDecodeStep(cache: KvCache, options: DecodeStepOptions = {}): DecodeStep {
+    const device = this.ctx.device;
+    const act = new Activations(device, this.config, 1, false, false);
+    const position = device.createBuffer({
+      label: 'decode_position',
+      size: 4,
+      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST,
+    });
+    // Every position once, so that a step's position is a 4-byte copy recorded in the encoder (in
+    // order with the dispatches) rather than a queue write: steps can share one command buffer.
+    const positions = device.createBuffer({
+      label: 'decode_positions',
+      size: Math.max(4, cache.capacity * 4),
+      usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
+    });
+    device.queue.writeBuffer(positions, 0, Uint32Array.from({ length: cache.capacity }, (_, i) => i));
+    const c = this.config;
+    const storage = (label: string, floats: number) =>
+      device.createBuffer({ label, size: Math.max(4, floats * 4), usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
+    const qkv = storage('qkv', (c.numHeads + 2 * c.numKvHeads) * c.headDim);
+    // Long caches split the attention over the sequence (flash-decoding): chunks of chunkKeys rows.
+    const chunkKeys = this.kernels.decodeAttentionChunkKeys();
+    const chunks = Math.ceil(cache.capacity / chunkKeys);
+    const partials = chunks > 1 ? storage('attention_partials', c.numHeads * chunks * (c.headDim + 2)) : undefined;
+    const program = this.kernels.program('decode step');
+    if (options.fused ?? true) {
+      this.recordDecodeStep(program, act, qkv, cache, position, partials && { chunkKeys, partials });
+    } else {
+      this.recordForward(program, act, 1, 0, cache, position);
+    }
+    program.seal();
+    const capacity = cache.capacity;
+    return {
+      tokenIn: act.tokenIds,
+      logits: act.logits,
+      dispatchCount: program.dispatchCount,
+      encodeStep(encoder: GPUCommandEncoder, pos: number): void {
+        if (!Number.isInteger(pos) || pos < 0 || pos >= capacity) {
+          throw new Error(`decode position ${pos} is outside the KV cache (0 .. ${capacity - 1})`);
+        }
+        encoder.copyBufferToBuffer(positions, pos * 4, position, 0, 4);
+        program.encode(encoder);
+      },
+      destroy(): void {
+        program.destroy();
+        for (const b of [position, positions, qkv, partials]) b?.destroy();
+        act.destroy();
+      },
+    };
+  }
+
+  /**
+   * Records one decode step with the fused kernels, per layer:
+   *   qkv = rmsnorm(x)·[Wq; Wk; Wv]ᵀ + [bq; bk; bv]          (one fused_matvec pass)
+   *   cache[p] = (rope(k), v); a = attention(rope(q), K, V)  (decode_attention: one pass, or
+   *                                                          split over the sequence + combine)
+   *   x += a·Woᵀ                                            (fused_matvec, accumulate)
+   *   h = silu(rmsnorm(x)·W_gateᵀ) * (rmsnorm(x)·W_upᵀ)     (fused_matvec, swiglu)
+   *   x += h·W_downᵀ                                        (fused_matvec, accumulate)
+   * then logits = rmsnorm(x)·W_lm_headᵀ in one pass.
+   */
+  private recordDecodeStep(
+    rec: KernelRecorder,
+    act: Activations,
+    qkv: GPUBuffer,
+    cache: KvCache,
+    position: GPUBuffer,
+    split: { chunkKeys: number; partials: GPUBuffer } | undefined,
+  ): void {
+    const c = this.config;
+    const w = this.weights;
+    const eps = c.rmsNormEps;
+    rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, 1);
+    for (let l = 0; l < c.numLayers; l++) {
+      const layer = w.layers[l];
+      rec.fusedMatvec(
+        qkv,
+        act.x,
+        [
+          { W: layer.wq, bias: layer.bq },
+          { W: layer.wk, bias: layer.bk },
+          { W: layer.wv, bias: layer.bv },
+        ],
+        { norm: { gamma: layer.attnNorm, eps } },
+      );
+      rec.decodeAttention(
+        act.attnOut,
+        qkv,
+        cache.keys[l],
+        cache.values[l],
+        0,
+        c.numHeads,
+        c.numKvHeads,
+        c.headDim,
+        { invFreq: this.invFreq, pairing: c.ropePairing },
+        c.slidingWindow,
+        cache.kvDType,
+        split,
+        position,
+      );
+      rec.fusedMatvec(act.x, act.attnOut, [{ W: layer.wo }], { accumulate: true });
+      rec.fusedSwiglu(act.ffnHidden, act.x, layer.wGate, layer.wUp, {
+        norm: { gamma: layer.ffnNorm, eps },
+        scratch: { gate: act.gate, up: act.up },
+      });
+      rec.fusedMatvec(act.x, act.ffnHidden, [{ W: layer.wDown }], { accumulate: true });
+    }
+    rec.fusedMatvec(act.logits, act.x, [{ W: w.lmHead }], { norm: { gamma: w.outputNorm, eps } });
   }
 
   private activationsFor(T: number, allLogits: boolean): Activations {
@@ -177,58 +356,64 @@ export class LlamaModel {
     return new Activations(this.ctx.device, this.config, T, allLogits);
   }
 
-  private encodeForward(act: Activations, tokens: readonly number[], startPos: number, cache: KvCache): void {
+  /**
+   * Records the forward pass of the T tokens in act.tokenIds at positions startPos.. (plus the u32
+   * in `position`, when given: the reusable decode step) up to act.logits.
+   */
+  private recordForward(
+    rec: KernelRecorder,
+    act: Activations,
+    T: number,
+    startPos: number,
+    cache: KvCache,
+    position?: GPUBuffer,
+  ): void {
     const c = this.config;
     const w = this.weights;
-    const T = tokens.length;
     const d = c.hiddenSize;
-    const device = this.ctx.device;
-    device.queue.writeBuffer(act.tokenIds, 0, new Uint32Array(tokens));
 
-    const batch = this.kernels.begin();
-    batch.embedding(act.x, w.tokenEmbedding, act.tokenIds, T);
+    rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, T);
 
     for (let l = 0; l < c.numLayers; l++) {
       const layer = w.layers[l];
 
       // Attention block: x += Wo · attention(rope(Wq·xb), rope(Wk·xb), Wv·xb), xb = rmsnorm(x)
-      batch.rmsNorm(act.xb, act.x, layer.attnNorm, T, d, c.rmsNormEps);
-      batch.matmul(act.q, act.xb, layer.wq, T, layer.bq);
-      batch.matmul(act.k, act.xb, layer.wk, T, layer.bk);
-      batch.matmul(act.v, act.xb, layer.wv, T, layer.bv);
-      batch.rope(act.q, T, c.numHeads, c.headDim, startPos, this.invFreq, c.ropePairing);
-      batch.rope(act.k, T, c.numKvHeads, c.headDim, startPos, this.invFreq, c.ropePairing);
-      // The T new positions are contiguous in the cache: one copy each for K and V.
-      if (cache.kvDType === 'f16') {
-        batch.writeKv(cache.keys[l], cache.values[l], act.k, act.v, T, startPos, c.numKvHeads * c.headDim);
+      rec.rmsNorm(act.xb, act.x, layer.attnNorm, T, d, c.rmsNormEps);
+      rec.matmul(act.q, act.xb, layer.wq, T, layer.bq);
+      rec.matmul(act.k, act.xb, layer.wk, T, layer.bk);
+      rec.matmul(act.v, act.xb, layer.wv, T, layer.bv);
+      rec.rope(act.q, T, c.numHeads, c.headDim, startPos, this.invFreq, c.ropePairing, position);
+      rec.rope(act.k, T, c.numKvHeads, c.headDim, startPos, this.invFreq, c.ropePairing, position);
+      const kvDim = c.numKvHeads * c.headDim;
+      if (cache.kvDType === 'f32' && !position) {
+        // The T new positions are contiguous in the cache: one copy each for K and V.
+        rec.copy(act.k, 0, cache.keys[l], startPos * cache.rowBytes, T * cache.rowBytes);
+        rec.copy(act.v, 0, cache.values[l], startPos * cache.rowBytes, T * cache.rowBytes);
       } else {
-        batch.copy(act.k, 0, cache.keys[l], startPos * cache.rowBytes, T * cache.rowBytes);
-        batch.copy(act.v, 0, cache.values[l], startPos * cache.rowBytes, T * cache.rowBytes);
+        rec.writeKv(cache.keys[l], cache.values[l], act.k, act.v, T, startPos, kvDim, { kvDType: cache.kvDType, position });
       }
       // Mistral-style sliding window: each query sees at most the last c.slidingWindow positions.
-      batch.attention(act.attnOut, act.q, cache.keys[l], cache.values[l], T, startPos, c.numHeads, c.numKvHeads, c.headDim, c.slidingWindow, cache.kvDType);
-      batch.matmul(act.xb2, act.attnOut, layer.wo, T);
-      batch.add(act.x, act.x, act.xb2, T * d);
+      rec.attention(act.attnOut, act.q, cache.keys[l], cache.values[l], T, startPos, c.numHeads, c.numKvHeads, c.headDim, c.slidingWindow, cache.kvDType, position);
+      rec.matmul(act.xb2, act.attnOut, layer.wo, T);
+      rec.add(act.x, act.x, act.xb2, T * d);
 
       // Feed-forward block (SwiGLU): x += W_down · (silu(W_gate·xb) * (W_up·xb)), xb = rmsnorm(x)
-      batch.rmsNorm(act.xb, act.x, layer.ffnNorm, T, d, c.rmsNormEps);
-      batch.matmul(act.gate, act.xb, layer.wGate, T);
-      batch.matmul(act.up, act.xb, layer.wUp, T);
-      batch.swiglu(act.ffnHidden, act.gate, act.up, T * c.intermediateSize);
-      batch.matmul(act.xb2, act.ffnHidden, layer.wDown, T);
-      batch.add(act.x, act.x, act.xb2, T * d);
+      rec.rmsNorm(act.xb, act.x, layer.ffnNorm, T, d, c.rmsNormEps);
+      rec.matmul(act.gate, act.xb, layer.wGate, T);
+      rec.matmul(act.up, act.xb, layer.wUp, T);
+      rec.swiglu(act.ffnHidden, act.gate, act.up, T * c.intermediateSize);
+      rec.matmul(act.xb2, act.ffnHidden, layer.wDown, T);
+      rec.add(act.x, act.x, act.xb2, T * d);
     }
 
-    batch.rmsNorm(act.xb, act.x, w.outputNorm, T, d, c.rmsNormEps);
-    if (act.allLogits) {
-      batch.matmul(act.logits, act.xb, w.lmHead, T);
+    rec.rmsNorm(act.xb, act.x, w.outputNorm, T, d, c.rmsNormEps);
+    if (act.allLogits || T === 1) {
+      rec.matmul(act.logits, act.xb, w.lmHead, T);
     } else {
       // Only the last token's logits are needed to pick the next token.
-      batch.copy(act.xb, (T - 1) * d * 4, act.lastXb, 0, d * 4);
-      batch.matmul(act.logits, act.lastXb, w.lmHead, 1);
+      rec.copy(act.xb, (T - 1) * d * 4, act.lastXb, 0, d * 4);
+      rec.matmul(act.logits, act.lastXb, w.lmHead, 1);
     }
-    batch.copy(act.logits, 0, act.logitsReadback, 0, act.logitsReadback.size);
-    batch.submit();
   }
 
   destroy(): void {

@@ -1,0 +1,162 @@
+// The reusable decode step (LlamaModel.createDecodeStep) against forward() and the CPU reference,
+// and the promise it makes: after it is created, a step creates no buffers, bind groups or pipelines.
+import { describe, expect, it } from 'vitest';
+import type { WeightDType } from '../src/gpu/tensor.ts';
+import type { LlamaConfig } from '../src/model/config.ts';
+import { LlamaModel } from '../src/model/llama.ts';
+import { buildRandomModel, tinyConfig } from './helpers/random-model.ts';
+import { mulberry32 } from './helpers/prng.ts';
+import { testGpu } from './helpers/gpu.ts';
+import { CpuLlama } from './reference/cpu-llama.ts';
+import { expectClose } from './helpers/compare.ts';
+
+const shapes: { name: string; config: LlamaConfig; dtype: WeightDType }[] = [
+  { name: 'GQA 6q/2kv, head_dim 4, halves, f32', config: tinyConfig(), dtype: 'f32' },
+  {
+    name: 'MHA 3 heads, head_dim 6, adjacent, tied, f16',
+    config: tinyConfig({ hiddenSize: 18, numHeads: 3, numKvHeads: 3, headDim: 6, ropePairing: 'adjacent', tieWordEmbeddings: true, intermediateSize: 37, vocabSize: 53 }),
+    dtype: 'f16',
+  },
+  {
+    name: 'GQA 4q/1kv, head_dim 8 != hidden/heads, biases, bf16, sliding window 5',
+    config: tinyConfig({ hiddenSize: 20, numHeads: 4, numKvHeads: 1, headDim: 8, attentionBias: true, numLayers: 3, ropeTheta: 500000, slidingWindow: 5 }),
+    dtype: 'bf16',
+  },
+];
+
+/** Counts the calls to device.createBuffer / createBindGroup / createComputePipeline(Async) while `counting` is on. */
+function countCreations(device: GPUDevice) {
+  const counts = { buffers: 0, bindGroups: 0, pipelines: 0 };
+  let counting = false;
+  const wrap = <K extends 'createBuffer' | 'createBindGroup' | 'createComputePipeline' | 'createComputePipelineAsync'>(
+    name: K,
+    field: keyof typeof counts,
+  ) => {
+    const original = device[name].bind(device) as (...args: unknown[]) => unknown;
+    (device as unknown as Record<string, unknown>)[name] = (...args: unknown[]) => {
+      if (counting) counts[field]++;
+      return original(...args);
+    };
+    return () => {
+      (device as unknown as Record<string, unknown>)[name] = original;
+    };
+  };
+  const restore = [
+    wrap('createBuffer', 'buffers'),
+    wrap('createBindGroup', 'bindGroups'),
+    wrap('createComputePipeline', 'pipelines'),
+    wrap('createComputePipelineAsync', 'pipelines'),
+  ];
+  return {
+    counts,
+    during<T>(fn: () => T): T {
+      counting = true;
+      try {
+        return fn();
+      } finally {
+        counting = false;
+      }
+    },
+    restore: () => restore.forEach((r) => r()),
+  };
+}
+
+async function readF32(device: GPUDevice, staging: GPUBuffer, floats: number): Promise<Float32Array> {
+  await staging.mapAsync(GPUMapMode.READ);
+  const out = new Float32Array(staging.getMappedRange(0, floats * 4).slice(0));
+  staging.unmap();
+  return out;
+}
+
+describe('decode step: createDecodeStep vs forward() and the CPU reference', () => {
+  // chunkKeys: the attention split over the sequence in chunks of that many cache rows (two
+  // dispatches a layer); undefined: the device's default, one pass for these short caches.
+  for (const { name, config, dtype } of shapes) for (const [kvDType, chunkKeys] of [['f16', undefined], ['f32', undefined], ['f16', 5]] as const) {
+    it(`${name}, ${kvDType} KV cache${chunkKeys ? `, attention in chunks of ${chunkKeys}` : ''}`, async () => {
+      const ctx = await testGpu();
+      const device = ctx.device;
+      const { cpu, gpu } = buildRandomModel(ctx, config, dtype, 5);
+      const model = await LlamaModel.create(ctx, config, gpu);
+      model.kernels.decodeChunkKeysOverride = chunkKeys;
+      const capacity = 24;
+      const forwardCache = model.createKvCache(capacity, kvDType);
+      const stepCache = model.createKvCache(capacity, kvDType);
+      const reference = new CpuLlama(config, cpu, capacity, kvDType);
+      const vocabBytes = config.vocabSize * 4;
+      const staging = device.createBuffer({ size: vocabBytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      const prefillLogits = device.createBuffer({ size: vocabBytes, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
+
+      const rand = mulberry32(9);
+      const prompt = Array.from({ length: 7 }, () => Math.floor(rand() * config.vocabSize));
+      const cpuPrefill = reference.forward(prompt, 0);
+      const scale = Math.max(1, ...cpuPrefill.map(Math.abs));
+      const wantLast = cpuPrefill.subarray((prompt.length - 1) * config.vocabSize);
+
+      // Prefill into each cache: read back for one, left on the GPU (lastLogitsTo, no read-back) for the other.
+      const readLogits = await model.forward(prompt, 0, forwardCache);
+      expectClose(readLogits, wantLast, 2e-4);
+      const none = await model.forward(prompt, 0, stepCache, { readBack: false, lastLogitsTo: prefillLogits });
+      expect(none).toBeNull();
+      const copy = device.createCommandEncoder();
+      copy.copyBufferToBuffer(prefillLogits, 0, staging, 0, vocabBytes);
+      device.queue.submit([copy.finish()]);
+      expect(Array.from(await readF32(device, staging, config.vocabSize))).toEqual(Array.from(readLogits));
+
+      const step = model.createDecodeStep(stepCache);
+      // The fused step: embedding; per layer norm + Q/K/V, RoPE + K/V append + attention (split:
+      // + combine), Wo + residual, norm + gate/up + SwiGLU, W_down + residual; final norm + lm_head.
+      expect(step.dispatchCount).toBe(2 + config.numLayers * (chunkKeys ? 6 : 5));
+      expect(step.tokenIn.usage & GPUBufferUsage.STORAGE).toBeTruthy();
+      expect(step.logits.size).toBeGreaterThanOrEqual(vocabBytes);
+      const counter = countCreations(device);
+      try {
+        let token = prompt[prompt.length - 1];
+        // Enough steps to pass the sliding window and to reach the last cache row.
+        for (let pos = prompt.length; pos < capacity; pos++) {
+          token = (token * 31 + 7) % config.vocabSize;
+          const want = await model.forward([token], pos, forwardCache);
+          const cpuWant = reference.forward([token], pos);
+
+          device.queue.writeBuffer(step.tokenIn, 0, new Uint32Array([token]));
+          const encoder = device.createCommandEncoder();
+          counter.during(() => step.encodeStep(encoder, pos));
+          encoder.copyBufferToBuffer(step.logits, 0, staging, 0, vocabBytes);
+          device.queue.submit([encoder.finish()]);
+          const got = await readF32(device, staging, config.vocabSize);
+
+          expectClose(got, want, 3e-5);
+          expectClose(got, cpuWant, 2e-4 * scale / Math.max(...cpuWant.map(Math.abs)));
+        }
+        expect(counter.counts).toEqual({ buffers: 0, bindGroups: 0, pipelines: 0 });
+      } finally {
+        counter.restore();
+      }
+      expect(() => step.encodeStep(device.createCommandEncoder(), capacity)).toThrow(/outside the KV cache/);
+
+      step.destroy();
+      staging.destroy();
+      prefillLogits.destroy();
+      forwardCache.destroy();
+      stepCache.destroy();
+      model.destroy();
+    });
+  }
+
+  it('the counter sees what it counts (a forward() creates buffers and bind groups)', async () => {
+    const ctx = await testGpu();
+    const config = tinyConfig();
+    const { gpu } = buildRandomModel(ctx, config, 'f32', 3);
+    const model = await LlamaModel.create(ctx, config, gpu);
+    const cache = model.createKvCache(8);
+    const counter = countCreations(ctx.device);
+    try {
+      await counter.during(() => model.forward([1, 2], 0, cache));
+      expect(counter.counts.buffers).toBeGreaterThan(0);
+      expect(counter.counts.bindGroups).toBeGreaterThan(0);
+    } finally {
+      counter.restore();
+    }
+    cache.destroy();
+    model.destroy();
+  });
+});
