@@ -60,6 +60,14 @@ describe('random streams', () => {
     expect(() => createRandomStream(NaN)).toThrow(RangeError);
     expect(() => createRandomStream(1, -1)).toThrow(RangeError);
     expect(() => createRandomStream(1, 0.5)).toThrow(RangeError);
+    expect(() => createRandomStream(1, 2 ** 32)).toThrow(RangeError);
+  });
+
+  it('step s of a stream is Philox counter (stream, s): next() walks the steps, at() reads any', () => {
+    const r = createRandomStream(77, 4);
+    const first = [r.next(), r.next(), r.next()];
+    expect(first).toEqual([0, 1, 2].map((s) => createRandomStream(77, 4).at(s)));
+    expect(r.step).toBe(3);
   });
 });
 
@@ -152,6 +160,12 @@ describe('penalties (steps 1-3)', () => {
       0.5 - 1, // bias only (not seen)
     ]);
     expect(raw).toEqual([1, 1, -1, 4, 0.5]); // the raw logits are untouched
+  });
+
+  it('is float32 arithmetic, as on the GPU', () => {
+    const x = processLogits([0.1, 3], params({ logitBias: new Map([[0, 0.2]]), repetitionPenalty: 1.3 }), new TokenHistory(2, [1]));
+    expect(x[0]).toBe(Math.fround(Math.fround(0.1) + Math.fround(0.2)));
+    expect(x[1]).toBe(Math.fround(3 / Math.fround(1.3)));
   });
 
   it('neutral settings change nothing', () => {
@@ -256,6 +270,12 @@ describe('the draw (step 8)', () => {
       expect(drawToken(x, { temperature: 1 }, r)).toBe(id);
       expect(r.used).toBe(1); // exactly one number per draw
     }
+  });
+
+  it('takes its number even when nothing can be drawn, so step s always uses number s', () => {
+    const r = fixed(0.5);
+    expect(drawToken(Float64Array.from([-Infinity, -Infinity]), { temperature: 1 }, r)).toBe(0);
+    expect(r.used).toBe(1);
   });
 
   it('u is scaled to the mass left after the filters', () => {
@@ -377,7 +397,7 @@ describe('the draw (step 8)', () => {
         }
       }
       const ids = Uint32Array.from(values.keys());
-      const m = selectNucleus(ids, n, p, mass);
+      const m = selectNucleus(ids, n, values, p, mass);
       expect(m).toBe(want);
       expect(sorted(ids, m)).toEqual(prefix(want));
     }

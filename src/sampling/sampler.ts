@@ -9,8 +9,16 @@
 //   5. top_k               keep the k most likely
 //   6. top_p               keep the shortest most-likely prefix whose mass reaches top_p
 //   7. min_p               keep p >= min_p * p_max (p after 5-6, renormalized)
-//   8. draw                one number u from the sequence's random stream; inverse CDF over the
-//                          survivors in ascending id order
+//   8. draw                one number u from the sequence's random stream (Philox: the number of
+//                          (seed, stream, step), random.ts); inverse CDF over the survivors in
+//                          ascending id order
+//
+// "Most likely" is one order throughout: processed logit descending, the lower id first on ties.
+// Every filter keeps a prefix of that order, which is what lets the GPU sampler
+// (gpu-sampler.ts, shaders/sample.wgsl) find the cut without sorting. This CPU chain is the GPU
+// sampler's reference: the same definition, the same random numbers, float32 penalties; the
+// probabilities here are float64, so the two can differ only where a decision sits within
+// rounding of its boundary.
 //
 // Steps 1-3 live in penalties.ts, 5-8 in truncation.ts. Logprobs (logprobs.ts) are computed from
 // the raw logits, before any of this.
@@ -22,8 +30,8 @@ import { argmax, drawToken, DrawScratch } from './truncation.ts';
 export { argmax } from './truncation.ts';
 
 /**
- * Steps 1-3 and the min_tokens ban: the logits the draw sees, written to `out` (float64). `raw`
- * is left untouched.
+ * Steps 1-3 and the min_tokens ban: the logits the draw sees, written to `out` (float32 values,
+ * as the GPU sampler computes them). `raw` is left untouched.
  */
 export function processLogits(
   raw: ArrayLike<number>,
@@ -32,7 +40,7 @@ export function processLogits(
   banned: Iterable<number> | null = null,
   out: Float64Array = new Float64Array(raw.length),
 ): Float64Array {
-  for (let i = 0; i < raw.length; i++) out[i] = raw[i];
+  for (let i = 0; i < raw.length; i++) out[i] = Math.fround(raw[i]);
   applyLogitBias(out, params.logitBias);
   if (history) {
     applyRepetitionPenalty(out, history.seen, params.repetitionPenalty ?? 1);

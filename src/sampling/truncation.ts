@@ -79,26 +79,28 @@ export function selectTop(ids: Uint32Array, n: number, values: ArrayLike<number>
 }
 
 /**
- * top_p's nucleus: the shortest prefix of ids[0..n) in the order above (higher `p` first, lower
- * id on ties) whose mass reaches `mass`, the crossing token included; it is moved to ids[0..m)
- * (in no particular order) and m returned (n if the mass is never reached, by rounding).
- * A quickselect on mass: O(n) expected, no sort.
+ * top_p's nucleus: the shortest prefix of ids[0..n) in the order above on `order` (the logits:
+ * higher first, lower id on ties) whose mass of `p` reaches `mass`, the crossing token included;
+ * it is moved to ids[0..m) (in no particular order) and m returned (n if the mass is never
+ * reached, by rounding). A quickselect on mass: O(n) expected, no sort. Ordering by the logits
+ * rather than by `p` keeps the one order of top_k (and of the GPU sampler) where distinct logits
+ * round to the same probability.
  */
-export function selectNucleus(ids: Uint32Array, n: number, p: Float64Array, mass: number): number {
+export function selectNucleus(ids: Uint32Array, n: number, order: ArrayLike<number>, p: Float64Array, mass: number): number {
   let lo = 0;
   let hi = n - 1;
   let need = mass; // mass still to find in ids[lo..hi], after everything before lo
   while (lo < hi) {
     // Median of three as the pivot, moved to hi; Lomuto partition of ids[lo..hi).
     const mid = (lo + hi) >>> 1;
-    if (before(p, ids[mid], ids[lo])) swap(ids, mid, lo);
-    if (before(p, ids[hi], ids[lo])) swap(ids, hi, lo);
-    if (before(p, ids[mid], ids[hi])) swap(ids, mid, hi);
+    if (before(order, ids[mid], ids[lo])) swap(ids, mid, lo);
+    if (before(order, ids[hi], ids[lo])) swap(ids, hi, lo);
+    if (before(order, ids[mid], ids[hi])) swap(ids, mid, hi);
     const pivot = ids[hi];
     let i = lo;
     let ahead = 0;
     for (let j = lo; j < hi; j++) {
-      if (before(p, ids[j], pivot)) {
+      if (before(order, ids[j], pivot)) {
         ahead += p[ids[j]];
         swap(ids, i, j);
         i++;
@@ -156,15 +158,17 @@ export function candidates(x: Float64Array, settings: DrawSettings): Candidates 
  * softmax(x / temperature) over the tokens with finite logits -> top_k -> top_p -> min_p (top_k
  * and top_p renormalize), then u = random.next() * the survivors' mass, and the first survivor in
  * ascending id order whose cumulative mass exceeds u. Exactly one random number per draw. If no
- * token has a finite logit, returns argmax(x) without drawing.
+ * token has a finite logit, returns argmax(x) (the number is still taken).
  */
 export function drawToken(x: Float64Array, settings: DrawSettings, random: RandomStream, scratch = new DrawScratch(x.length)): number {
+  // The number is taken even when nothing can be drawn, so that step s always uses number s.
+  const u01 = random.next();
   const { ids, n } = filter(x, settings, scratch);
   if (n === 0) return argmax(x);
   const p = scratch.p;
   let total = 0;
   for (let i = 0; i < n; i++) total += p[ids[i]];
-  const u = random.next() * total;
+  const u = u01 * total;
   let acc = 0;
   for (let i = 0; i < n; i++) {
     acc += p[ids[i]];
@@ -214,7 +218,7 @@ function filter(x: Float64Array, settings: DrawSettings, scratch: DrawScratch): 
 
   // top_p: the shortest most-likely prefix whose mass reaches top_p (the crossing token is kept).
   if (topP < 1 && n > 1) {
-    n = selectNucleus(ids, n, p, topP);
+    n = selectNucleus(ids, n, x, p, topP);
     ids.subarray(0, n).sort();
     let mass = 0;
     for (let i = 0; i < n; i++) mass += p[ids[i]];

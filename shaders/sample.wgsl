@@ -1,0 +1,875 @@
+// The sampling chain on the GPU (src/sampling/gpu-sampler.ts drives it; src/sampling/sampler.ts
+// is its CPU reference and documents the chain). One step of a sequence is a fixed series of
+// dispatches, chosen at encode time from the sequence's parameters:
+//
+//   prepare        (chunks)  z = processed logits (bias, penalties, min_tokens ban), stored as
+//                            order-preserving u32 keys; per chunk: raw max and sum of exp (for the
+//                            log-softmax), argmax of z, the chunk's top-N raw logits (logprobs)
+//   reduce         (1 wg)    log-sum-exp of the raw logits, argmax of z, the top-N alternatives
+//                            into the record; greedy: the token is the argmax, done
+//   weigh          (chunks)  e = exp((z - max z) / T); per chunk: count of e > 0 and sum of e
+//   reduce_weights (1 wg)    the totals; sets up the selections (top_k, then top_p)
+//   histogram      (chunks)  } x 8 per selection: a radix select over the key, 4 bits a round,
+//   select_digit   (1 wg)    } counting and weighing the candidates under the prefix found so far
+//   draw_mass      (chunks)  the survivors' mass per chunk, summed in id order
+//   draw           (1 wg)    u (Philox) x the survivors' mass, located by chunk, then by id
+//
+// Greedy stops after `reduce` (2 dispatches); temperature alone runs 6; top_k or top_p add 16
+// each. Small vocabularies (up to 64 chunks) run the same functions in the same order as one
+// dispatch of one workgroup (`fused`, with workgroup barriers between the phases): a dispatch
+// costs more than the work there.
+//
+// Why this shape: every filter keeps a prefix of one order (z descending, id ascending), so the
+// survivors are "key > cut, or key == cut and id <= last tie", found by a radix select in O(V)
+// per round with no sort. Results are the same on every adapter: fixed chunks of CHUNK ids,
+// workgroup sizes set by the vocabulary alone, every float sum in a fixed order (no atomics, no
+// subgroups); only the rounding of exp/log differs between adapters. Barriers: one per
+// single-workgroup pass (SwiftShader pays heavily for each).
+//
+// A chunk is CHUNK consecutive ids; chunk passes run one invocation per chunk. The WG-wide
+// passes give invocation t the chunks [t * per, (t + 1) * per), per = ceil(chunks / WG).
+
+const CHUNK: u32 = 128u;
+const QUADS_PER_CHUNK: u32 = 32u;
+// Invocations of the single-workgroup passes: the sampler sets it from the vocabulary alone
+// (min(256, chunks rounded up to a power of two)), so every adapter sums in the same order.
+override WG: u32 = 256u;
+const MAX_TOP: u32 = 20u;
+
+// history[id]: generated count in the low bits, and two flags.
+const SEEN: u32 = 0x80000000u;   // in the prompt or generated: repetition penalty
+const BANNED: u32 = 0x40000000u; // a stop id: -inf while step < min_tokens
+const COUNT_MASK: u32 = 0x3fffffffu;
+
+// work[]: the state words, then CHUNK_STRIDE words per chunk, then the top-N merge lists.
+const S_MAX_RAW: u32 = 0u;      // f32
+const S_LSE: u32 = 1u;          // f32: log-sum-exp of the raw logits
+const S_MAX_KEY: u32 = 2u;      // key of max z
+const S_ARGMAX: u32 = 3u;       // its id (lowest on ties)
+const S_NPOS: u32 = 4u;         // candidates: z finite and e > 0
+const S_MASS: u32 = 5u;         // f32: their sum of e
+const S_MODE: u32 = 6u;         // selection running: 0 none, 1 top_k, 2 top_p
+const S_SHIFT: u32 = 7u;        // the digit this round finds
+const S_PREFIX: u32 = 8u;       // the key bits found so far
+const S_COUNT_ABOVE: u32 = 9u;  // candidates with a key above the prefix's range
+const S_MASS_ABOVE: u32 = 10u;  // f32: their mass
+const S_WANT_RANK: u32 = 11u;   // top_k: the rank of the cut
+const S_WANT_MASS: u32 = 12u;   // f32, top_p: the mass the prefix must reach (+inf: take all)
+const S_LOW_KEY: u32 = 13u;     // keys below are out (top_k's cut during top_p); at least 1
+const S_LOW_TIES: u32 = 14u;    // how many of the ties at S_LOW_KEY are in (top_k's)
+const S_CUT_KEY: u32 = 15u;     // survivors: key > cut, or key == cut and id <= S_CUT_LAST
+const S_CUT_LAST: u32 = 16u;
+const S_TOKEN: u32 = 17u;
+const STATE_WORDS: u32 = 64u;
+const CHUNK_STRIDE: u32 = 32u;
+
+struct Sequence {
+  vocab: u32,
+  num_chunks: u32,
+  n_top: u32,        // top alternatives per token (0..20)
+  min_tokens: u32,
+  temperature: f32,
+  top_k: u32,        // 0: off
+  top_p: f32,        // 1: off
+  min_p: f32,        // 0: off
+  repetition: f32,
+  presence: f32,
+  frequency: f32,
+  key0: u32,         // Philox key: the seed
+  key1: u32,
+  stream: u32,       // Philox counter word 0: the choice index
+  quads: u32,        // ceil(vocab / 4): where e starts in vals
+  flags: u32,        // HAS_BIAS | USES_HISTORY: skip the loads a sequence does not need
+}
+
+const HAS_BIAS: u32 = 1u;
+const USES_HISTORY: u32 = 2u;
+
+struct Step {
+  step: u32,         // token index in the sequence: Philox counter word 1, min_tokens
+  slot: u32,         // record slot
+  _pad0: u32,
+  _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> seq: Sequence;
+@group(0) @binding(1) var<uniform> stp: Step;
+// Per-id arrays are read four ids a load (SwiftShader pays per load, with Dawn's bounds checks).
+@group(0) @binding(2) var<storage, read_write> history: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> vals: array<vec4<u32>>; // quads [0, Q): z keys; [Q, 2Q): e (f32 bits)
+@group(0) @binding(5) var<storage, read_write> work: array<u32>;
+@group(0) @binding(6) var<storage, read_write> records: array<u32>;
+@group(1) @binding(0) var<storage, read> logits: array<f32>;
+@group(1) @binding(1) var<storage, read_write> token_out: array<u32>;
+
+const RECORD_WORDS: u32 = 44u; // id, logprob, n, 0, then MAX_TOP x (id, logprob)
+
+// ---- keys: u32 in the order of the floats; 0 = not a candidate ----
+
+fn is_nan_bits(b: u32) -> bool {
+  return (b & 0x7fffffffu) > 0x7f800000u;
+}
+
+/** The order-preserving key of a float; NaN and -inf give 0 (never a candidate), -0 is +0. */
+fn z_key(x: f32) -> u32 {
+  var b = bitcast<u32>(x);
+  if (is_nan_bits(b) || b == 0xff800000u) { return 0u; }
+  if (b == 0x80000000u) { b = 0u; }
+  if ((b & 0x80000000u) != 0u) { return ~b; }
+  return b | 0x80000000u;
+}
+
+/** The float of a key (not 0). */
+fn key_value(k: u32) -> f32 {
+  if ((k & 0x80000000u) != 0u) { return bitcast<f32>(k & 0x7fffffffu); }
+  return bitcast<f32>(~k);
+}
+
+/** The key of a raw logit for the top-N alternatives: NaN gives 0 (never listed), -inf is listed. */
+fn raw_key(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  if (is_nan_bits(b)) { return 0u; }
+  if (b == 0xff800000u) { return 1u; }
+  return z_key(x);
+}
+
+fn neg_inf() -> f32 {
+  return bitcast<f32>(0xff800000u | (seq.vocab & 0u));
+}
+
+fn pos_inf() -> f32 {
+  return bitcast<f32>(0x7f800000u | (seq.vocab & 0u));
+}
+
+/** e = exp((z - max z) / T) for a candidate key; the one formula of weigh and select_digit. */
+fn weight(k: u32, max_key: u32) -> f32 {
+  return exp((key_value(k) - key_value(max_key)) / seq.temperature);
+}
+
+fn getf(i: u32) -> f32 {
+  return bitcast<f32>(work[i]);
+}
+
+fn setf(i: u32, x: f32) {
+  work[i] = bitcast<u32>(x);
+}
+
+fn chunk_base(c: u32) -> u32 {
+  return STATE_WORDS + c * CHUNK_STRIDE;
+}
+
+fn merge_base(t: u32) -> u32 {
+  return STATE_WORDS + seq.num_chunks * CHUNK_STRIDE + t * MAX_TOP;
+}
+
+fn chunk_end(c: u32) -> u32 {
+  return min(seq.vocab, (c + 1u) * CHUNK);
+}
+
+/** One past the last quad of chunk c (the last chunk's may hold ids past the vocabulary). */
+fn quad_end(c: u32) -> u32 {
+  return (chunk_end(c) + 3u) / 4u;
+}
+
+fn per_thread() -> u32 {
+  return (seq.num_chunks + WG - 1u) / WG;
+}
+
+/** Whether (ka, ia) comes before (kb, ib): higher key, or the same key and lower id. */
+fn before(ka: u32, ia: u32, kb: u32, ib: u32) -> bool {
+  return ka > kb || (ka == kb && ia < ib);
+}
+
+// ---- Philox4x32-10 (src/sampling/philox.ts); this section is also compiled alone by the tests ----
+
+fn mul_hi(a: u32, b: u32) -> u32 {
+  let al = a & 0xffffu;
+  let ah = a >> 16u;
+  let bl = b & 0xffffu;
+  let bh = b >> 16u;
+  let ll = al * bl;
+  let lh = al * bh;
+  let hl = ah * bl;
+  let hh = ah * bh;
+  let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
+  return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
+}
+
+fn philox(counter: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
+  var c = counter;
+  var k = key;
+  for (var r = 0u; r < 10u; r++) {
+    if (r > 0u) {
+      k = k + vec2<u32>(0x9e3779b9u, 0xbb67ae85u);
+    }
+    let hi0 = mul_hi(0xd2511f53u, c.x);
+    let lo0 = 0xd2511f53u * c.x;
+    let hi1 = mul_hi(0xcd9e8d57u, c.z);
+    let lo1 = 0xcd9e8d57u * c.z;
+    c = vec4<u32>(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+  }
+  return c;
+}
+
+// ---- the record and the history ----
+
+/** u in [0, 1) for this step: the top 24 bits of the first word, exactly. */
+fn uniform01() -> f32 {
+  let w = philox(vec4<u32>(seq.stream, stp.step, 0u, 0u), vec2<u32>(seq.key0, seq.key1)).x;
+  return f32(w >> 8u) * (1.0 / 16777216.0);
+}
+
+
+fn record_base() -> u32 {
+  return stp.slot * RECORD_WORDS;
+}
+
+/** Ends the step: the token where the next step reads it, its record, and its count. */
+fn finish(token: u32, lse: f32) {
+  token_out[0] = token;
+  work[S_TOKEN] = token;
+  let r = record_base();
+  records[r] = token;
+  records[r + 1u] = bitcast<u32>(logits[token] - lse);
+  let h = history[token >> 2u][token & 3u];
+  history[token >> 2u][token & 3u] = ((h & COUNT_MASK) + 1u) | (h & BANNED) | SEEN;
+}
+
+/** z from a raw logit, its bias and its history word: bias, repetition penalty, presence/frequency (penalties.ts). */
+fn processed(raw: f32, b: f32, h: u32) -> f32 {
+  var x = raw + b;
+  if ((h & SEEN) != 0u && seq.repetition != 1.0) {
+    x = select(x * seq.repetition, x / seq.repetition, x > 0.0);
+  }
+  let c = h & COUNT_MASK;
+  if (c > 0u) {
+    x = x - (f32(c) * seq.frequency + seq.presence);
+  }
+  return x;
+}
+
+// ---- prepare / reduce ----
+
+fn prepare_chunk(c: u32) {
+  let start = c * CHUNK;
+  let end = chunk_end(c);
+  let banned_now = stp.step < seq.min_tokens;
+  let use_bias = (seq.flags & HAS_BIAS) != 0u;
+  let use_history = (seq.flags & USES_HISTORY) != 0u;
+  let n_top = seq.n_top;
+  var best_key = 0u;
+  var best_id = start;
+  // Online log-sum-exp of the raw logits (NaN and -inf skipped): s = sum of exp(raw - m).
+  var m = neg_inf();
+  var s = 0.0;
+  var top_ids: array<u32, 20>;
+  var top_keys: array<u32, 20>;
+  var top_n = 0u;
+  for (var q = start >> 2u; q < quad_end(c); q++) {
+    var h = vec4<u32>(0u);
+    if (use_history) { h = history[q]; }
+    var b = vec4<f32>(0.0);
+    if (use_bias) { b = bias[q]; }
+    var keys = vec4<u32>(0u); // ids past the vocabulary keep 0: never candidates
+    for (var j = 0u; j < 4u; j++) {
+      let i = q * 4u + j;
+      if (i >= end) { break; }
+      let raw = logits[i];
+      var k = z_key(processed(raw, b[j], h[j]));
+      if (banned_now && (h[j] & BANNED) != 0u) { k = 0u; }
+      keys[j] = k;
+      if (k > best_key) {
+        best_key = k;
+        best_id = i;
+      }
+      let rk = raw_key(raw);
+      if (rk > 1u) {
+        if (raw > m) {
+          s = s * exp(m - raw) + 1.0;
+          m = raw;
+        } else {
+          s += exp(raw - m);
+        }
+      }
+      // The chunk's top-N raw logits: ids come in ascending order, so a tie never displaces.
+      if (rk != 0u && n_top > 0u && (top_n < n_top || rk > top_keys[n_top - 1u])) {
+        var at = select(n_top - 1u, top_n, top_n < n_top);
+        while (at > 0u && top_keys[at - 1u] < rk) {
+          top_keys[at] = top_keys[at - 1u];
+          top_ids[at] = top_ids[at - 1u];
+          at--;
+        }
+        top_keys[at] = rk;
+        top_ids[at] = i;
+        top_n = min(top_n + 1u, n_top);
+      }
+    }
+    vals[q] = keys;
+  }
+  let base = chunk_base(c);
+  setf(base, m);
+  setf(base + 1u, s);
+  work[base + 2u] = best_key;
+  work[base + 3u] = best_id;
+  work[base + 4u] = top_n;
+  for (var j = 0u; j < top_n; j++) { work[base + 8u + j] = top_ids[j]; }
+}
+
+var<workgroup> sh_m: array<f32, WG>;
+var<workgroup> sh_s: array<f32, WG>;
+var<workgroup> sh_key: array<u32, WG>;
+var<workgroup> sh_id: array<u32, WG>;
+
+/** Inserts raw logit `id` into the sorted list at `base` of `n` (capacity n_top); returns the new n. */
+fn top_insert(base: u32, n: u32, id: u32) -> u32 {
+  let n_top = seq.n_top;
+  let rk = raw_key(logits[id]);
+  if (rk == 0u) { return n; }
+  if (n == n_top) {
+    let last = work[base + n_top - 1u];
+    if (!before(rk, id, raw_key(logits[last]), last)) { return n; }
+  }
+  var at = select(n_top - 1u, n, n < n_top);
+  while (at > 0u) {
+    let prev = work[base + at - 1u];
+    if (!before(rk, id, raw_key(logits[prev]), prev)) { break; }
+    work[base + at] = prev;
+    at--;
+  }
+  work[base + at] = id;
+  return min(n + 1u, n_top);
+}
+
+fn reduce_part(t: u32) {
+  let per = per_thread();
+  let c0 = min(seq.num_chunks, t * per);
+  let c1 = min(seq.num_chunks, c0 + per);
+  var m = neg_inf();
+  var best_key = 0u;
+  var best_id = 0xffffffffu;
+  for (var c = c0; c < c1; c++) {
+    let b = chunk_base(c);
+    m = max(m, getf(b));
+    let k = work[b + 2u];
+    let id = work[b + 3u];
+    if (before(k, id, best_key, best_id)) {
+      best_key = k;
+      best_id = id;
+    }
+  }
+  var s = 0.0;
+  if (m > neg_inf()) {
+    for (var c = c0; c < c1; c++) {
+      let b = chunk_base(c);
+      let mc = getf(b);
+      if (mc > neg_inf()) { s += getf(b + 1u) * exp(mc - m); }
+    }
+  }
+  // This invocation's top-N list from its chunks' lists, into its merge slot.
+  var n = 0u;
+  if (seq.n_top > 0u) {
+    let mb = merge_base(t);
+    for (var c = c0; c < c1; c++) {
+      let b = chunk_base(c);
+      let cn = work[b + 4u];
+      for (var j = 0u; j < cn; j++) { n = top_insert(mb, n, work[b + 8u + j]); }
+    }
+  }
+  sh_m[t] = m;
+  sh_s[t] = s;
+  sh_key[t] = best_key;
+  sh_id[t] = best_id;
+  sh_top_n[t] = n;
+}
+
+fn reduce_final() {
+
+  var gm = neg_inf();
+  var gkey = 0u;
+  var gid = 0xffffffffu;
+  for (var i = 0u; i < WG; i++) {
+    gm = max(gm, sh_m[i]);
+    if (before(sh_key[i], sh_id[i], gkey, gid)) {
+      gkey = sh_key[i];
+      gid = sh_id[i];
+    }
+  }
+  if (gkey == 0u) { gid = 0u; } // nothing finite: argmax is id 0, as on the CPU
+  var gs = 0.0;
+  if (gm > neg_inf()) {
+    for (var i = 0u; i < WG; i++) {
+      if (sh_m[i] > neg_inf()) { gs += sh_s[i] * exp(sh_m[i] - gm); }
+    }
+  }
+  let lse = select(neg_inf(), gm + log(gs), gm > neg_inf());
+  setf(S_MAX_RAW, gm);
+  setf(S_LSE, lse);
+  work[S_MAX_KEY] = gkey;
+  work[S_ARGMAX] = gid;
+
+  // The alternatives: merge the 256 lists (their heads walk down; each list is sorted).
+  let r = record_base();
+  var count = 0u;
+  if (seq.n_top > 0u) {
+    let heads = &sh_heads;
+    for (var i = 0u; i < WG; i++) { (*heads)[i] = 0u; }
+    for (; count < seq.n_top; count++) {
+      var pick = WG;
+      var pk = 0u;
+      var pid = 0xffffffffu;
+      for (var i = 0u; i < WG; i++) {
+        if ((*heads)[i] < sh_top_n[i]) {
+          let id = work[merge_base(i) + (*heads)[i]];
+          let k = raw_key(logits[id]);
+          if (before(k, id, pk, pid)) {
+            pick = i;
+            pk = k;
+            pid = id;
+          }
+        }
+      }
+      if (pick == WG) { break; }
+      (*heads)[pick]++;
+      records[r + 4u + 2u * count] = pid;
+      records[r + 5u + 2u * count] = bitcast<u32>(logits[pid] - lse);
+    }
+  }
+  records[r + 2u] = count;
+  records[r + 3u] = 0u;
+  if (seq.temperature == 0.0) { finish(gid, lse); }
+}
+
+var<workgroup> sh_top_n: array<u32, WG>;
+
+// ---- weigh / reduce_weights ----
+
+fn weigh_chunk(c: u32) {
+  let max_key = work[S_MAX_KEY];
+  var count = 0u;
+  var mass = 0.0;
+  for (var q = c * QUADS_PER_CHUNK; q < quad_end(c); q++) {
+    let k4 = vals[q];
+    var e4 = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) {
+      if (k4[j] == 0u) { continue; }
+      let e = weight(k4[j], max_key);
+      if (e > 0.0) { // else underflow (or NaN from an infinite max): not a candidate
+        e4[j] = e;
+        count++;
+        mass += e;
+      }
+    }
+    vals[seq.quads + q] = bitcast<vec4<u32>>(e4);
+  }
+  let b = chunk_base(c);
+  work[b] = count;
+  setf(b + 1u, mass);
+}
+
+var<workgroup> sh_u: array<u32, WG>;
+
+/** Starts the top_p selection over keys >= low_key (with `low_ties` of the ties at low_key). */
+fn start_top_p(mass: f32, low_key: u32, low_ties: u32) {
+  work[S_MODE] = 2u;
+  setf(S_WANT_MASS, seq.top_p * mass);
+  work[S_LOW_KEY] = low_key;
+  work[S_LOW_TIES] = low_ties;
+  work[S_SHIFT] = 28u;
+  work[S_PREFIX] = 0u;
+  work[S_COUNT_ABOVE] = 0u;
+  setf(S_MASS_ABOVE, 0.0);
+}
+
+fn reduce_weights_part(t: u32) {
+  let per = per_thread();
+  let c0 = min(seq.num_chunks, t * per);
+  let c1 = min(seq.num_chunks, c0 + per);
+  var count = 0u;
+  var mass = 0.0;
+  for (var c = c0; c < c1; c++) {
+    count += work[chunk_base(c)];
+    mass += getf(chunk_base(c) + 1u);
+  }
+  sh_u[t] = count;
+  sh_s[t] = mass;
+}
+
+fn reduce_weights_final() {
+  var n = 0u;
+  var total = 0.0;
+  for (var i = 0u; i < WG; i++) {
+    n += sh_u[i];
+    total += sh_s[i];
+  }
+  work[S_NPOS] = n;
+  setf(S_MASS, total);
+  // Everything survives unless a selection below moves the cut.
+  work[S_CUT_KEY] = 1u;
+  work[S_CUT_LAST] = 0xffffffffu;
+  work[S_MODE] = 0u;
+  if (seq.top_k > 0u && seq.top_k < n) {
+    work[S_MODE] = 1u;
+    work[S_WANT_RANK] = seq.top_k;
+    work[S_LOW_KEY] = 1u;
+    work[S_LOW_TIES] = 0xffffffffu;
+    work[S_SHIFT] = 28u;
+    work[S_PREFIX] = 0u;
+    work[S_COUNT_ABOVE] = 0u;
+    setf(S_MASS_ABOVE, 0.0);
+  } else if (seq.top_p < 1.0 && n > 1u) {
+    start_top_p(total, 1u, 0xffffffffu);
+  }
+}
+
+// ---- the radix select: histogram / select_digit ----
+
+fn key_at(i: u32) -> u32 {
+  return vals[i >> 2u][i & 3u];
+}
+
+fn e_at(i: u32) -> f32 {
+  return bitcast<f32>(vals[seq.quads + (i >> 2u)][i & 3u]);
+}
+
+/** The key bits above the current digit must equal the prefix's. */
+fn high_mask(shift: u32) -> u32 {
+  if (shift >= 28u) { return 0u; }
+  return 0xffffffffu << (shift + 4u);
+}
+
+fn histogram_chunk(c: u32) {
+  if (work[S_MODE] == 0u) { return; }
+  let shift = work[S_SHIFT];
+  let prefix = work[S_PREFIX];
+  let low_key = work[S_LOW_KEY];
+  let mask = high_mask(shift);
+  var counts: array<u32, 16>;
+  var masses: array<f32, 16>;
+  for (var j = 0u; j < 16u; j++) {
+    counts[j] = 0u;
+    masses[j] = 0.0;
+  }
+  for (var q = c * QUADS_PER_CHUNK; q < quad_end(c); q++) {
+    let k4 = vals[q];
+    let hit = (k4 >= vec4<u32>(low_key)) & (((k4 ^ vec4<u32>(prefix)) & vec4<u32>(mask)) == vec4<u32>(0u));
+    if (!any(hit)) { continue; }
+    let e4 = bitcast<vec4<f32>>(vals[seq.quads + q]);
+    for (var j = 0u; j < 4u; j++) {
+      if (!hit[j] || !(e4[j] > 0.0)) { continue; }
+      let d = (k4[j] >> shift) & 15u;
+      counts[d] += 1u;
+      masses[d] += e4[j];
+    }
+  }
+  let b = chunk_base(c);
+  for (var j = 0u; j < 16u; j++) {
+    work[b + j] = counts[j];
+    setf(b + 16u + j, masses[j]);
+  }
+}
+
+/** The id of the `t`-th (1-based) candidate with key `k`, in id order, from the last round's per-chunk counts of digit `d`. */
+fn nth_tie(k: u32, d: u32, t: u32) -> u32 {
+  var left = t;
+  for (var c = 0u; c < seq.num_chunks; c++) {
+    let n = work[chunk_base(c) + d];
+    if (n < left) {
+      left -= n;
+      continue;
+    }
+    for (var i = c * CHUNK; i < chunk_end(c); i++) {
+      if (key_at(i) == k && e_at(i) > 0.0) {
+        left--;
+        if (left == 0u) { return i; }
+      }
+    }
+  }
+  return 0xffffffffu;
+}
+
+var<workgroup> sh_f: array<f32, WG>;
+var<workgroup> sh_pair_u: array<u32, 256>;
+var<workgroup> sh_pair_f: array<f32, 256>;
+var<workgroup> sh_heads: array<u32, WG>;
+
+fn select_part(t: u32) {
+  // Pair (digit d, lane l) sums digit d over the chunks l, l + 16, ... in that order, whatever WG is.
+  for (var pair = t; pair < 256u; pair += WG) {
+    let d = pair >> 4u;
+    let lane = pair & 15u;
+    var count = 0u;
+    var mass = 0.0;
+    for (var c = lane; c < seq.num_chunks; c += 16u) {
+      count += work[chunk_base(c) + d];
+      mass += getf(chunk_base(c) + 16u + d);
+    }
+    sh_pair_u[pair] = count;
+    sh_pair_f[pair] = mass;
+  }
+}
+
+/** Digit j's candidates over all chunks: its 16 lanes in order (no private arrays: they cost SwiftShader seconds of compile). */
+fn digit_count(j: u32) -> u32 {
+  var n = 0u;
+  for (var l = 0u; l < 16u; l++) { n += sh_pair_u[j * 16u + l]; }
+  return n;
+}
+
+fn digit_mass(j: u32) -> f32 {
+  var s = 0.0;
+  for (var l = 0u; l < 16u; l++) { s += sh_pair_f[j * 16u + l]; }
+  return s;
+}
+
+fn select_final() {
+  let mode = work[S_MODE];
+  if (mode == 0u) { return; }
+
+  // Walk the digits from the highest: the cut is in the first digit that reaches the goal.
+  var count_above = work[S_COUNT_ABOVE];
+  var mass_above = getf(S_MASS_ABOVE);
+  let want_rank = work[S_WANT_RANK];
+  let want_mass = getf(S_WANT_MASS);
+  var pick = 16u;
+  var lowest = 16u;
+  for (var jj = 0u; jj < 16u; jj++) {
+    let j = 15u - jj;
+    let count = digit_count(j);
+    if (count == 0u) { continue; }
+    let mass = digit_mass(j);
+    lowest = j;
+    let reaches = select(mass_above + mass >= want_mass, count_above + count >= want_rank, mode == 1u);
+    if (reaches) {
+      pick = j;
+      break;
+    }
+    count_above += count;
+    mass_above += mass;
+  }
+  if (pick == 16u) {
+    // Never reached (top_p's mass, by rounding): take everything, down to the lowest key.
+    if (lowest == 16u) { work[S_MODE] = 0u; return; }
+    pick = lowest;
+    count_above -= digit_count(lowest);
+    mass_above -= digit_mass(lowest);
+    setf(S_WANT_MASS, pos_inf());
+  }
+  let shift = work[S_SHIFT];
+  let prefix = work[S_PREFIX] | (pick << shift);
+  work[S_PREFIX] = prefix;
+  work[S_COUNT_ABOVE] = count_above;
+  setf(S_MASS_ABOVE, mass_above);
+  if (shift > 0u) {
+    work[S_SHIFT] = shift - 4u;
+    return;
+  }
+
+  // The cut key is found; `ties` candidates have it. How many of them are in:
+  let ties = digit_count(pick);
+  let e = weight(prefix, work[S_MAX_KEY]);
+  var take = ties;
+  if (mode == 1u) {
+    take = want_rank - count_above;
+  } else {
+    let want = getf(S_WANT_MASS);
+    if (want < pos_inf()) {
+      // The fewest ties (all weigh e) that bring the mass to the goal.
+      take = u32(clamp(ceil((want - mass_above) / e), 1.0, f32(ties)));
+      while (take > 1u && mass_above + f32(take - 1u) * e >= want) { take--; }
+      while (take < ties && mass_above + f32(take) * e < want) { take++; }
+    }
+    if (prefix == work[S_LOW_KEY]) { take = min(take, work[S_LOW_TIES]); }
+  }
+  take = max(take, 1u);
+
+  if (mode == 1u && seq.top_p < 1.0 && take + count_above > 1u) {
+    start_top_p(mass_above + f32(take) * e, prefix, take);
+    return;
+  }
+  work[S_MODE] = 0u;
+  work[S_CUT_KEY] = prefix;
+  if (take < ties) {
+    work[S_CUT_LAST] = nth_tie(prefix, pick, take);
+  } else {
+    work[S_CUT_LAST] = 0xffffffffu;
+  }
+}
+
+// ---- the draw ----
+
+fn survives(i: u32, k: u32, e: f32, cut_key: u32, cut_last: u32, max_key: u32) -> bool {
+  if (k < cut_key || (k == cut_key && i > cut_last)) { return false; }
+  if (!(e > 0.0)) { return false; }
+  if (seq.min_p > 0.0 && !(e >= seq.min_p || k == max_key)) { return false; }
+  return true;
+}
+
+fn draw_mass_chunk(c: u32) {
+  let cut_key = work[S_CUT_KEY];
+  let cut_last = work[S_CUT_LAST];
+  let max_key = work[S_MAX_KEY];
+  var mass = 0.0;
+  for (var q = c * QUADS_PER_CHUNK; q < quad_end(c); q++) {
+    let k4 = vals[q];
+    if (all(k4 < vec4<u32>(cut_key))) { continue; }
+    let e4 = bitcast<vec4<f32>>(vals[seq.quads + q]);
+    for (var j = 0u; j < 4u; j++) {
+      if (survives(q * 4u + j, k4[j], e4[j], cut_key, cut_last, max_key)) { mass += e4[j]; }
+    }
+  }
+  setf(chunk_base(c), mass);
+}
+
+fn draw_part(t: u32) {
+  let per = per_thread();
+  let c0 = min(seq.num_chunks, t * per);
+  let c1 = min(seq.num_chunks, c0 + per);
+  var mass = 0.0;
+  for (var c = c0; c < c1; c++) { mass += getf(chunk_base(c)); }
+  sh_f[t] = mass;
+}
+
+fn draw_final() {
+  let per = per_thread();
+  let lse = getf(S_LSE);
+  var total = 0.0;
+  for (var i = 0u; i < WG; i++) { total += sh_f[i]; }
+  let u = uniform01(); // drawn even when nothing can be: step s always uses number s
+  if (!(total > 0.0)) {
+    finish(work[S_ARGMAX], lse);
+    return;
+  }
+  let goal = u * total;
+  // The first range, then chunk, then id whose cumulative mass exceeds the goal. Partial sums
+  // round differently at each level, so a level that never exceeds it falls back to its last
+  // non-empty entry (only within rounding of the end).
+  var acc = 0.0;
+  var range = 0u;
+  var acc_range = 0.0;
+  for (var i = 0u; i < WG; i++) {
+    if (!(sh_f[i] > 0.0)) { continue; }
+    range = i;
+    acc_range = acc;
+    if (acc + sh_f[i] > goal) { break; }
+    acc += sh_f[i];
+  }
+  acc = acc_range;
+  var chunk = 0u;
+  var acc_chunk = acc;
+  let r0 = min(seq.num_chunks, range * per);
+  let r1 = min(seq.num_chunks, r0 + per);
+  for (var c = r0; c < r1; c++) {
+    let m = getf(chunk_base(c));
+    if (!(m > 0.0)) { continue; }
+    chunk = c;
+    acc_chunk = acc;
+    if (acc + m > goal) { break; }
+    acc += m;
+  }
+  let cut_key = work[S_CUT_KEY];
+  let cut_last = work[S_CUT_LAST];
+  let max_key = work[S_MAX_KEY];
+  var token = work[S_ARGMAX];
+  var local = 0.0;
+  for (var i = chunk * CHUNK; i < chunk_end(chunk); i++) {
+    let e = e_at(i);
+    if (!survives(i, key_at(i), e, cut_key, cut_last, max_key)) { continue; }
+    local += e;
+    token = i;
+    if (acc_chunk + local > goal) { break; }
+  }
+  finish(token, lse);
+}
+
+// ---- entry points: one dispatch per pass (large vocabularies), or all passes in one ----
+
+@compute @workgroup_size(64)
+fn prepare(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x < seq.num_chunks) { prepare_chunk(gid.x); }
+}
+
+@compute @workgroup_size(WG)
+fn reduce(@builtin(local_invocation_index) t: u32) {
+  reduce_part(t);
+  phase();
+  if (t == 0u) { reduce_final(); }
+}
+
+@compute @workgroup_size(64)
+fn weigh(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x < seq.num_chunks) { weigh_chunk(gid.x); }
+}
+
+@compute @workgroup_size(WG)
+fn reduce_weights(@builtin(local_invocation_index) t: u32) {
+  reduce_weights_part(t);
+  phase();
+  if (t == 0u) { reduce_weights_final(); }
+}
+
+@compute @workgroup_size(64)
+fn histogram(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x < seq.num_chunks) { histogram_chunk(gid.x); }
+}
+
+@compute @workgroup_size(WG)
+fn select_digit(@builtin(local_invocation_index) t: u32) {
+  select_part(t);
+  phase();
+  if (t == 0u) { select_final(); }
+}
+
+@compute @workgroup_size(64)
+fn draw_mass(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x < seq.num_chunks) { draw_mass_chunk(gid.x); }
+}
+
+@compute @workgroup_size(WG)
+fn draw(@builtin(local_invocation_index) t: u32) {
+  draw_part(t);
+  phase();
+  if (t == 0u) { draw_final(); }
+}
+
+/** Storage writes of one phase are seen by the whole workgroup in the next. */
+fn phase() {
+  storageBarrier();
+  workgroupBarrier();
+}
+
+/**
+ * The whole step in one workgroup, for small vocabularies where a dispatch costs more than its
+ * work: the same functions in the same order, the chunks shared out among the invocations.
+ */
+@compute @workgroup_size(WG)
+fn fused(@builtin(local_invocation_index) t: u32) {
+  let chunks = seq.num_chunks;
+  for (var c = t; c < chunks; c += WG) { prepare_chunk(c); }
+  phase();
+  reduce_part(t);
+  phase();
+  if (t == 0u) { reduce_final(); }
+  if (seq.temperature == 0.0) { return; }
+  phase();
+  for (var c = t; c < chunks; c += WG) { weigh_chunk(c); }
+  phase();
+  reduce_weights_part(t);
+  phase();
+  if (t == 0u) { reduce_weights_final(); }
+  phase();
+  let rounds = 8u * (select(0u, 1u, seq.top_k > 0u) + select(0u, 1u, seq.top_p < 1.0));
+  for (var r = 0u; r < rounds; r++) {
+    for (var c = t; c < chunks; c += WG) { histogram_chunk(c); }
+    phase();
+    select_part(t);
+    phase();
+    if (t == 0u) { select_final(); }
+    phase();
+  }
+  for (var c = t; c < chunks; c += WG) { draw_mass_chunk(c); }
+  phase();
+  draw_part(t);
+  phase();
+  if (t == 0u) { draw_final(); }
+}

@@ -1,0 +1,368 @@
+// The sampling chain on the GPU (shaders/sample.wgsl), so that a decode step never waits for a
+// token to be read back: the sampled id goes straight to where the next step's embedding reads
+// it, and its record (id, logprob, top alternatives) to a slot that the caller copies out later,
+// several steps at a time.
+//
+// The chain and its order are src/sampling/sampler.ts's (its CPU reference): logit_bias,
+// repetition penalty, presence/frequency, the min_tokens ban of stop ids, temperature (0: greedy
+// argmax, lowest id on ties), top_k, top_p, min_p, and the inverse-CDF draw in ascending id order
+// with the Philox number of (seed, stream, step) (philox.ts). Logprobs are the log-softmax of the
+// RAW logits. The shader's header explains the passes.
+//
+// Per-sequence state (the prompt's seen-mask and the generated counts, the bias, the parameters)
+// lives in GPU buffers written by beginSequence(); the counts are updated by the GPU itself as
+// tokens are sampled.
+import type { GpuContext } from '../gpu/device.ts';
+import type { GeneratedToken, SamplingParams, TokenLogprob } from '../engine/types.ts';
+import { philoxKey } from './philox.ts';
+import sampleWgsl from '../../shaders/sample.wgsl?raw';
+
+export interface GpuSequenceSetup {
+  params: SamplingParams;
+  /** The repetition penalty counts them as seen. */
+  promptTokens: readonly number[];
+  /** Philox key (the request's seed) and counter word 0 (the choice index). */
+  seed: number;
+  stream: number;
+  /** Stop ids: never sampled while step < minTokens. */
+  banned: readonly number[];
+  minTokens: number;
+  /** Top alternatives per token (0..20); undefined = none. */
+  logprobs?: number;
+}
+
+export interface GpuSamplerOptions {
+  /** Record slots (and step-parameter slots): steps encoded before one submit use distinct slots. Default 16. */
+  recordSlots?: number;
+  /**
+   * Run the whole step as one dispatch (true) or one dispatch per pass (false). Default: one
+   * dispatch up to 64 chunks of 128 ids (8192 ids). Both give the same results.
+   */
+  fused?: boolean;
+}
+
+/** Most top alternatives a record holds (the API's logprobs maximum). */
+export const MAX_TOP_LOGPROBS = 20;
+const RECORD_WORDS = 4 + 2 * MAX_TOP_LOGPROBS; // id, logprob, count, 0, then (id, logprob) pairs
+/** Bytes of one record: u32 id, f32 logprob, u32 count, u32 0, then count x (u32 id, f32 logprob). */
+export const RECORD_BYTES = RECORD_WORDS * 4;
+
+// Must match shaders/sample.wgsl.
+const CHUNK = 128;
+/** Most invocations of the single-workgroup passes (shader override WG). */
+const MAX_WG = 256;
+const CHUNK_WORKGROUP = 64;
+const STATE_WORDS = 64;
+const CHUNK_STRIDE = 32;
+const SEEN = 0x80000000;
+const BANNED = 0x40000000;
+const HAS_BIAS = 1;
+const USES_HISTORY = 2;
+/** Radix-select rounds per selection: 4 bits of the 32-bit key a round. */
+const DIGIT_ROUNDS = 8;
+/** The step parameters of each record slot sit 256 bytes apart (the largest uniform offset alignment). */
+const STEP_SLOT_BYTES = 256;
+
+/**
+ * Vocabularies of at most this many chunks run the whole step as one dispatch of one workgroup
+ * ('fused'): on SwiftShader a dispatch costs more than a pass over 8k logits.
+ */
+const FUSED_MAX_CHUNKS = 64;
+
+const PASS_ENTRY_POINTS = ['prepare', 'reduce', 'weigh', 'reduce_weights', 'histogram', 'select_digit', 'draw_mass', 'draw'] as const;
+type EntryPoint = (typeof PASS_ENTRY_POINTS)[number] | 'fused';
+
+/** How a sequence's steps are recorded (decided by its parameters, at beginSequence). */
+interface StepShape {
+  greedy: boolean;
+  /** Radix selections per step: top_k, top_p, or both. */
+  selections: number;
+}
+
+export class GpuSampler {
+  readonly records: GPUBuffer;
+  private readonly device: GPUDevice;
+  private readonly numChunks: number;
+  /** ceil(vocab / 4): the per-id arrays are read as vec4s and padded to whole quads. */
+  private readonly quads: number;
+  private readonly sequenceParams: GPUBuffer;
+  private readonly stepParams: GPUBuffer;
+  private readonly history: GPUBuffer;
+  private readonly bias: GPUBuffer;
+  private readonly values: GPUBuffer;
+  private readonly work: GPUBuffer;
+  private readonly stateGroup: GPUBindGroup;
+  private readonly ioGroups = new Map<GPUBuffer, Map<GPUBuffer, GPUBindGroup>>();
+  /** Host copies reused by beginSequence (no per-sequence allocation). */
+  private readonly historyHost: Uint32Array;
+  private readonly biasHost: Float32Array;
+  private readonly stepHost = new Uint32Array(4);
+  private shape: StepShape | null = null;
+  private sequenceLogprobs: number | undefined;
+  /** One dispatch per step (small vocabularies), else one per pass. */
+  readonly fused: boolean;
+  private oneShot: { token: GPUBuffer; staging: GPUBuffer } | null = null;
+
+  private constructor(
+    ctx: GpuContext,
+    readonly vocabSize: number,
+    readonly recordSlots: number,
+    private readonly pipelines: Partial<Record<EntryPoint, GPUComputePipeline>>,
+    private readonly layouts: { state: GPUBindGroupLayout; io: GPUBindGroupLayout },
+  ) {
+    const device = ctx.device;
+    this.device = device;
+    this.numChunks = Math.ceil(vocabSize / CHUNK);
+    this.quads = Math.ceil(vocabSize / 4);
+    this.fused = 'fused' in pipelines;
+    const storage = (label: string, bytes: number, extra = 0) =>
+      device.createBuffer({ label, size: Math.max(16, bytes), usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | extra });
+    this.sequenceParams = device.createBuffer({ label: 'sampler_sequence', size: 64, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+    this.stepParams = device.createBuffer({
+      label: 'sampler_steps',
+      size: recordSlots * STEP_SLOT_BYTES,
+      usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
+    });
+    this.history = storage('sampler_history', this.quads * 16);
+    this.bias = storage('sampler_bias', this.quads * 16);
+    this.values = storage('sampler_values', 2 * this.quads * 16);
+    this.work = storage('sampler_work', (STATE_WORDS + this.numChunks * CHUNK_STRIDE + MAX_WG * MAX_TOP_LOGPROBS) * 4, GPUBufferUsage.COPY_SRC);
+    this.records = storage('sampler_records', recordSlots * RECORD_BYTES, GPUBufferUsage.COPY_SRC);
+    this.historyHost = new Uint32Array(this.quads * 4);
+    this.biasHost = new Float32Array(this.quads * 4);
+    this.stateGroup = device.createBindGroup({
+      label: 'sampler_state',
+      layout: layouts.state,
+      entries: [
+        { binding: 0, resource: { buffer: this.sequenceParams } },
+        { binding: 1, resource: { buffer: this.stepParams, size: 16 } },
+        { binding: 2, resource: { buffer: this.history } },
+        { binding: 3, resource: { buffer: this.bias } },
+        { binding: 4, resource: { buffer: this.values } },
+        { binding: 5, resource: { buffer: this.work } },
+        { binding: 6, resource: { buffer: this.records } },
+      ],
+    });
+  }
+
+  /** Compiles the pipelines up front (a compile error rejects with the compiler's messages). */
+  static async create(ctx: GpuContext, vocabSize: number, options: GpuSamplerOptions = {}): Promise<GpuSampler> {
+    if (!(Number.isInteger(vocabSize) && vocabSize > 0)) throw new RangeError(`vocabSize must be a positive integer, got ${vocabSize}`);
+    const recordSlots = options.recordSlots ?? 16;
+    if (!(Number.isInteger(recordSlots) && recordSlots > 0)) throw new RangeError(`recordSlots must be a positive integer, got ${recordSlots}`);
+    const device = ctx.device;
+    const state = device.createBindGroupLayout({
+      label: 'sampler_state',
+      entries: [
+        { binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'uniform' } },
+        { binding: 1, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'uniform', hasDynamicOffset: true, minBindingSize: 16 } },
+        { binding: 2, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'storage' } },
+        { binding: 3, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'read-only-storage' } },
+        { binding: 4, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'storage' } },
+        { binding: 5, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'storage' } },
+        { binding: 6, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'storage' } },
+      ],
+    });
+    const io = device.createBindGroupLayout({
+      label: 'sampler_io',
+      entries: [
+        { binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'read-only-storage' } },
+        { binding: 1, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'storage' } },
+      ],
+    });
+    const layout = device.createPipelineLayout({ label: 'sampler', bindGroupLayouts: [state, io] });
+    const module = device.createShaderModule({ label: 'sample.wgsl', code: sampleWgsl });
+    const info = await module.getCompilationInfo();
+    const errors = info.messages.filter((m) => m.type === 'error');
+    if (errors.length > 0) {
+      throw new Error(`WGSL compile error in sample.wgsl:\n${errors.map((m) => `  ${m.lineNum}:${m.linePos} ${m.message}`).join('\n')}`);
+    }
+    // The workgroup of the single-workgroup passes depends on the vocabulary only, so the sums
+    // (whose order it sets) are the same on every adapter.
+    const chunks = Math.ceil(vocabSize / CHUNK);
+    const constants = { WG: Math.min(MAX_WG, 2 ** Math.ceil(Math.log2(chunks))) };
+    const fused = options.fused ?? chunks <= FUSED_MAX_CHUNKS;
+    const entryPoints: readonly EntryPoint[] = fused ? ['fused'] : PASS_ENTRY_POINTS;
+    const compiled = await Promise.all(
+      entryPoints.map((entryPoint) =>
+        device.createComputePipelineAsync({ label: `sample/${entryPoint}`, layout, compute: { module, entryPoint, constants } }),
+      ),
+    );
+    const pipelines = Object.fromEntries(entryPoints.map((name, i) => [name, compiled[i]])) as Partial<Record<EntryPoint, GPUComputePipeline>>;
+    return new GpuSampler(ctx, vocabSize, recordSlots, pipelines, { state, io });
+  }
+
+  /** Resets the per-sequence GPU state (prompt mask, generated counts, bias list, params) with queue writes. */
+  beginSequence(setup: GpuSequenceSetup): void {
+    const V = this.vocabSize;
+    const { params } = setup;
+    const logprobs = setup.logprobs;
+    if (logprobs !== undefined && !(Number.isInteger(logprobs) && logprobs >= 0 && logprobs <= MAX_TOP_LOGPROBS)) {
+      throw new RangeError(`logprobs must be an integer in 0..${MAX_TOP_LOGPROBS}, got ${logprobs}`);
+    }
+    if (!(Number.isInteger(setup.stream) && setup.stream >= 0 && setup.stream < 2 ** 32)) {
+      throw new RangeError(`stream must be an integer in [0, 2^32), got ${setup.stream}`);
+    }
+    if (!(Number.isInteger(setup.minTokens) && setup.minTokens >= 0)) throw new RangeError(`minTokens must be an integer >= 0, got ${setup.minTokens}`);
+    const [key0, key1] = philoxKey(setup.seed);
+
+    const history = this.historyHost;
+    history.fill(0);
+    for (const id of setup.promptTokens) if (id >= 0 && id < V) history[id] = SEEN;
+    for (const id of setup.banned) if (id >= 0 && id < V) history[id] |= BANNED;
+    const bias = this.biasHost;
+    bias.fill(0);
+    for (const [id, b] of params.logitBias ?? []) if (id >= 0 && id < V) bias[id] = b;
+
+    const words = new ArrayBuffer(64);
+    const u = new Uint32Array(words);
+    const f = new Float32Array(words);
+    u[0] = V;
+    u[1] = this.numChunks;
+    u[2] = logprobs ?? 0;
+    u[3] = Math.min(setup.minTokens, 0xffffffff);
+    f[4] = params.temperature;
+    u[5] = Math.min(Math.max(0, Math.floor(params.topK ?? 0)), 0xffffffff);
+    f[6] = params.topP ?? 1;
+    f[7] = params.minP ?? 0;
+    f[8] = params.repetitionPenalty ?? 1;
+    f[9] = params.presencePenalty ?? 0;
+    f[10] = params.frequencyPenalty ?? 0;
+    u[11] = key0;
+    u[12] = key1;
+    u[13] = setup.stream;
+    u[14] = this.quads;
+    const usesHistory = f[8] !== 1 || f[9] !== 0 || f[10] !== 0 || (setup.minTokens > 0 && setup.banned.length > 0);
+    u[15] = (params.logitBias && params.logitBias.size > 0 ? HAS_BIAS : 0) | (usesHistory ? USES_HISTORY : 0);
+
+    const queue = this.device.queue;
+    queue.writeBuffer(this.sequenceParams, 0, words);
+    queue.writeBuffer(this.history, 0, history.buffer, history.byteOffset, history.byteLength);
+    queue.writeBuffer(this.bias, 0, bias.buffer, bias.byteOffset, bias.byteLength);
+    this.sequenceLogprobs = logprobs;
+    // The stored f32 decides greedy in the shader; decide it here from the same value.
+    this.shape = {
+      greedy: f[4] === 0,
+      selections: (u[5] > 0 ? 1 : 0) + (f[6] < 1 ? 1 : 0),
+    };
+  }
+
+  /**
+   * Records into `encoder`: sample step `step` of the sequence from `logits` (f32 [vocab]); write
+   * the token id as u32 at byte 0 of `tokenOut`; write the record (id, logprob, top alternatives)
+   * to slot `slot` of `records`; count the token for the penalties. The step's parameters go to
+   * the slot's own uniform through queue.writeBuffer at call time: submit this encoder before the
+   * next encode() of the same slot. Nothing is created per call after the first use of a
+   * (logits, tokenOut) pair.
+   */
+  encode(encoder: GPUCommandEncoder, logits: GPUBuffer, step: number, tokenOut: GPUBuffer, slot: number): void {
+    const shape = this.shape;
+    if (!shape) throw new Error('beginSequence() must come before encode()');
+    if (!(Number.isInteger(slot) && slot >= 0 && slot < this.recordSlots)) throw new RangeError(`slot must be in 0..${this.recordSlots - 1}, got ${slot}`);
+    if (!(Number.isInteger(step) && step >= 0 && step < 2 ** 32)) throw new RangeError(`step must be an integer in [0, 2^32), got ${step}`);
+    const stepWords = this.stepHost;
+    stepWords[0] = step;
+    stepWords[1] = slot;
+    this.device.queue.writeBuffer(this.stepParams, slot * STEP_SLOT_BYTES, stepWords.buffer, 0, 16);
+
+    const chunkGroups = Math.ceil(this.numChunks / CHUNK_WORKGROUP);
+    const pass = encoder.beginComputePass({ label: 'sample' });
+    pass.setBindGroup(0, this.stateGroup, [slot * STEP_SLOT_BYTES]);
+    pass.setBindGroup(1, this.ioGroup(logits, tokenOut));
+    const run = (entry: EntryPoint, workgroups: number) => {
+      pass.setPipeline(this.pipelines[entry]!);
+      pass.dispatchWorkgroups(workgroups);
+    };
+    if (this.fused) {
+      run('fused', 1);
+      pass.end();
+      return;
+    }
+    run('prepare', chunkGroups);
+    run('reduce', 1);
+    if (!shape.greedy) {
+      run('weigh', chunkGroups);
+      run('reduce_weights', 1);
+      for (let round = 0; round < shape.selections * DIGIT_ROUNDS; round++) {
+        run('histogram', chunkGroups);
+        run('select_digit', 1);
+      }
+      run('draw_mass', chunkGroups);
+      run('draw', 1);
+    }
+    pass.end();
+  }
+
+  /** How many dispatches one step of the current sequence records (counters, tests). */
+  dispatchesPerStep(): number {
+    const shape = this.shape;
+    if (!shape) return 0;
+    if (this.fused) return 1;
+    return shape.greedy ? 2 : 6 + 2 * DIGIT_ROUNDS * shape.selections;
+  }
+
+  /**
+   * One step on its own: encode, submit, read the record back (tests and measurements; the decode
+   * loop uses encode() and reads records in batches).
+   */
+  async sample(logits: GPUBuffer, step: number, slot = 0): Promise<GeneratedToken> {
+    const device = this.device;
+    this.oneShot ??= {
+      token: device.createBuffer({ label: 'sampler_token', size: 16, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC }),
+      staging: device.createBuffer({ label: 'sampler_staging', size: RECORD_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST }),
+    };
+    const { token, staging } = this.oneShot;
+    const encoder = device.createCommandEncoder({ label: 'sample' });
+    this.encode(encoder, logits, step, token, slot);
+    encoder.copyBufferToBuffer(this.records, slot * RECORD_BYTES, staging, 0, RECORD_BYTES);
+    device.queue.submit([encoder.finish()]);
+    await staging.mapAsync(GPUMapMode.READ);
+    const bytes = staging.getMappedRange().slice(0);
+    staging.unmap();
+    return readRecord(bytes, 0, this.sequenceLogprobs);
+  }
+
+  private ioGroup(logits: GPUBuffer, tokenOut: GPUBuffer): GPUBindGroup {
+    let byOut = this.ioGroups.get(logits);
+    if (!byOut) {
+      byOut = new Map();
+      this.ioGroups.set(logits, byOut);
+    }
+    let group = byOut.get(tokenOut);
+    if (!group) {
+      group = this.device.createBindGroup({
+        label: 'sampler_io',
+        layout: this.layouts.io,
+        entries: [
+          { binding: 0, resource: { buffer: logits } },
+          { binding: 1, resource: { buffer: tokenOut } },
+        ],
+      });
+      byOut.set(tokenOut, group);
+    }
+    return group;
+  }
+
+  destroy(): void {
+    for (const buffer of [this.sequenceParams, this.stepParams, this.history, this.bias, this.values, this.work, this.records]) buffer.destroy();
+    if (this.oneShot) {
+      this.oneShot.token.destroy();
+      this.oneShot.staging.destroy();
+    }
+    this.ioGroups.clear();
+  }
+}
+
+/** Decodes slot `slot` of a copy of `records` (mapped bytes) into a GeneratedToken (topLogprobs only when logprobs was set). */
+export function readRecord(bytes: ArrayBuffer, slot: number, logprobs: number | undefined): GeneratedToken {
+  const u = new Uint32Array(bytes, slot * RECORD_BYTES, RECORD_WORDS);
+  const f = new Float32Array(bytes, slot * RECORD_BYTES, RECORD_WORDS);
+  const token: GeneratedToken = { id: u[0], logprob: f[1] };
+  if (logprobs !== undefined) {
+    const n = Math.min(u[2], logprobs, MAX_TOP_LOGPROBS);
+    const top: TokenLogprob[] = [];
+    for (let j = 0; j < n; j++) top.push({ id: u[4 + 2 * j], logprob: f[5 + 2 * j] });
+    token.topLogprobs = top;
+  }
+  return token;
+}
