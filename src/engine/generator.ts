@@ -1,5 +1,6 @@
 // The generation loop on the GPU: a session prefills the prompt once, then decodes sequences
-// (choices) from it one after another, sampling on the CPU (src/sampling).
+// (choices) from it one after another. Sampling runs on the GPU too (src/sampling/gpu-sampler.ts),
+// so decode steps follow each other without waiting for the CPU (decode-pipeline.ts).
 //
 // KV cache sharing: the prompt's K/V sit at positions 0..P-1 and decode steps only write
 // positions >= P, so every sequence of a session reuses the prompt's K/V without copying: sequence
@@ -9,8 +10,9 @@
 import type { LlamaModel } from '../model/llama.ts';
 import type { KvCache } from '../model/kv-cache.ts';
 import { logSumExp, scoreToken } from '../sampling/logprobs.ts';
-import { createRandomStream, randomSeed } from '../sampling/random.ts';
-import { SequenceSampler } from '../sampling/sampler.ts';
+import { randomSeed } from '../sampling/random.ts';
+import { GpuSampler, RECORD_BYTES } from '../sampling/gpu-sampler.ts';
+import { decodeTokens, MAX_BATCH_STEPS, type DecodeResources } from './decode-pipeline.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { Scheduler, abortError } from './scheduler.ts';
 import type {
@@ -43,6 +45,11 @@ const MAX_ALL_LOGITS_BYTES = 64 * 1024 * 1024;
 export class LlamaGenerator implements TextGenerator {
   private readonly scheduler: Scheduler;
   private readonly prefillChunkTokens: number | undefined;
+  /** The decode step, sampler and staging buffers, made on first use and kept (one session at a time uses them). */
+  private decode: Promise<DecodeResources> | undefined;
+  /** The last prompt position's logits, left on the GPU by the prefill for the sequences' first step. */
+  private readonly prefillLogits: GPUBuffer;
+  private destroyed = false;
 
   constructor(
     readonly model: LlamaModel,
@@ -54,6 +61,11 @@ export class LlamaGenerator implements TextGenerator {
   ) {
     this.scheduler = new Scheduler(options.maxQueued);
     this.prefillChunkTokens = options.prefillChunkTokens;
+    this.prefillLogits = model.ctx.device.createBuffer({
+      label: 'prefill_logits',
+      size: model.config.vocabSize * 4,
+      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC,
+    });
   }
 
   /** Requests waiting for the GPU. */
@@ -73,10 +85,12 @@ export class LlamaGenerator implements TextGenerator {
     const { signal } = request;
     const release = await this.scheduler.acquire(signal);
     try {
+      if (this.destroyed) throw new Error('the model was unloaded');
       if (signal?.aborted) throw abortError(signal);
-      const prefill = await this.prefill(request);
+      const resources = await this.decodeResources();
+      const promptLogprobs = await this.prefill(request);
       if (signal?.aborted) throw abortError(signal);
-      return new LlamaSession(this.model, this.cache, request, prefill.lastLogits, prefill.promptLogprobs, release);
+      return new LlamaSession(this.cache, resources, request, this.prefillLogits, promptLogprobs, release);
     } catch (err) {
       release();
       throw err;
@@ -110,34 +124,49 @@ export class LlamaGenerator implements TextGenerator {
     }
   }
 
+  private decodeResources(): Promise<DecodeResources> {
+    this.decode ??= (async () => {
+      const { device } = this.model.ctx;
+      const sampler = await GpuSampler.create(this.model.ctx, this.model.config.vocabSize, { recordSlots: MAX_BATCH_STEPS });
+      const staging = () =>
+        device.createBuffer({ label: 'decode_records_readback', size: MAX_BATCH_STEPS * RECORD_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      return { device, decodeStep: this.model.createDecodeStep(this.cache), sampler, staging: [staging(), staging()] as const };
+    })();
+    // A failed creation is retried by the next request rather than remembered.
+    this.decode.catch(() => (this.decode = undefined));
+    return this.decode;
+  }
+
   /**
-   * Runs the prompt through the model (in chunks if it is long), keeping the last position's
-   * logits and, when asked, scoring every prompt token from the logits of the position before it.
+   * Runs the prompt through the model (in chunks if it is long), leaving the last position's
+   * logits in prefillLogits on the GPU and, when asked, scoring every prompt token from the logits
+   * of the position before it (read back: the only read-back of a prefill).
    */
-  private async prefill(request: SessionRequest): Promise<{ lastLogits: Float32Array; promptLogprobs: (GeneratedToken | null)[] | undefined }> {
+  private async prefill(request: SessionRequest): Promise<(GeneratedToken | null)[] | undefined> {
     const { promptTokens: tokens, signal } = request;
     const P = tokens.length;
     const vocab = this.model.config.vocabSize;
     const allLogits = request.promptLogprobs === true;
     const chunk = this.prefillChunk(allLogits);
     const promptLogprobs: (GeneratedToken | null)[] | undefined = allLogits ? [null] : undefined;
-    let lastLogits: Float32Array | undefined;
     for (let start = 0; start < P; start += chunk) {
       if (start > 0 && signal?.aborted) throw abortError(signal);
       const part = tokens.slice(start, start + chunk);
-      const logits = await this.model.forward(part, start, this.cache, { allLogits });
-      if (!allLogits) {
-        if (start + part.length === P) lastLogits = logits;
-        continue;
-      }
+      const last = start + part.length === P;
+      const logits = await this.model.forward(part, start, this.cache, {
+        allLogits,
+        readBack: allLogits,
+        ...(last ? { lastLogitsTo: this.prefillLogits } : {}),
+      });
+      if (!allLogits || !logits) continue;
       for (let r = 0; r < part.length; r++) {
         const position = start + r;
+        if (position + 1 >= P) break;
         const row = logits.subarray(r * vocab, (r + 1) * vocab);
-        if (position + 1 < P) promptLogprobs!.push(scoreToken(row, tokens[position + 1], request.logprobs, logSumExp(row)));
-        else lastLogits = row.slice();
+        promptLogprobs!.push(scoreToken(row, tokens[position + 1], request.logprobs, logSumExp(row)));
       }
     }
-    return { lastLogits: lastLogits!, promptLogprobs };
+    return promptLogprobs;
   }
 
   private prefillChunk(allLogits: boolean): number {
@@ -152,29 +181,38 @@ export class LlamaGenerator implements TextGenerator {
   }
 
   destroy(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    void this.decode?.then(
+      (r) => {
+        r.decodeStep.destroy();
+        r.sampler.destroy();
+        for (const b of r.staging) b.destroy();
+      },
+      () => {},
+    );
+    this.prefillLogits.destroy();
     this.cache.destroy();
     this.model.destroy();
   }
 }
 
 /**
- * A session: the prefill's last logits (read-only; each sequence copies them), its prompt
- * logprobs, and the GPU until close(). Sequences run one at a time.
+ * A session: the prefill's last logits on the GPU (read-only; every sequence's first step samples
+ * them), its prompt logprobs, and the GPU until close(). Sequences run one at a time.
  */
 class LlamaSession implements GenerationSession {
   private closed = false;
   private released = false;
   private running = false;
-  /** A forward pass this session submitted and has not finished reading. */
-  private inFlight = false;
   /** The base of the sequences' random streams: the request's seed, or one random seed per session. */
   private readonly seed: number;
 
   constructor(
-    private readonly model: LlamaModel,
     private readonly cache: KvCache,
+    private readonly resources: DecodeResources,
     private readonly request: SessionRequest,
-    private readonly prefillLogits: Float32Array,
+    private readonly prefillLogits: GPUBuffer,
     readonly promptLogprobs: readonly (GeneratedToken | null)[] | undefined,
     private readonly releaseGpu: () => void,
   ) {
@@ -182,13 +220,12 @@ class LlamaSession implements GenerationSession {
   }
 
   /**
-   * Frees the GPU for the next request, once. If a forward pass of this session is still
-   * running (close() from an abort handler, say), the GPU is freed when it ends; the sequence
-   * then fails at its next step.
+   * Frees the GPU for the next request, once. If a sequence is running (close() from an abort
+   * handler, say), it fails at its next token and the GPU is freed when its work in flight is done.
    */
   close(): void {
     this.closed = true;
-    if (!this.inFlight) this.release();
+    if (!this.running) this.release();
   }
 
   private release(): void {
@@ -198,13 +235,14 @@ class LlamaSession implements GenerationSession {
   }
 
   /**
-   * Decodes sequence `index`: random stream `index` of the session's seed (random.ts), its own
-   * penalty history, starting from a copy of the prefill logits. Yields each generated token
-   * with its logprob (always) and its top alternatives (when the session asked for logprobs;
-   * [] for logprobs 0). Returns 'stop' when a stop id is sampled (not yielded); 'length' after
-   * maxTokens tokens or when prompt + generated fills the context. Throws an AbortError at the
-   * next token once the session's signal aborts. Misuse (a closed session, a second sequence
-   * while one runs, bad options) throws from the first next().
+   * Decodes sequence `index`: random stream `index` of the session's seed (Philox counters
+   * (index, step), the same on every adapter), its own penalty history, starting from the
+   * prefill's logits. Yields each generated token with its logprob (always) and its top
+   * alternatives (when the session asked for logprobs; [] for logprobs 0). Returns 'stop' when a
+   * stop id is sampled (not yielded); 'length' after maxTokens tokens or when prompt + generated
+   * fills the context. Throws an AbortError at the next token once the session's signal aborts.
+   * Misuse (a closed session, a second sequence while one runs, bad options) throws from the
+   * first next().
    */
   async *sequence(options: SequenceOptions): AsyncGenerator<GeneratedToken, FinishReason, void> {
     if (this.closed) throw new Error('the session is closed');
@@ -213,45 +251,43 @@ class LlamaSession implements GenerationSession {
     this.running = true;
     try {
       const { promptTokens, sampling, signal, logprobs } = this.request;
-      const vocab = this.model.config.vocabSize;
       const P = promptTokens.length;
-      const capacity = this.cache.capacity;
-      const { maxTokens } = options;
-      const minTokens = options.minTokens ?? 0;
+      // Token s needs the model run at position P + s - 1 < capacity (s >= 1).
+      const maxSteps = Math.min(options.maxTokens, this.cache.capacity - P);
+      if (maxSteps <= 0) return 'length';
       const stops = new Set(options.stopTokenIds);
-      const sampler = new SequenceSampler(vocab, sampling, promptTokens, createRandomStream(this.seed, options.index));
-      let logits: Float32Array = this.prefillLogits.slice();
-      for (let generated = 0; ; ) {
-        if (generated >= maxTokens || P + generated >= capacity) return 'length';
+      this.resources.sampler.beginSequence({
+        params: sampling,
+        promptTokens,
+        seed: this.seed,
+        stream: options.index,
+        banned: options.stopTokenIds,
+        minTokens: options.minTokens ?? 0,
+        ...(logprobs !== undefined ? { logprobs } : {}),
+      });
+      const tokens = decodeTokens(
+        this.resources,
+        { promptLength: P, maxSteps, prefillLogits: this.prefillLogits, logprobs },
+        () => this.checkLive(signal),
+      );
+      let generated = 0;
+      for await (const token of tokens) {
         this.checkLive(signal);
-        const id = sampler.sample(logits, generated < minTokens ? stops : null);
-        if (stops.has(id)) return 'stop';
-        const token = scoreToken(logits, id, logprobs);
-        sampler.accept(id);
+        if (stops.has(token.id)) return 'stop';
         generated++;
         yield token;
-        if (generated >= maxTokens || P + generated >= capacity) return 'length'; // no pass for a token nobody reads
-        this.checkLive(signal);
-        logits = await this.decode(id, P + generated - 1);
       }
+      if (generated < maxSteps) throw new Error('the decode pipeline ended early'); // never: it runs maxSteps steps
+      return 'length';
     } finally {
       this.running = false;
+      if (this.closed) this.release();
     }
   }
 
   private checkLive(signal: AbortSignal | undefined): void {
     if (signal?.aborted) throw abortError(signal);
     if (this.closed) throw new Error('the session was closed during a sequence');
-  }
-
-  private async decode(token: number, position: number): Promise<Float32Array> {
-    this.inFlight = true;
-    try {
-      return await this.model.forward([token], position, this.cache);
-    } finally {
-      this.inFlight = false;
-      if (this.closed) this.release();
-    }
   }
 }
 

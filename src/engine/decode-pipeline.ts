@@ -1,0 +1,138 @@
+// The decode loop without a GPU->CPU round trip per token.
+//
+// Step s of a sequence is one command buffer: the decode step (the token the GPU sampler wrote at
+// step s-1, at position P + s - 1; step 0 has none and samples the prefill's logits), then the GPU
+// sampler, which writes the new token where the next step's embedding reads it and writes the
+// token's record (id, logprob, top alternatives) to slot j of the sampler's record buffer.
+//
+// Steps are submitted in batches of B. The last step of a batch copies the B records to a staging
+// buffer, which is mapped; while the CPU waits for batch i (and then hands its tokens on), batch
+// i+1 is already queued, so the GPU never waits for the CPU. B starts at 1 (the first token comes
+// back at once) and grows while steps are fast, so that one read-back serves many tokens but a
+// batch never takes much longer than TARGET_BATCH_MS: tokens still stream smoothly, and when a
+// sequence stops (EOS, a stop string, abort) at most about two batches of work were done for
+// nothing — their tokens are discarded, never returned.
+import type { DecodeStep } from '../model/llama.ts';
+import { readRecord, RECORD_BYTES, type GpuSampler } from '../sampling/gpu-sampler.ts';
+import type { GeneratedToken } from './types.ts';
+
+/** Most steps one read-back may carry. */
+export const MAX_BATCH_STEPS = 32;
+/** How long one batch of steps should take on the GPU, once the step time is known. */
+export const TARGET_BATCH_MS = 20;
+
+/**
+ * Steps in batch number `index` (0, 1, 2, ...) of a sequence: 1, 2, 4, ... up to MAX_BATCH_STEPS,
+ * so the first tokens come back at once, and once the time of one step is known (`stepMs`), no
+ * more than fit in TARGET_BATCH_MS (at least 1): a slow model streams token by token, with the
+ * next step always queued behind the one being read.
+ */
+export function batchSteps(index: number, stepMs: number | undefined): number {
+  let size = Math.min(MAX_BATCH_STEPS, 2 ** Math.min(index, 30));
+  if (stepMs !== undefined && stepMs > 0) size = Math.min(size, Math.max(1, Math.floor(TARGET_BATCH_MS / stepMs)));
+  return size;
+}
+
+/** What the pipeline runs: shared by the sequences of a generator, one sequence at a time. */
+export interface DecodeResources {
+  readonly device: GPUDevice;
+  readonly decodeStep: DecodeStep;
+  readonly sampler: GpuSampler;
+  /** Two MAP_READ buffers of MAX_BATCH_STEPS records (RECORD_BYTES each): one is read while the next batch fills the other. */
+  readonly staging: readonly [GPUBuffer, GPUBuffer];
+}
+
+export interface DecodePlan {
+  /** Prompt length: step s (s >= 1) runs the model on the token of step s - 1 at position P + s - 1. */
+  promptLength: number;
+  /** Steps to run at most (tokens the sequence may produce: max_tokens and the context). */
+  maxSteps: number;
+  /** The prefill's last logits (f32 [vocab]), sampled by step 0. */
+  prefillLogits: GPUBuffer;
+  /** Top alternatives per token, as the records carry them (undefined: none). */
+  logprobs: number | undefined;
+}
+
+interface Batch {
+  firstStep: number;
+  count: number;
+  staging: GPUBuffer;
+  mapped: Promise<void>;
+}
+
+/**
+ * Runs the steps of one sequence and yields its tokens in order. The caller has already called
+ * sampler.beginSequence(). Ending the iteration early (return(), a throw) waits for the batches in
+ * flight, so the staging buffers are unmapped and free for the next sequence when it returns.
+ * `beforeSubmit` runs before each batch is submitted (abort checks: throwing stops the sequence).
+ */
+export async function* decodeTokens(
+  resources: DecodeResources,
+  plan: DecodePlan,
+  beforeSubmit: () => void,
+): AsyncGenerator<GeneratedToken, void, void> {
+  const { device, decodeStep, sampler } = resources;
+  const inFlight: Batch[] = [];
+  let submitted = 0;
+  let batches = 0;
+  let stepMs: number | undefined;
+  let lastResolved: number | undefined;
+
+  const nextBatchSize = (): number => Math.min(batchSteps(batches, stepMs), plan.maxSteps - submitted, sampler.recordSlots);
+
+  const submitBatch = (count: number): void => {
+    beforeSubmit();
+    const staging = resources.staging[batches % 2];
+    for (let j = 0; j < count; j++) {
+      const step = submitted + j;
+      const encoder = device.createCommandEncoder({ label: `decode step ${step}` });
+      if (step === 0) {
+        sampler.encode(encoder, plan.prefillLogits, 0, decodeStep.tokenIn, j);
+      } else {
+        decodeStep.encodeStep(encoder, plan.promptLength + step - 1);
+        sampler.encode(encoder, decodeStep.logits, step, decodeStep.tokenIn, j);
+      }
+      if (j === count - 1) encoder.copyBufferToBuffer(sampler.records, 0, staging, 0, count * RECORD_BYTES);
+      device.queue.submit([encoder.finish()]);
+    }
+    inFlight.push({ firstStep: submitted, count, staging, mapped: staging.mapAsync(GPUMapMode.READ, 0, count * RECORD_BYTES) });
+    submitted += count;
+    batches++;
+  };
+
+  try {
+    // Two batches in flight: the GPU works on the second while the first is read.
+    for (let i = 0; i < 2; i++) {
+      const size = nextBatchSize();
+      if (size > 0) submitBatch(size);
+    }
+    while (inFlight.length > 0) {
+      const batch = inFlight[0];
+      await batch.mapped;
+      inFlight.shift();
+      const now = performance.now();
+      // The GPU had batch i queued before batch i-1 came back, so it was busy in between.
+      if (lastResolved !== undefined) {
+        const measured = (now - lastResolved) / batch.count;
+        stepMs = stepMs === undefined ? measured : 0.5 * stepMs + 0.5 * measured;
+      }
+      lastResolved = now;
+      const bytes = batch.staging.getMappedRange(0, batch.count * RECORD_BYTES).slice(0);
+      batch.staging.unmap();
+      // Queue the next batch before handing tokens on: the consumer's work overlaps the GPU's.
+      const size = nextBatchSize();
+      if (size > 0) submitBatch(size);
+      for (let j = 0; j < batch.count; j++) yield readRecord(bytes, j, plan.logprobs);
+    }
+  } finally {
+    // Batches past the end (a stop, an abort): wait for them so their staging buffers are unmapped.
+    for (const batch of inFlight) {
+      try {
+        await batch.mapped;
+        batch.staging.unmap();
+      } catch {
+        // A lost device or a destroyed buffer: nothing left to unmap.
+      }
+    }
+  }
+}

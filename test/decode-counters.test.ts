@@ -1,0 +1,65 @@
+// What one decode token asks of the GPU, counted (src/gpu/counters.ts): after warm-up a token
+// costs one command submission and a fixed number of dispatches, creates no buffers, bind groups
+// or pipelines, and is not read back on its own (tokens come back in batches).
+//
+// Two requests that differ only in max_tokens share their prefill and their first step, so the
+// difference of their counts is exactly the cost of the extra decode tokens.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Engine } from '../src/api/engine.ts';
+import { counterDelta, gpuCounters, type GpuCounters } from '../src/gpu/counters.ts';
+import type { LlamaGenerator } from '../src/engine/generator.ts';
+import { loadModelFromPath } from '../src/node/index.ts';
+import { STORIES_GGUF } from './helpers/model-files.ts';
+
+let engine: Engine;
+let device: GPUDevice;
+
+beforeAll(async () => {
+  engine = await loadModelFromPath(STORIES_GGUF);
+  device = (engine.generator as LlamaGenerator).model.ctx.device;
+});
+
+afterAll(() => {
+  void engine?.unload();
+});
+
+/** The counts of one completion of exactly `tokens` tokens (ignore_eos), ignoring its output. */
+async function countCompletion(tokens: number, extra: Record<string, unknown> = {}): Promise<GpuCounters> {
+  const before = gpuCounters(device);
+  const response = await engine.complete({
+    model: engine.info.id,
+    prompt: 'Once upon a time',
+    max_tokens: tokens,
+    ignore_eos: true,
+    ...extra,
+  } as Parameters<Engine['complete']>[0] & { stream?: false });
+  expect(response.usage.completion_tokens).toBe(tokens);
+  return counterDelta(gpuCounters(device), before);
+}
+
+describe('GPU work per decode token', () => {
+  for (const [name, params] of [
+    ['greedy', { temperature: 0 }],
+    ['sampled with top_p, penalties and logprobs', { temperature: 0.8, top_p: 0.9, seed: 7, frequency_penalty: 0.5, logprobs: 3 }],
+  ] as const) {
+    it(`${name}: one submit and fixed dispatches per token, nothing created, read back in batches`, async () => {
+      await countCompletion(40, params); // warm-up: pipelines, bind groups, staging buffers
+      const short = await countCompletion(8, params);
+      const long = await countCompletion(40, params);
+      const extra = 32;
+      const perToken = (key: keyof GpuCounters) => (long[key] - short[key]) / extra;
+
+      expect(perToken('buffersCreated')).toBe(0);
+      expect(perToken('bindGroupsCreated')).toBe(0);
+      expect(perToken('pipelinesCreated')).toBe(0);
+      expect(perToken('submits')).toBe(1);
+      // The same dispatches every step: the difference is a whole number per token.
+      expect(Number.isInteger(perToken('dispatches'))).toBe(true);
+      expect(perToken('dispatches')).toBeGreaterThan(0);
+      // Read-backs are per batch of steps: at most one per token (batch sizes depend on the step
+      // time, see decode-pipeline.test.ts), and each request reads something back.
+      expect(long.readBacks - short.readBacks).toBeLessThanOrEqual(extra);
+      expect(short.readBacks).toBeGreaterThan(0);
+    });
+  }
+});
