@@ -361,6 +361,16 @@ describe('lifecycle and scheduling', () => {
     await expect(seq.next()).rejects.toThrow(/closed/);
   });
 
+  it('close() with a sequence left suspended at a token (never returned) frees the GPU for the next session', async () => {
+    const session = await generator.openSession({ promptTokens: PROMPT, sampling: greedy });
+    const seq = session.sequence({ index: 0, maxTokens: 10, stopTokenIds: [] });
+    await seq.next(); // the caller stops here and never calls next() or return()
+    session.close();
+    const next = await run(generator, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 4 });
+    expect(next.ids).toEqual(cpuGreedy(PROMPT, 4).tokens);
+    await expect(seq.next()).rejects.toThrow(/closed/);
+  });
+
   it('close() during a decode step frees the GPU only when the step is done', async () => {
     const session = await generator.openSession({ promptTokens: PROMPT, sampling: greedy });
     const seq = session.sequence({ index: 0, maxTokens: 10, stopTokenIds: [] });

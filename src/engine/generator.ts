@@ -205,6 +205,8 @@ class LlamaSession implements GenerationSession {
   private closed = false;
   private released = false;
   private running = false;
+  /** The running sequence's token pipeline while the sequence is suspended at a yield. */
+  private suspendedTokens: AsyncGenerator<GeneratedToken, void, void> | undefined;
   /** The base of the sequences' random streams: the request's seed, or one random seed per session. */
   private readonly seed: number;
 
@@ -220,12 +222,17 @@ class LlamaSession implements GenerationSession {
   }
 
   /**
-   * Frees the GPU for the next request, once. If a sequence is running (close() from an abort
-   * handler, say), it fails at its next token and the GPU is freed when its work in flight is done.
+   * Frees the GPU for the next request, once. A sequence suspended at a token (its caller has not
+   * asked for the next one) is ended here: the batches it has in flight are awaited, then the GPU
+   * is freed, and the sequence throws if it is resumed. A sequence waiting for the GPU (close()
+   * from an abort handler, say) fails at its next token and frees the GPU when its work in flight
+   * is done.
    */
   close(): void {
+    if (this.closed) return;
     this.closed = true;
     if (!this.running) this.release();
+    else if (this.suspendedTokens) void this.suspendedTokens.return().finally(() => this.release());
   }
 
   private release(): void {
@@ -275,8 +282,15 @@ class LlamaSession implements GenerationSession {
         this.checkLive(signal);
         if (stops.has(token.id)) return 'stop';
         generated++;
-        yield token;
+        this.suspendedTokens = tokens;
+        try {
+          yield token;
+        } finally {
+          this.suspendedTokens = undefined;
+        }
+        this.checkLive(signal);
       }
+      this.checkLive(signal);
       if (generated < maxSteps) throw new Error('the decode pipeline ended early'); // never: it runs maxSteps steps
       return 'length';
     } finally {
