@@ -14,7 +14,7 @@ import {
   type ResponseReply,
   type TransferableLoadOptions,
   type TransferableModelSource,
-  type UnloadReply,
+  unloadAndReply,
 } from './protocol.ts';
 import { trackRequests, type RequestStats, type TrackedEngine } from './tracked-engine.ts';
 
@@ -67,21 +67,9 @@ export function serveEngineHost(scope: CommandSource, load: ModelLoader): { read
       case 'request':
         void answer(tracked, command, port);
         return;
-      case 'unload': {
-        const reply = (message: UnloadReply) => port.postMessage(message);
-        const current = engine;
-        void (async () => {
-          try {
-            if (current) await (await current).unload();
-            reply({ type: 'unloaded' });
-          } catch (err) {
-            reply({ type: 'failed', error: serializeError(err) });
-          } finally {
-            port.close();
-          }
-        })();
+      case 'unload':
+        void unloadAndReply(engine, port);
         return;
-      }
       case 'stats':
         port.postMessage({ ...tracked.stats });
         port.close();

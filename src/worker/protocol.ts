@@ -8,6 +8,7 @@ import type { ModelInfo } from '../engine/types.ts';
 import type { HubSource } from '../model/hub.ts';
 import type { LoadProgress } from '../model/weights.ts';
 import type { LoadOptions } from '../engine/load.ts';
+import type { Engine } from '../api/engine.ts';
 
 /** A model source that can cross to another realm: an absolute URL, a Hub repo, or File objects. */
 export type TransferableModelSource = string | HubSource | File[];
@@ -77,3 +78,19 @@ export function deserializeError(error: SerializedError): Error {
 
 /** Prefix of the messages the service worker answers (so they never mix with an app's own). */
 export const SERVICE_WORKER_MESSAGE = 'webgpu-llama';
+
+/**
+ * Answers an 'unload' command on `port`: unloads the engine (if one was loaded; unload waits for
+ * its requests in flight), replies 'unloaded' or 'failed', and closes the port.
+ */
+export async function unloadAndReply(engine: Engine | Promise<Engine> | null | undefined, port: MessagePort): Promise<void> {
+  const reply = (message: UnloadReply) => port.postMessage(message);
+  try {
+    if (engine) await (await engine).unload();
+    reply({ type: 'unloaded' });
+  } catch (err) {
+    reply({ type: 'failed', error: serializeError(err) });
+  } finally {
+    port.close();
+  }
+}

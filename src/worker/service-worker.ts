@@ -16,7 +16,7 @@ import { installFetchShim } from '../api/shim.ts';
 import { loadModel, type LoadModelOptions } from '../index.ts';
 import type { HubSource } from '../model/hub.ts';
 import type { LoadProgress } from '../model/weights.ts';
-import { serializeError, SERVICE_WORKER_MESSAGE, type LoadReply, type TransferableLoadOptions, type UnloadReply } from './protocol.ts';
+import { serializeError, SERVICE_WORKER_MESSAGE, unloadAndReply, type LoadReply, type TransferableLoadOptions, type UnloadReply } from './protocol.ts';
 import { trackRequests } from './tracked-engine.ts';
 
 export interface ServiceWorkerEngineOptions extends Omit<LoadModelOptions, 'gpu' | 'onProgress'> {
@@ -153,18 +153,7 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
       case 'unload': {
         const engine = current?.engine;
         current = null;
-        event.waitUntil(
-          (async () => {
-            try {
-              if (engine) await (await engine).unload();
-              reply({ type: 'unloaded' });
-            } catch (err) {
-              reply({ type: 'failed', error: serializeError(err) });
-            } finally {
-              port.close();
-            }
-          })(),
-        );
+        event.waitUntil(unloadAndReply(engine, port));
         return;
       }
     }
