@@ -54,7 +54,6 @@ export interface DecodePlan {
 }
 
 interface Batch {
-  firstStep: number;
   count: number;
   staging: GPUBuffer;
   mapped: Promise<void>;
@@ -95,7 +94,7 @@ export async function* decodeTokens(
       if (j === count - 1) encoder.copyBufferToBuffer(sampler.records, 0, staging, 0, count * RECORD_BYTES);
       device.queue.submit([encoder.finish()]);
     }
-    inFlight.push({ firstStep: submitted, count, staging, mapped: staging.mapAsync(GPUMapMode.READ, 0, count * RECORD_BYTES) });
+    inFlight.push({ count, staging, mapped: staging.mapAsync(GPUMapMode.READ, 0, count * RECORD_BYTES) });
     submitted += count;
     batches++;
   };
