@@ -6,23 +6,27 @@
 //   out[h] = softmax_j( q[h] · K[j, g(h)] * scale ) · V[j, g(h)],   first_key(p) <= j <= p
 //
 // (GQA: g(h) = h / (num_heads / num_kv_heads); sliding window as in attention.wgsl.) One thread per
-// (head, chunk of chunk_keys cache rows): the chunk's keys are walked with an online softmax as in
-// attention.wgsl's per_thread (its `HEAD_SLICES` loops are unrolled by kernels.ts). Row p is taken
-// after the loop from registers (the new k_p and v_p, rounded as the cache stores them), never from
-// the cache, and is written to the cache by one thread per KV head
-// (the first head of its group, in the chunk that holds p): no thread of this dispatch reads it.
-// With one chunk (num_chunks = 1) the thread writes its head's output; with more it leaves its
-// unnormalized accumulator and (m, l) in `partials`, and attention.wgsl's split_combine finishes
+// (block of HEADS query heads of one KV head, chunk of chunk_keys cache rows): the chunk's keys are
+// walked once with an online softmax per head as in attention.wgsl's per_thread, so each K and V row
+// is loaded (and unpacked) once for the HEADS heads that share it. HEADS divides the GQA group; the
+// host takes 1 on GPUs (many light threads) and the whole group on CPU devices, where a thread's
+// loads are what costs. The `HEADS` and `HEAD_SLICES` loops are unrolled by kernels.ts.
+// Row p is taken after the loop from registers (the new k_p and v_p, rounded as the cache stores
+// them), never from the cache, and is written to the cache by one thread per KV head (the one with
+// the group's first head, in the chunk that holds p): no thread of this dispatch reads it.
+// With one chunk (num_chunks = 1) the thread writes its heads' outputs; with more it leaves their
+// unnormalized accumulators and (m, l) in `partials`, and attention.wgsl's split_combine finishes
 // (flash-decoding). The grid depends on the cache size, not on p.
 //
-// Composed in front of this file (kernels.ts, decodeAttentionSpec): HEAD_DIM, THREADS ((head, chunk)
-// pairs per workgroup: fewer on CPU devices), H, WIDTH, hsum, KV,
-// load_k/load_v, store_out (attentionSliceWgsl); sin_cos.wgsl, f16_bits.wgsl; `fn start_pos() -> u32`
-// (positionWgsl); and, for the cache's element type, `fn slice_h(f, i) -> H` (slice i of a
-// function-scope array<f32, HEAD_DIM>), `fn qkv_h(i) -> H`, `fn round_kv(x: H) -> H` (to what the cache holds) and `fn store_kv_row(e0)`
-// (writes k_cur, v_cur at element e0 of the caches); and, in the split variant only, the partials
-// (binding 5, laid out as attention.wgsl's split_combine reads them) behind `fn store_partial(i, v: H)`
-// and `fn store_ml(i, m, l)` (no-ops in the single-chunk variant, which binds no partials).
+// Composed in front of this file (kernels.ts, decodeAttentionSpec): HEAD_DIM, HEADS, THREADS (items
+// per workgroup: fewer on CPU devices), H, WIDTH, hsum, KV, load_k/load_v, store_out
+// (attentionSliceWgsl); sin_cos.wgsl, f16_bits.wgsl; `fn start_pos() -> u32` (positionWgsl); and,
+// for the cache's element type, `fn qf_h(e) -> H` and `fn kf_h(e) -> H` (the slice at element e of
+// qf / kf), `fn qkv_h(i) -> H`, `fn round_kv(x: H) -> H` (to what the cache holds) and
+// `fn store_kv_row(e0)` (writes k_cur, v_cur at element e0 of the caches); and, in the split variant
+// only, the partials (binding 5, laid out as attention.wgsl's split_combine reads them) behind
+// `fn store_partial(i, v: H)` and `fn store_ml(i, m, l)` (no-ops in the single-chunk variant, which
+// binds no partials).
 
 struct Params {
   start_pos: u32,
@@ -45,7 +49,12 @@ struct Params {
 
 const NEG_LARGE: f32 = -1e30;
 const HEAD_SLICES: u32 = HEAD_DIM / WIDTH;
+/** Slices of the HEADS heads' q and accumulators: slot g * HEAD_SLICES + i is slice i of head h0 + g. */
+const SLOTS: u32 = HEADS * HEAD_SLICES;
 
+// The roped q of the thread's heads ([HEADS, HEAD_DIM]) and k.
+var<private> qf: array<f32, HEADS * HEAD_DIM>;
+var<private> kf: array<f32, HEAD_DIM>;
 var<private> k_cur: array<H, HEAD_SLICES>;
 var<private> v_cur: array<H, HEAD_SLICES>;
 
@@ -59,14 +68,14 @@ fn first_key(pos: u32) -> u32 {
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  let item = (wg.y * grid.x + wg.x) * THREADS + lid; // flat (h, chunk)
-  if (item >= params.num_heads * params.num_chunks) {
+  let item = (wg.y * grid.x + wg.x) * THREADS + lid; // flat (block of heads, chunk)
+  if (item >= (params.num_heads / HEADS) * params.num_chunks) {
     return; // no barriers in this kernel
   }
-  let h = item / params.num_chunks;
+  let h0 = (item / params.num_chunks) * HEADS;
   let chunk = item % params.num_chunks;
   let group = params.num_heads / params.num_kv_heads;
-  let kv_head = h / group;
+  let kv_head = h0 / group;
   let pos = start_pos();
   let p = f32(pos);
   let q_dim = params.num_heads * HEAD_DIM;
@@ -74,37 +83,45 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
 
   // RoPE, one sin_cos per pair for q and k alike (one call site: SwiftShader compiles an inlined
   // sin_cos per call, and one per element made this kernel take a minute to compile).
-  let q0 = h * HEAD_DIM;
   let k0 = q_dim + kv_head * HEAD_DIM;
-  var qf: array<f32, HEAD_DIM>;
-  var kf: array<f32, HEAD_DIM>;
-  for (var i = 0u; i < HEAD_DIM / 2u; i++) {
-    let sc = sin_cos(p * inv_freq[i]);
-    var ia = 2u * i; // 'adjacent': (2i, 2i + 1); 'halves': (i, i + HEAD_DIM / 2)
-    var ib = 2u * i + 1u;
+  for (var d = 0u; d < HEAD_DIM / 2u; d++) {
+    let sc = sin_cos(p * inv_freq[d]);
+    var ia = 2u * d; // 'adjacent': (2d, 2d + 1); 'halves': (d, d + HEAD_DIM / 2)
+    var ib = 2u * d + 1u;
     if (params.pairing == 1u) {
-      ia = i;
-      ib = i + HEAD_DIM / 2u;
+      ia = d;
+      ib = d + HEAD_DIM / 2u;
     }
-    let qa = qkv[q0 + ia];
-    let qb = qkv[q0 + ib];
-    qf[ia] = qa * sc.y - qb * sc.x;
-    qf[ib] = qa * sc.x + qb * sc.y;
+    for (var g = 0u; g < HEADS; g++) {
+      let q0 = (h0 + g) * HEAD_DIM;
+      let qa = qkv[q0 + ia];
+      let qb = qkv[q0 + ib];
+      qf[g * HEAD_DIM + ia] = qa * sc.y - qb * sc.x;
+      qf[g * HEAD_DIM + ib] = qa * sc.x + qb * sc.y;
+    }
     let ka = qkv[k0 + ia];
     let kb = qkv[k0 + ib];
     kf[ia] = ka * sc.y - kb * sc.x;
     kf[ib] = ka * sc.x + kb * sc.y;
   }
-  var qv: array<H, HEAD_SLICES>;
-  var acc: array<H, HEAD_SLICES>;
+  var qv: array<H, SLOTS>;
+  var acc: array<H, SLOTS>;
+  var m: array<f32, HEADS>;
+  var l: array<f32, HEADS>;
+  for (var g = 0u; g < HEADS; g++) {
+    for (var i = 0u; i < HEAD_SLICES; i++) {
+      qv[g * HEAD_SLICES + i] = qf_h((g * HEAD_SLICES + i) * WIDTH);
+      acc[g * HEAD_SLICES + i] = H();
+    }
+    m[g] = NEG_LARGE;
+    l[g] = 0.0;
+  }
   for (var i = 0u; i < HEAD_SLICES; i++) {
-    qv[i] = slice_h(&qf, i);
-    k_cur[i] = round_kv(slice_h(&kf, i));
+    k_cur[i] = round_kv(kf_h(i * WIDTH));
     v_cur[i] = round_kv(qkv_h(q_dim + kv_dim + kv_head * HEAD_DIM + i * WIDTH));
-    acc[i] = H();
   }
   let kv_offset = kv_head * HEAD_DIM; // this KV head within a cache row
-  if (h % group == 0u && chunk == pos / params.chunk_keys) {
+  if (h0 % group == 0u && chunk == pos / params.chunk_keys) {
     store_kv_row(pos * kv_dim + kv_offset);
   }
 
@@ -112,54 +129,66 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
   // out of the loop so that the loop reads one K and one V per row (a select read both).
   let lo = max(first_key(pos), chunk * params.chunk_keys);
   let hi = min(pos + 1u, (chunk + 1u) * params.chunk_keys);
-  var m = NEG_LARGE;
-  var l = 0.0;
   for (var j = lo; j < min(hi, pos); j++) {
     let base = (j * kv_dim + kv_offset) / WIDTH;
-    var dot = H();
+    var k_j: array<H, HEAD_SLICES>;
+    var v_j: array<H, HEAD_SLICES>;
     for (var i = 0u; i < HEAD_SLICES; i++) {
-      dot += qv[i] * load_k(base + i);
+      k_j[i] = load_k(base + i);
+      v_j[i] = load_v(base + i);
     }
-    let score = hsum(dot) * params.scale;
-    if (score > m) {
-      let correction = exp(m - score);
-      l *= correction;
+    for (var g = 0u; g < HEADS; g++) {
+      var dot = H();
       for (var i = 0u; i < HEAD_SLICES; i++) {
-        acc[i] *= correction;
+        dot += qv[g * HEAD_SLICES + i] * k_j[i];
       }
-      m = score;
-    }
-    let e = exp(score - m);
-    l += e;
-    for (var i = 0u; i < HEAD_SLICES; i++) {
-      acc[i] += e * load_v(base + i);
+      let score = hsum(dot) * params.scale;
+      if (score > m[g]) {
+        let correction = exp(m[g] - score);
+        l[g] *= correction;
+        for (var i = 0u; i < HEAD_SLICES; i++) {
+          acc[g * HEAD_SLICES + i] *= correction;
+        }
+        m[g] = score;
+      }
+      let e = exp(score - m[g]);
+      l[g] += e;
+      for (var i = 0u; i < HEAD_SLICES; i++) {
+        acc[g * HEAD_SLICES + i] += e * v_j[i];
+      }
     }
   }
   if (lo <= pos && pos < hi) {
-    var dot = H();
-    for (var i = 0u; i < HEAD_SLICES; i++) {
-      dot += qv[i] * k_cur[i];
+    for (var g = 0u; g < HEADS; g++) {
+      var dot = H();
+      for (var i = 0u; i < HEAD_SLICES; i++) {
+        dot += qv[g * HEAD_SLICES + i] * k_cur[i];
+      }
+      let score = hsum(dot) * params.scale;
+      let m_new = max(m[g], score);
+      let correction = exp(m[g] - m_new);
+      let e = exp(score - m_new);
+      l[g] = l[g] * correction + e;
+      for (var i = 0u; i < HEAD_SLICES; i++) {
+        acc[g * HEAD_SLICES + i] = acc[g * HEAD_SLICES + i] * correction + e * v_cur[i];
+      }
+      m[g] = m_new;
     }
-    let score = hsum(dot) * params.scale;
-    let m_new = max(m, score);
-    let correction = exp(m - m_new);
-    let e = exp(score - m_new);
-    l = l * correction + e;
-    for (var i = 0u; i < HEAD_SLICES; i++) {
-      acc[i] = acc[i] * correction + e * v_cur[i];
-    }
-    m = m_new;
   }
 
-  if (params.num_chunks == 1u) {
-    let inv_l = 1.0 / l;
-    for (var i = 0u; i < HEAD_SLICES; i++) {
-      store_out(h * HEAD_DIM + i * WIDTH, acc[i] * inv_l);
+  for (var g = 0u; g < HEADS; g++) {
+    let h = h0 + g;
+    if (params.num_chunks == 1u) {
+      let inv_l = 1.0 / l[g];
+      for (var i = 0u; i < HEAD_SLICES; i++) {
+        store_out(h * HEAD_DIM + i * WIDTH, acc[g * HEAD_SLICES + i] * inv_l);
+      }
+    } else {
+      let hc = h * params.num_chunks + chunk; // split_combine's (head, chunk) index
+      for (var i = 0u; i < HEAD_SLICES; i++) {
+        store_partial(hc * HEAD_DIM + i * WIDTH, acc[g * HEAD_SLICES + i]);
+      }
+      store_ml(params.num_heads * params.num_chunks * HEAD_DIM + 2u * hc, m[g], l[g]);
     }
-    return;
   }
-  for (var i = 0u; i < HEAD_SLICES; i++) {
-    store_partial(item * HEAD_DIM + i * WIDTH, acc[i]);
-  }
-  store_ml(params.num_heads * params.num_chunks * HEAD_DIM + 2u * item, m, l);
 }

@@ -10,17 +10,22 @@
 // normalized vector is never written.
 //
 // The rows are those of SEGMENTS weight matrices (or row ranges of split ones, GpuMatrix.parts),
-// stacked: segment s covers quads (of 4 rows) params.seg[s].x .. of the grid, has params.seg[s].y
-// rows, writes y from row params.seg[s].z, and reads its bias from params.seg[s].w. In
-// MODE_SWIGLU, segment 0 is W_gate and segment 1 W_up, with the same rows; the grid covers
-// segment 0's quads and each thread computes the quad in both.
+// stacked, and handed out in blocks of QUADS quads (4 QUADS rows): segment s covers blocks
+// params.seg[s].x .. of the grid, has params.seg[s].y rows, writes y from row params.seg[s].z, and
+// reads its bias from params.seg[s].w. In MODE_SWIGLU, segment 0 is W_gate and segment 1 W_up,
+// with the same rows; the grid covers segment 0's blocks and each thread computes the block in both.
+// A block is TEAM threads' (lanes split K as in matvec.wgsl). A thread's loads of x, γ (and, with
+// NORM, the second pass over x) are shared by the 4 QUADS rows it computes: more rows a thread
+// means fewer loads per weight, fewer threads. CPU devices, where every load costs, take more; GPUs
+// one quad.
 //
-// Composed in front of this file (kernels.ts, fusedMatvecSpec): `const MODE`, `NORM`, `SEGMENTS`;
-// the activation snippet (`load_x`, `load_x4`, binding 2); `load_gamma`/`load_gamma4` (binding 5,
-// or 1 without NORM); TEAM and reduce_team (as for matvec.wgsl); and per segment s a renamed
-// weight-format snippet and bias (bindings 10 + 2s and 11 + 2s) behind
-// `fn quad_dot(s, r0, last_row, lane) -> vec4<f32>` (lane's part of the 4 rows' dot products with
-// x∘γ) and `fn seg_bias(s, r) -> f32`. Threads, lanes and quads as in matvec.wgsl.
+// Composed in front of this file (kernels.ts, fusedMatvecSpec): `const MODE`, `NORM`, `SEGMENTS`,
+// `QUADS`, `WORKGROUP_SIZE`; the activation snippet (`load_x`, `load_x4`, binding 2);
+// `load_gamma`/`load_gamma4` (binding 5, or 1 without NORM); TEAM and reduce_team (as for
+// matvec.wgsl); and per segment s a renamed weight-format snippet and bias (bindings 10 + 2s and
+// 11 + 2s) behind `fn block_dot(s, r0, last_row, lane) -> array<vec4<f32>, QUADS>` (lane's part of
+// the dot products with x∘γ of rows r0 + 4q .. r0 + 4q + 3, rows past last_row reading last_row)
+// and `fn seg_bias(s, r) -> f32`. The `QUADS` loops are unrolled by kernels.ts.
 
 const MODE_STORE: u32 = 0u;
 const MODE_ACCUMULATE: u32 = 1u;
@@ -29,16 +34,15 @@ const MAX_SEGMENTS: u32 = 8u;
 
 struct Params {
   cols: u32,
-  total_quads: u32,
+  total_blocks: u32,
   eps: f32,
-  seg: array<vec4<u32>, MAX_SEGMENTS>, // (first quad, rows, first output row, first bias row)
+  seg: array<vec4<u32>, MAX_SEGMENTS>, // (first block, rows, first output row, first bias row)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 
-const WORKGROUP_SIZE: u32 = 64u;
-const QUADS_PER_WORKGROUP: u32 = WORKGROUP_SIZE / TEAM;
+const BLOCKS_PER_WORKGROUP: u32 = WORKGROUP_SIZE / TEAM;
 
 /** x∘γ at k .. k+3 (k a multiple of 4 below cols & ~3). */
 fn load_xn4(k: u32) -> vec4<f32> {
@@ -67,24 +71,24 @@ fn emit(seg: u32, r: u32, dot: f32, dot_up: f32, s: f32) {
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  let quad = (wg.y * grid.x + wg.x) * QUADS_PER_WORKGROUP + lid / TEAM;
+  let block = (wg.y * grid.x + wg.x) * BLOCKS_PER_WORKGROUP + lid / TEAM;
   let lane = lid % TEAM;
   let cols = params.cols;
   // No early return: reduce_team may hold barriers or subgroup operations that every thread reaches.
-  let quad_exists = quad < params.total_quads;
+  let block_exists = block < params.total_blocks;
   var seg = 0u;
   for (var s = 1u; s < SEGMENTS; s++) {
-    if (quad >= params.seg[s].x) {
+    if (block >= params.seg[s].x) {
       seg = s;
     }
   }
-  let r0 = (quad - params.seg[seg].x) * 4u; // first row of the quad within its segment
+  let r0 = (block - params.seg[seg].x) * 4u * QUADS; // first row of the block within its segment
   let last_row = params.seg[seg].y - 1u;
 
-  var acc = vec4<f32>();
-  var acc_up = vec4<f32>();
+  var acc: array<vec4<f32>, QUADS>;
+  var acc_up: array<vec4<f32>, QUADS>;
   var sum_sq = 0.0;
-  if (quad_exists) {
+  if (block_exists) {
     if (NORM) {
       let k_vec_end = cols & ~3u;
       for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
@@ -96,24 +100,29 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
         sum_sq += v * v;
       }
     }
-    acc = quad_dot(seg, r0, last_row, lane);
+    acc = block_dot(seg, r0, last_row, lane);
     if (MODE == MODE_SWIGLU) {
-      acc_up = quad_dot(1u, r0, last_row, lane);
+      acc_up = block_dot(1u, r0, last_row, lane);
     }
   }
-  acc = reduce_team(acc, lid);
-  if (MODE == MODE_SWIGLU) {
-    acc_up = reduce_team(acc_up, lid);
+  for (var q = 0u; q < QUADS; q++) {
+    acc[q] = reduce_team(acc[q], lid);
+    if (MODE == MODE_SWIGLU) {
+      acc_up[q] = reduce_team(acc_up[q], lid);
+    }
   }
   var s = 1.0;
   if (NORM) {
     s = inverseSqrt(reduce_team(vec4<f32>(sum_sq, 0.0, 0.0, 0.0), lid).x / f32(cols) + params.eps);
   }
 
-  if (quad_exists && lane == 0u) {
-    emit(seg, r0, acc.x, acc_up.x, s);
-    if (r0 + 1u <= last_row) { emit(seg, r0 + 1u, acc.y, acc_up.y, s); }
-    if (r0 + 2u <= last_row) { emit(seg, r0 + 2u, acc.z, acc_up.z, s); }
-    if (r0 + 3u <= last_row) { emit(seg, r0 + 3u, acc.w, acc_up.w, s); }
+  if (block_exists && lane == 0u) {
+    for (var q = 0u; q < QUADS; q++) {
+      let r = r0 + 4u * q;
+      if (r <= last_row) { emit(seg, r, acc[q].x, acc_up[q].x, s); }
+      if (r + 1u <= last_row) { emit(seg, r + 1u, acc[q].y, acc_up[q].y, s); }
+      if (r + 2u <= last_row) { emit(seg, r + 2u, acc[q].z, acc_up[q].z, s); }
+      if (r + 3u <= last_row) { emit(seg, r + 3u, acc[q].w, acc_up[q].w, s); }
+    }
   }
 }

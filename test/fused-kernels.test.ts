@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../src/gpu/tensor.ts';
-import { Kernels, type KvDType, type MatvecPlan } from '../src/gpu/kernels.ts';
+import { decodeAttentionHeadsPerThread, Kernels, unrollConstLoops, type KvDType, type MatvecPlan } from '../src/gpu/kernels.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../src/gpu/buffers.ts';
 import { isQuantized, QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
 import { weightRowBytes } from '../src/model/weights.ts';
@@ -266,14 +266,18 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
     { numHeads: 4, numKvHeads: 2, headDim: 8, pairing: 'adjacent' as const, pos: 25, chunkKeys: 3, window: 10 },
     { numHeads: 2, numKvHeads: 2, headDim: 6, pairing: 'adjacent' as const, pos: 25, chunkKeys: 5, window: 1 },
   ];
-  for (const c of cases) for (const kvDType of ['f32', 'f16'] as KvDType[]) for (const viaBuffer of [true, false]) {
+  // Query heads per thread: the device's choice, and every other divisor of the GQA group.
+  const headsChoices = (group: number) => [undefined, ...Array.from({ length: group }, (_, i) => i + 1).filter((d) => group % d === 0)];
+  for (const c of cases) for (const kvDType of ['f32', 'f16'] as KvDType[]) for (const viaBuffer of [true, false])
+  for (const heads of viaBuffer ? headsChoices(c.numHeads / c.numKvHeads) : [undefined]) {
     const { numHeads, numKvHeads, headDim, pairing, pos, chunkKeys } = c;
     const window = 'window' in c ? c.window : undefined;
     const name =
       `${numHeads}/${numKvHeads} heads, headDim ${headDim}, ${pairing}, at ${pos}, ` +
       `${chunkKeys ? `chunks of ${chunkKeys}` : 'one pass'}${window ? `, window ${window}` : ''}, ${kvDType} cache, ` +
-      `position ${viaBuffer ? 'from a buffer' : 'uniform'}`;
+      `position ${viaBuffer ? 'from a buffer' : 'uniform'}, ${heads ? `${heads} head${heads > 1 ? 's' : ''} a thread` : "the device's heads a thread"}`;
     it(name, async () => {
+      kernels.decodeHeadsOverride = heads;
       const rows = 32;
       const qDim = numHeads * headDim;
       const kvDim = numKvHeads * headDim;
@@ -326,8 +330,36 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
         expect(Array.from(got.subarray((pos + 1) * kvDim))).toEqual(Array.from(wantAll.subarray((pos + 1) * kvDim)));
       }
       program.destroy();
+      kernels.decodeHeadsOverride = undefined;
     });
   }
+
+  it('CPU devices give a thread the whole GQA group while its slices unroll; GPUs one head', () => {
+    expect(decodeAttentionHeadsPerThread(4, 8, false)).toBe(1);
+    expect(decodeAttentionHeadsPerThread(2, 8, true)).toBe(2); // stories260K: 2 x 2 slices
+    expect(decodeAttentionHeadsPerThread(4, 8, true)).toBe(4);
+    expect(decodeAttentionHeadsPerThread(3, 64, true)).toBe(1); // 16 slices: already at the limit
+    expect(decodeAttentionHeadsPerThread(8, 16, true)).toBe(4); // 4 slices: 4 x 4
+    expect(decodeAttentionHeadsPerThread(7, 6, true)).toBe(1); // 6 slices (unaligned): 7 x 6 too many
+    expect(decodeAttentionHeadsPerThread(1, 8, true)).toBe(1);
+  });
+});
+
+describe('unrollConstLoops', () => {
+  it('unrolls nested loops over the named bounds, braces in their bodies included', () => {
+    const code = 'a(); for (var g = 0u; g < HEADS; g++) { if (x[g] > 0.0) { for (var i = 0u; i < SLICES; i++) { y[g * 2u + i] = 1.0; } } } b();';
+    expect(unrollConstLoops(code, { HEADS: 2, SLICES: 2 })).toBe(
+      'a(); {' +
+        ' if (x[0u] > 0.0) { { y[0u * 2u + 0u] = 1.0; } { y[0u * 2u + 1u] = 1.0; } } }' +
+        ' {' +
+        ' if (x[1u] > 0.0) { { y[1u * 2u + 0u] = 1.0; } { y[1u * 2u + 1u] = 1.0; } } } b();',
+    );
+  });
+
+  it('leaves loops over other bounds alone', () => {
+    const code = 'for (var d = 0u; d < HEAD_DIM / 2u; d++) { for (var g = 0u; g < N; g++) { f(g); } }';
+    expect(unrollConstLoops(code, { HEADS: 2 })).toBe(code);
+  });
 });
 
 /** f32 values as an f16 cache: two halves a u32 word, rounded to nearest even. */

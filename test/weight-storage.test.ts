@@ -3,7 +3,7 @@
 // pass matches CpuLlama on the weights as stored. Plus the memory check before allocation, the
 // progress counts and info.storage.
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { GpuContext } from '../src/gpu/device.ts';
+import { isCpuAdapter, type GpuContext } from '../src/gpu/device.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
 import { filesFromMemory } from '../src/model/files.ts';
 import { loadGenerator, type LoadOptions } from '../src/engine/load.ts';
@@ -198,12 +198,13 @@ describe('Hugging Face weights on the GPU', () => {
         }
         expect(storage.weightBytes).toBe(sum);
         expect(storage.totalBytes).toBe(storage.weightBytes + storage.kvCacheBytes + storage.activationBytes);
-        // The KV cache: f16 (half of f32) unless kvCacheDType says 'f32'.
-        expect(storage.kvCacheDType).toBe(kv ?? 'f16');
-        const kvBytes = 2 * config.numLayers * 16 * config.numKvHeads * config.headDim * (kv === 'f32' ? 4 : 2);
+        // The KV cache: f16 (half of f32) on GPUs, f32 on CPU adapters, unless kvCacheDType says.
+        const kvWant = kv ?? (isCpuAdapter(ctx.adapter) ? 'f32' : 'f16');
+        expect(storage.kvCacheDType).toBe(kvWant);
+        const kvBytes = 2 * config.numLayers * 16 * config.numKvHeads * config.headDim * (kvWant === 'f32' ? 4 : 2);
         expect(storage.kvCacheBytes).toBe(kvBytes);
         const cache = (generator as unknown as { cache: KvCache }).cache;
-        expect(cache.kvDType).toBe(kv ?? 'f16');
+        expect(cache.kvDType).toBe(kvWant);
         expect(cache.byteSize).toBe(kvBytes);
         expect(generator.model.weights.layers[1].wDown.dtype).toBe(stored);
         // Progress: tensors count up to the total, bytes to the file's tensor bytes.

@@ -1,7 +1,7 @@
 // From model files to a ready generator: open (headers, config, tokenizer), plan the weights' GPU
 // storage and check what the model needs against the device (before allocating anything), upload
 // the weights, allocate the KV cache.
-import type { GpuContext } from '../gpu/device.ts';
+import { isCpuAdapter, type GpuContext } from '../gpu/device.ts';
 import type { ModelFiles } from '../model/files.ts';
 import type { KvDType } from '../model/kv-cache.ts';
 import { LlamaModel } from '../model/llama.ts';
@@ -19,8 +19,9 @@ export interface LoadOptions {
   /** Positions the KV cache holds (prompt + completion); default: the model's, capped at 4096. */
   contextLength?: number;
   /**
-   * Element type of the KV cache (default 'f16': half the memory of 'f32', as llama.cpp; K and V
-   * are rounded to nearest even as they are cached). `info.storage.kvCacheDType` reports it.
+   * Element type of the KV cache (default 'f16' on GPUs: half the memory of 'f32', as llama.cpp;
+   * K and V are rounded to nearest even as they are cached. 'f32' on CPU adapters, where it is
+   * faster). `info.storage.kvCacheDType` reports it.
    */
   kvCacheDType?: KvDType;
   /** Most requests that may wait for the GPU before new ones are refused. */
@@ -48,12 +49,21 @@ export interface LoadOptions {
 
 export const DEFAULT_MAX_CONTEXT = 4096;
 
+/**
+ * f16 (half the memory, as llama.cpp) on GPUs. On a CPU adapter f32: there the cache is host
+ * memory, and unpacking halves costs more than reading twice the bytes (SwiftShader, stories260K
+ * decode at position 300: ~9% less time per token).
+ */
+function defaultKvCacheDType(ctx: GpuContext): KvDType {
+  return isCpuAdapter(ctx.adapter) ? 'f32' : 'f16';
+}
+
 export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options: LoadOptions = {}): Promise<LlamaGenerator> {
   const opened = await openModel(files);
   const config = opened.config;
   const capacity = options.contextLength ?? Math.min(config.contextLength, DEFAULT_MAX_CONTEXT);
   if (!Number.isInteger(capacity) || capacity < 1) throw new Error(`contextLength must be a positive integer, got ${capacity}`);
-  const kvDType = options.kvCacheDType ?? 'f16';
+  const kvDType = options.kvCacheDType ?? defaultKvCacheDType(ctx);
   if (kvDType !== 'f16' && kvDType !== 'f32') throw new Error(`kvCacheDType must be 'f16' or 'f32', got ${String(kvDType)}`);
   const weightStorage = options.weightStorage ?? 'f16';
   const storage = opened.format === 'gguf' ? 'source' : weightStorage;

@@ -28,6 +28,14 @@ export interface GpuAdapterDescription {
   description: string;
 }
 
+/**
+ * Whether the adapter runs on the CPU (SwiftShader, llvmpipe, lavapipe): there every load and
+ * every idle SIMD group costs, and kernels, workgroup sizes and the KV cache type are chosen for it.
+ */
+export function isCpuAdapter(adapter: GpuAdapterDescription): boolean {
+  return /swiftshader|llvmpipe|lavapipe|\bcpu\b/i.test(`${adapter.vendor} ${adapter.architecture} ${adapter.description}`);
+}
+
 export interface GpuContext {
   device: GPUDevice;
   adapter: GpuAdapterDescription;

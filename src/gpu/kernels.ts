@@ -11,7 +11,7 @@
 // matvec, `load_x` and `load_bias` snippets composed in front of them (plus the matvec reduction). Per-dispatch parameters go into one
 // uniform buffer per batch, one 256-byte slot per dispatch (the offset alignment WebGPU
 // guarantees), written once in submit(). Browser-safe: no Node imports here.
-import type { GpuContext } from './device.ts';
+import { isCpuAdapter, type GpuContext } from './device.ts';
 import { matrixParts, type GpuMatrix, type GpuMatrixPart, type WeightDType } from './tensor.ts';
 import type { RopePairing } from '../model/config.ts';
 import { PipelineCache, type ShaderSpec } from './pipelines.ts';
@@ -240,11 +240,31 @@ type FusedVariant = {
   norm: boolean;
   aligned: boolean;
   plan: MatvecPlan;
+  shape: FusedShape;
   segments: { dtype: WeightDType; hasBias: boolean }[];
 };
 
+/** How fused_matvec.wgsl hands out rows: quads (of 4 rows) per block (TEAM threads), threads per workgroup. */
+export interface FusedShape {
+  quads: number;
+  workgroup: number;
+}
+
+/**
+ * The fused matvec's shape on a device. GPUs: a quad per block and 64 threads (as matvec.wgsl).
+ * CPU devices: 2 quads a thread and 16 threads a workgroup. Measured on SwiftShader (2 cores),
+ * whole decode steps side by side in one process: stories260K (rows of 64 and 172 f32 weights)
+ * 1 quad/64 threads ~2.6 ms, 1/16 ~2.5-2.7, 2/16 ~2.2-2.4, 4/16 +5%; SmolLM2-135M's shape
+ * (f16, rows of 576 and 1536) 1/64 ~0.88 s, 1/16 ~0.98, 2/16 ~0.80, 4/16 ~0.78. SwiftShader runs
+ * every SIMD group of a workgroup, idle or not, and every load a thread saves counts.
+ */
+export function fusedShape(isCpu: boolean): FusedShape {
+  return isCpu ? { quads: 2, workgroup: 16 } : { quads: 1, workgroup: MATVEC_WORKGROUP };
+}
+
 const fusedKey = (v: FusedVariant) =>
   `fused_matvec/${v.mode}/${v.norm ? 'norm' : 'plain'}/${v.aligned ? 'vec4' : 'scalar'}/team${v.plan.team}-${v.plan.reduction}/` +
+  `q${v.shape.quads}w${v.shape.workgroup}/` +
   v.segments.map((g) => `${g.dtype}${g.hasBias ? '+bias' : ''}`).join(',');
 
 /**
@@ -262,6 +282,7 @@ function renameWgsl(code: string, suffix: string): string {
 function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   const reduce = reduceTeamWgsl(v.plan);
   let code = `${reduce.directives}const MODE: u32 = ${FUSED_MODES[v.mode]}u;\nconst NORM: bool = ${v.norm};\n`;
+  code += `const QUADS: u32 = ${v.shape.quads}u;\nconst WORKGROUP_SIZE: u32 = ${v.shape.workgroup}u;\n`;
   code += `const SEGMENTS: u32 = ${v.segments.length}u;\n${reduce.code}${activationWgsl(v.aligned)}`;
   if (v.norm) {
     code += v.aligned
@@ -281,29 +302,38 @@ function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
     code += g.hasBias
       ? `@group(0) @binding(${fusedBiasBinding(s)}) var<storage, read> bias_s${s}: array<f32>;\nfn bias_${s}(r: u32) -> f32 { return bias_s${s}[r]; }\n`
       : `fn bias_${s}(r: u32) -> f32 { return 0.0; }\n`;
-    code += `fn quad_dot_${s}(r0: u32, last_row: u32, lane: u32) -> vec4<f32> {
+    // Row starts w[4q + j] of the block's rows (rows past last_row re-read it; their sums are not stored).
+    code += `fn block_dot_${s}(r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {
   let cols = params.cols;
-  let w0 = min(r0, last_row) * cols;
-  let w1 = min(r0 + 1u, last_row) * cols;
-  let w2 = min(r0 + 2u, last_row) * cols;
-  let w3 = min(r0 + 3u, last_row) * cols;
-  var acc = vec4<f32>();
+  var w: array<u32, 4u * QUADS>;
+  for (var q = 0u; q < QUADS; q++) {
+    w[4u * q] = min(r0 + 4u * q, last_row) * cols;
+    w[4u * q + 1u] = min(r0 + 4u * q + 1u, last_row) * cols;
+    w[4u * q + 2u] = min(r0 + 4u * q + 2u, last_row) * cols;
+    w[4u * q + 3u] = min(r0 + 4u * q + 3u, last_row) * cols;
+  }
+  var acc: array<vec4<f32>, QUADS>;
   let k_vec_end = cols & ~3u;
   for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
-    let w = mat4x4<f32>(${w4}(w0 + k), ${w4}(w1 + k), ${w4}(w2 + k), ${w4}(w3 + k));
-    acc += load_xn4(k) * w;
+    let xn = load_xn4(k);
+    for (var q = 0u; q < QUADS; q++) {
+      acc[q] += xn * mat4x4<f32>(${w4}(w[4u * q] + k), ${w4}(w[4u * q + 1u] + k), ${w4}(w[4u * q + 2u] + k), ${w4}(w[4u * q + 3u] + k));
+    }
   }
   for (var k = k_vec_end + lane; k < cols; k += TEAM) {
-    acc += load_xn(k) * vec4<f32>(${w1}(w0 + k), ${w1}(w1 + k), ${w1}(w2 + k), ${w1}(w3 + k));
+    let xn = load_xn(k);
+    for (var q = 0u; q < QUADS; q++) {
+      acc[q] += xn * vec4<f32>(${w1}(w[4u * q] + k), ${w1}(w[4u * q + 1u] + k), ${w1}(w[4u * q + 2u] + k), ${w1}(w[4u * q + 3u] + k));
+    }
   }
   return acc;
 }\n`;
-    dotCases += `    case ${s}u: { return quad_dot_${s}(r0, last_row, lane); }\n`;
+    dotCases += `    case ${s}u: { return block_dot_${s}(r0, last_row, lane); }\n`;
     biasCases += `    case ${s}u: { return bias_${s}(r); }\n`;
   });
-  code += `fn quad_dot(s: u32, r0: u32, last_row: u32, lane: u32) -> vec4<f32> {\n  switch (s) {\n${dotCases}    default: { return vec4<f32>(); }\n  }\n}\n`;
+  code += `fn block_dot(s: u32, r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {\n  switch (s) {\n${dotCases}    default: { return array<vec4<f32>, QUADS>(); }\n  }\n}\n`;
   code += `fn seg_bias(s: u32, r: u32) -> f32 {\n  switch (s) {\n${biasCases}    default: { return 0.0; }\n  }\n}\n`;
-  return { code: `${code}\n${fusedMatvecWgsl}`, entryPoint: 'main' };
+  return { code: unrollConstLoops(`${code}\n${fusedMatvecWgsl}`, { QUADS: v.shape.quads }), entryPoint: 'main' };
 }
 
 /** The keys per chunk of the decode attention's split over the sequence (see Kernels.decodeAttentionChunkKeys). */
@@ -444,15 +474,41 @@ function attentionSliceWgsl(aligned: boolean, kvDType: KvDType, withQ = true): s
   );
 }
 
-type DecodeAttentionVariant = { headDim: number; kvDType: KvDType; position: PositionSource; split: boolean; threads: number };
+type DecodeAttentionVariant = {
+  headDim: number;
+  kvDType: KvDType;
+  position: PositionSource;
+  split: boolean;
+  threads: number;
+  /** Query heads per thread (a divisor of the GQA group; see decodeAttentionHeadsPerThread). */
+  heads: number;
+};
 const decodeAttentionKey = (v: DecodeAttentionVariant) =>
-  `decode_attention/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position}/${v.split ? 'split' : 'whole'}/t${v.threads}`;
+  `decode_attention/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position}/${v.split ? 'split' : 'whole'}/t${v.threads}/g${v.heads}`;
+
+/**
+ * Query heads one decode_attention thread serves (they share one KV head, whose rows it loads
+ * once for all of them). GPUs: 1 (a light thread per head keeps more of the device busy). CPU
+ * devices: the largest divisor of the GQA group whose slices still unroll (HEADS x HEAD_SLICES up
+ * to MAX_UNROLLED_SLICES). Measured on SwiftShader (2 cores), stories260K (8 heads on 4 KV heads,
+ * head_dim 8) at position 300: decode_attention ~230 -> ~130 us per layer with 2 heads per thread.
+ */
+export function decodeAttentionHeadsPerThread(group: number, headDim: number, isCpu: boolean): number {
+  if (!isCpu) return 1;
+  const slices = headDim % 4 === 0 ? headDim / 4 : headDim;
+  for (let heads = group; heads > 1; heads--) {
+    if (group % heads === 0 && heads * slices <= MAX_UNROLLED_SLICES) return heads;
+  }
+  return 1;
+}
 
 /** decode_attention.wgsl with its snippets (see the head of that file). */
 function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
   const aligned = v.headDim % 4 === 0;
   // (q comes from qkv: no load_q1.)
-  let code = `const HEAD_DIM: u32 = ${v.headDim}u;\nconst THREADS: u32 = ${v.threads}u;\n${attentionSliceWgsl(aligned, v.kvDType, false)}`;
+  let code =
+    `const HEAD_DIM: u32 = ${v.headDim}u;\nconst HEADS: u32 = ${v.heads}u;\nconst THREADS: u32 = ${v.threads}u;\n` +
+    attentionSliceWgsl(aligned, v.kvDType, false);
   // The partials binding exists only in the split variant (a layout 'auto' binding must be bound).
   if (v.split) {
     code +=
@@ -468,10 +524,11 @@ function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
   code += 'fn pack_f16(a: f32, b: f32) -> u32 { return f16_bits(a) | (f16_bits(b) << 16u); }\n';
   if (aligned) {
     code +=
-      'fn slice_h(f: ptr<function, array<f32, HEAD_DIM>>, i: u32) -> H { return H((*f)[4u * i], (*f)[4u * i + 1u], (*f)[4u * i + 2u], (*f)[4u * i + 3u]); }\n' +
+      'fn qf_h(e: u32) -> H { return H(qf[e], qf[e + 1u], qf[e + 2u], qf[e + 3u]); }\n' +
+      'fn kf_h(e: u32) -> H { return H(kf[e], kf[e + 1u], kf[e + 2u], kf[e + 3u]); }\n' +
       'fn qkv_h(i: u32) -> H { return H(qkv[i], qkv[i + 1u], qkv[i + 2u], qkv[i + 3u]); }\n';
   } else {
-    code += 'fn slice_h(f: ptr<function, array<f32, HEAD_DIM>>, i: u32) -> H { return (*f)[i]; }\nfn qkv_h(i: u32) -> H { return qkv[i]; }\n';
+    code += 'fn qf_h(e: u32) -> H { return qf[e]; }\nfn kf_h(e: u32) -> H { return kf[e]; }\nfn qkv_h(i: u32) -> H { return qkv[i]; }\n';
   }
   if (v.kvDType === 'f32') {
     code +=
@@ -491,23 +548,43 @@ function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
       '    k_cache[(e0 + i) / 2u] = pack_f16(k_cur[i], k_cur[i + 1u]);\n    v_cache[(e0 + i) / 2u] = pack_f16(v_cur[i], v_cur[i + 1u]);\n  }\n}\n';
   }
   const slices = aligned ? v.headDim / 4 : v.headDim;
-  return { code: unrollSliceLoops(`${code}\n${decodeAttentionWgsl}`, slices), entryPoint: 'main' };
+  const source = `${code}\n${decodeAttentionWgsl}`;
+  if (slices * v.heads > MAX_UNROLLED_SLICES) return { code: source, entryPoint: 'main' };
+  return { code: unrollConstLoops(source, { HEAD_SLICES: slices, HEADS: v.heads }), entryPoint: 'main' };
 }
 
-/** Slices up to which unrollSliceLoops unrolls (beyond, the code grows more than the loop costs). */
+/** Unrolled copies of a slice loop's body up to which unrollConstLoops is used (beyond, the code grows more than the loop costs). */
 const MAX_UNROLLED_SLICES = 16;
 
 /**
- * Unrolls the brace-free `for (var i = 0u; i < HEAD_SLICES; i++) { ... }` loops of a shader into
- * one copy of the body per slice, with i a constant. Why: SwiftShader does not unroll them, and a
- * function-scope array indexed by a loop variable goes through memory lane by lane. Measured on
- * SwiftShader, stories260K decode (head_dim 8: 2 slices): ~3.3 -> ~3.1 ms/token.
+ * Unrolls every `for (var v = 0u; v < NAME; v++) { ... }` loop of a shader whose bound NAME is in
+ * `counts`, nested ones included, into one copy of the body per value, with v a constant. Why:
+ * SwiftShader does not unroll them, and a function-scope array indexed by a loop variable goes
+ * through memory lane by lane. Measured on SwiftShader, stories260K decode (head_dim 8: 2 slices):
+ * ~3.3 -> ~3.1 ms/token.
  */
-function unrollSliceLoops(code: string, slices: number): string {
-  if (slices > MAX_UNROLLED_SLICES) return code;
-  return code.replace(/for \(var i = 0u; i < HEAD_SLICES; i\+\+\) \{([^{}]*)\}/g, (_, body: string) =>
-    Array.from({ length: slices }, (_, k) => `{${body.replace(/\bi\b/g, `${k}u`)}}`).join(' '),
-  );
+export function unrollConstLoops(code: string, counts: Record<string, number>): string {
+  const loop = /for \(var (\w+) = 0u; \1 < (\w+); \1\+\+\) \{/g;
+  let out = '';
+  let from = 0;
+  for (let m = loop.exec(code); m; m = loop.exec(code)) {
+    const count = counts[m[2]];
+    if (count === undefined || m.index < from) continue;
+    const bodyStart = m.index + m[0].length;
+    let depth = 1;
+    let end = bodyStart;
+    for (; depth > 0; end++) {
+      if (end >= code.length) throw new Error(`unrollConstLoops: unbalanced braces after ${m[0]}`);
+      if (code[end] === '{') depth++;
+      else if (code[end] === '}') depth--;
+    }
+    const body = unrollConstLoops(code.slice(bodyStart, end - 1), counts);
+    const name = new RegExp(`\\b${m[1]}\\b`, 'g');
+    out += code.slice(from, m.index) + Array.from({ length: count }, (_, k) => `{${body.replace(name, `${k}u`)}}`).join(' ');
+    from = end;
+    loop.lastIndex = end;
+  }
+  return out + code.slice(from);
 }
 
 export interface KernelsOptions {
@@ -619,6 +696,12 @@ export class Kernels {
   /** @internal Forces the decode attention's chunk length (tests). */
   decodeChunkKeysOverride: number | undefined;
 
+  /** @internal Forces the fused matvec's shape (tests, measurements). */
+  fusedShapeOverride: FusedShape | undefined;
+
+  /** @internal Forces decode_attention's query heads per thread (tests; must divide the GQA group). */
+  decodeHeadsOverride: number | undefined;
+
   /** @internal An rmsnorm.wgsl pipeline (compiled up front by create()). */
   rmsNormPipeline(variant: RmsNormVariant): GPUComputePipeline {
     return this.pipelines.get(rmsNormKey(variant), () => rmsNormSpec(variant));
@@ -645,10 +728,7 @@ export class Kernels {
 
   /** Whether the device is a CPU implementation (SwiftShader, llvmpipe), where barriers are very slow. */
   get isCpuDevice(): boolean {
-    if (this.cpuDevice === undefined) {
-      const { vendor, architecture, description } = this.ctx.adapter;
-      this.cpuDevice = /swiftshader|llvmpipe|lavapipe|\bcpu\b/i.test(`${vendor} ${architecture} ${description}`);
-    }
+    this.cpuDevice ??= isCpuAdapter(this.ctx.adapter);
     return this.cpuDevice;
   }
   private cpuDevice: boolean | undefined;
@@ -1106,15 +1186,18 @@ export abstract class KernelRecorder {
       }
       groups.push(group);
     }
+    const preferred = this.kernels.fusedShapeOverride ?? fusedShape(this.kernels.isCpuDevice);
+    // A workgroup holds whole teams (the workgroup reduction's teams can be the whole workgroup).
+    const shape = { ...preferred, workgroup: Math.max(preferred.workgroup, plan.team) };
     for (const group of groups) {
       const seg: number[] = [];
-      let quads = 0;
+      let blocks = 0;
       for (const [s, g] of group.entries()) {
-        seg.push(quads, g.rows, g.outRow, g.biasRow);
-        // swiglu: the grid covers W_gate's quads only (each thread computes W_up's same rows).
-        if (mode !== 'swiglu' || s === 0) quads += Math.ceil(g.rows / 4);
+        seg.push(blocks, g.rows, g.outRow, g.biasRow);
+        // swiglu: the grid covers W_gate's blocks only (each thread computes W_up's same rows).
+        if (mode !== 'swiglu' || s === 0) blocks += Math.ceil(g.rows / (4 * shape.quads));
       }
-      // Unused slots (and W_up in swiglu mode) start past every quad: no thread picks them.
+      // Unused slots (and W_up in swiglu mode) start past every block: no thread picks them.
       if (mode === 'swiglu') seg[4] = 0xffffffff;
       while (seg.length < 4 * FUSED_MAX_SEGMENTS) seg.push(0xffffffff, 1, 0, 0);
       const variant: FusedVariant = {
@@ -1122,6 +1205,7 @@ export abstract class KernelRecorder {
         norm: !!norm,
         aligned,
         plan,
+        shape,
         segments: group.map((g) => ({ dtype: g.dtype, hasBias: !!g.bias })),
       };
       const buffers: Record<number, GPUBuffer> = { 1: y, 2: x };
@@ -1132,9 +1216,9 @@ export abstract class KernelRecorder {
       });
       this.dispatch(
         this.kernels.fusedMatvecPipeline(variant),
-        [cols, quads, f32(norm?.eps ?? 0), 0, ...seg],
+        [cols, blocks, f32(norm?.eps ?? 0), 0, ...seg],
         buffers,
-        Math.ceil((quads * plan.team) / MATVEC_WORKGROUP),
+        Math.ceil((blocks * plan.team) / shape.workgroup),
       );
     }
   }
@@ -1193,14 +1277,16 @@ export abstract class KernelRecorder {
     const scale = f32(1 / Math.sqrt(headDim));
     const window = slidingWindow ?? 0;
     const source = position ? 'buffer' : 'uniform';
-    const threads = this.kernels.isCpuDevice ? DECODE_ATTENTION_THREADS_CPU : DECODE_ATTENTION_THREADS_GPU;
+    const isCpu = this.kernels.isCpuDevice;
+    const threads = isCpu ? DECODE_ATTENTION_THREADS_CPU : DECODE_ATTENTION_THREADS_GPU;
+    const heads = this.kernels.decodeHeadsOverride ?? decodeAttentionHeadsPerThread(numHeads / numKvHeads, headDim, isCpu);
     const buffers: Record<number, GPUBuffer> = { 1: out, 2: qkv, 3: kCache, 4: vCache, 6: rope.invFreq };
     if (chunks > 1 && split) buffers[5] = split.partials;
     this.dispatch(
-      this.kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads }),
+      this.kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads, heads }),
       [startPos, numHeads, numKvHeads, headDim, scale, window, chunkKeys, chunks, rope.pairing === 'adjacent' ? 0 : 1],
       withPosition(buffers, position),
-      Math.ceil((numHeads * chunks) / threads),
+      Math.ceil(((numHeads / heads) * chunks) / threads),
     );
     if (chunks > 1 && split) {
       this.dispatch(
