@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../src/gpu/tensor.ts';
-import { decodeAttentionHeadsPerThread, Kernels, unrollConstLoops, type KvDType, type MatvecPlan } from '../src/gpu/kernels.ts';
+import { decodeAttentionHeadsPerThread, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../src/gpu/kernels.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../src/gpu/buffers.ts';
 import { isQuantized, QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
 import { weightRowBytes } from '../src/model/weights.ts';
@@ -84,22 +84,29 @@ function matrix(dtype: WeightDType, rows: number, cols: number, seed: number, pa
 /** Columns that make whole blocks: 96 for 32-blocks; 512 for K-quants (also matvec's team path). */
 const quantCols = (dtype: WeightDType) => (isQuantized(dtype) ? (QUANT_FORMATS[dtype].blockSize === 256 ? 512 : 96) : 45);
 
-/** The plans the fused kernels run under: the device's own, and forced team reductions of longer rows. */
-function plans(): { name: string; plan: MatvecPlan | undefined }[] {
+/**
+ * The plans and shapes the fused kernels run under: the device's own; a GPU's shape (a quad a
+ * thread, 64 threads) with its plan and with a workgroup reduction; and 4 quads a thread in
+ * workgroups of 8 with subgroup teams.
+ */
+function plans(): { name: string; plan: MatvecPlan | undefined; shape?: FusedShape }[] {
   return [
     { name: 'planned', plan: undefined },
-    { name: 'team 8 workgroup', plan: { team: 8, reduction: 'workgroup' } },
-    { name: 'team 4 subgroup', plan: { team: 4, reduction: 'subgroup' } },
+    { name: 'planned, 1 quad x 64 threads', plan: undefined, shape: { quads: 1, workgroup: 64 } },
+    { name: 'team 8 workgroup, 1 quad x 64 threads', plan: { team: 8, reduction: 'workgroup' }, shape: { quads: 1, workgroup: 64 } },
+    { name: 'team 4 subgroup, 4 quads x 8 threads', plan: { team: 4, reduction: 'subgroup' }, shape: { quads: 4, workgroup: 8 } },
   ];
 }
 
-async function withPlan<T>(plan: MatvecPlan | undefined, fn: () => Promise<T>): Promise<T> {
+async function withPlan<T>(plan: MatvecPlan | undefined, fn: () => Promise<T>, shape?: FusedShape): Promise<T> {
   // (A device without subgroups runs the subgroup case under its own plan.)
   kernels.matvecPlanOverride = plan?.reduction === 'subgroup' && !ctx.features.subgroups ? undefined : plan;
+  kernels.fusedShapeOverride = shape;
   try {
     return await fn();
   } finally {
     kernels.matvecPlanOverride = undefined;
+    kernels.fusedShapeOverride = undefined;
   }
 }
 
@@ -116,7 +123,7 @@ describe('fusedMatvec: stacked projections with RMSNorm folded in (Q/K/V as one 
     { name: 'split into parts of 5 rows, q8_0', dtypes: ['q8_0', 'q8_0', 'q8_0'], cols: 96, partRows: 5 },
   ];
   for (const c of cases) {
-    for (const { name: planName, plan } of plans()) {
+    for (const { name: planName, plan, shape } of plans()) {
       for (const withBias of [false, true]) {
         it(`${c.name}, ${planName}${withBias ? ', biases' : ''}`, async () => {
           const rowsOf = [26, 10, 10]; // q, k, v of 6.5 / 2.5 quads: ragged last quads
@@ -135,7 +142,7 @@ describe('fusedMatvec: stacked projections with RMSNorm folded in (Q/K/V as one 
               { norm: { gamma: input(gamma), eps: 1e-5 } },
             );
             batch.submit();
-          });
+          }, shape);
           const xb = rmsNormRef(xs, gamma, 1, c.cols, 1e-5);
           const want = new Float32Array(total);
           let at = 0;
@@ -225,7 +232,7 @@ describe('fusedSwiglu: gate/up projections, RMSNorm and SwiGLU in one pass', () 
     { gate: 'f16', up: 'f16', cols: 48, partRows: 8 }, // split: two fused projections + swiglu
   ];
   for (const c of cases) {
-    for (const { name: planName, plan } of plans()) {
+    for (const { name: planName, plan, shape } of plans()) {
       it(`${c.gate} / ${c.up}, ${c.cols} cols${c.partRows ? ', split' : ''}, ${planName}`, async () => {
         const rows = 29;
         const gate = matrix(c.gate, rows, c.cols, 80, c.partRows);
@@ -240,7 +247,7 @@ describe('fusedSwiglu: gate/up projections, RMSNorm and SwiGLU in one pass', () 
             scratch: { gate: output(rows), up: output(rows) },
           });
           batch.submit();
-        });
+        }, shape);
         const xb = rmsNormRef(xs, gamma, 1, c.cols, 1e-5);
         const want = swigluRef(matmulRef(xb, gate.held, 1, rows, c.cols), matmulRef(xb, up.held, 1, rows, c.cols));
         expectClose(await read(out, rows), want, 1e-5);
