@@ -25,12 +25,14 @@
 // dispatch grid depends only on T and the heads, and each thread loops to its own position, so one
 // recorded bind group serves every step). Two entry points; the host picks (kernels.ts, attentionPlan):
 //
-// - `per_thread`: one thread per (query token t, head h), which walks its keys one by one with q
-//   and the accumulator in private arrays of HEAD_DIM / WIDTH slices. No workgroup memory and no
+// - `per_thread`: one thread per (query token t, block of HEADS heads sharing a KV head), which
+//   walks its keys one by one, loading each K/V row once for the block, with the q and
+//   accumulators in private arrays of HEAD_DIM / WIDTH slices a head (the `HEADS` and
+//   `HEAD_SLICES` loops are unrolled by kernels.ts when they are short: SwiftShader keeps private
+//   arrays in memory when they are indexed by a loop variable). No workgroup memory and no
 //   barriers: on SwiftShader (the tests' CPU Vulkan) a barrier costs far more than the arithmetic,
 //   and this kernel is 10-30x faster than `per_workgroup` there for prefill, 2-8x for decode.
-//   (Tried and dropped: one thread per run of heads sharing a KV head, loading each K/V row once
-//   for all of them; on SwiftShader the halved thread count cost more than the saved loads.)
+//   HEADS is 1 on GPUs (more threads) and the GQA group on CPU devices (attentionHeadsPerThread).
 // - `per_workgroup`: one workgroup per (t, h). It walks the keys in blocks of WORKGROUP_SIZE, one
 //   key per thread for the scores (max and sum reduced in workgroup memory, with barriers); for the
 //   value sum each thread owns output dimensions d = lid, lid + WORKGROUP_SIZE, ... (up to
@@ -82,54 +84,69 @@ fn first_key(pos: u32) -> u32 {
 @compute @workgroup_size(THREAD_WORKGROUP_SIZE)
 fn per_thread(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-  let item = (wg.y * grid.x + wg.x) * THREAD_WORKGROUP_SIZE + lid; // flat (t, h)
-  if (item >= params.T * params.num_heads) {
+  let item = (wg.y * grid.x + wg.x) * THREAD_WORKGROUP_SIZE + lid; // flat (t, block of HEADS heads)
+  let blocks = params.num_heads / HEADS;
+  if (item >= params.T * blocks) {
     return; // no barriers in this kernel, so threads past the end may leave early
   }
-  let t = item / params.num_heads;
-  let h = item % params.num_heads;
-  let kv_head = h / (params.num_heads / params.num_kv_heads);
-  let q_base = item * HEAD_DIM;                      // q[t, h, 0] (and out[t, h, 0])
-  let kv_row_stride = params.num_kv_heads * HEAD_DIM; // one cache position
-  let kv_offset = kv_head * HEAD_DIM;                // this KV head within a position
+  let t = item / blocks;
+  let h0 = (item % blocks) * HEADS;
+  let kv_head = h0 / (params.num_heads / params.num_kv_heads);
+  let q_base = (t * params.num_heads + h0) * HEAD_DIM; // q[t, h0, 0] (and out[t, h0, 0]); the block's heads follow
+  let kv_row_stride = params.num_kv_heads * HEAD_DIM;  // one cache position
+  let kv_offset = kv_head * HEAD_DIM;                  // this KV head within a position
 
-  // q and the accumulator in slices of WIDTH floats.
-  var qv: array<H, HEAD_SLICES>;
-  var acc: array<H, HEAD_SLICES>; // running sum of exp(score - m) * V[j, :]
-  for (var i = 0u; i < HEAD_SLICES; i++) {
-    qv[i] = q[q_base / WIDTH + i];
-    acc[i] = H();
+  // q and the accumulators of the block's heads in slices of WIDTH floats (slot g * HEAD_SLICES + i).
+  var qv: array<H, HEADS * HEAD_SLICES>;
+  var acc: array<H, HEADS * HEAD_SLICES>; // running sums of exp(score - m) * V[j, :]
+  var m: array<f32, HEADS>;               // running maxima of the scores so far
+  var l: array<f32, HEADS>;               // running sums of exp(score - m)
+  for (var g = 0u; g < HEADS; g++) {
+    for (var i = 0u; i < HEAD_SLICES; i++) {
+      qv[g * HEAD_SLICES + i] = q[q_base / WIDTH + g * HEAD_SLICES + i];
+      acc[g * HEAD_SLICES + i] = H();
+    }
+    m[g] = NEG_LARGE;
+    l[g] = 0.0;
   }
 
   let pos = start_pos() + t;
-  var m = NEG_LARGE; // running max of the scores so far
-  var l = 0.0;       // running sum of exp(score - m)
   for (var j = first_key(pos); j <= pos; j++) {
     let base = (j * kv_row_stride + kv_offset) / WIDTH; // in elements of H
-    var dot = H();
+    var k_j: array<H, HEAD_SLICES>;
+    var v_j: array<H, HEAD_SLICES>;
     for (var i = 0u; i < HEAD_SLICES; i++) {
-      dot += qv[i] * load_k(base + i);
+      k_j[i] = load_k(base + i);
+      v_j[i] = load_v(base + i);
     }
-    let score = hsum(dot) * params.scale;
-    if (score > m) {
-      // A new max: rescale what was summed under the old one (exactly 0 on the first key).
-      let correction = exp(m - score);
-      l *= correction;
+    for (var g = 0u; g < HEADS; g++) {
+      var dot = H();
       for (var i = 0u; i < HEAD_SLICES; i++) {
-        acc[i] *= correction;
+        dot += qv[g * HEAD_SLICES + i] * k_j[i];
       }
-      m = score;
-    }
-    let p = exp(score - m);
-    l += p;
-    for (var i = 0u; i < HEAD_SLICES; i++) {
-      acc[i] += p * load_v(base + i);
+      let score = hsum(dot) * params.scale;
+      if (score > m[g]) {
+        // A new max: rescale what was summed under the old one (exactly 0 on the first key).
+        let correction = exp(m[g] - score);
+        l[g] *= correction;
+        for (var i = 0u; i < HEAD_SLICES; i++) {
+          acc[g * HEAD_SLICES + i] *= correction;
+        }
+        m[g] = score;
+      }
+      let p = exp(score - m[g]);
+      l[g] += p;
+      for (var i = 0u; i < HEAD_SLICES; i++) {
+        acc[g * HEAD_SLICES + i] += p * v_j[i];
+      }
     }
   }
 
-  let inv_l = 1.0 / l;
-  for (var i = 0u; i < HEAD_SLICES; i++) {
-    store_out(q_base + i * WIDTH, acc[i] * inv_l);
+  for (var g = 0u; g < HEADS; g++) {
+    let inv_l = 1.0 / l[g];
+    for (var i = 0u; i < HEAD_SLICES; i++) {
+      store_out(q_base + (g * HEAD_SLICES + i) * WIDTH, acc[g * HEAD_SLICES + i] * inv_l);
+    }
   }
 }
 

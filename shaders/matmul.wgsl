@@ -32,8 +32,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> y: array<f32>; // [T, y_stride]
 
 const BLOCK: u32 = 4u; // rows and tokens per thread (fixed: the code below is unrolled for 4)
-// The host's MATMUL_WORKGROUP_ROWS / MATMUL_WORKGROUP_TOKENS must match: 16 * 4 rows x 4 * 4 tokens.
-@compute @workgroup_size(16, 4)
+// MATMUL_WX x MATMUL_WY threads (composed: kernels.ts, matmulShape): 4 MATMUL_WX rows x 4 MATMUL_WY tokens.
+@compute @workgroup_size(MATMUL_WX, MATMUL_WY)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let r0 = gid.x * BLOCK; // first output row (feature) of this thread's block
   let t0 = gid.y * BLOCK; // first token

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../src/gpu/tensor.ts';
-import { decodeAttentionHeadsPerThread, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../src/gpu/kernels.ts';
+import { attentionHeadsPerThread, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../src/gpu/kernels.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../src/gpu/buffers.ts';
 import { isQuantized, QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
 import { weightRowBytes } from '../src/model/weights.ts';
@@ -284,7 +284,7 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       `${chunkKeys ? `chunks of ${chunkKeys}` : 'one pass'}${window ? `, window ${window}` : ''}, ${kvDType} cache, ` +
       `position ${viaBuffer ? 'from a buffer' : 'uniform'}, ${heads ? `${heads} head${heads > 1 ? 's' : ''} a thread` : "the device's heads a thread"}`;
     it(name, async () => {
-      kernels.decodeHeadsOverride = heads;
+      kernels.attentionHeadsOverride = heads;
       const rows = 32;
       const qDim = numHeads * headDim;
       const kvDim = numKvHeads * headDim;
@@ -337,18 +337,18 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
         expect(Array.from(got.subarray((pos + 1) * kvDim))).toEqual(Array.from(wantAll.subarray((pos + 1) * kvDim)));
       }
       program.destroy();
-      kernels.decodeHeadsOverride = undefined;
+      kernels.attentionHeadsOverride = undefined;
     });
   }
 
   it('CPU devices give a thread the whole GQA group while its slices unroll; GPUs one head', () => {
-    expect(decodeAttentionHeadsPerThread(4, 8, false)).toBe(1);
-    expect(decodeAttentionHeadsPerThread(2, 8, true)).toBe(2); // stories260K: 2 x 2 slices
-    expect(decodeAttentionHeadsPerThread(4, 8, true)).toBe(4);
-    expect(decodeAttentionHeadsPerThread(3, 64, true)).toBe(1); // 16 slices: already at the limit
-    expect(decodeAttentionHeadsPerThread(8, 16, true)).toBe(4); // 4 slices: 4 x 4
-    expect(decodeAttentionHeadsPerThread(7, 6, true)).toBe(1); // 6 slices (unaligned): 7 x 6 too many
-    expect(decodeAttentionHeadsPerThread(1, 8, true)).toBe(1);
+    expect(attentionHeadsPerThread(4, 8, false)).toBe(1);
+    expect(attentionHeadsPerThread(2, 8, true)).toBe(2); // stories260K: 2 x 2 slices
+    expect(attentionHeadsPerThread(4, 8, true)).toBe(4);
+    expect(attentionHeadsPerThread(3, 64, true)).toBe(1); // 16 slices: already at the limit
+    expect(attentionHeadsPerThread(8, 16, true)).toBe(4); // 4 slices: 4 x 4
+    expect(attentionHeadsPerThread(7, 6, true)).toBe(1); // 6 slices (unaligned): 7 x 6 too many
+    expect(attentionHeadsPerThread(1, 8, true)).toBe(1);
   });
 });
 

@@ -433,6 +433,7 @@ describe('attention', () => {
     c: { T: number; startPos: number; numHeads: number; numKvHeads: number; headDim: number; window?: number },
     entry: 'per_thread' | 'per_workgroup' | undefined,
     kvDType: KvDType = 'f32',
+    heads?: number,
   ): Promise<{ got: Float32Array; want: Float32Array; unwindowed: Float32Array }> {
     const { T, startPos, numHeads, numKvHeads, headDim, window } = c;
     const contextRows = startPos + T + 4;
@@ -447,6 +448,7 @@ describe('attention', () => {
     }
     const out = output(T * numHeads * headDim);
     kernels.attentionPlanOverride = entry;
+    kernels.attentionHeadsOverride = heads;
     try {
       const batch = kernels.begin();
       let kBuf: GPUBuffer;
@@ -468,6 +470,7 @@ describe('attention', () => {
       batch.submit();
     } finally {
       kernels.attentionPlanOverride = undefined;
+      kernels.attentionHeadsOverride = undefined;
     }
     // An f16 cache holds K and V rounded to nearest even: the reference attends over those.
     const k = kvDType === 'f16' ? roundF16(kCache) : kCache;
@@ -477,6 +480,16 @@ describe('attention', () => {
       want: attentionRef(q, k, v, T, startPos, numHeads, numKvHeads, headDim, window),
       unwindowed: attentionRef(q, k, v, T, startPos, numHeads, numKvHeads, headDim),
     };
+  }
+
+  // per_thread with one query head a thread (a GPU's choice; the CPU test device serves the GQA group).
+  for (const c of [...cases, ...windowCases].filter((c) => c.numHeads > c.numKvHeads)) {
+    const { T, startPos, numHeads, numKvHeads, headDim } = c;
+    const window = 'window' in c ? c.window : undefined;
+    it(`per_thread, one head a thread: T=${T}, startPos=${startPos}, heads=${numHeads}/${numKvHeads}, headDim=${headDim}${window ? `, window=${window}` : ''}`, async () => {
+      const { got, want } = await runAttention(c, 'per_thread', 'f32', 1);
+      expectClose(got, want);
+    });
   }
 
   for (const entry of ['per_thread', 'per_workgroup'] as const) {

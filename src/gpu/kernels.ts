@@ -38,9 +38,21 @@ export const ATTENTION_MAX_HEAD_DIM = 256;
 
 // Workgroup shapes; each must match its shader's constants.
 const ELEMENTWISE_WORKGROUP = 256; // embedding, rope, swiglu, residual: one invocation per element
-// matmul.wgsl: a 16x4 workgroup of threads that each compute 4 rows x 4 tokens.
-const MATMUL_WORKGROUP_ROWS = 64;
-const MATMUL_WORKGROUP_TOKENS = 16;
+
+/** matmul.wgsl's workgroup: wx x wy threads that each compute 4 rows x 4 tokens. */
+export interface MatmulShape {
+  wx: number;
+  wy: number;
+}
+
+/**
+ * GPUs: 16 x 4 (64 threads, 64 rows x 16 tokens). CPU devices: MATMUL_CPU_SHAPE, measured on
+ * SwiftShader (2 cores), stories260K's 200-token prefill (rows of 32-172): see there.
+ */
+export function matmulShape(isCpu: boolean): MatmulShape {
+  return isCpu ? MATMUL_CPU_SHAPE : { wx: 16, wy: 4 };
+}
+const MATMUL_CPU_SHAPE: MatmulShape = { wx: 4, wy: 4 };
 
 // Bindings where the composed snippets put the weight matrix and the bias (see the shaders).
 const WEIGHT_BINDING = 3;
@@ -190,11 +202,14 @@ interface WeightVariant {
   /** matmul/matvec: cols is a multiple of 4 (vector loads of x and W). */
   aligned: boolean;
   plan?: MatvecPlan;
+  /** matmul: its workgroup. */
+  matmul?: MatmulShape;
 }
 
 function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, v: WeightVariant): string {
   if (kernel === 'embedding') return `${kernel}/${dtype}`;
-  const key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}`;
+  let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}`;
+  if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}`;
   return v.plan ? `${key}/team${v.plan.team}-${v.plan.reduction}` : key;
 }
 
@@ -208,6 +223,10 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
     const reduce = reduceTeamWgsl(v.plan ?? { team: 1, reduction: 'none' });
     directives = reduce.directives;
     snippets += reduce.code;
+  }
+  if (kernel === 'matmul') {
+    const shape = v.matmul ?? matmulShape(false);
+    snippets += `const MATMUL_WX: u32 = ${shape.wx}u;\nconst MATMUL_WY: u32 = ${shape.wy}u;\n`;
   }
   return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
 }
@@ -422,15 +441,26 @@ export function attentionPlan(items: number, keys: number, headDim: number, isCp
   return longDecode ? 'per_workgroup' : 'per_thread';
 }
 
-type AttentionVariant = { entry: 'per_thread' | 'per_workgroup' | 'split_combine'; headDim: number; kvDType: KvDType; position?: PositionSource };
+type AttentionVariant = {
+  entry: 'per_thread' | 'per_workgroup' | 'split_combine';
+  headDim: number;
+  kvDType: KvDType;
+  position?: PositionSource;
+  /** per_thread: query heads per thread (attentionHeadsPerThread); 1 for the other entries. */
+  heads?: number;
+};
 const attentionKey = (v: AttentionVariant) =>
-  `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position ?? 'uniform'}`;
-const attentionSpec = (v: AttentionVariant): ShaderSpec => ({
-  code:
-    `const HEAD_DIM: u32 = ${v.headDim}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}` +
-    `${positionWgsl(v.position ?? 'uniform')}\n${attentionWgsl}`,
-  entryPoint: v.entry,
-});
+  `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position ?? 'uniform'}/g${v.heads ?? 1}`;
+const attentionSpec = (v: AttentionVariant): ShaderSpec => {
+  const heads = v.heads ?? 1;
+  const code =
+    `const HEAD_DIM: u32 = ${v.headDim}u;\nconst HEADS: u32 = ${heads}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}` +
+    `${positionWgsl(v.position ?? 'uniform')}\n${attentionWgsl}`;
+  // Measured on SwiftShader, stories260K prefill of 200 tokens (head_dim 8): attention 76 -> 38 ms unrolled.
+  const slices = v.headDim % 4 === 0 ? v.headDim / 4 : v.headDim;
+  if (slices * heads > MAX_UNROLLED_SLICES) return { code, entryPoint: v.entry };
+  return { code: unrollConstLoops(code, { HEAD_SLICES: slices, HEADS: heads }), entryPoint: v.entry };
+};
 
 /**
  * attention.wgsl's element type of q and the caches: vec4s when the head dimension is a multiple
@@ -480,20 +510,21 @@ type DecodeAttentionVariant = {
   position: PositionSource;
   split: boolean;
   threads: number;
-  /** Query heads per thread (a divisor of the GQA group; see decodeAttentionHeadsPerThread). */
+  /** Query heads per thread (a divisor of the GQA group; see attentionHeadsPerThread). */
   heads: number;
 };
 const decodeAttentionKey = (v: DecodeAttentionVariant) =>
   `decode_attention/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position}/${v.split ? 'split' : 'whole'}/t${v.threads}/g${v.heads}`;
 
 /**
- * Query heads one decode_attention thread serves (they share one KV head, whose rows it loads
- * once for all of them). GPUs: 1 (a light thread per head keeps more of the device busy). CPU
- * devices: the largest divisor of the GQA group whose slices still unroll (HEADS x HEAD_SLICES up
- * to MAX_UNROLLED_SLICES). Measured on SwiftShader (2 cores), stories260K (8 heads on 4 KV heads,
- * head_dim 8) at position 300: decode_attention ~230 -> ~130 us per layer with 2 heads per thread.
+ * Query heads one thread of decode_attention.wgsl or attention.wgsl's per_thread serves (they
+ * share one KV head, whose rows it loads once for all of them). GPUs: 1 (a light thread per head
+ * keeps more of the device busy). CPU devices: the largest divisor of the GQA group whose slices
+ * still unroll (HEADS x HEAD_SLICES up to MAX_UNROLLED_SLICES). Measured on SwiftShader (2 cores),
+ * stories260K (8 heads on 4 KV heads, head_dim 8), 2 heads a thread: decode at position 300
+ * ~230 -> ~130 us per layer; a 200-token prefill's attention ~38 -> ~21 ms.
  */
-export function decodeAttentionHeadsPerThread(group: number, headDim: number, isCpu: boolean): number {
+export function attentionHeadsPerThread(group: number, headDim: number, isCpu: boolean): number {
   if (!isCpu) return 1;
   const slices = headDim % 4 === 0 ? headDim / 4 : headDim;
   for (let heads = group; heads > 1; heads--) {
@@ -636,10 +667,10 @@ export class Kernels {
     for (const dtype of options.weightDTypes ?? []) {
       const variants: [WeightKernel, WeightVariant][] = [
         ['embedding', { hasBias: false, aligned: false }],
-        ['matmul', { hasBias: false, aligned: true }],
+        ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape() }],
       ];
       // Quantized rows are whole blocks (multiples of 32 weights): their matmuls are always aligned.
-      if (!isQuantized(dtype)) variants.push(['matmul', { hasBias: false, aligned: false }]);
+      if (!isQuantized(dtype)) variants.push(['matmul', { hasBias: false, aligned: false, matmul: kernels.matmulShape() }]);
       for (const [kernel, variant] of variants) {
         compiling.push(
           kernels.pipelines.prepare(weightKernelKey(kernel, dtype, variant), () => weightKernelSpec(kernel, dtype, variant)),
@@ -700,7 +731,7 @@ export class Kernels {
   fusedShapeOverride: FusedShape | undefined;
 
   /** @internal Forces decode_attention's query heads per thread (tests; must divide the GQA group). */
-  decodeHeadsOverride: number | undefined;
+  attentionHeadsOverride: number | undefined;
 
   /** @internal An rmsnorm.wgsl pipeline (compiled up front by create()). */
   rmsNormPipeline(variant: RmsNormVariant): GPUComputePipeline {
@@ -743,6 +774,14 @@ export class Kernels {
   weightPipeline(kernel: WeightKernel, dtype: WeightDType, variant: WeightVariant): GPUComputePipeline {
     return this.pipelines.get(weightKernelKey(kernel, dtype, variant), () => weightKernelSpec(kernel, dtype, variant));
   }
+
+  /** @internal matmul.wgsl's workgroup on this device (matmulShape). */
+  matmulShape(): MatmulShape {
+    return this.matmulShapeOverride ?? matmulShape(this.isCpuDevice);
+  }
+
+  /** @internal Forces matmul.wgsl's workgroup (tests, measurements). */
+  matmulShapeOverride: MatmulShape | undefined;
 
   /** @internal The matvec split for rows of `cols` weights on this device (matvecPlan). */
   matvecPlan(cols: number): MatvecPlan {
@@ -940,11 +979,12 @@ export abstract class KernelRecorder {
         const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan });
         this.dispatch(pipeline, [part.rows, W.cols, part.firstRow], buffers, workgroups);
       } else {
-        const groupsX = Math.ceil(part.rows / MATMUL_WORKGROUP_ROWS);
-        const groupsY = Math.ceil(T / MATMUL_WORKGROUP_TOKENS);
+        const shape = this.kernels.matmulShape();
+        const groupsX = Math.ceil(part.rows / (4 * shape.wx));
+        const groupsY = Math.ceil(T / (4 * shape.wy));
         const max = this.kernels.maxWorkgroupsPerDimension;
         if (groupsX > max || groupsY > max) throw new Error(`matmul of ${T} x ${W.rows} outputs exceeds the dispatch grid`);
-        const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned });
+        const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned, matmul: shape });
         this.dispatch(pipeline, [T, part.rows, W.cols, part.firstRow, W.rows], buffers, [groupsX, groupsY]);
       }
     }
@@ -1032,12 +1072,14 @@ export abstract class KernelRecorder {
     // The most keys any query sees: with a GPU position, as many as the cache holds.
     const lastRow = position ? Math.floor(Math.min(kCache.size, vCache.size) / rowBytes) : startPos + T;
     const keys = Math.min(lastRow, slidingWindow ?? Infinity);
-    const entry = this.kernels.attentionPlanOverride ?? attentionPlan(items, keys, headDim, this.kernels.isCpuDevice);
+    const isCpu = this.kernels.isCpuDevice;
+    const entry = this.kernels.attentionPlanOverride ?? attentionPlan(items, keys, headDim, isCpu);
+    const heads = entry === 'per_thread' ? this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, headDim, isCpu) : 1;
     this.dispatch(
-      this.kernels.attentionPipeline({ entry, headDim, kvDType, position: position ? 'buffer' : 'uniform' }),
+      this.kernels.attentionPipeline({ entry, headDim, kvDType, position: position ? 'buffer' : 'uniform', heads }),
       [T, startPos, numHeads, numKvHeads, headDim, f32(1 / Math.sqrt(headDim)), slidingWindow ?? 0],
       withPosition({ 1: out, 2: q, 3: kCache, 4: vCache }, position),
-      entry === 'per_thread' ? Math.ceil(items / ATTENTION_ITEMS_PER_WORKGROUP) : items,
+      entry === 'per_thread' ? Math.ceil(items / heads / ATTENTION_ITEMS_PER_WORKGROUP) : items,
     );
   }
 
@@ -1279,7 +1321,7 @@ export abstract class KernelRecorder {
     const source = position ? 'buffer' : 'uniform';
     const isCpu = this.kernels.isCpuDevice;
     const threads = isCpu ? DECODE_ATTENTION_THREADS_CPU : DECODE_ATTENTION_THREADS_GPU;
-    const heads = this.kernels.decodeHeadsOverride ?? decodeAttentionHeadsPerThread(numHeads / numKvHeads, headDim, isCpu);
+    const heads = this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, headDim, isCpu);
     const buffers: Record<number, GPUBuffer> = { 1: out, 2: qkv, 3: kCache, 4: vCache, 6: rope.invFreq };
     if (chunks > 1 && split) buffers[5] = split.partials;
     this.dispatch(
