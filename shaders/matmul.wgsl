@@ -6,10 +6,11 @@
 // (`load_bias(r)`, binding 4, or a constant 0). With a multiple of 4 columns the host picks the
 // aligned snippets, whose 4-element loads are single vector loads; otherwise they are 4 scalar loads.
 //
-// Register blocking, no workgroup memory and no barriers: every thread computes a 4-token x 4-row
-// block of Y in 16 accumulators (4 vec4s), walking K four elements at a time. Each step loads a
-// 4x4 block of W (as a mat4x4 whose column j is row r0 + j) and 4 slices of X, and does 16 dot
-// products: each loaded element is used 4 times from registers. Threads at the ragged edges clamp
+// Register blocking, no workgroup memory and no barriers: every thread computes a TOKENS-token x
+// 4-row block of Y in TOKENS vec4 accumulators, walking K four elements at a time. Each step loads
+// a 4x4 block of W (as a mat4x4 whose column j is row r0 + j) and TOKENS slices of X, and does
+// 4 TOKENS dot products: each loaded W element is used TOKENS times from registers, each X one 4
+// times. (More tokens a thread: fewer loads per product, more registers.) Threads at the ragged edges clamp
 // their load indices to the last row/token (always in bounds, no branches in the loop) and skip
 // the stores that fall outside Y.
 //
@@ -31,12 +32,12 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>; // [T, y_stride]
 
-const BLOCK: u32 = 4u; // rows and tokens per thread (fixed: the code below is unrolled for 4)
-// MATMUL_WX x MATMUL_WY threads (composed: kernels.ts, matmulShape): 4 MATMUL_WX rows x 4 MATMUL_WY tokens.
+// MATMUL_WX x MATMUL_WY threads, each 4 rows x TOKENS tokens (composed: kernels.ts, matmulShape);
+// the `TOKENS` loops are unrolled there.
 @compute @workgroup_size(MATMUL_WX, MATMUL_WY)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  let r0 = gid.x * BLOCK; // first output row (feature) of this thread's block
-  let t0 = gid.y * BLOCK; // first token
+  let r0 = gid.x * 4u;     // first output row (feature) of this thread's block
+  let t0 = gid.y * TOKENS; // first token
   if (r0 >= params.rows || t0 >= params.T) {
     return; // no barriers in this kernel, so threads past the edge may leave early
   }
@@ -48,41 +49,37 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let w1 = min(r0 + 1u, last_row) * cols;
   let w2 = min(r0 + 2u, last_row) * cols;
   let w3 = min(r0 + 3u, last_row) * cols;
-  let x0 = min(t0, last_t) * cols;
-  let x1 = min(t0 + 1u, last_t) * cols;
-  let x2 = min(t0 + 2u, last_t) * cols;
-  let x3 = min(t0 + 3u, last_t) * cols;
+  var x: array<u32, TOKENS>;
+  for (var u = 0u; u < TOKENS; u++) {
+    x[u] = min(t0 + u, last_t) * cols;
+  }
 
-  // acc_i[j] = y[t0 + i, r0 + j]
-  var acc0 = vec4<f32>();
-  var acc1 = vec4<f32>();
-  var acc2 = vec4<f32>();
-  var acc3 = vec4<f32>();
+  // acc[u][j] = y[t0 + u, r0 + j]
+  var acc: array<vec4<f32>, TOKENS>;
   var k = 0u;
   for (; k + 4u <= cols; k += 4u) {
     // Column j of w holds W[r0 + j, k .. k+3], so x4 * w = (dot(x4, W[r0 + j, k..]))_j.
     let w = mat4x4<f32>(load_weight4(w0 + k), load_weight4(w1 + k), load_weight4(w2 + k), load_weight4(w3 + k));
-    acc0 += load_x4(x0 + k) * w;
-    acc1 += load_x4(x1 + k) * w;
-    acc2 += load_x4(x2 + k) * w;
-    acc3 += load_x4(x3 + k) * w;
+    for (var u = 0u; u < TOKENS; u++) {
+      acc[u] += load_x4(x[u] + k) * w;
+    }
   }
   // The last cols % 4 columns (only when cols is not a multiple of 4).
   for (; k < cols; k++) {
     let w = vec4<f32>(load_weight(w0 + k), load_weight(w1 + k), load_weight(w2 + k), load_weight(w3 + k));
-    acc0 += load_x(x0 + k) * w;
-    acc1 += load_x(x1 + k) * w;
-    acc2 += load_x(x2 + k) * w;
-    acc3 += load_x(x3 + k) * w;
+    for (var u = 0u; u < TOKENS; u++) {
+      acc[u] += load_x(x[u] + k) * w;
+    }
   }
 
   let o = params.row_offset;
-  let b = vec4<f32>(load_bias(o + min(r0, last_row)), load_bias(o + min(r0 + 1u, last_row)),
-                    load_bias(o + min(r0 + 2u, last_row)), load_bias(o + min(r0 + 3u, last_row)));
-  store_block_row(t0, r0, acc0 + b);
-  if (t0 + 1u <= last_t) { store_block_row(t0 + 1u, r0, acc1 + b); }
-  if (t0 + 2u <= last_t) { store_block_row(t0 + 2u, r0, acc2 + b); }
-  if (t0 + 3u <= last_t) { store_block_row(t0 + 3u, r0, acc3 + b); }
+  let bias = vec4<f32>(load_bias(o + min(r0, last_row)), load_bias(o + min(r0 + 1u, last_row)),
+                       load_bias(o + min(r0 + 2u, last_row)), load_bias(o + min(r0 + 3u, last_row)));
+  for (var u = 0u; u < TOKENS; u++) {
+    if (t0 + u <= last_t) {
+      store_block_row(t0 + u, r0, acc[u] + bias);
+    }
+  }
 }
 
 /** y[t, r0 .. r0+3] = v, leaving out the rows past the end. */

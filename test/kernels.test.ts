@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
 import type { GpuMatrix, WeightDType } from '../src/gpu/tensor.ts';
-import { attentionPlan, Kernels, type KvDType, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, type MatvecPlan } from '../src/gpu/kernels.ts';
+import { attentionPlan, Kernels, type KvDType, matmulShape, type MatmulShape, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, type MatvecPlan } from '../src/gpu/kernels.ts';
 import {
   createF32Buffer,
   createStorageBuffer,
@@ -283,8 +283,9 @@ describe('matmul (matvec for T=1, register-blocked matmul for T>1)', () => {
 });
 
 describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
-  // matmul.wgsl: threads of 4 rows x 4 tokens in workgroups of 64 rows x 16 tokens, vec4 loads when
-  // cols % 4 == 0, a scalar tail for the last cols % 4 columns. matvec.wgsl: quads of 4 rows.
+  // matmul.wgsl: threads of 4 rows x 4 tokens (GPUs; 8 on CPU devices) in workgroups of 16 x 4
+  // threads, vec4 loads when cols % 4 == 0, a scalar tail for the last cols % 4 columns.
+  // matvec.wgsl: quads of 4 rows. The T > 1 cases run under the device's shape and a GPU's.
   const cases: [number, number, number][] = [
     [5, 7, 8], // aligned; T and rows not multiples of 4
     [18, 66, 64], // aligned; two workgroups along rows and tokens, ragged in both
@@ -296,20 +297,31 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
     [1, 9, 6], // matvec, vec4 step and tail
     [1, 2, 3], // matvec, a single partial quad, tail only
   ];
+  const gpuShape: MatmulShape = { wx: 16, wy: 4, tokens: 4 };
   for (const dtype of DTYPES) {
-    for (const [T, rows, cols] of cases) {
-      it(`${dtype}, T=${T}, rows=${rows}, cols=${cols}, bias`, async () => {
+    for (const [T, rows, cols] of cases) for (const shape of T > 1 ? [undefined, gpuShape] : [undefined]) {
+      it(`${dtype}, T=${T}, rows=${rows}, cols=${cols}, bias${shape ? `, ${shape.tokens} tokens a thread` : ''}`, async () => {
         const { W, held } = weightMatrix(randomF32(rows * cols, 2000 + rows + cols), rows, cols, dtype);
         const x = randomF32(T * cols, 2100 + T + cols);
         const bias = randomF32(rows, 2200 + rows);
         const y = output(T * rows);
-        const batch = kernels.begin();
-        batch.matmul(y, input(x), W, T, input(bias));
-        batch.submit();
+        kernels.matmulShapeOverride = shape;
+        try {
+          const batch = kernels.begin();
+          batch.matmul(y, input(x), W, T, input(bias));
+          batch.submit();
+        } finally {
+          kernels.matmulShapeOverride = undefined;
+        }
         expectClose(await read(y, T * rows), matmulRef(x, held, T, rows, cols, bias));
       });
     }
   }
+
+  it('matmulShape: 4 tokens a thread on GPUs, 8 on CPU devices', () => {
+    expect(matmulShape(false)).toEqual({ wx: 16, wy: 4, tokens: 4 });
+    expect(matmulShape(true)).toEqual({ wx: 16, wy: 4, tokens: 8 });
+  });
 
   it('reads vec4 activations from a buffer whose size is not a multiple of 16 bytes', async () => {
     const [T, rows, cols] = [3, 10, 12];

@@ -39,20 +39,22 @@ export const ATTENTION_MAX_HEAD_DIM = 256;
 // Workgroup shapes; each must match its shader's constants.
 const ELEMENTWISE_WORKGROUP = 256; // embedding, rope, swiglu, residual: one invocation per element
 
-/** matmul.wgsl's workgroup: wx x wy threads that each compute 4 rows x 4 tokens. */
+/** matmul.wgsl's workgroup: wx x wy threads that each compute 4 rows x `tokens` tokens. */
 export interface MatmulShape {
   wx: number;
   wy: number;
+  tokens: number;
 }
 
 /**
- * GPUs: 16 x 4 (64 threads, 64 rows x 16 tokens). CPU devices: MATMUL_CPU_SHAPE, measured on
- * SwiftShader (2 cores), stories260K's 200-token prefill (rows of 32-172): see there.
+ * GPUs: 16 x 4 threads of 4 tokens (64 rows x 16 tokens a workgroup). CPU devices: 8 tokens a
+ * thread, where each load saved counts. Measured on SwiftShader (2 cores), stories260K's 200-token
+ * prefill (rows of 32-172 weights, f32), all matmuls: 4 tokens ~66 ms, 8 ~50, 16 ~47-51 (with
+ * 16 x 2 or 8 x 2 threads), 32 ~56; the workgroup's shape (4 x 4 .. 16 x 4) within noise.
  */
 export function matmulShape(isCpu: boolean): MatmulShape {
-  return isCpu ? MATMUL_CPU_SHAPE : { wx: 16, wy: 4 };
+  return { wx: 16, wy: 4, tokens: isCpu ? 8 : 4 };
 }
-const MATMUL_CPU_SHAPE: MatmulShape = { wx: 4, wy: 4 };
 
 // Bindings where the composed snippets put the weight matrix and the bias (see the shaders).
 const WEIGHT_BINDING = 3;
@@ -209,7 +211,7 @@ interface WeightVariant {
 function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, v: WeightVariant): string {
   if (kernel === 'embedding') return `${kernel}/${dtype}`;
   let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}`;
-  if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}`;
+  if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}t${v.matmul.tokens}`;
   return v.plan ? `${key}/team${v.plan.team}-${v.plan.reduction}` : key;
 }
 
@@ -226,7 +228,8 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
   }
   if (kernel === 'matmul') {
     const shape = v.matmul ?? matmulShape(false);
-    snippets += `const MATMUL_WX: u32 = ${shape.wx}u;\nconst MATMUL_WY: u32 = ${shape.wy}u;\n`;
+    snippets += `const MATMUL_WX: u32 = ${shape.wx}u;\nconst MATMUL_WY: u32 = ${shape.wy}u;\nconst TOKENS: u32 = ${shape.tokens}u;\n`;
+    return { code: unrollConstLoops(`${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, { TOKENS: shape.tokens }), entryPoint: 'main' };
   }
   return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
 }
@@ -981,7 +984,7 @@ export abstract class KernelRecorder {
       } else {
         const shape = this.kernels.matmulShape();
         const groupsX = Math.ceil(part.rows / (4 * shape.wx));
-        const groupsY = Math.ceil(T / (4 * shape.wy));
+        const groupsY = Math.ceil(T / (shape.tokens * shape.wy));
         const max = this.kernels.maxWorkgroupsPerDimension;
         if (groupsX > max || groupsY > max) throw new Error(`matmul of ${T} x ${W.rows} outputs exceeds the dispatch grid`);
         const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned, matmul: shape });
