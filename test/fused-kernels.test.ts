@@ -25,7 +25,8 @@ import {
   roundF16,
   swigluRef,
 } from './reference/cpu-ops.ts';
-import { dequantize, quantize } from './reference/quant.ts';
+import { dequantize } from './reference/quant.ts';
+import { quantizeValues as quantize } from '../src/model/quantize.ts';
 import { expectClose, maxAbs, maxAbsDiff } from './helpers/compare.ts';
 
 let ctx: GpuContext;

@@ -1,5 +1,5 @@
 // The npm package as users get it: `npm run build` writes dist/, package.json points every entry
-// at it, `npm pack` ships exactly dist/, the bin, README and package.json, the browser entries
+// at it, `npm pack` ships exactly dist/, the bin, README, LICENSE and package.json, the browser entries
 // reach no Node module (nor any bare import: a page with no bundler can load them), and the CLI
 // runs from an unpacked tarball with no TypeScript tooling.
 import { execFileSync } from 'node:child_process';
@@ -76,11 +76,11 @@ describe('the npm package', () => {
     expect(node.some((s) => s.startsWith('node:'))).toBe(true);
   });
 
-  test('npm pack ships dist, the bin, README and package.json — no sources, tests or models', () => {
+  test('npm pack ships dist, the bin, README, LICENSE and package.json — no sources, tests or models', () => {
     const [packed] = JSON.parse(npm(['pack', '--dry-run', '--json', '--ignore-scripts']));
     const paths: string[] = packed.files.map((file: { path: string }) => file.path).sort();
     const outside = paths.filter((path) => !path.startsWith('dist/'));
-    expect(outside).toEqual(['README.md', 'bin/webgpu-llama.mjs', 'package.json']);
+    expect(outside).toEqual(['LICENSE', 'README.md', 'bin/webgpu-llama.mjs', 'package.json']);
     for (const file of ['dist/index.js', 'dist/node.js', 'dist/cli.js', 'dist/worker.js', 'dist/service-worker.js', 'dist/types/index.d.ts', 'dist/types/node/index.d.ts']) {
       expect(paths).toContain(file);
     }

@@ -10,7 +10,8 @@ import { QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
 import { testGpu } from './helpers/gpu.ts';
 import { randomF32 } from './helpers/prng.ts';
 import { embeddingRef, matmulRef } from './reference/cpu-ops.ts';
-import { dequantize, quantize } from './reference/quant.ts';
+import { dequantize } from './reference/quant.ts';
+import { quantizeValues as quantize } from '../src/model/quantize.ts';
 import { expectClose } from './helpers/compare.ts';
 
 const QUANT_DTYPES: QuantDType[] = ['q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1', 'q4_k', 'q5_k', 'q6_k'];

@@ -11,7 +11,8 @@ import { checkTensorFits, splitMatrixRows, weightRowBytes } from '../src/model/w
 import { testGpu } from './helpers/gpu.ts';
 import { randomF32 } from './helpers/prng.ts';
 import { f16BitsToF32, f32ToF16Bits, matmulRef } from './reference/cpu-ops.ts';
-import { dequantize, quantize } from './reference/quant.ts';
+import { dequantize } from './reference/quant.ts';
+import { quantizeValues as quantize } from '../src/model/quantize.ts';
 import { expectClose } from './helpers/compare.ts';
 
 const DTYPES = ['f32', 'f16', 'q8_0'] as const;

@@ -109,10 +109,3 @@ function kScaleMin(sb: Uint8Array, s: number): [number, number] {
   if (s < 4) return [sb[s] & 63, sb[s + 4] & 63];
   return [(sb[s + 4] & 15) | ((sb[s - 4] >> 6) << 4), (sb[s + 4] >> 4) | ((sb[s] >> 6) << 4)];
 }
-
-/**
- * The quantizer now lives in src/model/quantize.ts (quantizeValues). Re-exported only for the
- * tests that still import it from here (test/split-weights.test.ts, test/quant-kernels.test.ts);
- * import it from src instead.
- */
-export { quantizeValues as quantize } from '../../src/model/quantize.ts';
