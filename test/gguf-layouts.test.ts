@@ -10,6 +10,10 @@ import type { LlamaGenerator } from '../src/engine/generator.ts';
 import type { QuantDType } from '../src/gpu/tensor.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
 import { memorySource } from '../src/model/files.ts';
+import { openModel, uploadLlamaWeights } from '../src/model/open-model.ts';
+import { filesFromPath } from '../src/node/files.ts';
+import { testGpu } from './helpers/gpu.ts';
+import { readBufferU32 } from '../src/gpu/buffers.ts';
 import { readGgufHeader } from '../src/model/formats/gguf.ts';
 import { hfNameFromGguf } from '../src/model/tensor-names.ts';
 import { ggufTensorStorage, writeGgufFromHf, type GgufOutType } from '../scripts/gguf-from-hf.ts';
@@ -104,6 +108,29 @@ describe('the GGUF writer', () => {
     expect(header.tensors.some((t) => t.name === 'output.weight')).toBe(false);
     expect(storage['blk.0.attn_q.weight']).toBe('q8_0');
     expect(storage['blk.0.attn_norm.weight']).toBe('f32');
+  });
+
+  it('Q8_0 / Q4_0 tensors stream into the same GPU bytes whatever the read chunk edges', async () => {
+    for (const type of ['q8_0', 'q4_0'] as const) {
+      const dir = models.dir(`webgpu-llama-gguf-chunks-${type}-`);
+      generateModel({ family: 'llama3', shape: 'tiny', out: dir, seed: 5 });
+      const path = join(dir, 'model.gguf');
+      await writeGgufFromHf(dir, path, type);
+      const opened = await openModel(filesFromPath(path));
+      const ctx = await testGpu();
+      const read = async (chunkSize: number) => {
+        const weights = await uploadLlamaWeights(ctx, opened, undefined, { chunkSize });
+        try {
+          const W = weights.layers[0].wq;
+          expect(W.dtype).toBe(type);
+          return await readBufferU32(ctx.device, W.buffer);
+        } finally {
+          weights.destroy();
+        }
+      };
+      // 4093: edges inside blocks, scales and pairs; 1 << 22: whole tensors.
+      expect(Array.from(await read(4093))).toEqual(Array.from(await read(1 << 22)));
+    }
   });
 
   it("picks llama.cpp's storage per tensor: the Q4_K_M mix and the fallbacks for partial blocks", () => {

@@ -3,7 +3,7 @@
 // (src/model/quantize.ts) round-trip through it within each format's step size.
 import { describe, expect, it } from 'vitest';
 import type { QuantDType } from '../src/gpu/tensor.ts';
-import { QUANT_FORMATS, weightByteSize } from '../src/gpu/weight-formats.ts';
+import { QUANT_FORMATS, pairQuantBlocks, weightByteSize } from '../src/gpu/weight-formats.ts';
 import { mulberry32 } from './helpers/prng.ts';
 import { quantizeValues as quantize } from '../src/model/quantize.ts';
 import { dequantize } from './reference/quant.ts';
@@ -150,4 +150,33 @@ describe('ggml block formats: quantize -> dequantize round trip (CPU reference)'
     expect(() => quantize('q8_0', new Float32Array(33))).toThrow(/q8_0/);
     expect(() => weightByteSize('q4_k', 300)).toThrow(/256/);
   });
+});
+
+describe("Q8_0 / Q4_0 on the GPU: pairs of blocks (pairQuantBlocks)", () => {
+  for (const dtype of ['q8_0', 'q4_0'] as const) {
+    const { blockBytes } = QUANT_FORMATS[dtype];
+    const quantBytes = blockBytes - 2;
+    for (const blocks of [1, 2, 3, 4]) {
+      it(`${dtype}, ${blocks} block(s): both scales then both blocks' quants, a pair per ${2 * blockBytes} bytes`, () => {
+        // File block b: scale bytes (10b + 1, 10b + 2), quant byte k = (b * 50 + k + 3) & 255.
+        const file = new Uint8Array(blocks * blockBytes);
+        for (let b = 0; b < blocks; b++) {
+          file[b * blockBytes] = 10 * b + 1;
+          file[b * blockBytes + 1] = 10 * b + 2;
+          for (let k = 0; k < quantBytes; k++) file[b * blockBytes + 2 + k] = (b * 50 + k + 3) & 255;
+        }
+        const gpu = pairQuantBlocks(dtype, file, blocks);
+        expect(gpu.length).toBe(weightByteSize(dtype, blocks * 32));
+        const want = new Uint8Array(gpu.length);
+        for (let b = 0; b < blocks; b++) {
+          const pair = Math.floor(b / 2) * 2 * blockBytes;
+          const half = b % 2;
+          want[pair + 2 * half] = 10 * b + 1;
+          want[pair + 2 * half + 1] = 10 * b + 2;
+          for (let k = 0; k < quantBytes; k++) want[pair + 4 + half * quantBytes + k] = (b * 50 + k + 3) & 255;
+        }
+        expect(Array.from(gpu)).toEqual(Array.from(want));
+      });
+    }
+  }
 });

@@ -12,6 +12,7 @@ import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/model/o
 import { planWeightStorage, requiredTensors, type ModelTensor } from '../src/model/weights.ts';
 import { checkMemory, estimateMemory } from '../src/engine/memory.ts';
 import { KvCache } from '../src/model/kv-cache.ts';
+import { pairQuantBlocks } from '../src/gpu/weight-formats.ts';
 import { tinyConfig } from './helpers/random-model.ts';
 import { filesFromPath } from '../src/node/files.ts';
 import { testGpu } from './helpers/gpu.ts';
@@ -246,7 +247,9 @@ describe('Hugging Face weights on the GPU', () => {
     const b = await read(1 << 22);
     expect(Buffer.compare(Buffer.from(a), Buffer.from(b))).toBe(0);
     const emb = specs.find((s) => s.name === 'model.embed_tokens.weight')!;
-    const expected = quantize('q4_0', new Float32Array(emb.data.slice().buffer));
+    // The file's Q4_0 blocks, stored as the GPU's pairs of blocks.
+    const values = new Float32Array(emb.data.slice().buffer);
+    const expected = pairQuantBlocks('q4_0', quantize('q4_0', values), values.length / 32);
     expect(Buffer.compare(Buffer.from(a.subarray(0, expected.length)), Buffer.from(expected))).toBe(0);
   });
 

@@ -1,6 +1,6 @@
 // Small helpers for storage buffers: create, upload, read back. Browser-safe (no Node imports).
 import type { GpuMatrix, WeightDType } from './tensor.ts';
-import { checkWeightShape, weightByteSize } from './weight-formats.ts';
+import { QUANT_FORMATS, checkWeightShape, isPairedQuant, pairQuantBlocks, weightByteSize } from './weight-formats.ts';
 
 /** WebGPU copies and writeBuffer work in whole 4-byte words: round sizes up. */
 export function padTo4(byteSize: number): number {
@@ -55,6 +55,11 @@ export function createWeightMatrix(
 ): GpuMatrix {
   checkWeightShape(dtype, rows, cols, label);
   const byteSize = weightByteSize(dtype, rows * cols);
+  if (isPairedQuant(dtype)) {
+    // The file's blocks, stored in the GPU's pairs (weight-formats.ts, pairQuantBlocks).
+    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    data = pairQuantBlocks(dtype, bytes, (rows * cols) / QUANT_FORMATS[dtype].blockSize);
+  }
   if (data.byteLength < byteSize && data.byteLength >= byteSize - 3 && data instanceof Uint8Array) {
     const padded = new Uint8Array(byteSize); // raw blocks: pad to whole words
     padded.set(data);

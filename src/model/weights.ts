@@ -11,7 +11,7 @@
 import type { GpuContext } from '../gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../gpu/tensor.ts';
 import type { LlamaConfig } from './config.ts';
-import { QUANT_FORMATS, checkWeightShape, isQuantized, weightByteSize } from '../gpu/weight-formats.ts';
+import { QUANT_FORMATS, checkWeightShape, isPairedQuant, isQuantized, pairQuantBlocks, weightByteSize } from '../gpu/weight-formats.ts';
 import { F16_MAX, f16ToF32, quantizeValues, toF16Clamped } from './quantize.ts';
 export { f16ToF32 } from './quantize.ts'; // with the other f16 conversions; still importable from here
 import { DEFAULT_CHUNK_SIZE, type ByteSource, type ModelFiles } from './files.ts';
@@ -329,6 +329,49 @@ class MatrixSink implements TensorSink {
   }
 }
 
+/**
+ * Writes a Q8_0 / Q4_0 matrix's file blocks into its buffer in the GPU's pairs of blocks
+ * (pairQuantBlocks): pieces are gathered into whole pairs, each written where its two file blocks
+ * would be; an odd last block is written at finish.
+ */
+class PairedBlockSink implements TensorSink {
+  private readonly pairBytes: number;
+  /** Allocated at the first write and dropped at finish: only the tensor being streamed holds one. */
+  private pending: Uint8Array | null = null;
+  private filled = 0;
+  private written = 0;
+  constructor(private readonly queue: GPUQueue, private readonly buffer: GPUBuffer, private readonly dtype: 'q8_0' | 'q4_0') {
+    this.pairBytes = 2 * QUANT_FORMATS[dtype].blockBytes;
+  }
+
+  write(piece: Uint8Array): void {
+    const pending = (this.pending ??= new Uint8Array(PAIRS_PER_WRITE * this.pairBytes));
+    let at = 0;
+    while (at < piece.length) {
+      const n = Math.min(piece.length - at, pending.length - this.filled);
+      pending.set(piece.subarray(at, at + n), this.filled);
+      this.filled += n;
+      at += n;
+      if (this.filled === pending.length) this.flush(PAIRS_PER_WRITE * 2);
+    }
+  }
+
+  finish(): void {
+    if (this.pending && this.filled > 0) this.flush(Math.floor(this.filled / QUANT_FORMATS[this.dtype].blockBytes));
+    this.pending = null;
+  }
+
+  private flush(blocks: number): void {
+    const paired = pairQuantBlocks(this.dtype, this.pending!, blocks);
+    this.queue.writeBuffer(this.buffer, this.written, paired as Uint8Array<ArrayBuffer>, 0, paired.length);
+    this.written += paired.length;
+    this.filled = 0;
+  }
+}
+
+/** Pairs of blocks PairedBlockSink gathers per write. */
+const PAIRS_PER_WRITE = 2048;
+
 /** Elements converted per step by ConvertingSink: a multiple of the 32-weight blocks. */
 const CONVERT_ELEMENTS = 1 << 16;
 
@@ -382,9 +425,9 @@ class ConvertingSink implements TensorSink {
       this.stats.clamped += toF16Clamped(values, halves);
       out = new Uint8Array(halves.buffer, halves.byteOffset, halves.byteLength);
     } else {
+      // Whole pairs of blocks but in the last step (CONVERT_ELEMENTS is an even number of blocks).
       const blocks = quantizeValues(this.to, values, convertScratch.blocks);
-      out = convertScratch.blocks.subarray(0, align4(blocks.length)); // only the last step can be unaligned
-      out.fill(0, blocks.length);
+      out = pairQuantBlocks(this.to, blocks, values.length / QUANT_FORMATS[this.to].blockSize, convertScratch.paired);
     }
     // (writeBuffer copies the data at once, so the scratch arrays are free again on return.)
     this.queue.writeBuffer(this.buffer, this.written, out as Uint8Array<ArrayBuffer>, 0, out.length);
@@ -397,6 +440,7 @@ const convertScratch = {
   values: new Float32Array(CONVERT_ELEMENTS),
   halves: new Uint16Array(CONVERT_ELEMENTS),
   blocks: new Uint8Array((CONVERT_ELEMENTS / 32) * 34),
+  paired: new Uint8Array((CONVERT_ELEMENTS / 32) * 34),
 };
 
 /** Collects a small 1-D tensor, converts it to f32 and writes it. */
@@ -516,7 +560,7 @@ export async function uploadLlamaWeights(
         jobs.push({ tensor: t, sink: new VectorSink(device.queue, buffer, t) });
       } else {
         const sinkFor = (buffer: GPUBuffer): TensorSink => target.dtype === t.dtype
-          ? new MatrixSink(device.queue, buffer)
+          ? isPairedQuant(target.dtype) ? new PairedBlockSink(device.queue, buffer, target.dtype) : new MatrixSink(device.queue, buffer)
           : new ConvertingSink(device.queue, buffer, t.dtype as 'f32' | 'f16' | 'bf16', target.dtype as 'f32' | 'f16' | 'q8_0' | 'q4_0', stats);
         if (!target.parts) {
           const buffer = device.createBuffer({ label: name, size: target.bytes, usage });
