@@ -2,8 +2,9 @@
 // i.e. Y = X·Wᵀ with X [T, cols] and W row-major [rows, cols] (out_features, in_features).
 //
 // Composed in front of this file: the weight-format snippet (`load_weight(i)`, `load_weight4(i)`,
-// binding 3), the activation snippet (`load_x(i)`, `load_x4(i)`, binding 2) and the bias snippet
-// (`load_bias(r)`, binding 4, or a constant 0). With a multiple of 4 columns the host picks the
+// binding 3), the activation snippet (`load_x(i)`, `load_x4(i)`, binding 2), the bias snippet
+// (`load_bias(r)`, binding 4, or a constant 0) and `fn store_y(i, v)`: y[i] = v, or y[i] += v
+// (the residual add folded in: x += Wo·a, x += W_down·h). With a multiple of 4 columns the host picks the
 // aligned snippets, whose 4-element loads are single vector loads; otherwise they are 4 scalar loads.
 //
 // Register blocking, no workgroup memory and no barriers: every thread computes a TOKENS-token x
@@ -85,8 +86,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 /** y[t, r0 .. r0+3] = v, leaving out the rows past the end. */
 fn store_block_row(t: u32, r0: u32, v: vec4<f32>) {
   let base = t * params.y_stride + params.row_offset + r0;
-  y[base] = v.x;
-  if (r0 + 1u < params.rows) { y[base + 1u] = v.y; }
-  if (r0 + 2u < params.rows) { y[base + 2u] = v.z; }
-  if (r0 + 3u < params.rows) { y[base + 3u] = v.w; }
+  store_y(base, v.x);
+  if (r0 + 1u < params.rows) { store_y(base + 1u, v.y); }
+  if (r0 + 2u < params.rows) { store_y(base + 2u, v.z); }
+  if (r0 + 3u < params.rows) { store_y(base + 3u, v.w); }
 }

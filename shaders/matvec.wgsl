@@ -3,7 +3,8 @@
 // W is row-major [rows, cols] (out_features, in_features). Composed in front of this file: the
 // weight-format snippet (`load_weight(i)`, `load_weight4(i)`, binding 3), the activation snippet
 // (`load_x(i)`, `load_x4(i)`, binding 2; the aligned vec4 form when cols is a multiple of 4), the
-// bias snippet (`load_bias(r)`, binding 4, or a constant 0), `const TEAM: u32` and
+// bias snippet (`load_bias(r)`, binding 4, or a constant 0), `fn store_y(i, v)` (y[i] = v, or
+// y[i] += v: the residual add folded in), `const TEAM: u32` and
 // `fn reduce_team(v: vec4<f32>, lid: u32) -> vec4<f32>`, which sums v over the TEAM threads
 // lid - lid % TEAM .. (all of them must call it) and returns the sum at least to the first one.
 //
@@ -62,9 +63,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
 
   if (quad_exists && lane == 0u) {
     let o = params.row_offset + r0;
-    y[o] = acc.x + load_bias(o);
-    if (r0 + 1u <= last_row) { y[o + 1u] = acc.y + load_bias(o + 1u); }
-    if (r0 + 2u <= last_row) { y[o + 2u] = acc.z + load_bias(o + 2u); }
-    if (r0 + 3u <= last_row) { y[o + 3u] = acc.w + load_bias(o + 3u); }
+    store_y(o, acc.x + load_bias(o));
+    if (r0 + 1u <= last_row) { store_y(o + 1u, acc.y + load_bias(o + 1u)); }
+    if (r0 + 2u <= last_row) { store_y(o + 2u, acc.z + load_bias(o + 2u)); }
+    if (r0 + 3u <= last_row) { store_y(o + 3u, acc.w + load_bias(o + 3u)); }
   }
 }

@@ -318,6 +318,21 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
     }
   }
 
+  for (const [T, rows, cols] of [[1, 9, 6], [1, 7, 8], [5, 7, 8], [18, 66, 64], [3, 5, 3]] as [number, number, number][]) {
+    it(`accumulate (the residual add folded in): y += x·Wᵀ + b, T=${T}, rows=${rows}, cols=${cols}`, async () => {
+      const { W, held } = weightMatrix(randomF32(rows * cols, 2400 + rows), rows, cols, 'f32');
+      const x = randomF32(T * cols, 2401 + T);
+      const bias = randomF32(rows, 2402);
+      const y0 = randomF32(T * rows, 2403, 3);
+      const y = input(y0);
+      const batch = kernels.begin();
+      batch.matmul(y, input(x), W, T, input(bias), { accumulate: true });
+      batch.submit();
+      const want = matmulRef(x, held, T, rows, cols, bias).map((v, i) => v + y0[i]);
+      expectClose(await read(y, T * rows), want);
+    });
+  }
+
   it('matmulShape: 4 tokens a thread on GPUs, 8 on CPU devices', () => {
     expect(matmulShape(false)).toEqual({ wx: 16, wy: 4, tokens: 4 });
     expect(matmulShape(true)).toEqual({ wx: 16, wy: 4, tokens: 8 });

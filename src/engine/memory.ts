@@ -26,7 +26,7 @@ export function activationBytes(config: LlamaConfig, tokens: number): number {
   const c = config;
   const q = c.numHeads * c.headDim;
   const kv = c.numKvHeads * c.headDim;
-  const perToken = 1 + 3 * c.hiddenSize + 2 * q + 2 * kv + 3 * c.intermediateSize;
+  const perToken = 1 + 2 * c.hiddenSize + 2 * q + 2 * kv + 3 * c.intermediateSize; // Activations' buffers
   // Decode activations (one token) are kept as well as the prefill's.
   return 4 * ((tokens + 1) * perToken + 2 * c.hiddenSize + 4 * c.vocabSize);
 }

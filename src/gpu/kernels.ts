@@ -206,11 +206,13 @@ interface WeightVariant {
   plan?: MatvecPlan;
   /** matmul: its workgroup. */
   matmul?: MatmulShape;
+  /** matmul/matvec: y += x·Wᵀ instead of y = x·Wᵀ. */
+  accumulate?: boolean;
 }
 
 function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, v: WeightVariant): string {
   if (kernel === 'embedding') return `${kernel}/${dtype}`;
-  let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}`;
+  let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}${v.accumulate ? '/acc' : ''}`;
   if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}t${v.matmul.tokens}`;
   return v.plan ? `${key}/team${v.plan.team}-${v.plan.reduction}` : key;
 }
@@ -221,6 +223,7 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
   }
   let directives = '';
   let snippets = weightFormatWgsl(dtype, WEIGHT_BINDING, 0, v.aligned) + activationWgsl(v.aligned) + biasWgsl(v.hasBias);
+  snippets += v.accumulate ? 'fn store_y(i: u32, v: f32) { y[i] = y[i] + v; }\n' : 'fn store_y(i: u32, v: f32) { y[i] = v; }\n';
   if (kernel === 'matvec') {
     const reduce = reduceTeamWgsl(v.plan ?? { team: 1, reduction: 'none' });
     directives = reduce.directives;
@@ -954,11 +957,12 @@ export abstract class KernelRecorder {
   }
 
   /**
-   * y[T, W.rows] = x[T, W.cols]·Wᵀ (+ bias). One token goes to matvec.wgsl (threads of 4 rows,
-   * see matvecPlan), more to the register-blocked matmul.wgsl (threads of 4 rows x 4 tokens).
-   * y must not be x.
+   * y[T, W.rows] = x[T, W.cols]·Wᵀ (+ bias); with `accumulate`, y += that (the residual add
+   * folded in). One token goes to matvec.wgsl (threads of 4 rows, see matvecPlan), more to the
+   * register-blocked matmul.wgsl (threads of 4 rows x 4 tokens, 8 on CPU devices). y must not be x.
    */
-  matmul(y: GPUBuffer, x: GPUBuffer, W: GpuMatrix, T: number, bias?: GPUBuffer): void {
+  matmul(y: GPUBuffer, x: GPUBuffer, W: GpuMatrix, T: number, bias?: GPUBuffer, options: { accumulate?: boolean } = {}): void {
+    const accumulate = options.accumulate ?? false;
     assertCount(T, 'matmul T', 0);
     assertCount(W.rows, 'matmul W.rows');
     assertCount(W.cols, 'matmul W.cols');
@@ -979,7 +983,7 @@ export abstract class KernelRecorder {
       if (T === 1) {
         const plan = this.kernels.matvecPlan(W.cols);
         const workgroups = Math.ceil((Math.ceil(part.rows / 4) * plan.team) / MATVEC_WORKGROUP);
-        const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan });
+        const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan, accumulate });
         this.dispatch(pipeline, [part.rows, W.cols, part.firstRow], buffers, workgroups);
       } else {
         const shape = this.kernels.matmulShape();
@@ -987,7 +991,7 @@ export abstract class KernelRecorder {
         const groupsY = Math.ceil(T / (shape.tokens * shape.wy));
         const max = this.kernels.maxWorkgroupsPerDimension;
         if (groupsX > max || groupsY > max) throw new Error(`matmul of ${T} x ${W.rows} outputs exceeds the dispatch grid`);
-        const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned, matmul: shape });
+        const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned, matmul: shape, accumulate });
         this.dispatch(pipeline, [T, part.rows, W.cols, part.firstRow, W.rows], buffers, [groupsX, groupsY]);
       }
     }

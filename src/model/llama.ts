@@ -61,7 +61,6 @@ class Activations {
   readonly tokenIds: GPUBuffer;
   readonly x: GPUBuffer; // residual stream [T, d]
   readonly xb: GPUBuffer; // normalized x [T, d]
-  readonly xb2: GPUBuffer; // a projection back to d [T, d]
   readonly q: GPUBuffer; // [T, n_heads, head_dim]
   readonly k: GPUBuffer; // [T, n_kv_heads, head_dim]
   readonly v: GPUBuffer;
@@ -96,7 +95,6 @@ class Activations {
     this.tokenIds = f32('tokens', T);
     this.x = f32('x', T * c.hiddenSize);
     this.xb = f32('xb', T * c.hiddenSize);
-    this.xb2 = f32('xb2', T * c.hiddenSize);
     this.q = f32('q', T * qDim);
     this.k = f32('k', T * kvDim);
     this.v = f32('v', T * kvDim);
@@ -378,6 +376,7 @@ export class LlamaModel {
       const layer = w.layers[l];
 
       // Attention block: x += Wo · attention(rope(Wq·xb), rope(Wk·xb), Wv·xb), xb = rmsnorm(x)
+      // (the residual adds are folded into the Wo and W_down matmuls)
       rec.rmsNorm(act.xb, act.x, layer.attnNorm, T, d, c.rmsNormEps);
       rec.matmul(act.q, act.xb, layer.wq, T, layer.bq);
       rec.matmul(act.k, act.xb, layer.wk, T, layer.bk);
@@ -394,16 +393,14 @@ export class LlamaModel {
       }
       // Mistral-style sliding window: each query sees at most the last c.slidingWindow positions.
       rec.attention(act.attnOut, act.q, cache.keys[l], cache.values[l], T, startPos, c.numHeads, c.numKvHeads, c.headDim, c.slidingWindow, cache.kvDType, position);
-      rec.matmul(act.xb2, act.attnOut, layer.wo, T);
-      rec.add(act.x, act.x, act.xb2, T * d);
+      rec.matmul(act.x, act.attnOut, layer.wo, T, undefined, { accumulate: true });
 
       // Feed-forward block (SwiGLU): x += W_down · (silu(W_gate·xb) * (W_up·xb)), xb = rmsnorm(x)
       rec.rmsNorm(act.xb, act.x, layer.ffnNorm, T, d, c.rmsNormEps);
       rec.matmul(act.gate, act.xb, layer.wGate, T);
       rec.matmul(act.up, act.xb, layer.wUp, T);
       rec.swiglu(act.ffnHidden, act.gate, act.up, T * c.intermediateSize);
-      rec.matmul(act.xb2, act.ffnHidden, layer.wDown, T);
-      rec.add(act.x, act.x, act.xb2, T * d);
+      rec.matmul(act.x, act.ffnHidden, layer.wDown, T, undefined, { accumulate: true });
     }
 
     rec.rmsNorm(act.xb, act.x, w.outputNorm, T, d, c.rmsNormEps);
