@@ -330,42 +330,55 @@ class MatrixSink implements TensorSink {
 }
 
 /**
- * Writes a Q8_0 / Q4_0 matrix's file blocks into its buffer in the GPU's pairs of blocks
- * (pairQuantBlocks): pieces are gathered into whole pairs, each written where its two file blocks
- * would be; an odd last block is written at finish.
+ * A sink that gathers the streamed pieces into a staging array of `stagingBytes` and hands each
+ * full one (and the rest at finish) to flush(), which writes it at the next output offset.
  */
-class PairedBlockSink implements TensorSink {
-  private readonly pairBytes: number;
+abstract class StagedSink implements TensorSink {
   /** Allocated at the first write and dropped at finish: only the tensor being streamed holds one. */
   private pending: Uint8Array | null = null;
   private filled = 0;
-  private written = 0;
-  constructor(private readonly queue: GPUQueue, private readonly buffer: GPUBuffer, private readonly dtype: 'q8_0' | 'q4_0') {
-    this.pairBytes = 2 * QUANT_FORMATS[dtype].blockBytes;
-  }
+  protected written = 0;
+  constructor(private readonly stagingBytes: number) {}
 
   write(piece: Uint8Array): void {
-    const pending = (this.pending ??= new Uint8Array(PAIRS_PER_WRITE * this.pairBytes));
+    const pending = (this.pending ??= new Uint8Array(this.stagingBytes));
     let at = 0;
     while (at < piece.length) {
       const n = Math.min(piece.length - at, pending.length - this.filled);
       pending.set(piece.subarray(at, at + n), this.filled);
       this.filled += n;
       at += n;
-      if (this.filled === pending.length) this.flush(PAIRS_PER_WRITE * 2);
+      if (this.filled === pending.length) {
+        this.filled = 0;
+        this.flush(pending);
+      }
     }
   }
 
   finish(): void {
-    if (this.pending && this.filled > 0) this.flush(Math.floor(this.filled / QUANT_FORMATS[this.dtype].blockBytes));
+    if (this.pending && this.filled > 0) this.flush(this.pending.subarray(0, this.filled));
     this.pending = null;
+    this.filled = 0;
   }
 
-  private flush(blocks: number): void {
-    const paired = pairQuantBlocks(this.dtype, this.pending!, blocks);
+  /** Writes `staged` (the staging array, or its filled start at finish) at offset `written`. */
+  protected abstract flush(staged: Uint8Array): void;
+}
+
+/**
+ * Writes a Q8_0 / Q4_0 matrix's file blocks into its buffer in the GPU's pairs of blocks
+ * (pairQuantBlocks): pieces are gathered into whole pairs, each written where its two file blocks
+ * would be; an odd last block is written at finish.
+ */
+class PairedBlockSink extends StagedSink {
+  constructor(private readonly queue: GPUQueue, private readonly buffer: GPUBuffer, private readonly dtype: 'q8_0' | 'q4_0') {
+    super(PAIRS_PER_WRITE * 2 * QUANT_FORMATS[dtype].blockBytes);
+  }
+
+  protected flush(staged: Uint8Array): void {
+    const paired = pairQuantBlocks(this.dtype, staged, Math.floor(staged.length / QUANT_FORMATS[this.dtype].blockBytes));
     this.queue.writeBuffer(this.buffer, this.written, paired as Uint8Array<ArrayBuffer>, 0, paired.length);
     this.written += paired.length;
-    this.filled = 0;
   }
 }
 
@@ -380,12 +393,8 @@ const CONVERT_ELEMENTS = 1 << 16;
  * array of CONVERT_ELEMENTS elements (whole Q8_0 / Q4_0 blocks, since rows are multiples of 32),
  * which is converted and written at the next output offset. Holds at most one step in JS.
  */
-class ConvertingSink implements TensorSink {
+class ConvertingSink extends StagedSink {
   private readonly srcBytes: number;
-  /** Allocated at the first write and dropped at finish: only the tensor being streamed holds one. */
-  private pending: Uint8Array | null = null;
-  private filled = 0;
-  private written = 0;
   constructor(
     private readonly queue: GPUQueue,
     private readonly buffer: GPUBuffer,
@@ -393,29 +402,13 @@ class ConvertingSink implements TensorSink {
     private readonly to: 'f32' | 'f16' | 'q8_0' | 'q4_0',
     private readonly stats: { clamped: number },
   ) {
-    this.srcBytes = from === 'f32' ? 4 : 2;
+    const srcBytes = from === 'f32' ? 4 : 2;
+    super(CONVERT_ELEMENTS * srcBytes);
+    this.srcBytes = srcBytes;
   }
 
-  write(piece: Uint8Array): void {
-    const pending = (this.pending ??= new Uint8Array(CONVERT_ELEMENTS * this.srcBytes));
-    let at = 0;
-    while (at < piece.length) {
-      const n = Math.min(piece.length - at, pending.length - this.filled);
-      pending.set(piece.subarray(at, at + n), this.filled);
-      this.filled += n;
-      at += n;
-      if (this.filled === pending.length) this.flush(pending);
-    }
-  }
-
-  finish(): void {
-    if (this.pending && this.filled > 0) this.flush(this.pending);
-    this.pending = null;
-  }
-
-  private flush(pending: Uint8Array): void {
-    const values = toFloat32(pending.subarray(0, this.filled - (this.filled % this.srcBytes)), this.from, convertScratch.values);
-    this.filled = 0;
+  protected flush(staged: Uint8Array): void {
+    const values = toFloat32(staged.subarray(0, staged.length - (staged.length % this.srcBytes)), this.from, convertScratch.values);
     let out: Uint8Array;
     if (this.to === 'f32') {
       out = new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
