@@ -23,7 +23,8 @@
 // floats i .. i + WIDTH - 1 of out; `fn start_pos() -> u32`, the position of token 0 (params.start_pos,
 // or params.start_pos plus a u32 read from a storage buffer for the reusable decode step: the
 // dispatch grid depends only on T and the heads, and each thread loops to its own position, so one
-// recorded bind group serves every step). Two entry points; the host picks (kernels.ts, attentionPlan):
+// recorded bind group serves every step); online_softmax.wgsl (attend_key, NEG_LARGE,
+// HEAD_SLICES). Two entry points; the host picks (kernels.ts, attentionPlan):
 //
 // - `per_thread`: one thread per (query token t, block of HEADS heads sharing a KV head), which
 //   walks its keys one by one, loading each K/V row once for the block, with the q and
@@ -67,10 +68,7 @@ struct Params {
 const WORKGROUP_SIZE: u32 = 64u;
 const MAX_HEAD_DIM: u32 = 256u;
 const DIMS_PER_THREAD: u32 = MAX_HEAD_DIM / WORKGROUP_SIZE;
-// Stands in for -infinity (WGSL has no literal for it); exp(NEG_LARGE - finite) is exactly 0.
-const NEG_LARGE: f32 = -1e30;
-
-const HEAD_SLICES: u32 = HEAD_DIM / WIDTH;
+// (NEG_LARGE, which stands in for -infinity, and HEAD_SLICES come from online_softmax.wgsl.)
 const THREAD_WORKGROUP_SIZE: u32 = 64u; // per_thread: (t, h) pairs per workgroup (host: ATTENTION_ITEMS_PER_WORKGROUP)
 
 /** The first cache row that the query at position pos sees. */
@@ -119,27 +117,7 @@ fn per_thread(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) gri
       k_j[i] = load_k(base + i);
       v_j[i] = load_v(base + i);
     }
-    for (var g = 0u; g < HEADS; g++) {
-      var dot = H();
-      for (var i = 0u; i < HEAD_SLICES; i++) {
-        dot += qv[g * HEAD_SLICES + i] * k_j[i];
-      }
-      let score = hsum(dot) * params.scale;
-      if (score > m[g]) {
-        // A new max: rescale what was summed under the old one (exactly 0 on the first key).
-        let correction = exp(m[g] - score);
-        l[g] *= correction;
-        for (var i = 0u; i < HEAD_SLICES; i++) {
-          acc[g * HEAD_SLICES + i] *= correction;
-        }
-        m[g] = score;
-      }
-      let p = exp(score - m[g]);
-      l[g] += p;
-      for (var i = 0u; i < HEAD_SLICES; i++) {
-        acc[g * HEAD_SLICES + i] += p * v_j[i];
-      }
-    }
+    attend_key(qv, &acc, &m, &l, k_j, v_j);
   }
 
   for (var g = 0u; g < HEADS; g++) {

@@ -20,7 +20,8 @@
 //
 // Composed in front of this file (kernels.ts, decodeAttentionSpec): HEAD_DIM, HEADS, THREADS (items
 // per workgroup: fewer on CPU devices), H, WIDTH, hsum, KV, load_k/load_v, store_out
-// (attentionSliceWgsl); sin_cos.wgsl, f16_bits.wgsl; `fn start_pos() -> u32` (positionWgsl); and,
+// (attentionSliceWgsl); online_softmax.wgsl (attend_key: one key for the thread's heads; NEG_LARGE,
+// HEAD_SLICES), sin_cos.wgsl, f16_bits.wgsl; `fn start_pos() -> u32` (positionWgsl); and,
 // for the cache's element type, `fn qf_h(e) -> H` and `fn kf_h(e) -> H` (the slice at element e of
 // qf / kf), `fn qkv_h(i) -> H`, `fn round_kv(x: H) -> H` (to what the cache holds) and
 // `fn store_kv_row(e0)` (writes k_cur, v_cur at element e0 of the caches); and, in the split variant
@@ -47,8 +48,6 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> v_cache: array<KV>;
 @group(0) @binding(6) var<storage, read> inv_freq: array<f32>;        // [head_dim / 2]
 
-const NEG_LARGE: f32 = -1e30;
-const HEAD_SLICES: u32 = HEAD_DIM / WIDTH;
 /** Slices of the HEADS heads' q and accumulators: slot g * HEAD_SLICES + i is slice i of head h0 + g. */
 const SLOTS: u32 = HEADS * HEAD_SLICES;
 
@@ -137,43 +136,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
       k_j[i] = load_k(base + i);
       v_j[i] = load_v(base + i);
     }
-    for (var g = 0u; g < HEADS; g++) {
-      var dot = H();
-      for (var i = 0u; i < HEAD_SLICES; i++) {
-        dot += qv[g * HEAD_SLICES + i] * k_j[i];
-      }
-      let score = hsum(dot) * params.scale;
-      if (score > m[g]) {
-        let correction = exp(m[g] - score);
-        l[g] *= correction;
-        for (var i = 0u; i < HEAD_SLICES; i++) {
-          acc[g * HEAD_SLICES + i] *= correction;
-        }
-        m[g] = score;
-      }
-      let e = exp(score - m[g]);
-      l[g] += e;
-      for (var i = 0u; i < HEAD_SLICES; i++) {
-        acc[g * HEAD_SLICES + i] += e * v_j[i];
-      }
-    }
+    attend_key(qv, &acc, &m, &l, k_j, v_j);
   }
   if (lo <= pos && pos < hi) {
-    for (var g = 0u; g < HEADS; g++) {
-      var dot = H();
-      for (var i = 0u; i < HEAD_SLICES; i++) {
-        dot += qv[g * HEAD_SLICES + i] * k_cur[i];
-      }
-      let score = hsum(dot) * params.scale;
-      let m_new = max(m[g], score);
-      let correction = exp(m[g] - m_new);
-      let e = exp(score - m_new);
-      l[g] = l[g] * correction + e;
-      for (var i = 0u; i < HEAD_SLICES; i++) {
-        acc[g * HEAD_SLICES + i] = acc[g * HEAD_SLICES + i] * correction + e * v_cur[i];
-      }
-      m[g] = m_new;
-    }
+    attend_key(qv, &acc, &m, &l, k_cur, v_cur);
   }
 
   for (var g = 0u; g < HEADS; g++) {

@@ -27,6 +27,7 @@ import residualWgsl from '../../shaders/residual.wgsl?raw';
 import kvCacheWgsl from '../../shaders/kv_cache.wgsl?raw';
 import sinCosWgsl from '../../shaders/sin_cos.wgsl?raw';
 import f16BitsWgsl from '../../shaders/f16_bits.wgsl?raw';
+import onlineSoftmaxWgsl from '../../shaders/online_softmax.wgsl?raw';
 import fusedMatvecWgsl from '../../shaders/fused_matvec.wgsl?raw';
 import decodeAttentionWgsl from '../../shaders/decode_attention.wgsl?raw';
 
@@ -461,7 +462,7 @@ const attentionSpec = (v: AttentionVariant): ShaderSpec => {
   const heads = v.heads ?? 1;
   const code =
     `const HEAD_DIM: u32 = ${v.headDim}u;\nconst HEADS: u32 = ${heads}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}` +
-    `${positionWgsl(v.position ?? 'uniform')}\n${attentionWgsl}`;
+    `${positionWgsl(v.position ?? 'uniform')}\n${onlineSoftmaxWgsl}\n${attentionWgsl}`;
   // Measured on SwiftShader, stories260K prefill of 200 tokens (head_dim 8): attention 76 -> 38 ms unrolled.
   const slices = v.headDim % 4 === 0 ? v.headDim / 4 : v.headDim;
   if (slices * heads > MAX_UNROLLED_SLICES) return { code, entryPoint: v.entry };
@@ -557,7 +558,7 @@ function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
   } else {
     code += 'fn store_partial(i: u32, v: H) {}\nfn store_ml(i: u32, m: f32, l: f32) {}\n';
   }
-  code += `${sinCosWgsl}\n${f16BitsWgsl}\n${positionWgsl(v.position)}`;
+  code += `${onlineSoftmaxWgsl}\n${sinCosWgsl}\n${f16BitsWgsl}\n${positionWgsl(v.position)}`;
   code += 'fn pack_f16(a: f32, b: f32) -> u32 { return f16_bits(a) | (f16_bits(b) << 16u); }\n';
   if (aligned) {
     code +=

@@ -1,0 +1,41 @@
+// A snippet composed in front of the attention kernels that walk keys one at a time with an online
+// softmax (attention.wgsl's per_thread, decode_attention.wgsl): one key k, v for the HEADS query
+// heads a thread serves (Milakov & Gimelshein, 2018; as in FlashAttention):
+//
+//   s_g = q_g · k · scale
+//   m_g' = max(m_g, s_g),  l_g' = l_g · exp(m_g - m_g') + exp(s_g - m_g')
+//   acc_g' = acc_g · exp(m_g - m_g') + exp(s_g - m_g') · v
+//
+// The rescale is skipped while the max holds (its factor is 1), so most keys cost one exp. The
+// state is the caller's: head g's q and acc in slots g * HEAD_SLICES + i (slices of WIDTH floats),
+// m[g] starting at NEG_LARGE (so the first key's rescale factor is exp(-huge) = 0) and l[g] at 0.
+// Needs HEAD_DIM, HEADS, H, WIDTH, hsum and params.scale from the kernel; its loops are unrolled
+// with the kernel's (kernels.ts, unrollConstLoops).
+
+const NEG_LARGE: f32 = -1e30;
+const HEAD_SLICES: u32 = HEAD_DIM / WIDTH;
+
+fn attend_key(qv: array<H, HEADS * HEAD_SLICES>, acc: ptr<function, array<H, HEADS * HEAD_SLICES>>,
+              m: ptr<function, array<f32, HEADS>>, l: ptr<function, array<f32, HEADS>>,
+              k: array<H, HEAD_SLICES>, v: array<H, HEAD_SLICES>) {
+  for (var g = 0u; g < HEADS; g++) {
+    var dot = H();
+    for (var i = 0u; i < HEAD_SLICES; i++) {
+      dot += qv[g * HEAD_SLICES + i] * k[i];
+    }
+    let score = hsum(dot) * params.scale;
+    if (score > (*m)[g]) {
+      let correction = exp((*m)[g] - score);
+      (*l)[g] *= correction;
+      for (var i = 0u; i < HEAD_SLICES; i++) {
+        (*acc)[g * HEAD_SLICES + i] *= correction;
+      }
+      (*m)[g] = score;
+    }
+    let e = exp(score - (*m)[g]);
+    (*l)[g] += e;
+    for (var i = 0u; i < HEAD_SLICES; i++) {
+      (*acc)[g * HEAD_SLICES + i] += e * v[i];
+    }
+  }
+}
