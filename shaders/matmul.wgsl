@@ -4,7 +4,10 @@
 // Composed in front of this file: the weight-format snippet (`load_weight(i)`, `load_weight4(i)`,
 // binding 3), the activation snippet (`load_x(i)`, `load_x4(i)`, binding 2), the bias snippet
 // (`load_bias(r)`, binding 4, or a constant 0) and `fn store_y(i, v)`: y[i] = v, or y[i] += v
-// (the residual add folded in: x += Wo·a, x += W_down·h). With a multiple of 4 columns the host picks the
+// (the residual add folded in: x += Wo·a, x += W_down·h). With `const SWIGLU: bool` true, W is
+// W_gate and a second weight snippet renamed `_up` (binding 6) is W_up, of the same shape: y =
+// silu(X·W_gateᵀ) * (X·W_upᵀ), the feed-forward's input in one pass (each X load serves both);
+// without, `load_weight4_up` / `load_weight_up` are stubs the compiler drops. With a multiple of 4 columns the host picks the
 // aligned snippets, whose 4-element loads are single vector loads; otherwise they are 4 scalar loads.
 //
 // Register blocking, no workgroup memory and no barriers: every thread computes a TOKENS-token x
@@ -55,21 +58,36 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     x[u] = min(t0 + u, last_t) * cols;
   }
 
-  // acc[u][j] = y[t0 + u, r0 + j]
+  // acc[u][j] = y[t0 + u, r0 + j] (SWIGLU: the gate's; acc_up[u][j] the up projection's)
   var acc: array<vec4<f32>, TOKENS>;
+  var acc_up: array<vec4<f32>, TOKENS>;
   var k = 0u;
   for (; k + 4u <= cols; k += 4u) {
     // Column j of w holds W[r0 + j, k .. k+3], so x4 * w = (dot(x4, W[r0 + j, k..]))_j.
     let w = mat4x4<f32>(load_weight4(w0 + k), load_weight4(w1 + k), load_weight4(w2 + k), load_weight4(w3 + k));
-    for (var u = 0u; u < TOKENS; u++) {
-      acc[u] += load_x4(x[u] + k) * w;
+    if (SWIGLU) {
+      let w_up = mat4x4<f32>(load_weight4_up(w0 + k), load_weight4_up(w1 + k), load_weight4_up(w2 + k), load_weight4_up(w3 + k));
+      for (var u = 0u; u < TOKENS; u++) {
+        let x4 = load_x4(x[u] + k);
+        acc[u] += x4 * w;
+        acc_up[u] += x4 * w_up;
+      }
+    } else {
+      for (var u = 0u; u < TOKENS; u++) {
+        acc[u] += load_x4(x[u] + k) * w;
+      }
     }
   }
   // The last cols % 4 columns (only when cols is not a multiple of 4).
   for (; k < cols; k++) {
     let w = vec4<f32>(load_weight(w0 + k), load_weight(w1 + k), load_weight(w2 + k), load_weight(w3 + k));
+    let w_up = vec4<f32>(load_weight_up(w0 + k), load_weight_up(w1 + k), load_weight_up(w2 + k), load_weight_up(w3 + k));
     for (var u = 0u; u < TOKENS; u++) {
-      acc[u] += load_x(x[u] + k) * w;
+      let xk = load_x(x[u] + k);
+      acc[u] += xk * w;
+      if (SWIGLU) {
+        acc_up[u] += xk * w_up;
+      }
     }
   }
 
@@ -78,7 +96,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
                        load_bias(o + min(r0 + 2u, last_row)), load_bias(o + min(r0 + 3u, last_row)));
   for (var u = 0u; u < TOKENS; u++) {
     if (t0 + u <= last_t) {
-      store_block_row(t0 + u, r0, acc[u] + bias);
+      if (SWIGLU) {
+        // silu(g) = g / (1 + exp(-g)); for very negative g, exp(-g) = inf and g / inf = -0, the limit.
+        let g = acc[u];
+        store_block_row(t0 + u, r0, g / (1.0 + exp(-g)) * acc_up[u]);
+      } else {
+        store_block_row(t0 + u, r0, acc[u] + bias);
+      }
     }
   }
 }

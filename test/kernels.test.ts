@@ -333,6 +333,43 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
     });
   }
 
+  // The feed-forward's input in one pass: silu(x·W_gateᵀ) * (x·W_upᵀ). T = 1 goes to fusedSwiglu;
+  // a split W_gate falls back to two matmuls and swiglu() through the scratch buffers.
+  for (const dtype of DTYPES) {
+    for (const [T, rows, cols, split] of [[5, 7, 8, false], [18, 66, 64, false], [6, 9, 6, false], [1, 9, 8, false], [9, 12, 8, true]] as [number, number, number, boolean][]) {
+      for (const shape of T > 1 ? [undefined, gpuShape] : [undefined]) {
+        it(`matmulSwiglu ${dtype}, T=${T}, rows=${rows}, cols=${cols}${split ? ', W_gate split in parts of 5 rows' : ''}${shape ? `, ${shape.tokens} tokens a thread` : ''}`, async () => {
+          const gate = weightMatrix(randomF32(rows * cols, 2500 + rows), rows, cols, dtype);
+          const up = weightMatrix(randomF32(rows * cols, 2501 + rows), rows, cols, dtype);
+          if (split) {
+            // Parts of 5 rows over the same buffer contents, as a device with small buffer limits gets.
+            const rowBytes = (cols * (dtype === 'f32' ? 4 : 2));
+            gate.W.parts = [];
+            for (let r = 0; r < rows; r += 5) {
+              const n = Math.min(5, rows - r);
+              const part = track(device.createBuffer({ size: Math.max(4, Math.ceil((n * rowBytes) / 4) * 4), usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST }));
+              const encoder = device.createCommandEncoder();
+              encoder.copyBufferToBuffer(gate.W.buffer, r * rowBytes, part, 0, Math.ceil((n * rowBytes) / 4) * 4);
+              device.queue.submit([encoder.finish()]);
+              gate.W.parts.push({ buffer: part, firstRow: r, rows: n });
+            }
+          }
+          const x = randomF32(T * cols, 2502 + T);
+          const out = output(T * rows);
+          kernels.matmulShapeOverride = shape;
+          try {
+            const batch = kernels.begin();
+            batch.matmulSwiglu(out, input(x), gate.W, up.W, T, { gate: output(T * rows), up: output(T * rows) });
+            batch.submit();
+          } finally {
+            kernels.matmulShapeOverride = undefined;
+          }
+          expectClose(await read(out, T * rows), swigluRef(matmulRef(x, gate.held, T, rows, cols), matmulRef(x, up.held, T, rows, cols)));
+        });
+      }
+    }
+  }
+
   it('matmulShape: 4 tokens a thread on GPUs, 8 on CPU devices', () => {
     expect(matmulShape(false)).toEqual({ wx: 16, wy: 4, tokens: 4 });
     expect(matmulShape(true)).toEqual({ wx: 16, wy: 4, tokens: 8 });

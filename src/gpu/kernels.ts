@@ -59,6 +59,8 @@ export function matmulShape(isCpu: boolean): MatmulShape {
 
 // Bindings where the composed snippets put the weight matrix and the bias (see the shaders).
 const WEIGHT_BINDING = 3;
+/** matmul.wgsl's SWIGLU variant: W_up. */
+const WEIGHT_UP_BINDING = 6;
 const BIAS_BINDING = 4;
 
 const UNIFORM_SLOT_BYTES = 256; // minUniformBufferOffsetAlignment is at most 256 on every device
@@ -209,11 +211,13 @@ interface WeightVariant {
   matmul?: MatmulShape;
   /** matmul/matvec: y += x·Wᵀ instead of y = x·Wᵀ. */
   accumulate?: boolean;
+  /** matmul: y = silu(x·W_gateᵀ) * (x·W_upᵀ), W_up of the same dtype at WEIGHT_UP_BINDING. */
+  swiglu?: boolean;
 }
 
 function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, v: WeightVariant): string {
   if (kernel === 'embedding') return `${kernel}/${dtype}`;
-  let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}${v.accumulate ? '/acc' : ''}`;
+  let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}${v.accumulate ? '/acc' : ''}${v.swiglu ? '/swiglu' : ''}`;
   if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}t${v.matmul.tokens}`;
   return v.plan ? `${key}/team${v.plan.team}-${v.plan.reduction}` : key;
 }
@@ -233,6 +237,10 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
   if (kernel === 'matmul') {
     const shape = v.matmul ?? matmulShape(false);
     snippets += `const MATMUL_WX: u32 = ${shape.wx}u;\nconst MATMUL_WY: u32 = ${shape.wy}u;\nconst TOKENS: u32 = ${shape.tokens}u;\n`;
+    snippets += `const SWIGLU: bool = ${!!v.swiglu};\n`;
+    snippets += v.swiglu
+      ? renameWgsl(weightFormatWgsl(dtype, WEIGHT_UP_BINDING, 0, v.aligned), 'up')
+      : 'fn load_weight4_up(i: u32) -> vec4<f32> { return vec4<f32>(); }\nfn load_weight_up(i: u32) -> f32 { return 0.0; }\n';
     return { code: unrollConstLoops(`${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, { TOKENS: shape.tokens }), entryPoint: 'main' };
   }
   return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
@@ -675,6 +683,9 @@ export class Kernels {
       const variants: [WeightKernel, WeightVariant][] = [
         ['embedding', { hasBias: false, aligned: false }],
         ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape() }],
+        // The prefill's residual-add (Wo, W_down) and feed-forward-input (W_gate, W_up) variants.
+        ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(), accumulate: true }],
+        ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(), swiglu: true }],
       ];
       // Quantized rows are whole blocks (multiples of 32 weights): their matmuls are always aligned.
       if (!isQuantized(dtype)) variants.push(['matmul', { hasBias: false, aligned: false, matmul: kernels.matmulShape() }]);
@@ -996,6 +1007,49 @@ export abstract class KernelRecorder {
         this.dispatch(pipeline, [T, part.rows, W.cols, part.firstRow, W.rows], buffers, [groupsX, groupsY]);
       }
     }
+  }
+
+  /**
+   * The feed-forward's input for T tokens: out[T, rows] = silu(x·W_gateᵀ) * (x·W_upᵀ), in one
+   * pass (matmul.wgsl SWIGLU) when T > 1 and neither matrix is split; otherwise the two
+   * projections go to `scratch` and swiglu() combines them (T = 1: fusedSwiglu). out must not be x.
+   */
+  matmulSwiglu(out: GPUBuffer, x: GPUBuffer, wGate: GpuMatrix, wUp: GpuMatrix, T: number, scratch: { gate: GPUBuffer; up: GPUBuffer }): void {
+    assertCount(T, 'matmulSwiglu T', 0);
+    if (T === 0) return;
+    if (wGate.rows !== wUp.rows || wGate.cols !== wUp.cols) {
+      throw new Error(`matmulSwiglu: W_gate [${wGate.rows}, ${wGate.cols}] and W_up [${wUp.rows}, ${wUp.cols}] differ`);
+    }
+    if (T === 1 || wGate.parts || wUp.parts || wGate.dtype !== wUp.dtype) {
+      if (T === 1) {
+        this.fusedSwiglu(out, x, wGate, wUp, { scratch });
+        return;
+      }
+      this.matmul(scratch.gate, x, wGate, T);
+      this.matmul(scratch.up, x, wUp, T);
+      this.swiglu(out, scratch.gate, scratch.up, T * wGate.rows);
+      return;
+    }
+    for (const [W, what] of [[wGate, 'W_gate'], [wUp, 'W_up']] as const) {
+      assertCount(W.rows, `matmulSwiglu ${what}.rows`);
+      checkWeightShape(W.dtype, W.rows, W.cols, `matmulSwiglu ${what}`);
+      assertFits(W.buffer, weightByteSize(W.dtype, W.rows * W.cols), `matmulSwiglu ${what}`);
+    }
+    assertDistinct(out, [x, wGate.buffer, wUp.buffer], 'matmulSwiglu');
+    assertFits(out, T * wGate.rows * 4, 'matmulSwiglu out');
+    assertFits(x, T * wGate.cols * 4, 'matmulSwiglu x');
+    const shape = this.kernels.matmulShape();
+    const groupsX = Math.ceil(wGate.rows / (4 * shape.wx));
+    const groupsY = Math.ceil(T / (shape.tokens * shape.wy));
+    const max = this.kernels.maxWorkgroupsPerDimension;
+    if (groupsX > max || groupsY > max) throw new Error(`matmulSwiglu of ${T} x ${wGate.rows} outputs exceeds the dispatch grid`);
+    const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned: wGate.cols % 4 === 0, matmul: shape, swiglu: true });
+    this.dispatch(
+      pipeline,
+      [T, wGate.rows, wGate.cols, 0, wGate.rows],
+      { 1: out, 2: x, [WEIGHT_BINDING]: wGate.buffer, [WEIGHT_UP_BINDING]: wUp.buffer },
+      [groupsX, groupsY],
+    );
   }
 
   /** Rotates x [T, numHeads, headDim] in place; token t is at position startPos + t. */

@@ -397,9 +397,7 @@ export class LlamaModel {
 
       // Feed-forward block (SwiGLU): x += W_down · (silu(W_gate·xb) * (W_up·xb)), xb = rmsnorm(x)
       rec.rmsNorm(act.xb, act.x, layer.ffnNorm, T, d, c.rmsNormEps);
-      rec.matmul(act.gate, act.xb, layer.wGate, T);
-      rec.matmul(act.up, act.xb, layer.wUp, T);
-      rec.swiglu(act.ffnHidden, act.gate, act.up, T * c.intermediateSize);
+      rec.matmulSwiglu(act.ffnHidden, act.xb, layer.wGate, layer.wUp, T, { gate: act.gate, up: act.up });
       rec.matmul(act.x, act.ffnHidden, layer.wDown, T, undefined, { accumulate: true });
     }
 
