@@ -23,8 +23,8 @@
 // floats i .. i + WIDTH - 1 of out; `fn start_pos() -> u32`, the position of token 0 (params.start_pos,
 // or params.start_pos plus a u32 read from a storage buffer for the reusable decode step: the
 // dispatch grid depends only on T and the heads, and each thread loops to its own position, so one
-// recorded bind group serves every step); online_softmax.wgsl (attend_key, NEG_LARGE,
-// HEAD_SLICES). Two entry points; the host picks (kernels.ts, attentionPlan):
+// recorded bind group serves every step); online_softmax.wgsl (first_key, attend_key / attend_row,
+// NEG_LARGE, HEAD_SLICES). Two entry points; the host picks (kernels.ts, attentionPlan):
 //
 // - `per_thread`: one thread per (query token t, block of HEADS heads sharing a KV head), which
 //   walks its keys one by one, loading each K/V row once for the block, with the q and
@@ -68,16 +68,8 @@ struct Params {
 const WORKGROUP_SIZE: u32 = 64u;
 const MAX_HEAD_DIM: u32 = 256u;
 const DIMS_PER_THREAD: u32 = MAX_HEAD_DIM / WORKGROUP_SIZE;
-// (NEG_LARGE, which stands in for -infinity, and HEAD_SLICES come from online_softmax.wgsl.)
+// (NEG_LARGE, which stands in for -infinity, HEAD_SLICES and first_key come from online_softmax.wgsl.)
 const THREAD_WORKGROUP_SIZE: u32 = 64u; // per_thread: (t, h) pairs per workgroup (host: ATTENTION_ITEMS_PER_WORKGROUP)
-
-/** The first cache row that the query at position pos sees. */
-fn first_key(pos: u32) -> u32 {
-  if (params.window == 0u || pos < params.window) {
-    return 0u;
-  }
-  return pos + 1u - params.window;
-}
 
 @compute @workgroup_size(THREAD_WORKGROUP_SIZE)
 fn per_thread(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
@@ -110,14 +102,7 @@ fn per_thread(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) gri
 
   let pos = start_pos() + t;
   for (var j = first_key(pos); j <= pos; j++) {
-    let base = (j * kv_row_stride + kv_offset) / WIDTH; // in elements of H
-    var k_j: array<H, HEAD_SLICES>;
-    var v_j: array<H, HEAD_SLICES>;
-    for (var i = 0u; i < HEAD_SLICES; i++) {
-      k_j[i] = load_k(base + i);
-      v_j[i] = load_v(base + i);
-    }
-    attend_key(qv, &acc, &m, &l, k_j, v_j);
+    attend_row(qv, &acc, &m, &l, (j * kv_row_stride + kv_offset) / WIDTH);
   }
 
   for (var g = 0u; g < HEADS; g++) {

@@ -20,8 +20,8 @@
 //
 // Composed in front of this file (kernels.ts, decodeAttentionSpec): HEAD_DIM, HEADS, THREADS (items
 // per workgroup: fewer on CPU devices), H, WIDTH, hsum, KV, load_k/load_v, store_out
-// (attentionSliceWgsl); online_softmax.wgsl (attend_key: one key for the thread's heads; NEG_LARGE,
-// HEAD_SLICES), sin_cos.wgsl, f16_bits.wgsl; `fn start_pos() -> u32` (positionWgsl); and,
+// (attentionSliceWgsl); online_softmax.wgsl (first_key; attend_key / attend_row: one key for the
+// thread's heads; NEG_LARGE, HEAD_SLICES), sin_cos.wgsl, f16_bits.wgsl; `fn start_pos() -> u32` (positionWgsl); and,
 // for the cache's element type, `fn qf_h(e) -> H` and `fn kf_h(e) -> H` (the slice at element e of
 // qf / kf), `fn qkv_h(i) -> H`, `fn round_kv(x: H) -> H` (to what the cache holds) and
 // `fn store_kv_row(e0)` (writes k_cur, v_cur at element e0 of the caches); and, in the split variant
@@ -56,13 +56,6 @@ var<private> qf: array<f32, HEADS * HEAD_DIM>;
 var<private> kf: array<f32, HEAD_DIM>;
 var<private> k_cur: array<H, HEAD_SLICES>;
 var<private> v_cur: array<H, HEAD_SLICES>;
-
-fn first_key(pos: u32) -> u32 {
-  if (params.window == 0u || pos < params.window) {
-    return 0u;
-  }
-  return pos + 1u - params.window;
-}
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
@@ -129,14 +122,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
   let lo = max(first_key(pos), chunk * params.chunk_keys);
   let hi = min(pos + 1u, (chunk + 1u) * params.chunk_keys);
   for (var j = lo; j < min(hi, pos); j++) {
-    let base = (j * kv_dim + kv_offset) / WIDTH;
-    var k_j: array<H, HEAD_SLICES>;
-    var v_j: array<H, HEAD_SLICES>;
-    for (var i = 0u; i < HEAD_SLICES; i++) {
-      k_j[i] = load_k(base + i);
-      v_j[i] = load_v(base + i);
-    }
-    attend_key(qv, &acc, &m, &l, k_j, v_j);
+    attend_row(qv, &acc, &m, &l, (j * kv_dim + kv_offset) / WIDTH);
   }
   if (lo <= pos && pos < hi) {
     attend_key(qv, &acc, &m, &l, k_cur, v_cur);

@@ -1,6 +1,7 @@
 // A snippet composed in front of the attention kernels that walk keys one at a time with an online
-// softmax (attention.wgsl's per_thread, decode_attention.wgsl): one key k, v for the HEADS query
-// heads a thread serves (Milakov & Gimelshein, 2018; as in FlashAttention):
+// softmax (attention.wgsl's per_thread, decode_attention.wgsl): the first key a query sees, and
+// one key k, v for the HEADS query heads a thread serves (Milakov & Gimelshein, 2018; as in
+// FlashAttention):
 //
 //   s_g = q_g · k · scale
 //   m_g' = max(m_g, s_g),  l_g' = l_g · exp(m_g - m_g') + exp(s_g - m_g')
@@ -9,8 +10,8 @@
 // The rescale is skipped while the max holds (its factor is 1), so most keys cost one exp. The
 // state is the caller's: head g's q and acc in slots g * HEAD_SLICES + i (slices of WIDTH floats),
 // m[g] starting at NEG_LARGE (so the first key's rescale factor is exp(-huge) = 0) and l[g] at 0.
-// Needs HEAD_DIM, HEADS, H, WIDTH, hsum and params.scale from the kernel; its loops are unrolled
-// with the kernel's (kernels.ts, unrollConstLoops).
+// Needs HEAD_DIM, HEADS, H, WIDTH, hsum, load_k / load_v and params.scale, params.window from the
+// kernel; its loops are unrolled with the kernel's (kernels.ts, unrollConstLoops).
 
 const NEG_LARGE: f32 = -1e30;
 const HEAD_SLICES: u32 = HEAD_DIM / WIDTH;
@@ -38,4 +39,24 @@ fn attend_key(qv: array<H, HEADS * HEAD_SLICES>, acc: ptr<function, array<H, HEA
       (*acc)[g * HEAD_SLICES + i] += e * v[i];
     }
   }
+}
+
+/** The first cache row that the query at position pos sees (a sliding window of params.window; 0: none). */
+fn first_key(pos: u32) -> u32 {
+  if (params.window == 0u || pos < params.window) {
+    return 0u;
+  }
+  return pos + 1u - params.window;
+}
+
+/** attend_key with the key and value of the cache row whose slices start at H element `base`. */
+fn attend_row(qv: array<H, HEADS * HEAD_SLICES>, acc: ptr<function, array<H, HEADS * HEAD_SLICES>>,
+              m: ptr<function, array<f32, HEADS>>, l: ptr<function, array<f32, HEADS>>, base: u32) {
+  var k: array<H, HEAD_SLICES>;
+  var v: array<H, HEAD_SLICES>;
+  for (var i = 0u; i < HEAD_SLICES; i++) {
+    k[i] = load_k(base + i);
+    v[i] = load_v(base + i);
+  }
+  attend_key(qv, acc, m, l, k, v);
 }
