@@ -927,7 +927,16 @@ function assertDistinct(output: GPUBuffer, inputs: (GPUBuffer | undefined)[], wh
  * (with their parameters and bind groups) to encode again and again.
  */
 export abstract class KernelRecorder {
-  constructor(protected readonly kernels: Kernels) {}
+  /** The dispatches' parameters: one uniform slot each. */
+  protected readonly uniforms: UniformArena;
+
+  constructor(
+    protected readonly kernels: Kernels,
+    /** Label of the bind groups (and passes) it makes. */
+    protected readonly label?: string,
+  ) {
+    this.uniforms = new UniformArena(kernels.ctx.device);
+  }
 
   /**
    * out[t, :] = E[tokens[t], :] (f32 [T, table.cols]). Token ids past the table give zero rows.
@@ -1435,16 +1444,27 @@ export abstract class KernelRecorder {
     if (byteSize === 0) return;
     assertFits(src, srcOffset + byteSize, 'copy src');
     assertFits(dst, dstOffset + byteSize, 'copy dst');
+    this.assertWritable();
     this.recordCopy(src, srcOffset, dst, dstOffset, byteSize);
   }
 
   /** Records one dispatch of `pipeline` with `params` in its uniform (binding 0) and `buffers` bound. */
-  protected abstract dispatch(
+  protected dispatch(
     pipeline: GPUComputePipeline,
     params: UniformValue[],
     buffers: Record<number, GPUBuffer>,
     workgroups: number | [number, number],
-  ): void;
+  ): void {
+    this.assertWritable();
+    const bindGroup = this.bindGroup(pipeline, this.uniforms.alloc(params), buffers, this.label);
+    const [x, y] = typeof workgroups === 'number' ? this.kernels.grid(workgroups) : workgroups;
+    this.recordDispatch(pipeline, bindGroup, x, y);
+  }
+
+  /** Throws when nothing more may be recorded (submitted, sealed). */
+  protected abstract assertWritable(): void;
+
+  protected abstract recordDispatch(pipeline: GPUComputePipeline, bindGroup: GPUBindGroup, x: number, y: number): void;
 
   protected abstract recordCopy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, byteSize: number): void;
 
@@ -1470,7 +1490,6 @@ function withPosition(buffers: Record<number, GPUBuffer>, position: GPUBuffer | 
 export class KernelBatch extends KernelRecorder {
   private readonly device: GPUDevice;
   private readonly rawEncoder: GPUCommandEncoder;
-  private readonly uniforms: UniformArena;
   /** The compute pass the dispatches go into, kept open between consecutive dispatches. */
   private pass: GPUComputePassEncoder | undefined;
   private submitted = false;
@@ -1479,7 +1498,6 @@ export class KernelBatch extends KernelRecorder {
     super(kernels);
     this.device = kernels.ctx.device;
     this.rawEncoder = this.device.createCommandEncoder({ label: 'kernel batch' });
-    this.uniforms = new UniformArena(this.device);
   }
 
   /** The command encoder, for recording other commands in order with the dispatches. */
@@ -1490,7 +1508,7 @@ export class KernelBatch extends KernelRecorder {
 
   /** Writes the dispatch parameters, finishes the encoder and submits it. The batch is done after this. */
   submit(): void {
-    this.assertOpen();
+    this.assertWritable();
     this.endPass();
     this.uniforms.upload();
     this.device.queue.submit([this.rawEncoder.finish()]);
@@ -1499,19 +1517,10 @@ export class KernelBatch extends KernelRecorder {
   }
 
   protected recordCopy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, byteSize: number): void {
-    this.assertOpen();
     this.encoder.copyBufferToBuffer(src, srcOffset, dst, dstOffset, byteSize);
   }
 
-  protected dispatch(
-    pipeline: GPUComputePipeline,
-    params: UniformValue[],
-    buffers: Record<number, GPUBuffer>,
-    workgroups: number | [number, number],
-  ): void {
-    this.assertOpen();
-    const bindGroup = this.bindGroup(pipeline, this.uniforms.alloc(params), buffers);
-    const [x, y] = typeof workgroups === 'number' ? this.kernels.grid(workgroups) : workgroups;
+  protected recordDispatch(pipeline: GPUComputePipeline, bindGroup: GPUBindGroup, x: number, y: number): void {
     this.pass ??= this.rawEncoder.beginComputePass({ label: 'kernels' });
     this.pass.setPipeline(pipeline);
     this.pass.setBindGroup(0, bindGroup);
@@ -1523,7 +1532,7 @@ export class KernelBatch extends KernelRecorder {
     this.pass = undefined;
   }
 
-  private assertOpen(): void {
+  protected assertWritable(): void {
     if (this.submitted) throw new Error('this KernelBatch was already submitted; start another with kernels.begin()');
   }
 }
@@ -1539,14 +1548,8 @@ type ProgramCommand =
  * read (the position: PositionSource 'buffer'), written with queue.writeBuffer before each submit.
  */
 export class KernelProgram extends KernelRecorder {
-  private readonly uniforms: UniformArena;
   private readonly commands: ProgramCommand[] = [];
   private sealed = false;
-
-  constructor(kernels: Kernels, private readonly label: string) {
-    super(kernels);
-    this.uniforms = new UniformArena(kernels.ctx.device);
-  }
 
   /** Dispatches per encode. */
   get dispatchCount(): number {
@@ -1585,23 +1588,14 @@ export class KernelProgram extends KernelRecorder {
   }
 
   protected recordCopy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, byteSize: number): void {
-    this.assertRecording();
     this.commands.push({ kind: 'copy', src, srcOffset, dst, dstOffset, byteSize });
   }
 
-  protected dispatch(
-    pipeline: GPUComputePipeline,
-    params: UniformValue[],
-    buffers: Record<number, GPUBuffer>,
-    workgroups: number | [number, number],
-  ): void {
-    this.assertRecording();
-    const bindGroup = this.bindGroup(pipeline, this.uniforms.alloc(params), buffers, this.label);
-    const [x, y] = typeof workgroups === 'number' ? this.kernels.grid(workgroups) : workgroups;
+  protected recordDispatch(pipeline: GPUComputePipeline, bindGroup: GPUBindGroup, x: number, y: number): void {
     this.commands.push({ kind: 'dispatch', pipeline, bindGroup, x, y });
   }
 
-  private assertRecording(): void {
+  protected assertWritable(): void {
     if (this.sealed) throw new Error('this KernelProgram is sealed; record into a new one');
   }
 }
