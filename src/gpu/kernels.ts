@@ -1008,12 +1008,8 @@ export abstract class KernelRecorder {
         this.dispatch(pipeline, [part.rows, W.cols, part.firstRow], buffers, workgroups);
       } else {
         const shape = this.kernels.matmulShape();
-        const groupsX = Math.ceil(part.rows / (4 * shape.wx));
-        const groupsY = Math.ceil(T / (shape.tokens * shape.wy));
-        const max = this.kernels.maxWorkgroupsPerDimension;
-        if (groupsX > max || groupsY > max) throw new Error(`matmul of ${T} x ${W.rows} outputs exceeds the dispatch grid`);
         const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned, matmul: shape, accumulate });
-        this.dispatch(pipeline, [T, part.rows, W.cols, part.firstRow, W.rows], buffers, [groupsX, groupsY]);
+        this.dispatch(pipeline, [T, part.rows, W.cols, part.firstRow, W.rows], buffers, this.matmulGrid(shape, part.rows, T, 'matmul'));
       }
     }
   }
@@ -1042,23 +1038,28 @@ export abstract class KernelRecorder {
     for (const [W, what] of [[wGate, 'W_gate'], [wUp, 'W_up']] as const) {
       assertCount(W.rows, `matmulSwiglu ${what}.rows`);
       checkWeightShape(W.dtype, W.rows, W.cols, `matmulSwiglu ${what}`);
-      assertFits(W.buffer, weightByteSize(W.dtype, W.rows * W.cols), `matmulSwiglu ${what}`);
+      checkParts(W, `matmulSwiglu ${what}`); // (unsplit here: the one part is the whole buffer)
     }
     assertDistinct(out, [x, wGate.buffer, wUp.buffer], 'matmulSwiglu');
     assertFits(out, T * wGate.rows * 4, 'matmulSwiglu out');
     assertFits(x, T * wGate.cols * 4, 'matmulSwiglu x');
     const shape = this.kernels.matmulShape();
-    const groupsX = Math.ceil(wGate.rows / (4 * shape.wx));
-    const groupsY = Math.ceil(T / (shape.tokens * shape.wy));
-    const max = this.kernels.maxWorkgroupsPerDimension;
-    if (groupsX > max || groupsY > max) throw new Error(`matmulSwiglu of ${T} x ${wGate.rows} outputs exceeds the dispatch grid`);
     const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned: wGate.cols % 4 === 0, matmul: shape, swiglu: true });
     this.dispatch(
       pipeline,
       [T, wGate.rows, wGate.cols, 0, wGate.rows],
       { 1: out, 2: x, [WEIGHT_BINDING]: wGate.buffer, [WEIGHT_UP_BINDING]: wUp.buffer },
-      [groupsX, groupsY],
+      this.matmulGrid(shape, wGate.rows, T, 'matmulSwiglu'),
     );
+  }
+
+  /** matmul.wgsl's 2-D grid for `rows` outputs of T tokens (it does not fold into 2-D like the 1-D kernels). */
+  private matmulGrid(shape: MatmulShape, rows: number, T: number, what: string): [number, number] {
+    const groupsX = Math.ceil(rows / (4 * shape.wx));
+    const groupsY = Math.ceil(T / (shape.tokens * shape.wy));
+    const max = this.kernels.maxWorkgroupsPerDimension;
+    if (groupsX > max || groupsY > max) throw new Error(`${what} of ${T} x ${rows} outputs exceeds the dispatch grid`);
+    return [groupsX, groupsY];
   }
 
   /** Rotates x [T, numHeads, headDim] in place; token t is at position startPos + t. */

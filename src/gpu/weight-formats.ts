@@ -22,7 +22,7 @@
 // (`load_byte(b)`, `load_f16(b)`), and `load_weight(i)` decodes element i from its block (block
 // i / 32, or i / 256 for the K-quants; every row is a whole number of blocks).
 //
-// Q8_0 and Q4_0 are stored in pairs of blocks instead (PAIRED_QUANTS, pairQuantBlocks): the two
+// Q8_0 and Q4_0 are stored in pairs of blocks instead (isPairedQuant, pairQuantBlocks): the two
 // f16 scales first, then the two blocks' quants, so a pair (68 / 36 bytes, the same as two file
 // blocks) is whole words and every load is one aligned word: 4 weights cost 2 loads (scale, quants)
 // instead of 3-4 with the shifts of unaligned reads. Measured on SwiftShader, decoding 512k
@@ -56,12 +56,7 @@ export function isQuantized(dtype: WeightDType): dtype is QuantDType {
   return Object.hasOwn(QUANT_FORMATS, dtype);
 }
 
-/** Types whose GPU buffers hold pairs of blocks (see the head of this file), with their quant bytes per block. */
-export const PAIRED_QUANTS: Partial<Record<QuantDType, { quantBytes: number }>> = {
-  q8_0: { quantBytes: 32 },
-  q4_0: { quantBytes: 16 },
-};
-
+/** Whether `dtype`'s GPU buffers hold pairs of blocks (see the head of this file). */
 export function isPairedQuant(dtype: WeightDType): dtype is 'q8_0' | 'q4_0' {
   return dtype === 'q8_0' || dtype === 'q4_0';
 }
