@@ -376,14 +376,14 @@ class PairedBlockSink extends StagedSink {
   }
 
   protected flush(staged: Uint8Array): void {
-    const paired = pairQuantBlocks(this.dtype, staged, Math.floor(staged.length / QUANT_FORMATS[this.dtype].blockBytes));
+    const paired = pairQuantBlocks(this.dtype, staged, Math.floor(staged.length / QUANT_FORMATS[this.dtype].blockBytes), convertScratch.paired);
     this.queue.writeBuffer(this.buffer, this.written, paired as Uint8Array<ArrayBuffer>, 0, paired.length);
     this.written += paired.length;
   }
 }
 
-/** Pairs of blocks PairedBlockSink gathers per write. */
-const PAIRS_PER_WRITE = 2048;
+/** Pairs of blocks PairedBlockSink gathers per write (its output fits convertScratch.paired). */
+const PAIRS_PER_WRITE = 1024;
 
 /** Elements converted per step by ConvertingSink: a multiple of the 32-weight blocks. */
 const CONVERT_ELEMENTS = 1 << 16;
@@ -428,7 +428,7 @@ class ConvertingSink extends StagedSink {
   }
 }
 
-/** Scratch arrays of ConvertingSink's steps, shared: steps run one at a time, synchronously. */
+/** Scratch arrays of ConvertingSink's and PairedBlockSink's steps, shared: steps run one at a time, synchronously. */
 const convertScratch = {
   values: new Float32Array(CONVERT_ELEMENTS),
   halves: new Uint16Array(CONVERT_ELEMENTS),
