@@ -1,6 +1,7 @@
 // What one decode token asks of the GPU, counted (src/gpu/counters.ts): after warm-up a token
 // costs one command submission and a fixed number of dispatches, creates no buffers, bind groups
-// or pipelines, and is not read back on its own (tokens come back in batches).
+// or pipelines, and is not read back on its own (tokens come back in batches). A prefill after
+// the first, of a prompt no longer than those before, creates nothing either.
 //
 // Two requests that differ only in max_tokens share their prefill and their first step, so the
 // difference of their counts is exactly the cost of the extra decode tokens.
@@ -64,4 +65,22 @@ describe('GPU work per decode token', () => {
       expect(long.commandBuffers - short.commandBuffers).toBe(long.readBacks - short.readBacks);
     });
   }
+});
+
+describe('GPU work per prefill', () => {
+  it('after the longest prompt so far, prefills of it or shorter create no buffers and no bind groups', async () => {
+    const longest = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends.';
+    const warmUp = await countCompletion(2, { prompt: longest });
+    expect(warmUp.bindGroupsCreated).toBeGreaterThan(0);
+    const tokenizer = (engine.generator as LlamaGenerator).tokenizer;
+    const prompts = [longest, 'Once upon a time, there was a little girl', 'One day, Lily went'];
+    // Different lengths, each more than one token (one token takes the decode path's own buffers).
+    expect(new Set(prompts.map((p) => tokenizer.encode(p).length)).size).toBe(prompts.length);
+    for (const prompt of prompts) {
+      const counts = await countCompletion(2, { prompt });
+      expect(counts.buffersCreated, prompt).toBe(0);
+      expect(counts.bindGroupsCreated, prompt).toBe(0);
+      expect(counts.pipelinesCreated, prompt).toBe(0);
+    }
+  });
 });

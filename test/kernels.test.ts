@@ -31,6 +31,7 @@ import {
   swigluRef,
 } from './reference/cpu-ops.ts';
 import { expectClose, maxAbs, maxAbsDiff } from './helpers/compare.ts';
+import { counterDelta, gpuCounters } from '../src/gpu/counters.ts';
 
 // ---- helpers -------------------------------------------------------------------------------
 
@@ -741,6 +742,43 @@ describe('a whole batch', () => {
     }
     expectClose(await read(snapshot, T * d), wantSnapshot);
     expectClose(await read(x, T * d), want, 1e-3); // 100 rounds of f32 rounding
+  });
+
+  it('shares its parameter slots with the next batch: the same dispatches make no new bind groups', async () => {
+    const n = 37;
+    const [a, b] = [input(randomF32(n, 1710)), input(randomF32(n, 1711))];
+    const out = output(n);
+    const record = () => {
+      const batch = kernels.begin();
+      batch.add(out, a, b, n);
+      batch.swiglu(out, a, b, n);
+      return batch;
+    };
+    // A batch whose first call fails its checks holds nothing; one that never submits (a failed
+    // recording) gives the slots back with discard().
+    expect(() => kernels.begin().add(out, out, out, n)).toThrow(/one buffer/);
+    record().discard();
+    record().submit();
+    const before = gpuCounters(device);
+    device.queue.writeBuffer(a, 0, new Float32Array(randomF32(n, 1712)));
+    record().submit();
+    expect(counterDelta(gpuCounters(device), before).bindGroupsCreated).toBe(0);
+    expectClose(await read(out, n), swigluRef(await read(a, n), await read(b, n)));
+  });
+
+  it('two batches recorded at once keep their own parameters', async () => {
+    const [n1, n2] = [29, 45];
+    const x1 = randomF32(n1, 1720);
+    const x2 = randomF32(n2, 1721);
+    const [out1, out2] = [output(n1), output(n2)];
+    const first = kernels.begin();
+    first.add(out1, input(x1), input(x1), n1);
+    const second = kernels.begin();
+    second.add(out2, input(x2), input(x2), n2);
+    second.submit();
+    first.submit();
+    expectClose(await read(out1, n1), addRef(x1, x1));
+    expectClose(await read(out2, n2), addRef(x2, x2));
   });
 
   it('refuses to record after submit', () => {

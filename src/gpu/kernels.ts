@@ -63,6 +63,12 @@ const WEIGHT_BINDING = 3;
 const WEIGHT_UP_BINDING = 6;
 const BIAS_BINDING = 4;
 
+/**
+ * Bind groups the Kernels keep for batches (KernelBatch): a prefill makes about 12 a layer, so this
+ * holds a few prefill shapes of a large model.
+ */
+const MAX_CACHED_BIND_GROUPS = 2048;
+
 const UNIFORM_SLOT_BYTES = 256; // minUniformBufferOffsetAlignment is at most 256 on every device
 const UNIFORM_SLOTS_PER_CHUNK = 128;
 
@@ -704,6 +710,62 @@ export class Kernels {
     return new KernelBatch(this);
   }
 
+  /** The parameter slots KernelBatches share, one batch at a time (see KernelBatch); undefined while one holds them. */
+  private batchUniforms: UniformArena | undefined;
+  private batchUniformsHeld = false;
+  /** Bind groups of the batches that recorded with the shared slots, by pipeline, slot and buffers, least recently used first. */
+  private readonly bindGroupCache = new Map<string, GPUBindGroup>();
+  private readonly objectIds = new WeakMap<object, number>();
+
+  /** @internal The shared parameter slots, emptied, for one KernelBatch (undefined while another holds them). */
+  leaseBatchUniforms(): UniformArena | undefined {
+    if (this.batchUniformsHeld) return undefined;
+    this.batchUniformsHeld = true;
+    this.batchUniforms ??= new UniformArena(this.ctx.device);
+    this.batchUniforms.reset();
+    return this.batchUniforms;
+  }
+
+  /** @internal Called by the KernelBatch holding the shared slots once it is submitted or discarded. */
+  releaseBatchUniforms(): void {
+    this.batchUniformsHeld = false;
+  }
+
+  /**
+   * @internal The bind group of (pipeline, uniform slot, buffers), made by `create` the first time.
+   * Keyed by object identity: a destroyed buffer's entries are never hit again and age out.
+   */
+  cachedBindGroup(
+    pipeline: GPUComputePipeline,
+    slot: { buffer: GPUBuffer; offset: number },
+    buffers: Record<number, GPUBuffer>,
+    create: () => GPUBindGroup,
+  ): GPUBindGroup {
+    let key = `${this.objectId(pipeline)}|${this.objectId(slot.buffer)}@${slot.offset}`;
+    for (const [binding, buffer] of Object.entries(buffers)) key += `|${binding}:${this.objectId(buffer)}`;
+    let group = this.bindGroupCache.get(key);
+    if (group) {
+      this.bindGroupCache.delete(key); // most recently used goes last
+    } else {
+      group = create();
+      if (this.bindGroupCache.size >= MAX_CACHED_BIND_GROUPS) {
+        this.bindGroupCache.delete(this.bindGroupCache.keys().next().value!);
+      }
+    }
+    this.bindGroupCache.set(key, group);
+    return group;
+  }
+
+  private objectId(o: object): number {
+    let id = this.objectIds.get(o);
+    if (id === undefined) {
+      id = ++this.lastObjectId;
+      this.objectIds.set(o, id);
+    }
+    return id;
+  }
+  private lastObjectId = 0;
+
   /**
    * Starts recording a KernelProgram: dispatches whose parameters and bind groups are made once
    * and that are then encoded into any number of command encoders (the reusable decode step).
@@ -847,13 +909,16 @@ const f32 = (value: number): UniformValue => ({ f32: value });
 /** 256-byte uniform slots for one batch, in chunks of GPU buffers filled on the CPU until submit. */
 class UniformArena {
   private readonly chunks: { buffer: GPUBuffer; data: ArrayBuffer; used: number }[] = [];
+  /** The chunk being filled. */
+  private current = 0;
 
   constructor(private readonly device: GPUDevice) {}
 
   /** Reserves a slot holding `values` (4 bytes each, in order); returns where it lives. */
   alloc(values: UniformValue[]): { buffer: GPUBuffer; offset: number; size: number } {
-    let chunk = this.chunks[this.chunks.length - 1];
-    if (!chunk || chunk.used === chunk.data.byteLength) {
+    let chunk = this.chunks[this.current];
+    if (chunk && chunk.used === chunk.data.byteLength) chunk = this.chunks[++this.current];
+    if (!chunk) {
       const size = UNIFORM_SLOT_BYTES * UNIFORM_SLOTS_PER_CHUNK;
       chunk = {
         buffer: this.device.createBuffer({
@@ -878,7 +943,17 @@ class UniformArena {
 
   /** Queues the slot contents; queue writes land before the next submit's commands run. */
   upload(): void {
-    for (const c of this.chunks) this.device.queue.writeBuffer(c.buffer, 0, c.data, 0, c.used);
+    for (const c of this.chunks) if (c.used > 0) this.device.queue.writeBuffer(c.buffer, 0, c.data, 0, c.used);
+  }
+
+  /**
+   * Empties the slots for the next batch, keeping the buffers: the same slots come back in the
+   * same order. Legal once the previous contents were uploaded (queue writes copy at once, and
+   * land after the work submitted before them).
+   */
+  reset(): void {
+    for (const c of this.chunks) c.used = 0;
+    this.current = 0;
   }
 
   /** Legal right after submit: the buffers are freed once the submitted work is done with them. */
@@ -928,14 +1003,18 @@ function assertDistinct(output: GPUBuffer, inputs: (GPUBuffer | undefined)[], wh
  */
 export abstract class KernelRecorder {
   /** The dispatches' parameters: one uniform slot each. */
-  protected readonly uniforms: UniformArena;
+  protected uniformSlots: UniformArena | undefined;
 
   constructor(
     protected readonly kernels: Kernels,
     /** Label of the bind groups (and passes) it makes. */
     protected readonly label?: string,
-  ) {
-    this.uniforms = new UniformArena(kernels.ctx.device);
+  ) {}
+
+  /** The dispatches' parameters: one uniform slot each (made on the first dispatch). */
+  protected get uniforms(): UniformArena {
+    this.uniformSlots ??= new UniformArena(this.kernels.ctx.device);
+    return this.uniformSlots;
   }
 
   /**
@@ -1487,18 +1566,35 @@ function withPosition(buffers: Record<number, GPUBuffer>, position: GPUBuffer | 
   return position ? { ...buffers, [POSITION_BINDING]: position } : buffers;
 }
 
-/** Dispatches recorded into one command encoder, submitted together. */
+/**
+ * Dispatches recorded into one command encoder, submitted together. One batch at a time records
+ * with the Kernels' shared parameter slots (Kernels.leaseBatchUniforms): a batch that repeats an
+ * earlier one's dispatches (the same pipelines over the same buffers: a prefill after the first)
+ * gets its bind groups from the Kernels' cache and creates nothing. A batch recorded while
+ * another holds them gets slots of its own.
+ */
 export class KernelBatch extends KernelRecorder {
   private readonly device: GPUDevice;
   private readonly rawEncoder: GPUCommandEncoder;
   /** The compute pass the dispatches go into, kept open between consecutive dispatches. */
   private pass: GPUComputePassEncoder | undefined;
-  private submitted = false;
+  private done = false;
+  private sharedUniforms = false;
 
   constructor(kernels: Kernels) {
     super(kernels);
     this.device = kernels.ctx.device;
     this.rawEncoder = this.device.createCommandEncoder({ label: 'kernel batch' });
+  }
+
+  // Taken at the first dispatch, so that a batch whose first call fails its checks holds nothing.
+  protected override get uniforms(): UniformArena {
+    if (!this.uniformSlots) {
+      const shared = this.kernels.leaseBatchUniforms();
+      this.sharedUniforms = shared !== undefined;
+      this.uniformSlots = shared ?? new UniformArena(this.device);
+    }
+    return this.uniformSlots;
   }
 
   /** The command encoder, for recording other commands in order with the dispatches. */
@@ -1511,10 +1607,33 @@ export class KernelBatch extends KernelRecorder {
   submit(): void {
     this.assertWritable();
     this.endPass();
-    this.uniforms.upload();
+    this.uniformSlots?.upload();
     this.device.queue.submit([this.rawEncoder.finish()]);
-    this.uniforms.destroy();
-    this.submitted = true;
+    this.finish();
+  }
+
+  /** Ends the batch without submitting it (after a failed recording), freeing its parameter slots. No-op once submitted. */
+  discard(): void {
+    if (this.done) return;
+    this.endPass();
+    this.finish();
+  }
+
+  private finish(): void {
+    if (this.sharedUniforms) this.kernels.releaseBatchUniforms();
+    else this.uniformSlots?.destroy();
+    this.done = true;
+  }
+
+  protected override bindGroup(
+    pipeline: GPUComputePipeline,
+    slot: { buffer: GPUBuffer; offset: number; size: number },
+    buffers: Record<number, GPUBuffer>,
+    label?: string,
+  ): GPUBindGroup {
+    // Only the shared slots repeat; a private arena's are new buffers every time.
+    if (!this.sharedUniforms) return super.bindGroup(pipeline, slot, buffers, label);
+    return this.kernels.cachedBindGroup(pipeline, slot, buffers, () => super.bindGroup(pipeline, slot, buffers, label));
   }
 
   protected recordCopy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, byteSize: number): void {
@@ -1534,7 +1653,7 @@ export class KernelBatch extends KernelRecorder {
   }
 
   protected assertWritable(): void {
-    if (this.submitted) throw new Error('this KernelBatch was already submitted; start another with kernels.begin()');
+    if (this.done) throw new Error('this KernelBatch was already submitted; start another with kernels.begin()');
   }
 }
 

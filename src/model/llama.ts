@@ -165,8 +165,16 @@ export interface DecodeStepOptions {
 
 export class LlamaModel {
   private readonly invFreq: GPUBuffer;
-  /** Decode-step activations are kept between steps; prefill ones are made per call. */
+  /** forward()'s one-token activations, kept between calls. */
   private decodeActivations: Activations | undefined;
+  /**
+   * forward()'s activations for prompts (last-token logits), kept and reused by every prefill up to
+   * their size, so that a prefill after the first creates no buffers, and its bind groups (the
+   * same buffers) come from the kernels' cache. Sized to a power of two of tokens, at most the KV
+   * cache's capacity (the memory estimate counts a prefill of the whole context); replaced by a
+   * larger one when a longer prompt comes.
+   */
+  private prefillActivations: Activations | undefined;
 
   private constructor(
     readonly ctx: GpuContext,
@@ -211,23 +219,38 @@ export class LlamaModel {
     if (options.lastLogitsTo && options.lastLogitsTo.size < vocabBytes) {
       throw new Error(`lastLogitsTo has ${options.lastLogitsTo.size} bytes, needs ${vocabBytes}`);
     }
-    const act = this.activationsFor(T, allLogits);
+    const act = this.activationsFor(T, allLogits, cache.capacity);
+    const kept = act === this.decodeActivations || act === this.prefillActivations;
+    const batch = this.kernels.begin();
+    let readback: GPUBuffer | undefined;
+    let ownReadback: GPUBuffer | undefined;
     try {
       this.ctx.device.queue.writeBuffer(act.tokenIds, 0, new Uint32Array(tokens));
-      const batch = this.kernels.begin();
       this.recordForward(batch, act, T, startPos, cache);
       if (options.lastLogitsTo) batch.copy(act.logits, allLogits ? (T - 1) * vocabBytes : 0, options.lastLogitsTo, 0, vocabBytes);
-      const readback = act.logitsReadback;
-      if (readBack && readback) batch.copy(act.logits, 0, readback, 0, readback.size);
+      // The kept prefill activations have no readback of their own (a call still waiting on its
+      // mapping would block the next call's copy into it): a read-back there gets its own buffer.
+      const logitsBytes = (allLogits ? T : 1) * vocabBytes;
+      readback = act.logitsReadback;
+      if (readBack && !readback) {
+        readback = ownReadback = this.ctx.device.createBuffer({
+          label: 'logits_readback',
+          size: logitsBytes,
+          usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+        });
+      }
+      if (readBack && readback) batch.copy(act.logits, 0, readback, 0, logitsBytes);
       batch.submit();
       if (!readBack || !readback) return null;
-      await readback.mapAsync(GPUMapMode.READ);
-      const logits = new Float32Array(readback.getMappedRange().slice(0));
+      await readback.mapAsync(GPUMapMode.READ, 0, logitsBytes);
+      const logits = new Float32Array(readback.getMappedRange(0, logitsBytes).slice(0));
       readback.unmap();
       return logits;
     } finally {
+      batch.discard();
       // Legal right after submit: the buffers are freed once the submitted work is done with them.
-      if (act !== this.decodeActivations) act.destroy();
+      if (!kept) act.destroy();
+      ownReadback?.destroy();
     }
   }
 
@@ -346,12 +369,21 @@ export class LlamaModel {
     rec.fusedMatvec(act.logits, act.x, [{ W: w.lmHead }], { norm: { gamma: w.outputNorm, eps } });
   }
 
-  private activationsFor(T: number, allLogits: boolean): Activations {
+  /** Activations for T tokens: the kept ones (see decodeActivations, prefillActivations), or new ones for all-logits passes. */
+  private activationsFor(T: number, allLogits: boolean, maxTokens = T): Activations {
+    const device = this.ctx.device;
     if (T === 1 && !allLogits) {
-      this.decodeActivations ??= new Activations(this.ctx.device, this.config, 1, false);
+      this.decodeActivations ??= new Activations(device, this.config, 1, false);
       return this.decodeActivations;
     }
-    return new Activations(this.ctx.device, this.config, T, allLogits);
+    if (allLogits) return new Activations(device, this.config, T, true);
+    if (!this.prefillActivations || this.prefillActivations.tokens < T) {
+      // Legal right after submit: the old buffers are freed once the submitted work is done with them.
+      this.prefillActivations?.destroy();
+      const tokens = Math.max(T, Math.min(2 ** Math.ceil(Math.log2(T)), maxTokens));
+      this.prefillActivations = new Activations(device, this.config, tokens, false, false);
+    }
+    return this.prefillActivations;
   }
 
   /**
@@ -413,6 +445,7 @@ export class LlamaModel {
 
   destroy(): void {
     this.decodeActivations?.destroy();
+    this.prefillActivations?.destroy();
     this.invFreq.destroy();
     this.weights.destroy();
   }
