@@ -1,7 +1,8 @@
 // Matrix-vector product for decode (one token): y[r] = sum_k x[k] * W[r, k] (+ b[r]).
 //
 // W is row-major [rows, cols] (out_features, in_features). Composed in front of this file: the
-// weight-format snippet (`load_weight(i)`, `load_weight4(i)`, binding 3), the activation snippet
+// weight-format snippet (`load_weight(i)`, `load_weight4(i)`, `dot_run(i, xs)` with RUN_VEC4S,
+// binding 3) and `const USE_RUNS: bool` (walk K a run at a time, see below), the activation snippet
 // (`load_x(i)`, `load_x4(i)`, binding 2; the aligned vec4 form when cols is a multiple of 4), the
 // bias snippet (`load_bias(r)`, binding 4, or a constant 0), `fn store_y(i, v)` (y[i] = v, or
 // y[i] += v: the residual add folded in), `const TEAM: u32` and
@@ -16,6 +17,11 @@
 // device has subgroups, or in workgroup memory with barriers when it does not.
 // A workgroup of 64 threads covers 64 / TEAM quads; with many rows the grid is folded into 2-D and
 // the quad is recovered from the flat workgroup index.
+//
+// With USE_RUNS (Q8_0, Q4_0 on CPU adapters: kernels.ts, usesWeightRuns) the lanes split K by runs
+// of 4 * RUN_VEC4S weights (a quantized block) instead, each row's run taken by one dot_run, which
+// decodes the block's scale once; the run's x is loaded once for the 4 rows. (cols is then a
+// multiple of the run: rows of quantized weights are whole blocks.)
 
 // W may be one row range of a split matrix (see GpuMatrix.parts): rows are the part's, and row r
 // of it is y[row_offset + r] (and bias[row_offset + r]).
@@ -48,14 +54,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
     let w1 = min(r0 + 1u, last_row) * cols;
     let w2 = min(r0 + 2u, last_row) * cols;
     let w3 = min(r0 + 3u, last_row) * cols;
-    let k_vec_end = cols & ~3u;
+    let k_vec_end = select(cols & ~3u, 0u, USE_RUNS);
+    if (USE_RUNS) {
+      let run = 4u * RUN_VEC4S;
+      for (var k = lane * run; k < cols; k += TEAM * run) {
+        var xs: array<vec4<f32>, RUN_VEC4S>;
+        for (var u = 0u; u < RUN_VEC4S; u++) {
+          xs[u] = load_x4(k + 4u * u);
+        }
+        acc += vec4<f32>(dot_run(w0 + k, xs), dot_run(w1 + k, xs), dot_run(w2 + k, xs), dot_run(w3 + k, xs));
+      }
+    }
     for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
       // Column j of w holds W[r0 + j, k .. k+3], so x4 * w = (dot(x4, W[r0 + j, k..]))_j.
       let w = mat4x4<f32>(load_weight4(w0 + k), load_weight4(w1 + k), load_weight4(w2 + k), load_weight4(w3 + k));
       acc += load_x4(k) * w;
     }
     // The last cols % 4 columns (only when cols is not a multiple of 4).
-    for (var k = k_vec_end + lane; k < cols; k += TEAM) {
+    for (var k = select(k_vec_end + lane, cols, USE_RUNS); k < cols; k += TEAM) {
       acc += load_x(k) * vec4<f32>(load_weight(w0 + k), load_weight(w1 + k), load_weight(w2 + k), load_weight(w3 + k));
     }
   }

@@ -86,28 +86,30 @@ function matrix(dtype: WeightDType, rows: number, cols: number, seed: number, pa
 const quantCols = (dtype: WeightDType) => (isQuantized(dtype) ? (QUANT_FORMATS[dtype].blockSize === 256 ? 512 : 96) : 45);
 
 /**
- * The plans and shapes the fused kernels run under: the device's own; a GPU's shape (a quad a
- * thread, 64 threads) with its plan and with a workgroup reduction; and 4 quads a thread in
- * workgroups of 8 with subgroup teams.
+ * The plans and shapes the fused kernels run under: the device's own (on the CPU test device,
+ * Q8_0/Q4_0 rows walked by runs); a GPU's shape (a quad a thread, 64 threads, no runs) with its
+ * plan and with a workgroup reduction; and 4 quads a thread in workgroups of 8 with subgroup teams.
  */
-function plans(): { name: string; plan: MatvecPlan | undefined; shape?: FusedShape }[] {
+function plans(): { name: string; plan: MatvecPlan | undefined; shape?: FusedShape; runs?: boolean }[] {
   return [
     { name: 'planned', plan: undefined },
-    { name: 'planned, 1 quad x 64 threads', plan: undefined, shape: { quads: 1, workgroup: 64 } },
+    { name: 'planned, 1 quad x 64 threads, no runs', plan: undefined, shape: { quads: 1, workgroup: 64 }, runs: false },
     { name: 'team 8 workgroup, 1 quad x 64 threads', plan: { team: 8, reduction: 'workgroup' }, shape: { quads: 1, workgroup: 64 } },
     { name: 'team 4 subgroup, 4 quads x 8 threads', plan: { team: 4, reduction: 'subgroup' }, shape: { quads: 4, workgroup: 8 } },
   ];
 }
 
-async function withPlan<T>(plan: MatvecPlan | undefined, fn: () => Promise<T>, shape?: FusedShape): Promise<T> {
+async function withPlan<T>(plan: MatvecPlan | undefined, fn: () => Promise<T>, shape?: FusedShape, runs?: boolean): Promise<T> {
   // (A device without subgroups runs the subgroup case under its own plan.)
   kernels.matvecPlanOverride = plan?.reduction === 'subgroup' && !ctx.features.subgroups ? undefined : plan;
   kernels.fusedShapeOverride = shape;
+  kernels.weightRunsOverride = runs;
   try {
     return await fn();
   } finally {
     kernels.matvecPlanOverride = undefined;
     kernels.fusedShapeOverride = undefined;
+    kernels.weightRunsOverride = undefined;
   }
 }
 
@@ -124,7 +126,7 @@ describe('fusedMatvec: stacked projections with RMSNorm folded in (Q/K/V as one 
     { name: 'split into parts of 5 rows, q8_0', dtypes: ['q8_0', 'q8_0', 'q8_0'], cols: 96, partRows: 5 },
   ];
   for (const c of cases) {
-    for (const { name: planName, plan, shape } of plans()) {
+    for (const { name: planName, plan, shape, runs } of plans()) {
       for (const withBias of [false, true]) {
         it(`${c.name}, ${planName}${withBias ? ', biases' : ''}`, async () => {
           const rowsOf = [26, 10, 10]; // q, k, v of 6.5 / 2.5 quads: ragged last quads
@@ -143,7 +145,7 @@ describe('fusedMatvec: stacked projections with RMSNorm folded in (Q/K/V as one 
               { norm: { gamma: input(gamma), eps: 1e-5 } },
             );
             batch.submit();
-          }, shape);
+          }, shape, runs);
           const xb = rmsNormRef(xs, gamma, 1, c.cols, 1e-5);
           const want = new Float32Array(total);
           let at = 0;
@@ -230,10 +232,11 @@ describe('fusedSwiglu: gate/up projections, RMSNorm and SwiGLU in one pass', () 
     { gate: 'f16', up: 'bf16', cols: 64 },
     { gate: 'q4_k', up: 'q6_k', cols: 512 },
     { gate: 'q8_0', up: 'q5_1', cols: 96 },
+    { gate: 'q4_0', up: 'q8_0', cols: 320 }, // both walked by runs (on the CPU device), 10 blocks
     { gate: 'f16', up: 'f16', cols: 48, partRows: 8 }, // split: two fused projections + swiglu
   ];
   for (const c of cases) {
-    for (const { name: planName, plan, shape } of plans()) {
+    for (const { name: planName, plan, shape, runs } of plans()) {
       it(`${c.gate} / ${c.up}, ${c.cols} cols${c.partRows ? ', split' : ''}, ${planName}`, async () => {
         const rows = 29;
         const gate = matrix(c.gate, rows, c.cols, 80, c.partRows);
@@ -248,7 +251,7 @@ describe('fusedSwiglu: gate/up projections, RMSNorm and SwiGLU in one pass', () 
             scratch: { gate: output(rows), up: output(rows) },
           });
           batch.submit();
-        }, shape);
+        }, shape, runs);
         const xb = rmsNormRef(xs, gamma, 1, c.cols, 1e-5);
         const want = swigluRef(matmulRef(xb, gate.held, 1, rows, c.cols), matmulRef(xb, up.held, 1, rows, c.cols));
         expectClose(await read(out, rows), want, 1e-5);

@@ -86,6 +86,30 @@ describe('quantized weights: matvec (T=1) and matmul (T>1)', () => {
     }
   }
 
+  // Q8_0 and Q4_0 rows a block (dot_run) at a time, as CPU adapters walk them, and a load_weight4
+  // at a time, as GPUs do; long rows take matvec's team path (lanes split K by blocks).
+  for (const dtype of ['q8_0', 'q4_0'] as const) {
+    for (const runs of [true, false]) {
+      for (const cols of [96, 1024]) {
+        it(`${dtype} matvec ${runs ? 'by runs' : 'by 4 weights'}, ${cols} cols`, async () => {
+          const rows = 21;
+          const { W, held } = quantMatrix(dtype, rows, cols, 40 + cols);
+          const xs = randomF32(cols, 41);
+          const y = track(createStorageBuffer(device, rows * 4, 'y'));
+          kernels.weightRunsOverride = runs;
+          try {
+            const batch = kernels.begin();
+            batch.matmul(y, track(createF32Buffer(device, xs, 'x')), W, 1);
+            batch.submit();
+          } finally {
+            kernels.weightRunsOverride = undefined;
+          }
+          expectClose(await readBufferF32(device, y, rows), matmulRef(xs, held, 1, rows, cols), 1e-4);
+        });
+      }
+    }
+  }
+
   it('refuses a quantized matrix whose rows are not whole blocks', () => {
     expect(() => createWeightMatrix(device, new Uint8Array(34 * 3), 'q8_0', 2, 48, 'bad')).toThrow(/multiple of 32/);
     const W = { buffer: track(createStorageBuffer(device, 1024, 'w')), dtype: 'q4_k' as const, rows: 2, cols: 128 };

@@ -15,7 +15,7 @@ import { isCpuAdapter, type GpuContext } from './device.ts';
 import { matrixParts, type GpuMatrix, type GpuMatrixPart, type WeightDType } from './tensor.ts';
 import type { RopePairing } from '../model/config.ts';
 import { PipelineCache, type ShaderSpec } from './pipelines.ts';
-import { checkWeightShape, isQuantized, weightByteSize, weightFormatWgsl } from './weight-formats.ts';
+import { checkWeightShape, isQuantized, weightByteSize, weightFormatWgsl, weightRunLength } from './weight-formats.ts';
 import embeddingWgsl from '../../shaders/embedding.wgsl?raw';
 import rmsnormWgsl from '../../shaders/rmsnorm.wgsl?raw';
 import matmulWgsl from '../../shaders/matmul.wgsl?raw';
@@ -219,12 +219,15 @@ interface WeightVariant {
   accumulate?: boolean;
   /** matmul: y = silu(x·W_gateᵀ) * (x·W_upᵀ), W_up of the same dtype at WEIGHT_UP_BINDING. */
   swiglu?: boolean;
+  /** matvec: walk K a run (dot_run) at a time (Kernels.usesWeightRuns). */
+  runs?: boolean;
 }
 
 function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, v: WeightVariant): string {
   if (kernel === 'embedding') return `${kernel}/${dtype}`;
   let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}${v.accumulate ? '/acc' : ''}${v.swiglu ? '/swiglu' : ''}`;
   if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}t${v.matmul.tokens}`;
+  if (v.runs) key += '/runs';
   return v.plan ? `${key}/team${v.plan.team}-${v.plan.reduction}` : key;
 }
 
@@ -238,7 +241,9 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
   if (kernel === 'matvec') {
     const reduce = reduceTeamWgsl(v.plan ?? { team: 1, reduction: 'none' });
     directives = reduce.directives;
-    snippets += reduce.code;
+    snippets += reduce.code + `const USE_RUNS: bool = ${!!v.runs};\n`;
+    const code = `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`;
+    return { code: unrollConstLoops(code, { RUN_VEC4S: weightRunLength(dtype) / 4 }), entryPoint: 'main' };
   }
   if (kernel === 'matmul') {
     const shape = v.matmul ?? matmulShape(false);
@@ -281,7 +286,8 @@ type FusedVariant = {
   aligned: boolean;
   plan: MatvecPlan;
   shape: FusedShape;
-  segments: { dtype: WeightDType; hasBias: boolean }[];
+  /** Per segment: its weights' storage, bias, and whether block_dot walks K by dot_run runs (Kernels.usesWeightRuns). */
+  segments: { dtype: WeightDType; hasBias: boolean; runs: boolean }[];
 };
 
 /** How fused_matvec.wgsl hands out rows: quads (of 4 rows) per block (TEAM threads), threads per workgroup. */
@@ -305,7 +311,7 @@ export function fusedShape(isCpu: boolean): FusedShape {
 const fusedKey = (v: FusedVariant) =>
   `fused_matvec/${v.mode}/${v.norm ? 'norm' : 'plain'}/${v.aligned ? 'vec4' : 'scalar'}/team${v.plan.team}-${v.plan.reduction}/` +
   `q${v.shape.quads}w${v.shape.workgroup}/` +
-  v.segments.map((g) => `${g.dtype}${g.hasBias ? '+bias' : ''}`).join(',');
+  v.segments.map((g) => `${g.dtype}${g.hasBias ? '+bias' : ''}${g.runs ? '+runs' : ''}`).join(',');
 
 /**
  * A snippet's module-scope names (functions, variables, constants) suffixed with `_${suffix}`, so
@@ -336,12 +342,44 @@ function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   }
   let dotCases = '';
   let biasCases = '';
+  const unroll: Record<string, number> = { QUADS: v.shape.quads };
   v.segments.forEach((g, s) => {
     const [w4, w1] = [`load_weight4_s${s}`, `load_weight_s${s}`];
     code += renameWgsl(weightFormatWgsl(g.dtype, fusedWeightBinding(s), 0, v.aligned), `s${s}`);
     code += g.hasBias
       ? `@group(0) @binding(${fusedBiasBinding(s)}) var<storage, read> bias_s${s}: array<f32>;\nfn bias_${s}(r: u32) -> f32 { return bias_s${s}[r]; }\n`
       : `fn bias_${s}(r: u32) -> f32 { return 0.0; }\n`;
+    if (g.runs) {
+      // K a run at a time (the lanes take whole runs; quantized rows are whole runs): x∘γ of the
+      // run loaded once, dot_run per row.
+      const run = weightRunLength(g.dtype);
+      code += `fn block_dot_${s}(r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {
+  let cols = params.cols;
+  var w: array<u32, 4u * QUADS>;
+  for (var q = 0u; q < QUADS; q++) {
+    w[4u * q] = min(r0 + 4u * q, last_row) * cols;
+    w[4u * q + 1u] = min(r0 + 4u * q + 1u, last_row) * cols;
+    w[4u * q + 2u] = min(r0 + 4u * q + 2u, last_row) * cols;
+    w[4u * q + 3u] = min(r0 + 4u * q + 3u, last_row) * cols;
+  }
+  var acc: array<vec4<f32>, QUADS>;
+  for (var k = lane * ${run}u; k < cols; k += TEAM * ${run}u) {
+    var xs: array<vec4<f32>, RUN_VEC4S_s${s}>;
+    for (var u = 0u; u < RUN_VEC4S_s${s}; u++) {
+      xs[u] = load_xn4(k + 4u * u);
+    }
+    for (var q = 0u; q < QUADS; q++) {
+      acc[q] += vec4<f32>(dot_run_s${s}(w[4u * q] + k, xs), dot_run_s${s}(w[4u * q + 1u] + k, xs),
+                          dot_run_s${s}(w[4u * q + 2u] + k, xs), dot_run_s${s}(w[4u * q + 3u] + k, xs));
+    }
+  }
+  return acc;
+}\n`;
+      unroll[`RUN_VEC4S_s${s}`] = run / 4;
+      dotCases += `    case ${s}u: { return block_dot_${s}(r0, last_row, lane); }\n`;
+      biasCases += `    case ${s}u: { return bias_${s}(r); }\n`;
+      return;
+    }
     // Row starts w[4q + j] of the block's rows (rows past last_row re-read it; their sums are not stored).
     code += `fn block_dot_${s}(r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {
   let cols = params.cols;
@@ -373,7 +411,7 @@ function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   });
   code += `fn block_dot(s: u32, r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {\n  switch (s) {\n${dotCases}    default: { return array<vec4<f32>, QUADS>(); }\n  }\n}\n`;
   code += `fn seg_bias(s: u32, r: u32) -> f32 {\n  switch (s) {\n${biasCases}    default: { return 0.0; }\n  }\n}\n`;
-  return { code: unrollConstLoops(`${code}\n${fusedMatvecWgsl}`, { QUADS: v.shape.quads }), entryPoint: 'main' };
+  return { code: unrollConstLoops(`${code}\n${fusedMatvecWgsl}`, unroll), entryPoint: 'main' };
 }
 
 /** The keys per chunk of the decode attention's split over the sequence (see Kernels.decodeAttentionChunkKeys). */
@@ -810,6 +848,19 @@ export class Kernels {
   /** @internal Forces the fused matvec's shape (tests, measurements). */
   fusedShapeOverride: FusedShape | undefined;
 
+  /**
+   * Whether the matrix-vector kernels walk `dtype`'s rows a run at a time (dot_run, see
+   * weight-formats.ts): Q8_0 and Q4_0 on CPU adapters, where every load costs and a block's scale
+   * is then read once. GPUs keep neighbouring lanes on neighbouring words (coalesced loads).
+   * Measured on SwiftShader, SmolLM2-135M's shape, decode side by side: see README.
+   */
+  usesWeightRuns(dtype: WeightDType): boolean {
+    return (this.weightRunsOverride ?? this.isCpuDevice) && weightRunLength(dtype) > 4;
+  }
+
+  /** @internal Forces usesWeightRuns on or off (tests, measurements). */
+  weightRunsOverride: boolean | undefined;
+
   /** @internal Forces decode_attention's query heads per thread (tests; must divide the GQA group). */
   attentionHeadsOverride: number | undefined;
 
@@ -1083,7 +1134,8 @@ export abstract class KernelRecorder {
       if (T === 1) {
         const plan = this.kernels.matvecPlan(W.cols);
         const workgroups = Math.ceil((Math.ceil(part.rows / 4) * plan.team) / MATVEC_WORKGROUP);
-        const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan, accumulate });
+        const runs = this.kernels.usesWeightRuns(W.dtype);
+        const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan, accumulate, runs });
         this.dispatch(pipeline, [part.rows, W.cols, part.firstRow], buffers, workgroups);
       } else {
         const shape = this.kernels.matmulShape();
@@ -1399,7 +1451,7 @@ export abstract class KernelRecorder {
         aligned,
         plan,
         shape,
-        segments: group.map((g) => ({ dtype: g.dtype, hasBias: !!g.bias })),
+        segments: group.map((g) => ({ dtype: g.dtype, hasBias: !!g.bias, runs: this.kernels.usesWeightRuns(g.dtype) })),
       };
       const buffers: Record<number, GPUBuffer> = { 1: y, 2: x };
       if (norm) buffers[FUSED_GAMMA_BINDING] = norm.gamma;

@@ -444,16 +444,73 @@ fn load_weight4(i: u32) -> vec4<f32> {
 };
 
 /**
- * The WGSL that declares `weight` at (group, binding) and defines `fn load_weight(i: u32) -> f32`
- * and `fn load_weight4(i: u32) -> vec4<f32>` for `dtype`. With `aligned`, load_weight4 must only be
- * called with multiples of 4 (and the buffer holds a multiple of 4 elements).
+ * Runs: `fn dot_run(i, xs) -> f32`, the dot product of the RUN_VEC4S * 4 weights from i (a
+ * multiple of that) with xs, for kernels that walk a row a run at a time (matvec.wgsl and the
+ * fused matvec on CPU adapters, Kernels.usesWeightRuns). A run of Q8_0 or Q4_0 is one block: its
+ * scale is loaded and widened once and its quants are read a word at a time, 9 loads a Q8_0 block
+ * and 5 a Q4_0 one where 8 load_weight4 calls take 16. Other types run 4 weights.
+ */
+const DOT_RUN: Partial<Record<WeightDType, string>> = {
+  q8_0: /* wgsl */ `
+const RUN_VEC4S: u32 = 8u;
+
+fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
+  let b = i >> 5u;
+  let quants = (b >> 1u) * 17u + 1u + (b & 1u) * 8u;
+  var s = vec4<f32>();
+  for (var u = 0u; u < RUN_VEC4S; u++) {
+    s += xs[u] * vec4<f32>(bytes4_i8(weight[quants + u]));
+  }
+  return q8_0_scale(b >> 1u, b & 1u) * (s.x + s.y + s.z + s.w);
+}
+`,
+  q4_0: /* wgsl */ `
+const RUN_VEC4S: u32 = 8u;
+
+/** x_lo · (low nibbles of word's bytes) + x_hi · (high nibbles): weights 4u.. and 16 + 4u.. of a block. */
+fn q4_0_word_dot(word: u32, x_lo: vec4<f32>, x_hi: vec4<f32>) -> vec4<f32> {
+  return x_lo * vec4<f32>(bytes4(word) & vec4<u32>(15u)) + x_hi * vec4<f32>(bytes4(word >> 4u) & vec4<u32>(15u));
+}
+
+// sum_j x_j (q_j - 8) = sum_j x_j q_j - 8 sum_j x_j: the offset is applied once.
+fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
+  let b = i >> 5u;
+  let quants = (b >> 1u) * 9u + 1u + (b & 1u) * 4u;
+  let s = q4_0_word_dot(weight[quants], xs[0], xs[4]) + q4_0_word_dot(weight[quants + 1u], xs[1], xs[5]) +
+          q4_0_word_dot(weight[quants + 2u], xs[2], xs[6]) + q4_0_word_dot(weight[quants + 3u], xs[3], xs[7]);
+  let sum_x = xs[0] + xs[1] + xs[2] + xs[3] + xs[4] + xs[5] + xs[6] + xs[7];
+  let t = s - 8.0 * sum_x;
+  return q4_0_scale(b >> 1u, b & 1u) * (t.x + t.y + t.z + t.w);
+}
+`,
+};
+
+const DOT_RUN_OF_4 = /* wgsl */ `
+const RUN_VEC4S: u32 = 1u;
+
+fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
+  return dot(xs[0], load_weight4(i));
+}
+`;
+
+/** Weights one dot_run covers in `dtype` (see DOT_RUN). */
+export function weightRunLength(dtype: WeightDType): number {
+  return DOT_RUN[dtype] ? 32 : 4;
+}
+
+/**
+ * The WGSL that declares `weight` at (group, binding) and defines `fn load_weight(i: u32) -> f32`,
+ * `fn load_weight4(i: u32) -> vec4<f32>` and `fn dot_run` (with `const RUN_VEC4S`, see DOT_RUN)
+ * for `dtype`. With `aligned`, load_weight4 must only be called with multiples of 4 (and the
+ * buffer holds a multiple of 4 elements).
  */
 export function weightFormatWgsl(dtype: WeightDType, binding: number, group = 0, aligned = false): string {
+  const run = DOT_RUN[dtype] ?? DOT_RUN_OF_4;
   // Quantized types have one layout: their rows are whole blocks, so always "aligned".
-  if (isQuantized(dtype)) return QUANT_PRELUDE(binding, group) + QUANT_LOAD_WEIGHT[dtype];
+  if (isQuantized(dtype)) return QUANT_PRELUDE(binding, group) + QUANT_LOAD_WEIGHT[dtype] + run;
   const loader = Object.hasOwn(LOADERS, dtype) ? LOADERS[dtype as keyof typeof LOADERS] : undefined;
   if (!loader) throw new Error(`unsupported weight dtype: ${String(dtype)}`);
-  return (aligned ? loader.aligned : loader.plain)(binding, group);
+  return (aligned ? loader.aligned : loader.plain)(binding, group) + run;
 }
 
 /**
