@@ -448,7 +448,8 @@ fn load_weight4(i: u32) -> vec4<f32> {
  * multiple of that) with xs, for kernels that walk a row a run at a time (matvec.wgsl and the
  * fused matvec on CPU adapters, Kernels.usesWeightRuns). A run of Q8_0 or Q4_0 is one block: its
  * scale is loaded and widened once and its quants are read a word at a time, 9 loads a Q8_0 block
- * and 5 a Q4_0 one where 8 load_weight4 calls take 16. Other types run 4 weights.
+ * and 5 a Q4_0 one where 8 load_weight4 calls take 16. A K-quant's run is a sub-block of 32 (see
+ * below). Other types run 4 weights.
  */
 const DOT_RUN: Partial<Record<WeightDType, string>> = {
   q8_0: /* wgsl */ `
@@ -484,6 +485,87 @@ fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
 }
 `,
 };
+
+/** The sum of v's components. */
+const HSUM4 = /* wgsl */ `
+fn hsum4(v: vec4<f32>) -> f32 {
+  return v.x + v.y + v.z + v.w;
+}
+`;
+
+// A run of a K-quant is one sub-block of 32 weights, whose 6-bit scale and min (Q4_K, Q5_K) or two
+// int8 scales (Q6_K) and the block's d (and dmin) are decoded once:
+// sum_j x_j (d sc q_j - dmin m) = d sc (sum_j x_j q_j) - dmin m (sum_j x_j).
+DOT_RUN.q4_k = /* wgsl */ `
+const RUN_VEC4S: u32 = 8u;
+${HSUM4}
+fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
+  let blk = (i >> 8u) * 36u; // the block's first word (144 bytes = 36 words)
+  let s = (i >> 5u) & 7u;
+  let d = unpack2x16float(weight[blk]); // (d, dmin)
+  let sm = k_scale_min(blk * 4u + 4u, s);
+  let quants = blk + 4u + ((s >> 1u) << 3u);
+  let shift = (s & 1u) << 2u;
+  var dot_q = vec4<f32>();
+  var sum_x = vec4<f32>();
+  for (var u = 0u; u < RUN_VEC4S; u++) {
+    dot_q += xs[u] * vec4<f32>(bytes4(weight[quants + u] >> shift) & vec4<u32>(15u));
+    sum_x += xs[u];
+  }
+  return d.x * sm.x * hsum4(dot_q) - d.y * sm.y * hsum4(sum_x);
+}
+`;
+DOT_RUN.q5_k = /* wgsl */ `
+const RUN_VEC4S: u32 = 8u;
+${HSUM4}
+fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
+  let blk = (i >> 8u) * 44u; // the block's first word (176 bytes = 44 words)
+  let s = (i >> 5u) & 7u;
+  let d = unpack2x16float(weight[blk]); // (d, dmin)
+  let sm = k_scale_min(blk * 4u + 4u, s);
+  let quants = blk + 12u + ((s >> 1u) << 3u);
+  let shift = (s & 1u) << 2u;
+  var dot_q = vec4<f32>();
+  var sum_x = vec4<f32>();
+  for (var u = 0u; u < RUN_VEC4S; u++) {
+    let low = bytes4(weight[quants + u] >> shift) & vec4<u32>(15u);
+    let high = bytes4(weight[blk + 4u + u] >> s) & vec4<u32>(1u);
+    dot_q += xs[u] * vec4<f32>(low | (high << vec4<u32>(4u)));
+    sum_x += xs[u];
+  }
+  return d.x * sm.x * hsum4(dot_q) - d.y * sm.y * hsum4(sum_x);
+}
+`;
+// Q6_K blocks (210 bytes) are only 2-byte aligned: the run's quants come through load_u32_at.
+DOT_RUN.q6_k = /* wgsl */ `
+const RUN_VEC4S: u32 = 8u;
+${HSUM4}
+fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
+  let blk = (i >> 8u) * 210u;
+  let e = i & 255u;
+  let n = e >> 7u;
+  let g = (e >> 5u) & 3u;
+  let ql = blk + (n << 6u) + ((g & 1u) << 5u);
+  let ql_shift = (g >> 1u) << 2u;
+  let qh = blk + 128u + (n << 5u);
+  let qh_shift = g << 1u;
+  // Weights 0..15 of the run take scale 2g of half n, 16..31 the next one.
+  var dot_lo = vec4<f32>();
+  var dot_hi = vec4<f32>();
+  for (var u = 0u; u < RUN_VEC4S; u++) {
+    let low = bytes4(load_u32_at(ql + 4u * u) >> ql_shift) & vec4<u32>(15u);
+    let high = bytes4(load_u32_at(qh + 4u * u) >> qh_shift) & vec4<u32>(3u);
+    let q = xs[u] * vec4<f32>(vec4<i32>(low | (high << vec4<u32>(4u))) - vec4<i32>(32));
+    if (u < RUN_VEC4S / 2u) {
+      dot_lo += q;
+    } else {
+      dot_hi += q;
+    }
+  }
+  let sc = blk + 192u + (n << 3u) + (g << 1u);
+  return load_f16(blk + 208u) * (f32(load_i8(sc)) * hsum4(dot_lo) + f32(load_i8(sc + 1u)) * hsum4(dot_hi));
+}
+`;
 
 const DOT_RUN_OF_4 = /* wgsl */ `
 const RUN_VEC4S: u32 = 1u;
