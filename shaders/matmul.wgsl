@@ -18,10 +18,11 @@
 // their load indices to the last row/token (always in bounds, no branches in the loop) and skip
 // the stores that fall outside Y.
 //
-// Why not the classic shared-memory tiling: on SwiftShader (the CPU Vulkan the tests run on) a
-// workgroupBarrier is extremely expensive and global loads are cheap (CPU caches); a 16x16 tiled
-// kernel with two barriers per K tile ran 30-40x slower than this one (64x64 weights, T=128:
-// ~50-75 ms vs ~1.5-2 ms). On GPUs, 4x4 register blocks are the usual starting point too.
+// This is the matmul of CPU adapters, and of GPUs for fewer than 32 tokens; GPUs take the
+// shared-memory tiles of matmul_tiled.wgsl from there (kernels.ts, matmulShape). Why not tiles
+// everywhere: on SwiftShader (the CPU Vulkan the tests run on) a workgroupBarrier is extremely
+// expensive and global loads are cheap (CPU caches); a 16x16 tiled kernel with two barriers per K
+// tile ran 30-40x slower than this one (64x64 weights, T=128: ~50-75 ms vs ~1.5-2 ms).
 
 // W may be one row range of a split matrix (see GpuMatrix.parts): rows are the part's, and its
 // outputs go to columns row_offset .. of y, whose rows are y_stride (the whole matrix's rows) long.

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
 import type { GpuMatrix, WeightDType } from '../src/gpu/tensor.ts';
-import { attentionPlan, Kernels, type KvDType, matmulShape, type MatmulShape, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, type MatvecPlan } from '../src/gpu/kernels.ts';
+import { attentionPlan, Kernels, type KvDType, matmulShape, type MatmulShape, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, TILED_MATMUL_SHAPE, type MatvecPlan } from '../src/gpu/kernels.ts';
 import {
   createF32Buffer,
   createStorageBuffer,
@@ -286,10 +286,12 @@ describe('matmul (matvec for T=1, register-blocked matmul for T>1)', () => {
 describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
   // matmul.wgsl: threads of 4 rows x 4 tokens (GPUs; 8 on CPU devices) in workgroups of 16 x 4
   // threads, vec4 loads when cols % 4 == 0, a scalar tail for the last cols % 4 columns.
-  // matvec.wgsl: quads of 4 rows. The T > 1 cases run under the device's shape and a GPU's.
+  // matmul_tiled.wgsl (GPUs, 32 tokens or more): 64 x 64 tiles, K in steps of 16.
+  // matvec.wgsl: quads of 4 rows. The T > 1 cases run under the device's shape and a GPU's two.
   const cases: [number, number, number][] = [
     [5, 7, 8], // aligned; T and rows not multiples of 4
     [18, 66, 64], // aligned; two workgroups along rows and tokens, ragged in both
+    [70, 37, 20], // tiled: two tiles of tokens, a K step of 16 and a ragged one of 4
     [16, 64, 64], // exact multiples of every block
     [6, 9, 6], // one vec4 step and a 2-column scalar tail
     [3, 5, 3], // only the scalar tail
@@ -299,9 +301,11 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
     [1, 2, 3], // matvec, a single partial quad, tail only
   ];
   const gpuShape: MatmulShape = { wx: 16, wy: 4, tokens: 4 };
+  // GPUs' shared-memory tiles (64 x 64, K in steps of 16): unaligned columns fall back to gpuShape.
+  const shapeName = (shape: MatmulShape | undefined) => (!shape ? '' : shape.tiled ? ', tiled' : `, ${shape.tokens} tokens a thread`);
   for (const dtype of DTYPES) {
-    for (const [T, rows, cols] of cases) for (const shape of T > 1 ? [undefined, gpuShape] : [undefined]) {
-      it(`${dtype}, T=${T}, rows=${rows}, cols=${cols}, bias${shape ? `, ${shape.tokens} tokens a thread` : ''}`, async () => {
+    for (const [T, rows, cols] of cases) for (const shape of T > 1 ? [undefined, gpuShape, TILED_MATMUL_SHAPE] : [undefined]) {
+      it(`${dtype}, T=${T}, rows=${rows}, cols=${cols}, bias${shapeName(shape)}`, async () => {
         const { W, held } = weightMatrix(randomF32(rows * cols, 2000 + rows + cols), rows, cols, dtype);
         const x = randomF32(T * cols, 2100 + T + cols);
         const bias = randomF32(rows, 2200 + rows);
@@ -337,9 +341,9 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
   // The feed-forward's input in one pass: silu(x·W_gateᵀ) * (x·W_upᵀ). T = 1 goes to fusedSwiglu;
   // a split W_gate falls back to two matmuls and swiglu() through the scratch buffers.
   for (const dtype of DTYPES) {
-    for (const [T, rows, cols, split] of [[5, 7, 8, false], [18, 66, 64, false], [6, 9, 6, false], [1, 9, 8, false], [9, 12, 8, true]] as [number, number, number, boolean][]) {
-      for (const shape of T > 1 ? [undefined, gpuShape] : [undefined]) {
-        it(`matmulSwiglu ${dtype}, T=${T}, rows=${rows}, cols=${cols}${split ? ', W_gate split in parts of 5 rows' : ''}${shape ? `, ${shape.tokens} tokens a thread` : ''}`, async () => {
+    for (const [T, rows, cols, split] of [[5, 7, 8, false], [18, 66, 64, false], [70, 37, 20, false], [6, 9, 6, false], [1, 9, 8, false], [9, 12, 8, true]] as [number, number, number, boolean][]) {
+      for (const shape of T > 1 ? [undefined, gpuShape, TILED_MATMUL_SHAPE] : [undefined]) {
+        it(`matmulSwiglu ${dtype}, T=${T}, rows=${rows}, cols=${cols}${split ? ', W_gate split in parts of 5 rows' : ''}${shapeName(shape)}`, async () => {
           const gate = weightMatrix(randomF32(rows * cols, 2500 + rows), rows, cols, dtype);
           const up = weightMatrix(randomF32(rows * cols, 2501 + rows), rows, cols, dtype);
           if (split) {
@@ -371,9 +375,11 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
     }
   }
 
-  it('matmulShape: 4 tokens a thread on GPUs, 8 on CPU devices', () => {
-    expect(matmulShape(false)).toEqual({ wx: 16, wy: 4, tokens: 4 });
-    expect(matmulShape(true)).toEqual({ wx: 16, wy: 4, tokens: 8 });
+  it('matmulShape: tiles on GPUs from 32 tokens with aligned columns, else 4 tokens a thread; 8 on CPU devices', () => {
+    expect(matmulShape(false, 32)).toEqual(TILED_MATMUL_SHAPE);
+    expect(matmulShape(false, 31)).toEqual({ wx: 16, wy: 4, tokens: 4 });
+    expect(matmulShape(false, 200, false)).toEqual({ wx: 16, wy: 4, tokens: 4 });
+    expect(matmulShape(true, 200)).toEqual({ wx: 16, wy: 4, tokens: 8 });
   });
 
   it('reads vec4 activations from a buffer whose size is not a multiple of 16 bytes', async () => {

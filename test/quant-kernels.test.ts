@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import type { QuantDType } from '../src/gpu/tensor.ts';
-import { Kernels } from '../src/gpu/kernels.ts';
+import { Kernels, TILED_MATMUL_SHAPE } from '../src/gpu/kernels.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32 } from '../src/gpu/buffers.ts';
 import { QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
 import { testGpu } from './helpers/gpu.ts';
@@ -84,6 +84,25 @@ describe('quantized weights: matvec (T=1) and matmul (T>1)', () => {
         expectClose(await readBufferF32(device, y, T * rows), matmulRef(xs, held, T, rows, cols, bias), 1e-4);
       });
     }
+  }
+
+  // GPUs' tiled prefill matmul (shared-memory tiles; K steps of 16 inside the blocks).
+  for (const dtype of QUANT_DTYPES) {
+    it(`${dtype}, T=70, rows=37, tiled`, async () => {
+      const [T, rows, cols] = [70, 37, colsOf(dtype)];
+      const { W, held } = quantMatrix(dtype, rows, cols, 60);
+      const xs = randomF32(T * cols, 61);
+      const y = track(createStorageBuffer(device, T * rows * 4, 'y'));
+      kernels.matmulShapeOverride = TILED_MATMUL_SHAPE;
+      try {
+        const batch = kernels.begin();
+        batch.matmul(y, track(createF32Buffer(device, xs, 'x')), W, T);
+        batch.submit();
+      } finally {
+        kernels.matmulShapeOverride = undefined;
+      }
+      expectClose(await readBufferF32(device, y, T * rows), matmulRef(xs, held, T, rows, cols), 1e-4);
+    });
   }
 
   // Rows a run (dot_run: a block of Q8_0/Q4_0, a sub-block of 32 of a K-quant) at a time, as CPU

@@ -29,6 +29,7 @@ import sinCosWgsl from '../../shaders/sin_cos.wgsl?raw';
 import f16BitsWgsl from '../../shaders/f16_bits.wgsl?raw';
 import onlineSoftmaxWgsl from '../../shaders/online_softmax.wgsl?raw';
 import fusedMatvecWgsl from '../../shaders/fused_matvec.wgsl?raw';
+import matmulTiledWgsl from '../../shaders/matmul_tiled.wgsl?raw';
 import decodeAttentionWgsl from '../../shaders/decode_attention.wgsl?raw';
 
 /** Element type of a KV cache: 'f16' packs two halves a u32 word (no shader-f16 needed). */
@@ -40,21 +41,36 @@ export const ATTENTION_MAX_HEAD_DIM = 256;
 // Workgroup shapes; each must match its shader's constants.
 const ELEMENTWISE_WORKGROUP = 256; // embedding, rope, swiglu, residual: one invocation per element
 
-/** matmul.wgsl's workgroup: wx x wy threads that each compute 4 rows x `tokens` tokens. */
+/**
+ * The prefill matmul's workgroup: wx x wy threads that each compute 4 rows x `tokens` tokens, with
+ * matmul.wgsl (register blocks only) or, `tiled`, matmul_tiled.wgsl (16 x 16 threads of 4 x 4,
+ * shared-memory tiles of 64 rows x 64 tokens).
+ */
 export interface MatmulShape {
   wx: number;
   wy: number;
   tokens: number;
+  tiled?: boolean;
 }
 
+/** matmul_tiled.wgsl's shape (its constants: 64 x 64 tiles). */
+export const TILED_MATMUL_SHAPE: MatmulShape = { wx: 16, wy: 16, tokens: 4, tiled: true };
+/** Fewer tokens than this leave most of a 64-token tile idle: GPUs take matmul.wgsl then. */
+const TILED_MATMUL_MIN_TOKENS = 32;
+
 /**
- * GPUs: 16 x 4 threads of 4 tokens (64 rows x 16 tokens a workgroup). CPU devices: 8 tokens a
- * thread, where each load saved counts. Measured on SwiftShader (2 cores), stories260K's 200-token
- * prefill (rows of 32-172 weights, f32), all matmuls: 4 tokens ~66 ms, 8 ~50, 16 ~47-51 (with
- * 16 x 2 or 8 x 2 threads), 32 ~56; the workgroup's shape (4 x 4 .. 16 x 4) within noise.
+ * GPUs: shared-memory tiles (matmul_tiled.wgsl) for T >= 32 tokens and a multiple of 4 columns
+ * (its vec4 copies); otherwise 16 x 4 threads of 4 tokens (64 rows x 16 tokens a workgroup). The
+ * tiles read each weight once per 64 tokens where the register blocks read it once per 4: the
+ * usual shape of a GPU matmul (not measured here: no GPU in the test machines). CPU devices: 8
+ * tokens a thread and no tiles, where barriers are dear and each load saved counts. Measured on
+ * SwiftShader (2 cores), stories260K's 200-token prefill (rows of 32-172 weights, f32), all
+ * matmuls: 4 tokens ~66 ms, 8 ~50, 16 ~47-51 (with 16 x 2 or 8 x 2 threads), 32 ~56; the
+ * workgroup's shape (4 x 4 .. 16 x 4) within noise; a 16 x 16 tiled kernel 30-40x slower.
  */
-export function matmulShape(isCpu: boolean): MatmulShape {
-  return { wx: 16, wy: 4, tokens: isCpu ? 8 : 4 };
+export function matmulShape(isCpu: boolean, T = Infinity, aligned = true): MatmulShape {
+  if (isCpu) return { wx: 16, wy: 4, tokens: 8 };
+  return aligned && T >= TILED_MATMUL_MIN_TOKENS ? TILED_MATMUL_SHAPE : { wx: 16, wy: 4, tokens: 4 };
 }
 
 // Bindings where the composed snippets put the weight matrix and the bias (see the shaders).
@@ -226,7 +242,7 @@ interface WeightVariant {
 function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, v: WeightVariant): string {
   if (kernel === 'embedding') return `${kernel}/${dtype}`;
   let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}${v.accumulate ? '/acc' : ''}${v.swiglu ? '/swiglu' : ''}`;
-  if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}t${v.matmul.tokens}`;
+  if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}t${v.matmul.tokens}${v.matmul.tiled ? '/tiled' : ''}`;
   if (v.runs) key += '/runs';
   return v.plan ? `${key}/team${v.plan.team}-${v.plan.reduction}` : key;
 }
@@ -252,6 +268,10 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
     snippets += v.swiglu
       ? renameWgsl(weightFormatWgsl(dtype, WEIGHT_UP_BINDING, 0, v.aligned), 'up')
       : 'fn load_weight4_up(i: u32) -> vec4<f32> { return vec4<f32>(); }\nfn load_weight_up(i: u32) -> f32 { return 0.0; }\n';
+    if (shape.tiled) {
+      if (!v.aligned) throw new Error('the tiled matmul needs a multiple of 4 columns');
+      return { code: `${directives}${snippets}\n${matmulTiledWgsl}`, entryPoint: 'main' };
+    }
     return { code: unrollConstLoops(`${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, { TOKENS: shape.tokens }), entryPoint: 'main' };
   }
   return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
@@ -732,7 +752,7 @@ export class Kernels {
         ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(), swiglu: true }],
       ];
       // Quantized rows are whole blocks (multiples of 32 weights): their matmuls are always aligned.
-      if (!isQuantized(dtype)) variants.push(['matmul', { hasBias: false, aligned: false, matmul: kernels.matmulShape() }]);
+      if (!isQuantized(dtype)) variants.push(['matmul', { hasBias: false, aligned: false, matmul: kernels.matmulShape(Infinity, false) }]);
       for (const [kernel, variant] of variants) {
         compiling.push(
           kernels.pipelines.prepare(weightKernelKey(kernel, dtype, variant), () => weightKernelSpec(kernel, dtype, variant)),
@@ -906,9 +926,10 @@ export class Kernels {
     return this.pipelines.get(weightKernelKey(kernel, dtype, variant), () => weightKernelSpec(kernel, dtype, variant));
   }
 
-  /** @internal matmul.wgsl's workgroup on this device (matmulShape). */
-  matmulShape(): MatmulShape {
-    return this.matmulShapeOverride ?? matmulShape(this.isCpuDevice);
+  /** @internal The prefill matmul's shape on this device for T tokens (matmulShape); a tiled override needs aligned columns. */
+  matmulShape(T = Infinity, aligned = true): MatmulShape {
+    const shape = this.matmulShapeOverride ?? matmulShape(this.isCpuDevice, T, aligned);
+    return shape.tiled && !aligned ? matmulShape(false, T, false) : shape;
   }
 
   /** @internal Forces matmul.wgsl's workgroup (tests, measurements). */
@@ -1110,7 +1131,8 @@ export abstract class KernelRecorder {
   /**
    * y[T, W.rows] = x[T, W.cols]·Wᵀ (+ bias); with `accumulate`, y += that (the residual add
    * folded in). One token goes to matvec.wgsl (threads of 4 rows, see matvecPlan), more to the
-   * register-blocked matmul.wgsl (threads of 4 rows x 4 tokens, 8 on CPU devices). y must not be x.
+   * register-blocked matmul.wgsl (threads of 4 rows x 4 tokens, 8 on CPU devices) or, on GPUs from
+   * 32 tokens, the shared-memory tiles of matmul_tiled.wgsl (matmulShape). y must not be x.
    */
   matmul(y: GPUBuffer, x: GPUBuffer, W: GpuMatrix, T: number, bias?: GPUBuffer, options: { accumulate?: boolean } = {}): void {
     const accumulate = options.accumulate ?? false;
@@ -1138,7 +1160,7 @@ export abstract class KernelRecorder {
         const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan, accumulate, runs });
         this.dispatch(pipeline, [part.rows, W.cols, part.firstRow], buffers, workgroups);
       } else {
-        const shape = this.kernels.matmulShape();
+        const shape = this.kernels.matmulShape(T, aligned);
         const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned, matmul: shape, accumulate });
         this.dispatch(pipeline, [T, part.rows, W.cols, part.firstRow, W.rows], buffers, this.matmulGrid(shape, part.rows, T, 'matmul'));
       }
@@ -1174,8 +1196,9 @@ export abstract class KernelRecorder {
     assertDistinct(out, [x, wGate.buffer, wUp.buffer], 'matmulSwiglu');
     assertFits(out, T * wGate.rows * 4, 'matmulSwiglu out');
     assertFits(x, T * wGate.cols * 4, 'matmulSwiglu x');
-    const shape = this.kernels.matmulShape();
-    const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned: wGate.cols % 4 === 0, matmul: shape, swiglu: true });
+    const aligned = wGate.cols % 4 === 0;
+    const shape = this.kernels.matmulShape(T, aligned);
+    const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned, matmul: shape, swiglu: true });
     this.dispatch(
       pipeline,
       [T, wGate.rows, wGate.cols, 0, wGate.rows],

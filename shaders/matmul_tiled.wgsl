@@ -1,0 +1,125 @@
+// Matrix-matrix product for prefill on GPUs, with shared-memory tiles: y[t, r] = sum_k x[t, k] *
+// W[r, k] (+ b[r]), Y = X·Wᵀ, X [T, cols], W row-major [rows, cols]. The same composed snippets and
+// variants as matmul.wgsl (load_weight4 at binding 3, load_x4 at binding 2, load_bias, store_y;
+// SWIGLU with load_weight4_up at binding 6), in their aligned forms: cols is a multiple of 4.
+//
+// A workgroup of 16 x 16 threads computes a 64-row x 64-token tile of Y. It walks K in steps of
+// TILE_K = 16: the 256 threads first copy the step's 64 x 16 slice of W and of X into workgroup
+// memory (one vec4 of each per thread: 256 vec4 = 64 x 16 floats), transposed so that for each k
+// a thread reads its 4 rows and its 4 tokens as one vec4 each; after a barrier, every thread
+// accumulates its 4 x 4 block (register blocking) over the 16 k, then a barrier before the next
+// copy. So each element of W and X comes from memory once per tile instead of once per 4 x 4
+// block, and the arithmetic reads workgroup memory. (On CPU adapters barriers are dear and
+// memory is cached anyway: they use matmul.wgsl; kernels.ts, matmulShape.)
+//
+// Rows past the end of W and tokens past T load clamped (in-bounds) data and are never stored;
+// K past cols loads zeros.
+
+struct Params {
+  T: u32,
+  rows: u32,
+  cols: u32,
+  row_offset: u32, // first row of the whole matrix in this part (bias and y are indexed by it)
+  y_stride: u32,   // floats per token in y
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>; // [T, y_stride]
+
+const TILE: u32 = 64u;   // rows and tokens per workgroup
+const TILE_K: u32 = 16u; // K per step
+const QUARTER: u32 = TILE / 4u;
+
+// w_tile[k * QUARTER + i] holds W[tile row 4i .. 4i+3, k]; x_tile[k * QUARTER + j] X[tile token 4j .. 4j+3, k].
+var<workgroup> w_tile: array<vec4<f32>, TILE_K * QUARTER>;
+var<workgroup> w_up_tile: array<vec4<f32>, TILE_K * QUARTER>;
+var<workgroup> x_tile: array<vec4<f32>, TILE_K * QUARTER>;
+
+@compute @workgroup_size(16, 16)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let tile_r = wg.x * TILE;
+  let tile_t = wg.y * TILE;
+  let cols = params.cols;
+  let last_row = params.rows - 1u;
+  let last_t = params.T - 1u;
+
+  // What this thread copies each step: row / token `lid / 4` of the tile, K elements 4 (lid % 4) ..
+  let copy_i = lid / 4u;
+  let copy_k = (lid % 4u) * 4u;
+  let w_start = min(tile_r + copy_i, last_row) * cols;
+  let x_start = min(tile_t + copy_i, last_t) * cols;
+
+  // acc[u][j] = Y[token 4 ty + u, row 4 tx + j] of the tile (SWIGLU: the gate's; acc_up the up projection's)
+  var acc: array<vec4<f32>, 4>;
+  var acc_up: array<vec4<f32>, 4>;
+  for (var k0 = 0u; k0 < cols; k0 += TILE_K) {
+    let k = k0 + copy_k;
+    var w = vec4<f32>();
+    var w_up = vec4<f32>();
+    var x = vec4<f32>();
+    if (k < cols) {
+      w = load_weight4(w_start + k);
+      if (SWIGLU) {
+        w_up = load_weight4_up(w_start + k);
+      }
+      x = load_x4(x_start + k);
+    }
+    // Transposed: element c of the copied vec4 is K index copy_k + c.
+    let slot = copy_k * QUARTER + copy_i / 4u;
+    let lane = copy_i % 4u;
+    for (var c = 0u; c < 4u; c++) {
+      w_tile[slot + c * QUARTER][lane] = w[c];
+      x_tile[slot + c * QUARTER][lane] = x[c];
+      if (SWIGLU) {
+        w_up_tile[slot + c * QUARTER][lane] = w_up[c];
+      }
+    }
+    workgroupBarrier();
+    for (var kk = 0u; kk < TILE_K; kk++) {
+      let wv = w_tile[kk * QUARTER + local.x];
+      let xv = x_tile[kk * QUARTER + local.y];
+      acc[0] += xv.x * wv;
+      acc[1] += xv.y * wv;
+      acc[2] += xv.z * wv;
+      acc[3] += xv.w * wv;
+      if (SWIGLU) {
+        let wu = w_up_tile[kk * QUARTER + local.x];
+        acc_up[0] += xv.x * wu;
+        acc_up[1] += xv.y * wu;
+        acc_up[2] += xv.z * wu;
+        acc_up[3] += xv.w * wu;
+      }
+    }
+    workgroupBarrier();
+  }
+
+  let r0 = tile_r + 4u * local.x;
+  let t0 = tile_t + 4u * local.y;
+  if (r0 > last_row) {
+    return; // after the last barrier: leaving is safe
+  }
+  let o = params.row_offset;
+  let bias = vec4<f32>(load_bias(o + min(r0, last_row)), load_bias(o + min(r0 + 1u, last_row)),
+                       load_bias(o + min(r0 + 2u, last_row)), load_bias(o + min(r0 + 3u, last_row)));
+  for (var u = 0u; u < 4u; u++) {
+    if (t0 + u <= last_t) {
+      if (SWIGLU) {
+        // silu(g) = g / (1 + exp(-g)); for very negative g, exp(-g) = inf and g / inf = -0, the limit.
+        let g = acc[u];
+        store_block_row(t0 + u, r0, g / (1.0 + exp(-g)) * acc_up[u]);
+      } else {
+        store_block_row(t0 + u, r0, acc[u] + bias);
+      }
+    }
+  }
+}
+
+/** y[t, r0 .. r0+3] = v, leaving out the rows past the end. */
+fn store_block_row(t: u32, r0: u32, v: vec4<f32>) {
+  let base = t * params.y_stride + params.row_offset + r0;
+  store_y(base, v.x);
+  if (r0 + 1u < params.rows) { store_y(base + 1u, v.y); }
+  if (r0 + 2u < params.rows) { store_y(base + 2u, v.z); }
+  if (r0 + 3u < params.rows) { store_y(base + 3u, v.w); }
+}
