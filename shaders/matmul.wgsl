@@ -7,8 +7,10 @@
 // (the residual add folded in: x += Wo·a, x += W_down·h). With `const SWIGLU: bool` true, W is
 // W_gate and a second weight snippet renamed `_up` (binding 6) is W_up, of the same shape: y =
 // silu(X·W_gateᵀ) * (X·W_upᵀ), the feed-forward's input in one pass (each X load serves both);
-// without, `load_weight4_up` / `load_weight_up` are stubs the compiler drops. With a multiple of 4 columns the host picks the
-// aligned snippets, whose 4-element loads are single vector loads; otherwise they are 4 scalar loads.
+// without, `load_weight4_up` / `load_weight_up` are stubs the compiler drops. With a multiple of
+// 4 columns the host picks the aligned snippets, whose 4-element loads are single vector loads;
+// otherwise they are 4 scalar loads. Then matmul_output.wgsl: the parameters, y, and
+// store_output_row (bias, or SwiGLU, per token of a thread's block).
 //
 // Register blocking, no workgroup memory and no barriers: every thread computes a TOKENS-token x
 // 4-row block of Y in TOKENS vec4 accumulators, walking K four elements at a time. Each step loads
@@ -23,19 +25,6 @@
 // everywhere: on SwiftShader (the CPU Vulkan the tests run on) a workgroupBarrier is extremely
 // expensive and global loads are cheap (CPU caches); a 16x16 tiled kernel with two barriers per K
 // tile ran 30-40x slower than this one (64x64 weights, T=128: ~50-75 ms vs ~1.5-2 ms).
-
-// W may be one row range of a split matrix (see GpuMatrix.parts): rows are the part's, and its
-// outputs go to columns row_offset .. of y, whose rows are y_stride (the whole matrix's rows) long.
-struct Params {
-  T: u32,
-  rows: u32,
-  cols: u32,
-  row_offset: u32, // first row of the whole matrix in this part (bias and y are indexed by it)
-  y_stride: u32,   // floats per token in y
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>; // [T, y_stride]
 
 // MATMUL_WX x MATMUL_WY threads, each 4 rows x TOKENS tokens (composed: kernels.ts, matmulShape);
 // the `TOKENS` loops are unrolled there.
@@ -92,27 +81,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
   }
 
-  let o = params.row_offset;
-  let bias = vec4<f32>(load_bias(o + min(r0, last_row)), load_bias(o + min(r0 + 1u, last_row)),
-                       load_bias(o + min(r0 + 2u, last_row)), load_bias(o + min(r0 + 3u, last_row)));
+  let bias = rows_bias(r0);
   for (var u = 0u; u < TOKENS; u++) {
     if (t0 + u <= last_t) {
-      if (SWIGLU) {
-        // silu(g) = g / (1 + exp(-g)); for very negative g, exp(-g) = inf and g / inf = -0, the limit.
-        let g = acc[u];
-        store_block_row(t0 + u, r0, g / (1.0 + exp(-g)) * acc_up[u]);
-      } else {
-        store_block_row(t0 + u, r0, acc[u] + bias);
-      }
+      store_output_row(t0 + u, r0, acc[u], acc_up[u], bias);
     }
   }
-}
-
-/** y[t, r0 .. r0+3] = v, leaving out the rows past the end. */
-fn store_block_row(t: u32, r0: u32, v: vec4<f32>) {
-  let base = t * params.y_stride + params.row_offset + r0;
-  store_y(base, v.x);
-  if (r0 + 1u < params.rows) { store_y(base + 1u, v.y); }
-  if (r0 + 2u < params.rows) { store_y(base + 2u, v.z); }
-  if (r0 + 3u < params.rows) { store_y(base + 3u, v.w); }
 }

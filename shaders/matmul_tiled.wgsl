@@ -1,7 +1,8 @@
 // Matrix-matrix product for prefill on GPUs, with shared-memory tiles: y[t, r] = sum_k x[t, k] *
 // W[r, k] (+ b[r]), Y = X·Wᵀ, X [T, cols], W row-major [rows, cols]. The same composed snippets and
 // variants as matmul.wgsl (load_weight4 at binding 3, load_x4 at binding 2, load_bias, store_y;
-// SWIGLU with load_weight4_up at binding 6), in their aligned forms: cols is a multiple of 4.
+// SWIGLU with load_weight4_up at binding 6), in their aligned forms: cols is a multiple of 4, and
+// matmul_output.wgsl (the parameters, y, store_output_row).
 //
 // A workgroup of 16 x 16 threads computes a 64-row x 64-token tile of Y. It walks K in steps of
 // TILE_K = 16: the 256 threads first copy the step's 64 x 16 slice of W and of X into workgroup
@@ -14,17 +15,6 @@
 //
 // Rows past the end of W and tokens past T load clamped (in-bounds) data and are never stored;
 // K past cols loads zeros.
-
-struct Params {
-  T: u32,
-  rows: u32,
-  cols: u32,
-  row_offset: u32, // first row of the whole matrix in this part (bias and y are indexed by it)
-  y_stride: u32,   // floats per token in y
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>; // [T, y_stride]
 
 const TILE: u32 = 64u;   // rows and tokens per workgroup
 const TILE_K: u32 = 16u; // K per step
@@ -99,27 +89,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) loca
   if (r0 > last_row) {
     return; // after the last barrier: leaving is safe
   }
-  let o = params.row_offset;
-  let bias = vec4<f32>(load_bias(o + min(r0, last_row)), load_bias(o + min(r0 + 1u, last_row)),
-                       load_bias(o + min(r0 + 2u, last_row)), load_bias(o + min(r0 + 3u, last_row)));
+  let bias = rows_bias(r0);
   for (var u = 0u; u < 4u; u++) {
     if (t0 + u <= last_t) {
-      if (SWIGLU) {
-        // silu(g) = g / (1 + exp(-g)); for very negative g, exp(-g) = inf and g / inf = -0, the limit.
-        let g = acc[u];
-        store_block_row(t0 + u, r0, g / (1.0 + exp(-g)) * acc_up[u]);
-      } else {
-        store_block_row(t0 + u, r0, acc[u] + bias);
-      }
+      store_output_row(t0 + u, r0, acc[u], acc_up[u], bias);
     }
   }
-}
-
-/** y[t, r0 .. r0+3] = v, leaving out the rows past the end. */
-fn store_block_row(t: u32, r0: u32, v: vec4<f32>) {
-  let base = t * params.y_stride + params.row_offset + r0;
-  store_y(base, v.x);
-  if (r0 + 1u < params.rows) { store_y(base + 1u, v.y); }
-  if (r0 + 2u < params.rows) { store_y(base + 2u, v.z); }
-  if (r0 + 3u < params.rows) { store_y(base + 3u, v.w); }
 }

@@ -30,6 +30,7 @@ import f16BitsWgsl from '../../shaders/f16_bits.wgsl?raw';
 import onlineSoftmaxWgsl from '../../shaders/online_softmax.wgsl?raw';
 import fusedMatvecWgsl from '../../shaders/fused_matvec.wgsl?raw';
 import matmulTiledWgsl from '../../shaders/matmul_tiled.wgsl?raw';
+import matmulOutputWgsl from '../../shaders/matmul_output.wgsl?raw';
 import decodeAttentionWgsl from '../../shaders/decode_attention.wgsl?raw';
 
 /** Element type of a KV cache: 'f16' packs two halves a u32 word (no shader-f16 needed). */
@@ -270,9 +271,10 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
       : 'fn load_weight4_up(i: u32) -> vec4<f32> { return vec4<f32>(); }\nfn load_weight_up(i: u32) -> f32 { return 0.0; }\n';
     if (shape.tiled) {
       if (!v.aligned) throw new Error('the tiled matmul needs a multiple of 4 columns');
-      return { code: `${directives}${snippets}\n${matmulTiledWgsl}`, entryPoint: 'main' };
+      return { code: `${directives}${snippets}\n${matmulOutputWgsl}\n${matmulTiledWgsl}`, entryPoint: 'main' };
     }
-    return { code: unrollConstLoops(`${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, { TOKENS: shape.tokens }), entryPoint: 'main' };
+    const code = `${directives}${snippets}\n${matmulOutputWgsl}\n${WEIGHT_KERNEL_SOURCES[kernel]}`;
+    return { code: unrollConstLoops(code, { TOKENS: shape.tokens }), entryPoint: 'main' };
   }
   return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
 }
@@ -369,37 +371,6 @@ function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
     code += g.hasBias
       ? `@group(0) @binding(${fusedBiasBinding(s)}) var<storage, read> bias_s${s}: array<f32>;\nfn bias_${s}(r: u32) -> f32 { return bias_s${s}[r]; }\n`
       : `fn bias_${s}(r: u32) -> f32 { return 0.0; }\n`;
-    if (g.runs) {
-      // K a run at a time (the lanes take whole runs; quantized rows are whole runs): x∘γ of the
-      // run loaded once, dot_run per row.
-      const run = weightRunLength(g.dtype);
-      code += `fn block_dot_${s}(r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {
-  let cols = params.cols;
-  var w: array<u32, 4u * QUADS>;
-  for (var q = 0u; q < QUADS; q++) {
-    w[4u * q] = min(r0 + 4u * q, last_row) * cols;
-    w[4u * q + 1u] = min(r0 + 4u * q + 1u, last_row) * cols;
-    w[4u * q + 2u] = min(r0 + 4u * q + 2u, last_row) * cols;
-    w[4u * q + 3u] = min(r0 + 4u * q + 3u, last_row) * cols;
-  }
-  var acc: array<vec4<f32>, QUADS>;
-  for (var k = lane * ${run}u; k < cols; k += TEAM * ${run}u) {
-    var xs: array<vec4<f32>, RUN_VEC4S_s${s}>;
-    for (var u = 0u; u < RUN_VEC4S_s${s}; u++) {
-      xs[u] = load_xn4(k + 4u * u);
-    }
-    for (var q = 0u; q < QUADS; q++) {
-      acc[q] += vec4<f32>(dot_run_s${s}(w[4u * q] + k, xs), dot_run_s${s}(w[4u * q + 1u] + k, xs),
-                          dot_run_s${s}(w[4u * q + 2u] + k, xs), dot_run_s${s}(w[4u * q + 3u] + k, xs));
-    }
-  }
-  return acc;
-}\n`;
-      unroll[`RUN_VEC4S_s${s}`] = run / 4;
-      dotCases += `    case ${s}u: { return block_dot_${s}(r0, last_row, lane); }\n`;
-      biasCases += `    case ${s}u: { return bias_${s}(r); }\n`;
-      return;
-    }
     // Row starts w[4q + j] of the block's rows (rows past last_row re-read it; their sums are not stored).
     code += `fn block_dot_${s}(r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {
   let cols = params.cols;
@@ -411,7 +382,28 @@ function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
     w[4u * q + 3u] = min(r0 + 4u * q + 3u, last_row) * cols;
   }
   var acc: array<vec4<f32>, QUADS>;
-  let k_vec_end = cols & ~3u;
+`;
+    dotCases += `    case ${s}u: { return block_dot_${s}(r0, last_row, lane); }\n`;
+    biasCases += `    case ${s}u: { return bias_${s}(r); }\n`;
+    if (g.runs) {
+      // K a run at a time (the lanes take whole runs; quantized rows are whole runs): x∘γ of the
+      // run loaded once, dot_run per row.
+      const run = weightRunLength(g.dtype);
+      unroll[`RUN_VEC4S_s${s}`] = run / 4;
+      code += `  for (var k = lane * ${run}u; k < cols; k += TEAM * ${run}u) {
+    var xs: array<vec4<f32>, RUN_VEC4S_s${s}>;
+    for (var u = 0u; u < RUN_VEC4S_s${s}; u++) {
+      xs[u] = load_xn4(k + 4u * u);
+    }
+    for (var q = 0u; q < QUADS; q++) {
+      acc[q] += vec4<f32>(dot_run_s${s}(w[4u * q] + k, xs), dot_run_s${s}(w[4u * q + 1u] + k, xs),
+                          dot_run_s${s}(w[4u * q + 2u] + k, xs), dot_run_s${s}(w[4u * q + 3u] + k, xs));
+    }
+  }
+  return acc;
+}\n`;
+    } else {
+      code += `  let k_vec_end = cols & ~3u;
   for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
     let xn = load_xn4(k);
     for (var q = 0u; q < QUADS; q++) {
@@ -426,8 +418,7 @@ function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   }
   return acc;
 }\n`;
-    dotCases += `    case ${s}u: { return block_dot_${s}(r0, last_row, lane); }\n`;
-    biasCases += `    case ${s}u: { return bias_${s}(r); }\n`;
+    }
   });
   code += `fn block_dot(s: u32, r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {\n  switch (s) {\n${dotCases}    default: { return array<vec4<f32>, QUADS>(); }\n  }\n}\n`;
   code += `fn seg_bias(s: u32, r: u32) -> f32 {\n  switch (s) {\n${biasCases}    default: { return 0.0; }\n  }\n}\n`;

@@ -496,46 +496,34 @@ fn hsum4(v: vec4<f32>) -> f32 {
 // A run of a K-quant is one sub-block of 32 weights, whose 6-bit scale and min (Q4_K, Q5_K) or two
 // int8 scales (Q6_K) and the block's d (and dmin) are decoded once:
 // sum_j x_j (d sc q_j - dmin m) = d sc (sum_j x_j q_j) - dmin m (sum_j x_j).
-DOT_RUN.q4_k = /* wgsl */ `
+/**
+ * Q4_K's and Q5_K's dot_run: blocks of `blockWords` words, the nibbles of sub-block pair s / 2 from
+ * word `quantsWord` of the block (8 words a pair), and for Q5_K the fifth bits from word
+ * `highBitsWord` (bit s of byte l is weight l's).
+ */
+const K_QUANT_DOT_RUN = (blockWords: number, quantsWord: number, highBitsWord?: number) => /* wgsl */ `
 const RUN_VEC4S: u32 = 8u;
 ${HSUM4}
 fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
-  let blk = (i >> 8u) * 36u; // the block's first word (144 bytes = 36 words)
+  let blk = (i >> 8u) * ${blockWords}u; // the block's first word
   let s = (i >> 5u) & 7u;
   let d = unpack2x16float(weight[blk]); // (d, dmin)
   let sm = k_scale_min(blk * 4u + 4u, s);
-  let quants = blk + 4u + ((s >> 1u) << 3u);
+  let quants = blk + ${quantsWord}u + ((s >> 1u) << 3u);
   let shift = (s & 1u) << 2u;
   var dot_q = vec4<f32>();
   var sum_x = vec4<f32>();
   for (var u = 0u; u < RUN_VEC4S; u++) {
-    dot_q += xs[u] * vec4<f32>(bytes4(weight[quants + u] >> shift) & vec4<u32>(15u));
+    var q = bytes4(weight[quants + u] >> shift) & vec4<u32>(15u);
+${highBitsWord === undefined ? '' : `    q |= (bytes4(weight[blk + ${highBitsWord}u + u] >> s) & vec4<u32>(1u)) << vec4<u32>(4u);
+`}    dot_q += xs[u] * vec4<f32>(q);
     sum_x += xs[u];
   }
   return d.x * sm.x * hsum4(dot_q) - d.y * sm.y * hsum4(sum_x);
 }
 `;
-DOT_RUN.q5_k = /* wgsl */ `
-const RUN_VEC4S: u32 = 8u;
-${HSUM4}
-fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
-  let blk = (i >> 8u) * 44u; // the block's first word (176 bytes = 44 words)
-  let s = (i >> 5u) & 7u;
-  let d = unpack2x16float(weight[blk]); // (d, dmin)
-  let sm = k_scale_min(blk * 4u + 4u, s);
-  let quants = blk + 12u + ((s >> 1u) << 3u);
-  let shift = (s & 1u) << 2u;
-  var dot_q = vec4<f32>();
-  var sum_x = vec4<f32>();
-  for (var u = 0u; u < RUN_VEC4S; u++) {
-    let low = bytes4(weight[quants + u] >> shift) & vec4<u32>(15u);
-    let high = bytes4(weight[blk + 4u + u] >> s) & vec4<u32>(1u);
-    dot_q += xs[u] * vec4<f32>(low | (high << vec4<u32>(4u)));
-    sum_x += xs[u];
-  }
-  return d.x * sm.x * hsum4(dot_q) - d.y * sm.y * hsum4(sum_x);
-}
-`;
+DOT_RUN.q4_k = K_QUANT_DOT_RUN(36, 4); // 144-byte blocks: d, dmin, 12 scale bytes, 128 of nibbles
+DOT_RUN.q5_k = K_QUANT_DOT_RUN(44, 12, 4); // 176-byte blocks: as Q4_K with 32 bytes of fifth bits before the nibbles
 // Q6_K blocks (210 bytes) are only 2-byte aligned: the run's quants come through load_u32_at.
 DOT_RUN.q6_k = /* wgsl */ `
 const RUN_VEC4S: u32 = 8u;
