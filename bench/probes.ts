@@ -14,8 +14,14 @@ import type { WeightDType } from '../src/gpu/tensor.ts';
 import { quantizeValues, toF16Clamped } from '../src/model/quantize.ts';
 import { round, stat } from './measure.ts';
 
-export type ProbeDType = 'f32' | 'f16' | 'q8_0' | 'q4_0';
-export const PROBE_DTYPES: ProbeDType[] = ['f32', 'f16', 'q8_0', 'q4_0'];
+export type ProbeDType = 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q6_k';
+/**
+ * The weight storages that loading can make (weightStorage), and the two K-quants of the usual
+ * Q4_K_M GGUF files, which only come from files (random values quantized here).
+ */
+export const PROBE_DTYPES: ProbeDType[] = ['f32', 'f16', 'q8_0', 'q4_0', 'q4_k', 'q6_k'];
+/** The probe types that are not load-time storages: probed whatever --storages says. */
+export const FILE_ONLY_PROBE_DTYPES: ProbeDType[] = ['q4_k', 'q6_k'];
 
 export interface ProbeOptions {
   /** Size of the copied buffer. */
@@ -106,6 +112,8 @@ function randomMatrixBytes(dtype: ProbeDType, values: Float32Array): Float32Arra
     }
     case 'q8_0':
     case 'q4_0':
+    case 'q4_k':
+    case 'q6_k':
       return quantizeValues(dtype, values);
   }
 }

@@ -28,7 +28,7 @@ import type { WeightStorage } from '../src/model/weights.ts';
 import type { Family, Shape } from '../scripts/model-families.ts';
 import { measureCase, RequestTimeout, setRequestTimeout, type CaseFigures } from './cases.ts';
 import { chromiumHost, nodeHost, startBrowser, type BrowserSession, type Host, type HostName } from './hosts.ts';
-import { DEFAULT_PROBE_OPTIONS, type ProbeDType, type ProbeFigures, type ProbeOptions } from './probes.ts';
+import { DEFAULT_PROBE_OPTIONS, FILE_ONLY_PROBE_DTYPES, type ProbeDType, type ProbeFigures, type ProbeOptions } from './probes.ts';
 import { ensureGenerated, realShapesTable, runRealShapes } from './real-shapes.ts';
 import { bestOf, casesTable, countersTable, probesTable, ratios, wllamaTable } from './report.ts';
 import { measureWllama, type WllamaFigures } from './wllama.ts';
@@ -113,7 +113,7 @@ function plan(): Plan {
     cases,
     hosts,
     wllamaThreads: values['no-wllama'] || !hosts.includes('chromium') || !models.includes('stories260k') ? [] : list(values['wllama-threads']).map(Number),
-    probes: values['no-probes'] ? null : { ...DEFAULT_PROBE_OPTIONS, matvecRows: rows, matvecCols: cols, copyMiB: int('copy-mib'), dtypes: storages as ProbeDType[] },
+    probes: values['no-probes'] ? null : { ...DEFAULT_PROBE_OPTIONS, matvecRows: rows, matvecCols: cols, copyMiB: int('copy-mib'), dtypes: [...(storages as ProbeDType[]), ...FILE_ONLY_PROBE_DTYPES] },
   };
 }
 
