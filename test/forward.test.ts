@@ -9,6 +9,7 @@ import { mulberry32 } from './helpers/prng.ts';
 import { testGpu } from './helpers/gpu.ts';
 import { CpuLlama } from './reference/cpu-llama.ts';
 import { maxAbsDiff } from './helpers/compare.ts';
+import { counterDelta, gpuCounters } from '../src/gpu/counters.ts';
 
 const shapes: { name: string; config: LlamaConfig; dtype: WeightDType }[] = [
   { name: 'GQA 6q/2kv, head_dim 4, halves, f32', config: tinyConfig(), dtype: 'f32' },
@@ -68,6 +69,52 @@ describe('Llama forward pass: GPU vs CPU reference', () => {
     const all = await model.forward(prompt, 0, cache, { allLogits: true });
     const last = await model.forward(prompt, 0, cache);
     expect(maxAbsDiff(last, all.subarray((prompt.length - 1) * config.vocabSize))).toBeLessThan(1e-5);
+    cache.destroy();
+    model.destroy();
+  });
+
+  it('prefills of any length share the kept activations (grown for longer prompts; past the cap, made per prefill)', async () => {
+    const ctx = await testGpu();
+    const config = tinyConfig();
+    const { gpu } = buildRandomModel(ctx, config, 'f32', 12);
+    const model = await LlamaModel.create(ctx, config, gpu);
+    const cache = model.createKvCache(32);
+    const rand = mulberry32(5);
+    const prompt = (n: number) => Array.from({ length: n }, () => Math.floor(rand() * config.vocabSize));
+    // allLogits passes have activations of their own: their last row is the reference.
+    const check = async (tokens: number[]) => {
+      const all = await model.forward(tokens, 0, cache, { allLogits: true });
+      const before = gpuCounters(ctx.device);
+      const last = await model.forward(tokens, 0, cache);
+      expect(maxAbsDiff(last, all.subarray((tokens.length - 1) * config.vocabSize))).toBeLessThan(1e-5);
+      return counterDelta(gpuCounters(ctx.device), before);
+    };
+    await check(prompt(9)); // kept activations of 16 tokens
+    // Shorter and equal: the same buffers (only the read-back's own buffer is made).
+    expect((await check(prompt(5))).buffersCreated).toBe(1);
+    expect((await check(prompt(16))).buffersCreated).toBe(1);
+    await check(prompt(20)); // grown to 32 (the cache's capacity)
+    expect((await check(prompt(3))).buffersCreated).toBe(1);
+    cache.destroy();
+    model.destroy();
+  });
+
+  it('prefill activations past the size cap are made per prefill and not kept', async () => {
+    const ctx = await testGpu();
+    const config = tinyConfig();
+    const { gpu } = buildRandomModel(ctx, config, 'f32', 13);
+    const model = await LlamaModel.create(ctx, config, gpu);
+    model.maxKeptPrefillBytes = 0;
+    const cache = model.createKvCache(16);
+    const tokens = [3, 1, 4, 1, 5, 9, 2];
+    const runs: Float32Array[] = [];
+    for (let i = 0; i < 2; i++) {
+      const before = gpuCounters(ctx.device);
+      runs.push(await model.forward(tokens, 0, cache));
+      // The 13 activation buffers and the read-back's, every time.
+      expect(counterDelta(gpuCounters(ctx.device), before).buffersCreated).toBeGreaterThan(10);
+    }
+    expect(maxAbsDiff(runs[0], runs[1])).toBe(0);
     cache.destroy();
     model.destroy();
   });

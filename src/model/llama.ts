@@ -115,10 +115,22 @@ class Activations {
     }
   }
 
+  /** Bytes of all its buffers. */
+  get bytes(): number {
+    return this.buffers.reduce((sum, b) => sum + b.size, 0);
+  }
+
   destroy(): void {
     for (const b of this.buffers) b.destroy();
   }
 }
+
+/**
+ * Prefill activations are kept between prefills up to this size; larger ones (long prompts on
+ * large models) are made for their prefill and freed after it, as the memory they hold would
+ * otherwise stay taken until the model is unloaded.
+ */
+const MAX_KEPT_PREFILL_BYTES = 64 * 1024 * 1024;
 
 export interface ForwardOptions {
   /** Return logits for every input token ([T, vocab]) instead of the last one only. */
@@ -172,9 +184,11 @@ export class LlamaModel {
    * their size, so that a prefill after the first creates no buffers, and its bind groups (the
    * same buffers) come from the kernels' cache. Sized to a power of two of tokens, at most the KV
    * cache's capacity (the memory estimate counts a prefill of the whole context); replaced by a
-   * larger one when a longer prompt comes.
+   * larger one when a longer prompt comes, up to MAX_KEPT_PREFILL_BYTES.
    */
   private prefillActivations: Activations | undefined;
+  /** @internal The most prefill activation bytes kept between prefills (tests lower it). */
+  maxKeptPrefillBytes = MAX_KEPT_PREFILL_BYTES;
 
   private constructor(
     readonly ctx: GpuContext,
@@ -377,13 +391,14 @@ export class LlamaModel {
       return this.decodeActivations;
     }
     if (allLogits) return new Activations(device, this.config, T, true);
-    if (!this.prefillActivations || this.prefillActivations.tokens < T) {
-      // Legal right after submit: the old buffers are freed once the submitted work is done with them.
-      this.prefillActivations?.destroy();
-      const tokens = Math.max(T, Math.min(2 ** Math.ceil(Math.log2(T)), maxTokens));
-      this.prefillActivations = new Activations(device, this.config, tokens, false, false);
-    }
-    return this.prefillActivations;
+    if (this.prefillActivations && this.prefillActivations.tokens >= T) return this.prefillActivations;
+    const tokens = Math.max(T, Math.min(2 ** Math.ceil(Math.log2(T)), maxTokens));
+    const act = new Activations(device, this.config, tokens, false, false);
+    if (act.bytes > this.maxKeptPrefillBytes) return act; // freed by forward() after its submit
+    // Legal right after submit: the old buffers are freed once the submitted work is done with them.
+    this.prefillActivations?.destroy();
+    this.prefillActivations = act;
+    return act;
   }
 
   /**
