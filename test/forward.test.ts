@@ -25,6 +25,14 @@ const shapes: { name: string; config: LlamaConfig; dtype: WeightDType }[] = [
   },
 ];
 
+/** The default tiny shape with random f32 weights, on the test device. */
+async function tinyF32Model(seed: number) {
+  const ctx = await testGpu();
+  const config = tinyConfig();
+  const { gpu } = buildRandomModel(ctx, config, 'f32', seed);
+  return { ctx, config, model: await LlamaModel.create(ctx, config, gpu) };
+}
+
 describe('Llama forward pass: GPU vs CPU reference', () => {
   for (const { name, config, dtype } of shapes) for (const kvDType of ['f16', 'f32'] as const) {
     it(`${name}, ${kvDType} KV cache`, async () => {
@@ -59,25 +67,8 @@ describe('Llama forward pass: GPU vs CPU reference', () => {
     });
   }
 
-  it('the last-token logits of a prefill equal the last row of all logits', async () => {
-    const ctx = await testGpu();
-    const config = tinyConfig();
-    const { gpu } = buildRandomModel(ctx, config, 'f32', 11);
-    const model = await LlamaModel.create(ctx, config, gpu);
-    const cache = model.createKvCache(16);
-    const prompt = [3, 1, 4, 1, 5, 9, 2];
-    const all = await model.forward(prompt, 0, cache, { allLogits: true });
-    const last = await model.forward(prompt, 0, cache);
-    expect(maxAbsDiff(last, all.subarray((prompt.length - 1) * config.vocabSize))).toBeLessThan(1e-5);
-    cache.destroy();
-    model.destroy();
-  });
-
-  it('prefills of any length share the kept activations (grown for longer prompts; past the cap, made per prefill)', async () => {
-    const ctx = await testGpu();
-    const config = tinyConfig();
-    const { gpu } = buildRandomModel(ctx, config, 'f32', 12);
-    const model = await LlamaModel.create(ctx, config, gpu);
+  it("a prefill's last-token logits equal the last row of all logits, whatever the kept activations (shorter, equal, grown)", async () => {
+    const { ctx, config, model } = await tinyF32Model(12);
     const cache = model.createKvCache(32);
     const rand = mulberry32(5);
     const prompt = (n: number) => Array.from({ length: n }, () => Math.floor(rand() * config.vocabSize));
@@ -100,10 +91,7 @@ describe('Llama forward pass: GPU vs CPU reference', () => {
   });
 
   it('prefill activations past the size cap are made per prefill and not kept', async () => {
-    const ctx = await testGpu();
-    const config = tinyConfig();
-    const { gpu } = buildRandomModel(ctx, config, 'f32', 13);
-    const model = await LlamaModel.create(ctx, config, gpu);
+    const { ctx, model } = await tinyF32Model(13);
     model.maxKeptPrefillBytes = 0;
     const cache = model.createKvCache(16);
     const tokens = [3, 1, 4, 1, 5, 9, 2];
