@@ -524,25 +524,40 @@ ${highBitsWord === undefined ? '' : `    q |= (bytes4(weight[blk + ${highBitsWor
 `;
 DOT_RUN.q4_k = K_QUANT_DOT_RUN(36, 4); // 144-byte blocks: d, dmin, 12 scale bytes, 128 of nibbles
 DOT_RUN.q5_k = K_QUANT_DOT_RUN(44, 12, 4); // 176-byte blocks: as Q4_K with 32 bytes of fifth bits before the nibbles
-// Q6_K blocks (210 bytes) are only 2-byte aligned: the run's quants come through load_u32_at.
+// Q6_K blocks (210 bytes) are only 2-byte aligned: every other one starts mid-word. The run's 32
+// bytes of low nibbles and of high bits are read as 9 words each, every word serving two
+// neighbouring 4-byte groups (load_u32_at would read 2 words for each group).
 DOT_RUN.q6_k = /* wgsl */ `
 const RUN_VEC4S: u32 = 8u;
 ${HSUM4}
+/** Bytes 4u .. 4u + 3 of a run whose words start at prev (the word holding its first byte) and next, with the run's byte shift. */
+fn q6_k_join(prev: u32, next: u32, shift: u32) -> u32 {
+  return select((prev >> shift) | (next << (32u - shift)), prev, shift == 0u);
+}
+
 fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
   let blk = (i >> 8u) * 210u;
   let e = i & 255u;
   let n = e >> 7u;
   let g = (e >> 5u) & 3u;
-  let ql = blk + (n << 6u) + ((g & 1u) << 5u);
+  let shift = (blk & 3u) << 3u; // 0 or 16 bits: every offset below is a multiple of 4 from blk
+  let ql = (blk + (n << 6u) + ((g & 1u) << 5u)) >> 2u;
   let ql_shift = (g >> 1u) << 2u;
-  let qh = blk + 128u + (n << 5u);
+  let qh = (blk + 128u + (n << 5u)) >> 2u;
   let qh_shift = g << 1u;
   // Weights 0..15 of the run take scale 2g of half n, 16..31 the next one.
   var dot_lo = vec4<f32>();
   var dot_hi = vec4<f32>();
+  var ql_prev = weight[ql];
+  var qh_prev = weight[qh];
   for (var u = 0u; u < RUN_VEC4S; u++) {
-    let low = bytes4(load_u32_at(ql + 4u * u) >> ql_shift) & vec4<u32>(15u);
-    let high = bytes4(load_u32_at(qh + 4u * u) >> qh_shift) & vec4<u32>(3u);
+    // (The word after a run's last is still in the block: the scales and d follow.)
+    let ql_next = weight[ql + u + 1u];
+    let qh_next = weight[qh + u + 1u];
+    let low = bytes4(q6_k_join(ql_prev, ql_next, shift) >> ql_shift) & vec4<u32>(15u);
+    let high = bytes4(q6_k_join(qh_prev, qh_next, shift) >> qh_shift) & vec4<u32>(3u);
+    ql_prev = ql_next;
+    qh_prev = qh_next;
     let q = xs[u] * vec4<f32>(vec4<i32>(low | (high << vec4<u32>(4u))) - vec4<i32>(32));
     if (u < RUN_VEC4S / 2u) {
       dot_lo += q;
