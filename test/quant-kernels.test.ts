@@ -105,10 +105,10 @@ describe('quantized weights: matvec (T=1) and matmul (T>1)', () => {
     });
   }
 
-  // Rows a run (dot_run: a block of Q8_0/Q4_0, a sub-block of 32 of a K-quant) at a time, as CPU
+  // Rows a run (dot_run: a block of the 32-weight types, a sub-block of 32 of a K-quant) at a time, as CPU
   // adapters walk them, and a load_weight4 at a time, as GPUs do; long rows take matvec's team
   // path (lanes split K by runs).
-  for (const dtype of ['q8_0', 'q4_0', 'q4_k', 'q5_k', 'q6_k'] as const) {
+  for (const dtype of QUANT_DTYPES) {
     for (const runs of [true, false]) {
       for (const cols of QUANT_FORMATS[dtype].blockSize === 256 ? [256, 1280] : [96, 1024]) {
         it(`${dtype} matvec ${runs ? 'by runs' : 'by 4 weights'}, ${cols} cols`, async () => {

@@ -443,13 +443,49 @@ fn load_weight4(i: u32) -> vec4<f32> {
   },
 };
 
+/** The sum of v's components. */
+const HSUM4 = /* wgsl */ `
+fn hsum4(v: vec4<f32>) -> f32 {
+  return v.x + v.y + v.z + v.w;
+}
+`;
+
+/**
+ * For the runs of the 32-weight nibble types (Q4_0, Q4_1, Q5_0, Q5_1): weight j < 16 of a block is
+ * the low nibble of its quant byte j, weight j + 16 the high nibble, and with fifth bits `high`,
+ * bit j of it is weight j's bit 4 (0 for Q4_*).
+ */
+const NIBBLE_RUN = /* wgsl */ `
+const RUN_VEC4S: u32 = 8u;
+${HSUM4}
+/** x_lo · q(weights 4u .. 4u+3) + x_hi · q(weights 16 + 4u ..), word the quant bytes 4u .. 4u+3. */
+fn nibble_word_dot(word: u32, high: u32, u: u32, x_lo: vec4<f32>, x_hi: vec4<f32>) -> vec4<f32> {
+  let bit = vec4<u32>(0u, 1u, 2u, 3u);
+  let h_lo = ((vec4<u32>(high >> (4u * u)) >> bit) & vec4<u32>(1u)) << vec4<u32>(4u);
+  let h_hi = ((vec4<u32>(high >> (16u + 4u * u)) >> bit) & vec4<u32>(1u)) << vec4<u32>(4u);
+  return x_lo * vec4<f32>((bytes4(word) & vec4<u32>(15u)) | h_lo) + x_hi * vec4<f32>((bytes4(word >> 4u) & vec4<u32>(15u)) | h_hi);
+}
+
+/** sum_j x_j q_j over a block (as 4 partial sums), from its 4 words of quant bytes and its fifth bits. */
+fn nibble_block_dot(w0: u32, w1: u32, w2: u32, w3: u32, high: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> vec4<f32> {
+  return nibble_word_dot(w0, high, 0u, xs[0], xs[4]) + nibble_word_dot(w1, high, 1u, xs[1], xs[5]) +
+         nibble_word_dot(w2, high, 2u, xs[2], xs[6]) + nibble_word_dot(w3, high, 3u, xs[3], xs[7]);
+}
+
+/** sum_j x_j over the run. */
+fn run_sum(xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
+  return hsum4(xs[0] + xs[1] + xs[2] + xs[3] + xs[4] + xs[5] + xs[6] + xs[7]);
+}
+`;
+
 /**
  * Runs: `fn dot_run(i, xs) -> f32`, the dot product of the RUN_VEC4S * 4 weights from i (a
  * multiple of that) with xs, for kernels that walk a row a run at a time (matvec.wgsl and the
- * fused matvec on CPU adapters, Kernels.usesWeightRuns). A run of Q8_0 or Q4_0 is one block: its
- * scale is loaded and widened once and its quants are read a word at a time, 9 loads a Q8_0 block
- * and 5 a Q4_0 one where 8 load_weight4 calls take 16. A K-quant's run is a sub-block of 32 (see
- * below). Other types run 4 weights.
+ * fused matvec on CPU adapters, Kernels.usesWeightRuns). A run of a 32-weight block type (Q8_0,
+ * Q4_0, Q4_1, Q5_0, Q5_1) is one block: its scales are loaded and widened once and its quants are
+ * read a word at a time (9 loads a Q8_0 block and 5 a Q4_0 one, where 8 load_weight4 calls take
+ * 16); offsets and mins are applied to the run's sum of x. A K-quant's run is a sub-block of 32
+ * (see below). Other types run 4 weights.
  */
 const DOT_RUN: Partial<Record<WeightDType, string>> = {
   q8_0: /* wgsl */ `
@@ -466,32 +502,46 @@ fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
 }
 `,
   q4_0: /* wgsl */ `
-const RUN_VEC4S: u32 = 8u;
-
-/** x_lo · (low nibbles of word's bytes) + x_hi · (high nibbles): weights 4u.. and 16 + 4u.. of a block. */
-fn q4_0_word_dot(word: u32, x_lo: vec4<f32>, x_hi: vec4<f32>) -> vec4<f32> {
-  return x_lo * vec4<f32>(bytes4(word) & vec4<u32>(15u)) + x_hi * vec4<f32>(bytes4(word >> 4u) & vec4<u32>(15u));
-}
-
+${NIBBLE_RUN}
 // sum_j x_j (q_j - 8) = sum_j x_j q_j - 8 sum_j x_j: the offset is applied once.
 fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
   let b = i >> 5u;
   let quants = (b >> 1u) * 9u + 1u + (b & 1u) * 4u;
-  let s = q4_0_word_dot(weight[quants], xs[0], xs[4]) + q4_0_word_dot(weight[quants + 1u], xs[1], xs[5]) +
-          q4_0_word_dot(weight[quants + 2u], xs[2], xs[6]) + q4_0_word_dot(weight[quants + 3u], xs[3], xs[7]);
-  let sum_x = xs[0] + xs[1] + xs[2] + xs[3] + xs[4] + xs[5] + xs[6] + xs[7];
-  let t = s - 8.0 * sum_x;
-  return q4_0_scale(b >> 1u, b & 1u) * (t.x + t.y + t.z + t.w);
+  let s = nibble_block_dot(weight[quants], weight[quants + 1u], weight[quants + 2u], weight[quants + 3u], 0u, xs);
+  return q4_0_scale(b >> 1u, b & 1u) * (hsum4(s) - 8.0 * run_sum(xs));
+}
+`,
+  q4_1: /* wgsl */ `
+${NIBBLE_RUN}
+// 5 words a block: (d, m), then the nibbles. sum_j x_j (d q_j + m) = d sum_j x_j q_j + m sum_j x_j.
+fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
+  let blk = (i >> 5u) * 5u;
+  let dm = unpack2x16float(weight[blk]);
+  let s = nibble_block_dot(weight[blk + 1u], weight[blk + 2u], weight[blk + 3u], weight[blk + 4u], 0u, xs);
+  return dm.x * hsum4(s) + dm.y * run_sum(xs);
+}
+`,
+  q5_1: /* wgsl */ `
+${NIBBLE_RUN}
+// 6 words a block: (d, m), the fifth bits, then the nibbles.
+fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
+  let blk = (i >> 5u) * 6u;
+  let dm = unpack2x16float(weight[blk]);
+  let s = nibble_block_dot(weight[blk + 2u], weight[blk + 3u], weight[blk + 4u], weight[blk + 5u], weight[blk + 1u], xs);
+  return dm.x * hsum4(s) + dm.y * run_sum(xs);
+}
+`,
+  q5_0: /* wgsl */ `
+${NIBBLE_RUN}
+// 22-byte blocks, only 2-byte aligned: d, the fifth bits and the nibbles through load_u32_at.
+fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
+  let blk = (i >> 5u) * 22u;
+  let s = nibble_block_dot(load_u32_at(blk + 6u), load_u32_at(blk + 10u), load_u32_at(blk + 14u), load_u32_at(blk + 18u),
+                           load_u32_at(blk + 2u), xs);
+  return load_f16(blk) * (hsum4(s) - 16.0 * run_sum(xs));
 }
 `,
 };
-
-/** The sum of v's components. */
-const HSUM4 = /* wgsl */ `
-fn hsum4(v: vec4<f32>) -> f32 {
-  return v.x + v.y + v.z + v.w;
-}
-`;
 
 // A run of a K-quant is one sub-block of 32 weights, whose 6-bit scale and min (Q4_K, Q5_K) or two
 // int8 scales (Q6_K) and the block's d (and dmin) are decoded once:
