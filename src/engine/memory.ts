@@ -4,6 +4,7 @@
 // (LoadOptions.memoryBudgetBytes); per-buffer limits come from the device.
 import type { LlamaConfig } from '../model/config.ts';
 import { KvCache, type KvDType } from '../model/kv-cache.ts';
+import { activationFloatsPerToken } from '../model/llama.ts';
 import { checkTensorFits, type WeightStoragePlan } from '../model/weights.ts';
 
 export interface MemoryEstimate {
@@ -24,11 +25,8 @@ export interface MemoryEstimate {
 /** Bytes of the activation buffers of one forward pass over `tokens` tokens (last-position logits). */
 export function activationBytes(config: LlamaConfig, tokens: number): number {
   const c = config;
-  const q = c.numHeads * c.headDim;
-  const kv = c.numKvHeads * c.headDim;
-  const perToken = 1 + 2 * c.hiddenSize + 2 * q + 2 * kv + 3 * c.intermediateSize; // Activations' buffers
   // Decode activations (one token) are kept as well as the prefill's.
-  return 4 * ((tokens + 1) * perToken + 2 * c.hiddenSize + 4 * c.vocabSize);
+  return 4 * ((tokens + 1) * activationFloatsPerToken(c) + 2 * c.hiddenSize + 4 * c.vocabSize);
 }
 
 export function estimateMemory(config: LlamaConfig, plan: WeightStoragePlan, contextLength: number, kvDType: KvDType = 'f16'): MemoryEstimate {

@@ -55,6 +55,16 @@ export function ropeInverseFrequencies(config: LlamaConfig): Float32Array<ArrayB
   return invFreq;
 }
 
+/**
+ * f32 elements per token of the activation buffers (Activations' [T, ...] ones: token ids, x, xb,
+ * q, k, v, attention out, gate, up, FFN hidden).
+ */
+export function activationFloatsPerToken(c: LlamaConfig): number {
+  const q = c.numHeads * c.headDim;
+  const kv = c.numKvHeads * c.headDim;
+  return 1 + 2 * c.hiddenSize + 2 * q + 2 * kv + 3 * c.intermediateSize;
+}
+
 /** Activation buffers of one step, sized for up to `tokens` tokens. */
 class Activations {
   readonly buffers: GPUBuffer[] = [];
@@ -113,11 +123,6 @@ class Activations {
       });
       this.buffers.push(this.logitsReadback);
     }
-  }
-
-  /** Bytes of all its buffers. */
-  get bytes(): number {
-    return this.buffers.reduce((sum, b) => sum + b.size, 0);
   }
 
   destroy(): void {
@@ -393,12 +398,13 @@ export class LlamaModel {
     if (allLogits) return new Activations(device, this.config, T, true);
     if (this.prefillActivations && this.prefillActivations.tokens >= T) return this.prefillActivations;
     const tokens = Math.max(T, Math.min(2 ** Math.ceil(Math.log2(T)), maxTokens));
-    const act = new Activations(device, this.config, tokens, false, false);
-    if (act.bytes > this.maxKeptPrefillBytes) return act; // freed by forward() after its submit
+    if (4 * tokens * activationFloatsPerToken(this.config) > this.maxKeptPrefillBytes) {
+      return new Activations(device, this.config, T, false, false); // freed by forward() after its submit
+    }
     // Legal right after submit: the old buffers are freed once the submitted work is done with them.
     this.prefillActivations?.destroy();
-    this.prefillActivations = act;
-    return act;
+    this.prefillActivations = new Activations(device, this.config, tokens, false, false);
+    return this.prefillActivations;
   }
 
   /**
