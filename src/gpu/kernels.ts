@@ -861,9 +861,9 @@ export class Kernels {
 
   /**
    * Whether the matrix-vector kernels walk `dtype`'s rows a run at a time (dot_run, see
-   * weight-formats.ts): Q8_0 and Q4_0 on CPU adapters, where every load costs and a block's scale
-   * is then read once. GPUs keep neighbouring lanes on neighbouring words (coalesced loads).
-   * Measured on SwiftShader, SmolLM2-135M's shape, decode side by side: see README.
+   * weight-formats.ts): the quantized types on CPU adapters, where every load costs and a block's
+   * scales are then read once. GPUs keep neighbouring lanes on neighbouring words (coalesced
+   * loads). Measured on SwiftShader, matvec 4096 x 2048 side by side: 1.2x (Q8_0) to 3.7x (Q4_K).
    */
   usesWeightRuns(dtype: WeightDType): boolean {
     return (this.weightRunsOverride ?? this.isCpuDevice) && weightRunLength(dtype) > 4;

@@ -132,6 +132,11 @@ fn load_f16(b: u32) -> f32 {
   return unpack2x16float(weight[b >> 2u] >> ((b & 2u) << 3u)).x;
 }
 
+/** The 4 bytes from bit shift (a multiple of 8) of the little-endian pair of words lo, hi. */
+fn join_u32(lo: u32, hi: u32, shift: u32) -> u32 {
+  return select((lo >> shift) | (hi << (32u - shift)), lo, shift == 0u);
+}
+
 /** Bytes b .. b+3 (any alignment) as one little-endian u32. */
 fn load_u32_at(b: u32) -> u32 {
   let w = b >> 2u;
@@ -141,8 +146,7 @@ fn load_u32_at(b: u32) -> u32 {
     return lo;
   }
   // (b + 3 lies in the buffer, so word w + 1 does; the min only keeps the index provably in bounds.)
-  let hi = weight[min(w + 1u, arrayLength(&weight) - 1u)];
-  return (lo >> shift) | (hi << (32u - shift));
+  return join_u32(lo, weight[min(w + 1u, arrayLength(&weight) - 1u)], shift);
 }
 
 /** The 4 bytes of v, lowest first. */
@@ -490,7 +494,7 @@ fn run_sum(xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
 const DOT_RUN: Partial<Record<WeightDType, string>> = {
   q8_0: /* wgsl */ `
 const RUN_VEC4S: u32 = 8u;
-
+${HSUM4}
 fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
   let b = i >> 5u;
   let quants = (b >> 1u) * 17u + 1u + (b & 1u) * 8u;
@@ -498,7 +502,7 @@ fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
   for (var u = 0u; u < RUN_VEC4S; u++) {
     s += xs[u] * vec4<f32>(bytes4_i8(weight[quants + u]));
   }
-  return q8_0_scale(b >> 1u, b & 1u) * (s.x + s.y + s.z + s.w);
+  return q8_0_scale(b >> 1u, b & 1u) * hsum4(s);
 }
 `,
   q4_0: /* wgsl */ `
@@ -580,11 +584,6 @@ DOT_RUN.q5_k = K_QUANT_DOT_RUN(44, 12, 4); // 176-byte blocks: as Q4_K with 32 b
 DOT_RUN.q6_k = /* wgsl */ `
 const RUN_VEC4S: u32 = 8u;
 ${HSUM4}
-/** Bytes 4u .. 4u + 3 of a run whose words start at prev (the word holding its first byte) and next, with the run's byte shift. */
-fn q6_k_join(prev: u32, next: u32, shift: u32) -> u32 {
-  return select((prev >> shift) | (next << (32u - shift)), prev, shift == 0u);
-}
-
 fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
   let blk = (i >> 8u) * 210u;
   let e = i & 255u;
@@ -604,8 +603,8 @@ fn dot_run(i: u32, xs: array<vec4<f32>, RUN_VEC4S>) -> f32 {
     // (The word after a run's last is still in the block: the scales and d follow.)
     let ql_next = weight[ql + u + 1u];
     let qh_next = weight[qh + u + 1u];
-    let low = bytes4(q6_k_join(ql_prev, ql_next, shift) >> ql_shift) & vec4<u32>(15u);
-    let high = bytes4(q6_k_join(qh_prev, qh_next, shift) >> qh_shift) & vec4<u32>(3u);
+    let low = bytes4(join_u32(ql_prev, ql_next, shift) >> ql_shift) & vec4<u32>(15u);
+    let high = bytes4(join_u32(qh_prev, qh_next, shift) >> qh_shift) & vec4<u32>(3u);
     ql_prev = ql_next;
     qh_prev = qh_next;
     let q = xs[u] * vec4<f32>(vec4<i32>(low | (high << vec4<u32>(4u))) - vec4<i32>(32));
