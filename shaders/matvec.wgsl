@@ -18,10 +18,10 @@
 // A workgroup of 64 threads covers 64 / TEAM quads; with many rows the grid is folded into 2-D and
 // the quad is recovered from the flat workgroup index.
 //
-// With USE_RUNS (Q8_0, Q4_0 on CPU adapters: kernels.ts, usesWeightRuns) the lanes split K by runs
-// of 4 * RUN_VEC4S weights (a quantized block) instead, each row's run taken by one dot_run, which
-// decodes the block's scale once; the run's x is loaded once for the 4 rows. (cols is then a
-// multiple of the run: rows of quantized weights are whole blocks.)
+// With USE_RUNS (quantized types on CPU adapters: kernels.ts, usesWeightRuns) the lanes split K by
+// runs of 4 * RUN_VEC4S weights (a block, or a K-quant's sub-block) instead, each row's run taken
+// by one dot_run, which decodes the run's scales once; the run's x is loaded once for the 4 rows.
+// (cols is then a multiple of the run: rows of quantized weights are whole blocks.)
 
 // W may be one row range of a split matrix (see GpuMatrix.parts): rows are the part's, and row r
 // of it is y[row_offset + r] (and bias[row_offset + r]).
@@ -54,7 +54,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
     let w1 = min(r0 + 1u, last_row) * cols;
     let w2 = min(r0 + 2u, last_row) * cols;
     let w3 = min(r0 + 3u, last_row) * cols;
-    let k_vec_end = select(cols & ~3u, 0u, USE_RUNS);
     if (USE_RUNS) {
       let run = 4u * RUN_VEC4S;
       for (var k = lane * run; k < cols; k += TEAM * run) {
@@ -64,15 +63,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
         }
         acc += vec4<f32>(dot_run(w0 + k, xs), dot_run(w1 + k, xs), dot_run(w2 + k, xs), dot_run(w3 + k, xs));
       }
-    }
-    for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
-      // Column j of w holds W[r0 + j, k .. k+3], so x4 * w = (dot(x4, W[r0 + j, k..]))_j.
-      let w = mat4x4<f32>(load_weight4(w0 + k), load_weight4(w1 + k), load_weight4(w2 + k), load_weight4(w3 + k));
-      acc += load_x4(k) * w;
-    }
-    // The last cols % 4 columns (only when cols is not a multiple of 4).
-    for (var k = select(k_vec_end + lane, cols, USE_RUNS); k < cols; k += TEAM) {
-      acc += load_x(k) * vec4<f32>(load_weight(w0 + k), load_weight(w1 + k), load_weight(w2 + k), load_weight(w3 + k));
+    } else {
+      let k_vec_end = cols & ~3u;
+      for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
+        // Column j of w holds W[r0 + j, k .. k+3], so x4 * w = (dot(x4, W[r0 + j, k..]))_j.
+        let w = mat4x4<f32>(load_weight4(w0 + k), load_weight4(w1 + k), load_weight4(w2 + k), load_weight4(w3 + k));
+        acc += load_x4(k) * w;
+      }
+      // The last cols % 4 columns (only when cols is not a multiple of 4).
+      for (var k = k_vec_end + lane; k < cols; k += TEAM) {
+        acc += load_x(k) * vec4<f32>(load_weight(w0 + k), load_weight(w1 + k), load_weight(w2 + k), load_weight(w3 + k));
+      }
     }
   }
   acc = reduce_team(acc, lid);
