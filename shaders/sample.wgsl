@@ -134,6 +134,13 @@ fn raw_key(x: f32) -> u32 {
   return z_key(x);
 }
 
+/** raw_key() for four floats at once. */
+fn raw_key4(x: vec4<f32>) -> vec4<u32> {
+  let b = bitcast<vec4<u32>>(x);
+  let nan = (b & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+  return select(select(z_key4(x), vec4<u32>(1u), b == vec4<u32>(0xff800000u)), vec4<u32>(0u), nan);
+}
+
 fn neg_inf() -> f32 {
   return bitcast<f32>(0xff800000u | (seq.vocab & 0u));
 }
@@ -251,6 +258,30 @@ fn processed(raw: f32, b: f32, h: u32) -> f32 {
 
 // ---- prepare / reduce ----
 
+/** processed() for four ids at once. */
+fn processed4(raw: vec4<f32>, b: vec4<f32>, h: vec4<u32>) -> vec4<f32> {
+  var x = raw + b;
+  if (seq.repetition != 1.0) {
+    let penalized = select(x * seq.repetition, x / seq.repetition, x > vec4<f32>(0.0));
+    x = select(x, penalized, (h & vec4<u32>(SEEN)) != vec4<u32>(0u));
+  }
+  let c = h & vec4<u32>(COUNT_MASK);
+  return select(x, x - (vec4<f32>(c) * seq.frequency + seq.presence), c > vec4<u32>(0u));
+}
+
+/** z_key() for four floats at once. */
+fn z_key4(x: vec4<f32>) -> vec4<u32> {
+  var b = bitcast<vec4<u32>>(x);
+  let dead = ((b & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u)) | (b == vec4<u32>(0xff800000u));
+  b = select(b, vec4<u32>(0u), b == vec4<u32>(0x80000000u));
+  let key = select(b | vec4<u32>(0x80000000u), ~b, (b & vec4<u32>(0x80000000u)) != vec4<u32>(0u));
+  return select(key, vec4<u32>(0u), dead);
+}
+
+// The chunk's ids go four at a time, as vectors: keys, argmax and the log-sum-exp of the raw
+// logits each keep one partial per component (ids i with i % 4 == j), combined at the end of the
+// chunk in component order. Dynamic indexing into vectors and a branch per id made this loop the
+// greedy step's whole cost on SwiftShader. Only the top-N list (logprobs) walks the ids singly.
 fn prepare_chunk(c: u32) {
   let start = c * CHUNK;
   let end = chunk_end(c);
@@ -258,11 +289,13 @@ fn prepare_chunk(c: u32) {
   let use_bias = (seq.flags & HAS_BIAS) != 0u;
   let use_history = (seq.flags & USES_HISTORY) != 0u;
   let n_top = seq.n_top;
-  var best_key = 0u;
-  var best_id = start;
+  let lane = vec4<u32>(0u, 1u, 2u, 3u);
+  let last = seq.vocab - 1u;
+  var best_key = vec4<u32>(0u);
+  var best_id = vec4<u32>(start) + lane;
   // Online log-sum-exp of the raw logits (NaN and -inf skipped): s = sum of exp(raw - m).
-  var m = neg_inf();
-  var s = 0.0;
+  var m = vec4<f32>(neg_inf());
+  var s = vec4<f32>(0.0);
   var top_ids: array<u32, 20>;
   var top_keys: array<u32, 20>;
   var top_n = 0u;
@@ -271,47 +304,63 @@ fn prepare_chunk(c: u32) {
     if (use_history) { h = history[q]; }
     var b = vec4<f32>(0.0);
     if (use_bias) { b = bias[q]; }
-    var keys = vec4<u32>(0u); // ids past the vocabulary keep 0: never candidates
-    for (var j = 0u; j < 4u; j++) {
-      let i = q * 4u + j;
-      if (i >= end) { break; }
-      let raw = logits[i];
-      var k = z_key(processed(raw, b[j], h[j]));
-      if (banned_now && (h[j] & BANNED) != 0u) { k = 0u; }
-      keys[j] = k;
-      if (k > best_key) {
-        best_key = k;
-        best_id = i;
-      }
-      let rk = raw_key(raw);
-      if (rk > 1u) {
-        if (raw > m) {
-          s = s * exp(m - raw) + 1.0;
-          m = raw;
-        } else {
-          s += exp(raw - m);
-        }
-      }
-      // The chunk's top-N raw logits: ids come in ascending order, so a tie never displaces.
-      if (rk != 0u && n_top > 0u && (top_n < n_top || rk > top_keys[n_top - 1u])) {
+    let ids = vec4<u32>(q * 4u) + lane;
+    let valid = ids < vec4<u32>(end); // ids past the vocabulary keep key 0: never candidates
+    let raw = vec4<f32>(logits[ids.x], logits[min(ids.y, last)], logits[min(ids.z, last)], logits[min(ids.w, last)]);
+    var banned = !valid;
+    if (banned_now) { banned = banned | ((h & vec4<u32>(BANNED)) != vec4<u32>(0u)); }
+    let keys = select(z_key4(processed4(raw, b, h)), vec4<u32>(0u), banned);
+    let better = keys > best_key; // strict: the lowest id of a component wins its ties
+    best_key = select(best_key, keys, better);
+    best_id = select(best_id, ids, better);
+    let rk = raw_key4(raw);
+    let finite = valid & (rk > vec4<u32>(1u));
+    let m_new = select(m, max(m, raw), finite);
+    // exp(0) = 1 exactly where m stays or raw is the new m: no inf - inf (a component that has
+    // seen nothing yet, an infinite logit).
+    let term = select(exp(raw - m_new), vec4<f32>(1.0), raw == m_new);
+    s = s * exp(select(m - m_new, vec4<f32>(0.0), m == m_new)) + select(vec4<f32>(0.0), term, finite);
+    m = m_new;
+    vals[q] = keys;
+    // The chunk's top-N raw logits: ids come in ascending order, so a tie never displaces.
+    if (n_top > 0u) {
+      for (var j = 0u; j < 4u; j++) {
+        let r = rk[j];
+        if (!valid[j] || r == 0u || (top_n == n_top && r <= top_keys[n_top - 1u])) { continue; }
         var at = select(n_top - 1u, top_n, top_n < n_top);
-        while (at > 0u && top_keys[at - 1u] < rk) {
+        while (at > 0u && top_keys[at - 1u] < r) {
           top_keys[at] = top_keys[at - 1u];
           top_ids[at] = top_ids[at - 1u];
           at--;
         }
-        top_keys[at] = rk;
-        top_ids[at] = i;
+        top_keys[at] = r;
+        top_ids[at] = ids[j];
         top_n = min(top_n + 1u, n_top);
       }
     }
-    vals[q] = keys;
   }
+  var key = best_key.x;
+  var id = best_id.x;
+  var mc = m.x;
+  for (var j = 1u; j < 4u; j++) {
+    if (before(best_key[j], best_id[j], key, id)) {
+      key = best_key[j];
+      id = best_id[j];
+    }
+    mc = max(mc, m[j]);
+  }
+  var sc = 0.0;
+  if (mc > neg_inf()) {
+    for (var j = 0u; j < 4u; j++) {
+      if (m[j] > neg_inf()) { sc += s[j] * exp(m[j] - mc); }
+    }
+  }
+  if (key == 0u) { id = start; } // nothing finite in the chunk: as the scalar walk left it
   let base = chunk_base(c);
-  setf(base, m);
-  setf(base + 1u, s);
-  work[base + 2u] = best_key;
-  work[base + 3u] = best_id;
+  setf(base, mc);
+  setf(base + 1u, sc);
+  work[base + 2u] = key;
+  work[base + 3u] = id;
   work[base + 4u] = top_n;
   for (var j = 0u; j < top_n; j++) { work[base + 8u + j] = top_ids[j]; }
 }
