@@ -18,35 +18,17 @@
 // unnormalized accumulators and (m, l) in `partials`, and attention.wgsl's split_combine finishes
 // (flash-decoding). The grid depends on the cache size, not on p.
 //
-// Composed in front of this file (kernels.ts, decodeAttentionSpec): HEAD_DIM, HEADS, THREADS (items
-// per workgroup: fewer on CPU devices), H, WIDTH, hsum, KV, load_k/load_v, store_out
-// (attentionSliceWgsl); online_softmax.wgsl (first_key; attend_key / attend_row: one key for the
-// thread's heads; NEG_LARGE, HEAD_SLICES), sin_cos.wgsl, f16_bits.wgsl; `fn start_pos() -> u32` (positionWgsl); and,
-// for the cache's element type, `fn qf_h(e) -> H` and `fn kf_h(e) -> H` (the slice at element e of
-// qf / kf), `fn qkv_h(i) -> H`, `fn round_kv(x: H) -> H` (to what the cache holds) and
-// `fn store_kv_row(e0)` (writes k_cur, v_cur at element e0 of the caches); and, in the split variant
-// only, the partials (binding 5, laid out as attention.wgsl's split_combine reads them) behind
-// `fn store_partial(i, v: H)` and `fn store_ml(i, m, l)` (no-ops in the single-chunk variant, which
-// binds no partials).
-
-struct Params {
-  start_pos: u32,
-  num_heads: u32,
-  num_kv_heads: u32,
-  head_dim: u32,
-  scale: f32,      // 1 / sqrt(head_dim)
-  window: u32,     // sliding window in positions; 0: none
-  chunk_keys: u32, // cache rows per chunk
-  num_chunks: u32, // chunks per head
-  pairing: u32,    // RoPE: 0 = adjacent, 1 = halves
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;       // [num_heads, head_dim]
-@group(0) @binding(2) var<storage, read> qkv: array<f32>;             // [q_dim + 2 kv_dim]
-@group(0) @binding(3) var<storage, read_write> k_cache: array<KV>;    // [rows, num_kv_heads, head_dim]
-@group(0) @binding(4) var<storage, read_write> v_cache: array<KV>;
-@group(0) @binding(6) var<storage, read> inv_freq: array<f32>;        // [head_dim / 2]
+// This file is the math of one thread, `attend_item`; two kernels run it: decode_attention_pass.wgsl
+// (a dispatch of its own) and decode_layer.wgsl (a phase of the whole layer). Composed in front of
+// it (kernels.ts, decodeAttentionHelpersWgsl): HEAD_DIM, HEADS, H, WIDTH, hsum, KV, load_k/load_v,
+// store_out (attentionSliceWgsl); online_softmax.wgsl (first_key; attend_key / attend_row: one key
+// for the thread's heads; NEG_LARGE, HEAD_SLICES), sin_cos.wgsl, f16_bits.wgsl; `fn start_pos() ->
+// u32`; `fn load_qkv(i) -> f32` and `fn load_inv_freq(d) -> f32`; for the cache's element type,
+// `fn qf_h(e) -> H` and `fn kf_h(e) -> H` (the slice at element e of qf / kf), `fn qkv_h(i) -> H`,
+// `fn round_kv(x: H) -> H` (to what the cache holds) and `fn store_kv_row(e0)` (writes k_cur, v_cur
+// at element e0 of the caches); `fn store_partial(i, v: H)` and `fn store_ml(i, m, l)` (the split's
+// partials, laid out as attention.wgsl's split_combine reads them; no-ops with one chunk); and a
+// `params` with the fields of decode_attention_pass.wgsl's Params.
 
 /** Slices of the HEADS heads' q and accumulators: slot g * HEAD_SLICES + i is slice i of head h0 + g. */
 const SLOTS: u32 = HEADS * HEAD_SLICES;
@@ -57,13 +39,11 @@ var<private> kf: array<f32, HEAD_DIM>;
 var<private> k_cur: array<H, HEAD_SLICES>;
 var<private> v_cur: array<H, HEAD_SLICES>;
 
-@compute @workgroup_size(THREADS)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-  let item = (wg.y * grid.x + wg.x) * THREADS + lid; // flat (block of heads, chunk)
-  if (item >= (params.num_heads / HEADS) * params.num_chunks) {
-    return; // no barriers in this kernel
-  }
+/**
+ * Thread work item `item` < (num_heads / HEADS) * num_chunks: the block of HEADS query heads
+ * item / num_chunks, over the cache rows of chunk item % num_chunks.
+ */
+fn attend_item(item: u32) {
   let h0 = (item / params.num_chunks) * HEADS;
   let chunk = item % params.num_chunks;
   let group = params.num_heads / params.num_kv_heads;
@@ -77,7 +57,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
   // sin_cos per call, and one per element made this kernel take a minute to compile).
   let k0 = q_dim + kv_head * HEAD_DIM;
   for (var d = 0u; d < HEAD_DIM / 2u; d++) {
-    let sc = sin_cos(p * inv_freq[d]);
+    let sc = sin_cos(p * load_inv_freq(d));
     var ia = 2u * d; // 'adjacent': (2d, 2d + 1); 'halves': (d, d + HEAD_DIM / 2)
     var ib = 2u * d + 1u;
     if (params.pairing == 1u) {
@@ -86,13 +66,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
     }
     for (var g = 0u; g < HEADS; g++) {
       let q0 = (h0 + g) * HEAD_DIM;
-      let qa = qkv[q0 + ia];
-      let qb = qkv[q0 + ib];
+      let qa = load_qkv(q0 + ia);
+      let qb = load_qkv(q0 + ib);
       qf[g * HEAD_DIM + ia] = qa * sc.y - qb * sc.x;
       qf[g * HEAD_DIM + ib] = qa * sc.x + qb * sc.y;
     }
-    let ka = qkv[k0 + ia];
-    let kb = qkv[k0 + ib];
+    let ka = load_qkv(k0 + ia);
+    let kb = load_qkv(k0 + ib);
     kf[ia] = ka * sc.y - kb * sc.x;
     kf[ib] = ka * sc.x + kb * sc.y;
   }

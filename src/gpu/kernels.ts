@@ -32,6 +32,7 @@ import fusedMatvecWgsl from '../../shaders/fused_matvec.wgsl?raw';
 import matmulTiledWgsl from '../../shaders/matmul_tiled.wgsl?raw';
 import matmulOutputWgsl from '../../shaders/matmul_output.wgsl?raw';
 import decodeAttentionWgsl from '../../shaders/decode_attention.wgsl?raw';
+import decodeAttentionPassWgsl from '../../shaders/decode_attention_pass.wgsl?raw';
 
 /** Element type of a KV cache: 'f16' packs two halves a u32 word (no shader-f16 needed). */
 export type KvDType = 'f16' | 'f32';
@@ -536,7 +537,7 @@ const attentionSpec = (v: AttentionVariant): ShaderSpec => {
  * attention.wgsl's element type of q and the caches: vec4s when the head dimension is a multiple
  * of 4 (every head starts at a multiple of 4 floats), else single floats.
  */
-function attentionSliceWgsl(aligned: boolean, kvDType: KvDType, withQ = true): string {
+function attentionSliceWgsl(aligned: boolean, kvDType: KvDType, withQ = true, withStoreOut = true): string {
   const load1 = (name: string, buf: string) =>
     aligned
       ? `fn ${name}(i: u32) -> f32 { return ${buf}[i >> 2u][i & 3u]; }\n`
@@ -563,14 +564,14 @@ function attentionSliceWgsl(aligned: boolean, kvDType: KvDType, withQ = true): s
   const loads = (withQ ? load1('load_q1', 'q') : '') + cache;
   if (!aligned) {
     return (
-      `alias H = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: H) -> f32 { return v; }\n${loads}fn store_out(i: u32, v: H) { out[i] = v; }\n`
+      `alias H = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: H) -> f32 { return v; }\n${loads}${withStoreOut ? 'fn store_out(i: u32, v: H) { out[i] = v; }\n' : ''}`
     );
   }
   const store4 = (name: string, buf: string) =>
     `fn ${name}(i: u32, v: H) { ${buf}[i] = v.x; ${buf}[i + 1u] = v.y; ${buf}[i + 2u] = v.z; ${buf}[i + 3u] = v.w; }\n`;
   return (
     `alias H = vec4<f32>;\nconst WIDTH: u32 = 4u;\nfn hsum(v: H) -> f32 { return v.x + v.y + v.z + v.w; }\n${loads}` +
-    store4('store_out', 'out')
+    (withStoreOut ? store4('store_out', 'out') : '')
   );
 }
 
@@ -603,35 +604,28 @@ export function attentionHeadsPerThread(group: number, headDim: number, isCpu: b
   return 1;
 }
 
-/** decode_attention.wgsl with its snippets (see the head of that file). */
-function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
-  const aligned = v.headDim % 4 === 0;
+/**
+ * What decode_attention.wgsl's attend_item needs besides its buffers (see the head of that file):
+ * the slice helpers, online_softmax.wgsl, sin_cos.wgsl, f16_bits.wgsl, and the cache's element
+ * type's qf_h / kf_h / qkv_h / round_kv / store_kv_row. The kernel that includes it declares
+ * `params`, `k_cache`, `v_cache`, `out` (or, with withStoreOut false, its own store_out), load_qkv,
+ * load_inv_freq, start_pos, store_partial and store_ml.
+ */
+function decodeAttentionHelpersWgsl(headDim: number, heads: number, kvDType: KvDType, withStoreOut = true): string {
+  const aligned = headDim % 4 === 0;
   // (q comes from qkv: no load_q1.)
-  let code =
-    `const HEAD_DIM: u32 = ${v.headDim}u;\nconst HEADS: u32 = ${v.heads}u;\nconst THREADS: u32 = ${v.threads}u;\n` +
-    attentionSliceWgsl(aligned, v.kvDType, false);
-  // The partials binding exists only in the split variant (a layout 'auto' binding must be bound).
-  if (v.split) {
-    code +=
-      '@group(0) @binding(5) var<storage, read_write> partials: array<f32>;\n' +
-      (aligned
-        ? 'fn store_partial(i: u32, v: H) { partials[i] = v.x; partials[i + 1u] = v.y; partials[i + 2u] = v.z; partials[i + 3u] = v.w; }\n'
-        : 'fn store_partial(i: u32, v: H) { partials[i] = v; }\n') +
-      'fn store_ml(i: u32, m: f32, l: f32) { partials[i] = m; partials[i + 1u] = l; }\n';
-  } else {
-    code += 'fn store_partial(i: u32, v: H) {}\nfn store_ml(i: u32, m: f32, l: f32) {}\n';
-  }
-  code += `${onlineSoftmaxWgsl}\n${sinCosWgsl}\n${f16BitsWgsl}\n${positionWgsl(v.position)}`;
+  let code = `const HEAD_DIM: u32 = ${headDim}u;\nconst HEADS: u32 = ${heads}u;\n` + attentionSliceWgsl(aligned, kvDType, false, withStoreOut);
+  code += `${onlineSoftmaxWgsl}\n${sinCosWgsl}\n${f16BitsWgsl}\n`;
   code += 'fn pack_f16(a: f32, b: f32) -> u32 { return f16_bits(a) | (f16_bits(b) << 16u); }\n';
   if (aligned) {
     code +=
       'fn qf_h(e: u32) -> H { return H(qf[e], qf[e + 1u], qf[e + 2u], qf[e + 3u]); }\n' +
       'fn kf_h(e: u32) -> H { return H(kf[e], kf[e + 1u], kf[e + 2u], kf[e + 3u]); }\n' +
-      'fn qkv_h(i: u32) -> H { return H(qkv[i], qkv[i + 1u], qkv[i + 2u], qkv[i + 3u]); }\n';
+      'fn qkv_h(i: u32) -> H { return H(load_qkv(i), load_qkv(i + 1u), load_qkv(i + 2u), load_qkv(i + 3u)); }\n';
   } else {
-    code += 'fn qf_h(e: u32) -> H { return qf[e]; }\nfn kf_h(e: u32) -> H { return kf[e]; }\nfn qkv_h(i: u32) -> H { return qkv[i]; }\n';
+    code += 'fn qf_h(e: u32) -> H { return qf[e]; }\nfn kf_h(e: u32) -> H { return kf[e]; }\nfn qkv_h(i: u32) -> H { return load_qkv(i); }\n';
   }
-  if (v.kvDType === 'f32') {
+  if (kvDType === 'f32') {
     code +=
       'fn round_kv(x: H) -> H { return x; }\n' +
       'fn store_kv_row(e0: u32) { for (var i = 0u; i < HEAD_SLICES; i++) { k_cache[e0 / WIDTH + i] = k_cur[i]; v_cache[e0 / WIDTH + i] = v_cur[i]; } }\n';
@@ -648,10 +642,34 @@ function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
       'fn store_kv_row(e0: u32) {\n  for (var i = 0u; i < HEAD_SLICES; i += 2u) {\n' +
       '    k_cache[(e0 + i) / 2u] = pack_f16(k_cur[i], k_cur[i + 1u]);\n    v_cache[(e0 + i) / 2u] = pack_f16(v_cur[i], v_cur[i + 1u]);\n  }\n}\n';
   }
-  const slices = aligned ? v.headDim / 4 : v.headDim;
-  const source = `${code}\n${decodeAttentionWgsl}`;
-  if (slices * v.heads > MAX_UNROLLED_SLICES) return { code: source, entryPoint: 'main' };
-  return { code: unrollConstLoops(source, { HEAD_SLICES: slices, HEADS: v.heads }), entryPoint: 'main' };
+  return code;
+}
+
+/** decode_attention.wgsl's slice and head loops unrolled, where they are short enough (MAX_UNROLLED_SLICES). */
+function unrollAttentionLoops(source: string, headDim: number, heads: number): string {
+  const slices = headDim % 4 === 0 ? headDim / 4 : headDim;
+  if (slices * heads > MAX_UNROLLED_SLICES) return source;
+  return unrollConstLoops(source, { HEAD_SLICES: slices, HEADS: heads });
+}
+
+/** decode_attention_pass.wgsl: decode_attention.wgsl as a dispatch of its own. */
+function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
+  const aligned = v.headDim % 4 === 0;
+  let code = `const THREADS: u32 = ${v.threads}u;\n` + decodeAttentionHelpersWgsl(v.headDim, v.heads, v.kvDType) + positionWgsl(v.position);
+  code += 'fn load_qkv(i: u32) -> f32 { return qkv[i]; }\nfn load_inv_freq(d: u32) -> f32 { return inv_freq[d]; }\n';
+  // The partials binding exists only in the split variant (a layout 'auto' binding must be bound).
+  if (v.split) {
+    code +=
+      '@group(0) @binding(5) var<storage, read_write> partials: array<f32>;\n' +
+      (aligned
+        ? 'fn store_partial(i: u32, v: H) { partials[i] = v.x; partials[i + 1u] = v.y; partials[i + 2u] = v.z; partials[i + 3u] = v.w; }\n'
+        : 'fn store_partial(i: u32, v: H) { partials[i] = v; }\n') +
+      'fn store_ml(i: u32, m: f32, l: f32) { partials[i] = m; partials[i + 1u] = l; }\n';
+  } else {
+    code += 'fn store_partial(i: u32, v: H) {}\nfn store_ml(i: u32, m: f32, l: f32) {}\n';
+  }
+  const source = `${code}\n${decodeAttentionWgsl}\n${decodeAttentionPassWgsl}`;
+  return { code: unrollAttentionLoops(source, v.headDim, v.heads), entryPoint: 'main' };
 }
 
 /** Unrolled copies of a slice loop's body up to which unrollConstLoops is used (beyond, the code grows more than the loop costs). */
