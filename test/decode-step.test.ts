@@ -10,8 +10,10 @@ import { testGpu } from './helpers/gpu.ts';
 import { CpuLlama } from './reference/cpu-llama.ts';
 import { expectClose } from './helpers/compare.ts';
 
-const shapes: { name: string; config: LlamaConfig; dtype: WeightDType }[] = [
+// `layer`: whether decode_layer.wgsl can take the shape (sizes in whole vec4s, see decodeLayerFits).
+const shapes: { name: string; config: LlamaConfig; dtype: WeightDType; layer?: boolean }[] = [
   { name: 'GQA 6q/2kv, head_dim 4, halves, f32', config: tinyConfig(), dtype: 'f32' },
+  { name: 'GQA 6q/2kv, head_dim 4, halves, f32, FFN 60', config: tinyConfig({ intermediateSize: 60 }), dtype: 'f32', layer: true },
   {
     name: 'MHA 3 heads, head_dim 6, adjacent, tied, f16',
     config: tinyConfig({ hiddenSize: 18, numHeads: 3, numKvHeads: 3, headDim: 6, ropePairing: 'adjacent', tieWordEmbeddings: true, intermediateSize: 37, vocabSize: 53 }),
@@ -21,6 +23,12 @@ const shapes: { name: string; config: LlamaConfig; dtype: WeightDType }[] = [
     name: 'GQA 4q/1kv, head_dim 8 != hidden/heads, biases, bf16, sliding window 5',
     config: tinyConfig({ hiddenSize: 20, numHeads: 4, numKvHeads: 1, headDim: 8, attentionBias: true, numLayers: 3, ropeTheta: 500000, slidingWindow: 5 }),
     dtype: 'bf16',
+  },
+  {
+    name: 'GQA 4q/1kv, head_dim 8, biases, f16, sliding window 5, FFN 44',
+    config: tinyConfig({ hiddenSize: 20, numHeads: 4, numKvHeads: 1, headDim: 8, attentionBias: true, numLayers: 3, slidingWindow: 5, intermediateSize: 44 }),
+    dtype: 'f16',
+    layer: true,
   },
 ];
 
@@ -71,13 +79,16 @@ async function readF32(device: GPUDevice, staging: GPUBuffer, floats: number): P
 describe('decode step: createDecodeStep vs forward() and the CPU reference', () => {
   // chunkKeys: the attention split over the sequence in chunks of that many cache rows (two
   // dispatches a layer); undefined: the device's default, one pass for these short caches.
-  for (const { name, config, dtype } of shapes) for (const [kvDType, chunkKeys] of [['f16', undefined], ['f32', undefined], ['f16', 5]] as const) {
-    it(`${name}, ${kvDType} KV cache${chunkKeys ? `, attention in chunks of ${chunkKeys}` : ''}`, async () => {
+  // layer: a dispatch per layer (decode_layer.wgsl) where the shape fits, else five.
+  const variants = [['f16', undefined, false], ['f32', undefined, false], ['f16', 5, false], ['f16', undefined, true], ['f32', undefined, true]] as const;
+  for (const { name, config, dtype, layer: fits } of shapes) for (const [kvDType, chunkKeys, layer] of variants) {
+    it(`${name}, ${kvDType} KV cache${chunkKeys ? `, attention in chunks of ${chunkKeys}` : ''}${layer ? ', a dispatch per layer' : ''}`, async () => {
       const ctx = await testGpu();
       const device = ctx.device;
       const { cpu, gpu } = buildRandomModel(ctx, config, dtype, 5);
       const model = await LlamaModel.create(ctx, config, gpu);
       model.kernels.decodeChunkKeysOverride = chunkKeys;
+      model.kernels.decodeLayerOverride = layer;
       const capacity = 24;
       const forwardCache = model.createKvCache(capacity, kvDType);
       const stepCache = model.createKvCache(capacity, kvDType);
@@ -104,8 +115,9 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
 
       const step = model.createDecodeStep(stepCache);
       // The fused step: embedding; per layer norm + Q/K/V, RoPE + K/V append + attention (split:
-      // + combine), Wo + residual, norm + gate/up + SwiGLU, W_down + residual; final norm + lm_head.
-      expect(step.dispatchCount).toBe(2 + config.numLayers * (chunkKeys ? 6 : 5));
+      // + combine), Wo + residual, norm + gate/up + SwiGLU, W_down + residual (or all of that as
+      // one dispatch); final norm + lm_head.
+      expect(step.dispatchCount).toBe(2 + config.numLayers * (layer && fits ? 1 : chunkKeys ? 6 : 5));
       expect(step.tokenIn.usage & GPUBufferUsage.STORAGE).toBeTruthy();
       expect(step.logits.size).toBeGreaterThanOrEqual(vocabBytes);
       const counter = countCreations(device);
@@ -124,7 +136,9 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
           device.queue.submit([encoder.finish()]);
           const got = await readF32(device, staging, config.vocabSize);
 
-          expectClose(got, want, 3e-5);
+          // An f16 cache rounds k and v: where the two paths' f32 sums differ in the last bit, a
+          // value can round to the neighbouring f16 (2^-11 apart), which moves logits by ~1e-4.
+          expectClose(got, want, kvDType === 'f16' ? 1e-3 : 3e-5);
           expectClose(got, cpuWant, 2e-4 * scale / Math.max(...cpuWant.map(Math.abs)));
         }
         expect(counter.counts).toEqual({ buffers: 0, bindGroups: 0, pipelines: 0 });
@@ -141,6 +155,20 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
       model.destroy();
     });
   }
+
+  it('weights without COPY_SRC keep five dispatches a layer (their norms cannot be copied into the layer state)', async () => {
+    const ctx = await testGpu();
+    const config = tinyConfig({ intermediateSize: 60 });
+    const { gpu } = buildRandomModel(ctx, config, 'f32', 5, { copySrc: false });
+    const model = await LlamaModel.create(ctx, config, gpu);
+    model.kernels.decodeLayerOverride = true;
+    const cache = model.createKvCache(8);
+    const step = model.createDecodeStep(cache);
+    expect(step.dispatchCount).toBe(2 + 5 * config.numLayers);
+    step.destroy();
+    cache.destroy();
+    model.destroy();
+  });
 
   it('the counter sees what it counts (a forward() creates buffers and bind groups)', async () => {
     const ctx = await testGpu();

@@ -158,6 +158,54 @@ describe('GGUF with quantized weights: GPU forward vs CPU reference on the dequa
   }
 });
 
+describe('GGUF with quantized weights: the decode step with a dispatch per layer vs forward()', () => {
+  // Every quantized type in decode_layer.wgsl's projections, walked by runs (CPU adapters) and 4 at
+  // a time. (The five-dispatch step's fused kernels are checked per type in fused-kernels.test.ts.)
+  const picked = cases.filter((c) => !c.limit && c.name !== 'Q4_0 throughout, tied embeddings (a quantized LM head)');
+  for (const { name, config, storage } of picked) {
+    it(name, async () => {
+      const ctx = await testGpu();
+      const { file } = quantizedGguf(config, storage, 5);
+      const opened = await openModel(filesFromMemory('q', { 'q.gguf': file }, 'q.gguf'));
+      const weights = await uploadLlamaWeights(ctx, opened, undefined, { chunkSize: 999 });
+      const model = await LlamaModel.create(ctx, opened.config, weights);
+      const device = ctx.device;
+      const vocabBytes = config.vocabSize * 4;
+      const staging = device.createBuffer({ size: vocabBytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      const prompt = [3, 1, 4, 1, 5];
+      try {
+        const forwardCache = model.createKvCache(16);
+        await model.forward(prompt, 0, forwardCache);
+        const want = await model.forward([7], prompt.length, forwardCache);
+        for (const [layer, runs] of [[true, true], [true, false]] as const) {
+          model.kernels.decodeLayerOverride = layer;
+          model.kernels.weightRunsOverride = runs;
+          const cache = model.createKvCache(16);
+          await model.forward(prompt, 0, cache, { readBack: false });
+          const step = model.createDecodeStep(cache);
+          expect(step.dispatchCount).toBe(2 + config.numLayers * (layer ? 1 : 5));
+          device.queue.writeBuffer(step.tokenIn, 0, new Uint32Array([7]));
+          const encoder = device.createCommandEncoder();
+          step.encodeStep(encoder, prompt.length);
+          encoder.copyBufferToBuffer(step.logits, 0, staging, 0, vocabBytes);
+          device.queue.submit([encoder.finish()]);
+          await staging.mapAsync(GPUMapMode.READ);
+          const got = new Float32Array(staging.getMappedRange().slice(0));
+          staging.unmap();
+          expect(maxAbsDiff(got, want), `layer ${layer}, runs ${runs}`).toBeLessThan(1e-3 * Math.max(1, ...want.map(Math.abs)));
+          step.destroy();
+          cache.destroy();
+        }
+        forwardCache.destroy();
+      } finally {
+        model.kernels.weightRunsOverride = undefined;
+        staging.destroy();
+        model.destroy();
+      }
+    });
+  }
+});
+
 describe('GGUF quantized tensors: what the loader refuses', () => {
   const arch = { 'general.architecture': { type: 'string', value: 'llama' } } satisfies Record<string, GgufKv>;
 

@@ -33,6 +33,7 @@ import matmulTiledWgsl from '../../shaders/matmul_tiled.wgsl?raw';
 import matmulOutputWgsl from '../../shaders/matmul_output.wgsl?raw';
 import decodeAttentionWgsl from '../../shaders/decode_attention.wgsl?raw';
 import decodeAttentionPassWgsl from '../../shaders/decode_attention_pass.wgsl?raw';
+import decodeLayerWgsl from '../../shaders/decode_layer.wgsl?raw';
 
 /** Element type of a KV cache: 'f16' packs two halves a u32 word (no shader-f16 needed). */
 export type KvDType = 'f16' | 'f32';
@@ -348,6 +349,62 @@ function renameWgsl(code: string, suffix: string): string {
   return code.replace(/\b\w+\b/g, (w) => (names.has(w) ? `${w}_${suffix}` : w));
 }
 
+/**
+ * `fn block_dot_${name}(r0, last_row, lane) -> array<vec4<f32>, QUADS>`: lane's part of the dot
+ * products of rows r0 .. r0 + 4 QUADS - 1 (rows past last_row re-read it; their sums are not
+ * stored) of the weight snippet renamed with suffix `s${name}` with the vector that `loadIn4(k)` /
+ * `loadIn(k)` read, over K = `cols` (a WGSL expression), the lanes TEAM apart. With `runs`, K goes a
+ * run at a time (dot_run; the run's RUN_VEC4S loop is added to `unroll`). Shared by the fused matvec
+ * and the decode layer kernel.
+ */
+function blockDotWgsl(name: string, dtype: WeightDType, runs: boolean, cols: string, loadIn4: string, loadIn: string, unroll: Record<string, number>): string {
+  const [w4, w1] = [`load_weight4_s${name}`, `load_weight_s${name}`];
+  let code = `fn block_dot_${name}(r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {
+  let cols = ${cols};
+  var w: array<u32, 4u * QUADS>;
+  for (var q = 0u; q < QUADS; q++) {
+    w[4u * q] = min(r0 + 4u * q, last_row) * cols;
+    w[4u * q + 1u] = min(r0 + 4u * q + 1u, last_row) * cols;
+    w[4u * q + 2u] = min(r0 + 4u * q + 2u, last_row) * cols;
+    w[4u * q + 3u] = min(r0 + 4u * q + 3u, last_row) * cols;
+  }
+  var acc: array<vec4<f32>, QUADS>;
+`;
+  if (runs) {
+    // K a run at a time (the lanes take whole runs; quantized rows are whole runs): the input of
+    // the run loaded once, dot_run per row.
+    const run = weightRunLength(dtype);
+    unroll[`RUN_VEC4S_s${name}`] = run / 4;
+    return code + `  for (var k = lane * ${run}u; k < cols; k += TEAM * ${run}u) {
+    var xs: array<vec4<f32>, RUN_VEC4S_s${name}>;
+    for (var u = 0u; u < RUN_VEC4S_s${name}; u++) {
+      xs[u] = ${loadIn4}(k + 4u * u);
+    }
+    for (var q = 0u; q < QUADS; q++) {
+      acc[q] += vec4<f32>(dot_run_s${name}(w[4u * q] + k, xs), dot_run_s${name}(w[4u * q + 1u] + k, xs),
+                          dot_run_s${name}(w[4u * q + 2u] + k, xs), dot_run_s${name}(w[4u * q + 3u] + k, xs));
+    }
+  }
+  return acc;
+}\n`;
+  }
+  return code + `  let k_vec_end = cols & ~3u;
+  for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
+    let xn = ${loadIn4}(k);
+    for (var q = 0u; q < QUADS; q++) {
+      acc[q] += xn * mat4x4<f32>(${w4}(w[4u * q] + k), ${w4}(w[4u * q + 1u] + k), ${w4}(w[4u * q + 2u] + k), ${w4}(w[4u * q + 3u] + k));
+    }
+  }
+  for (var k = k_vec_end + lane; k < cols; k += TEAM) {
+    let xn = ${loadIn}(k);
+    for (var q = 0u; q < QUADS; q++) {
+      acc[q] += xn * vec4<f32>(${w1}(w[4u * q] + k), ${w1}(w[4u * q + 1u] + k), ${w1}(w[4u * q + 2u] + k), ${w1}(w[4u * q + 3u] + k));
+    }
+  }
+  return acc;
+}\n`;
+}
+
 function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   const reduce = reduceTeamWgsl(v.plan);
   let code = `${reduce.directives}const MODE: u32 = ${FUSED_MODES[v.mode]}u;\nconst NORM: bool = ${v.norm};\n`;
@@ -367,59 +424,13 @@ function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   let biasCases = '';
   const unroll: Record<string, number> = { QUADS: v.shape.quads };
   v.segments.forEach((g, s) => {
-    const [w4, w1] = [`load_weight4_s${s}`, `load_weight_s${s}`];
     code += renameWgsl(weightFormatWgsl(g.dtype, fusedWeightBinding(s), 0, v.aligned), `s${s}`);
     code += g.hasBias
       ? `@group(0) @binding(${fusedBiasBinding(s)}) var<storage, read> bias_s${s}: array<f32>;\nfn bias_${s}(r: u32) -> f32 { return bias_s${s}[r]; }\n`
       : `fn bias_${s}(r: u32) -> f32 { return 0.0; }\n`;
-    // Row starts w[4q + j] of the block's rows (rows past last_row re-read it; their sums are not stored).
-    code += `fn block_dot_${s}(r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {
-  let cols = params.cols;
-  var w: array<u32, 4u * QUADS>;
-  for (var q = 0u; q < QUADS; q++) {
-    w[4u * q] = min(r0 + 4u * q, last_row) * cols;
-    w[4u * q + 1u] = min(r0 + 4u * q + 1u, last_row) * cols;
-    w[4u * q + 2u] = min(r0 + 4u * q + 2u, last_row) * cols;
-    w[4u * q + 3u] = min(r0 + 4u * q + 3u, last_row) * cols;
-  }
-  var acc: array<vec4<f32>, QUADS>;
-`;
     dotCases += `    case ${s}u: { return block_dot_${s}(r0, last_row, lane); }\n`;
     biasCases += `    case ${s}u: { return bias_${s}(r); }\n`;
-    if (g.runs) {
-      // K a run at a time (the lanes take whole runs; quantized rows are whole runs): x∘γ of the
-      // run loaded once, dot_run per row.
-      const run = weightRunLength(g.dtype);
-      unroll[`RUN_VEC4S_s${s}`] = run / 4;
-      code += `  for (var k = lane * ${run}u; k < cols; k += TEAM * ${run}u) {
-    var xs: array<vec4<f32>, RUN_VEC4S_s${s}>;
-    for (var u = 0u; u < RUN_VEC4S_s${s}; u++) {
-      xs[u] = load_xn4(k + 4u * u);
-    }
-    for (var q = 0u; q < QUADS; q++) {
-      acc[q] += vec4<f32>(dot_run_s${s}(w[4u * q] + k, xs), dot_run_s${s}(w[4u * q + 1u] + k, xs),
-                          dot_run_s${s}(w[4u * q + 2u] + k, xs), dot_run_s${s}(w[4u * q + 3u] + k, xs));
-    }
-  }
-  return acc;
-}\n`;
-    } else {
-      code += `  let k_vec_end = cols & ~3u;
-  for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
-    let xn = load_xn4(k);
-    for (var q = 0u; q < QUADS; q++) {
-      acc[q] += xn * mat4x4<f32>(${w4}(w[4u * q] + k), ${w4}(w[4u * q + 1u] + k), ${w4}(w[4u * q + 2u] + k), ${w4}(w[4u * q + 3u] + k));
-    }
-  }
-  for (var k = k_vec_end + lane; k < cols; k += TEAM) {
-    let xn = load_xn(k);
-    for (var q = 0u; q < QUADS; q++) {
-      acc[q] += xn * vec4<f32>(${w1}(w[4u * q] + k), ${w1}(w[4u * q + 1u] + k), ${w1}(w[4u * q + 2u] + k), ${w1}(w[4u * q + 3u] + k));
-    }
-  }
-  return acc;
-}\n`;
-    }
+    code += blockDotWgsl(`${s}`, g.dtype, g.runs, 'params.cols', 'load_xn4', 'load_xn', unroll);
   });
   code += `fn block_dot(s: u32, r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {\n  switch (s) {\n${dotCases}    default: { return array<vec4<f32>, QUADS>(); }\n  }\n}\n`;
   code += `fn seg_bias(s: u32, r: u32) -> f32 {\n  switch (s) {\n${biasCases}    default: { return 0.0; }\n  }\n}\n`;
@@ -672,6 +683,120 @@ function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
   return { code: unrollAttentionLoops(source, v.headDim, v.heads), entryPoint: 'main' };
 }
 
+// ---- the decode layer in one dispatch (decode_layer.wgsl) ----
+
+/** A layer's seven projections in decode_layer.wgsl's order: weight binding 10 + index, snippet suffix `s${name}`. */
+export const DECODE_LAYER_MATRICES = ['q', 'k', 'v', 'o', 'g', 'u', 'd'] as const;
+const DECODE_LAYER_WEIGHT_BINDING = 10;
+/** Storage buffers decode_layer.wgsl binds: st, the two caches, the seven weights. */
+export const DECODE_LAYER_STORAGE_BUFFERS = 10;
+/**
+ * decode_layer.wgsl's threads (one workgroup) and quads of rows per block. One SIMD group of
+ * SwiftShader's (4 lanes): its barriers are then nearly free. Measured in Chromium, stories260K
+ * decode step at position 300, medians: 4 threads 2.25 ms, 8 2.39, 16 2.47.
+ */
+const DECODE_LAYER_WORKGROUP = 4;
+const DECODE_LAYER_QUADS = 2;
+/**
+ * Layers with more weights than this keep the five dispatches on CPU adapters too: one workgroup
+ * runs on one core, and past this the work, not the dispatches, is what costs.
+ */
+export const DECODE_LAYER_MAX_WEIGHTS = 1 << 18;
+
+/** The sizes decode_layer.wgsl is compiled for. */
+export interface DecodeLayerDims {
+  dim: number;
+  qDim: number;
+  kvDim: number;
+  ffn: number;
+  headDim: number;
+  numLayers: number;
+}
+
+/** Where decode_layer.wgsl's state buffer keeps what (float indices, each a multiple of 4). */
+export interface DecodeLayerLayout {
+  x: number;
+  qkv: number;
+  att: number;
+  h: number;
+  pos: number;
+  freq: number;
+  /** Layer l's [γ_attn | γ_ffn | bq | bk | bv] starts at consts + l * constsStride. */
+  consts: number;
+  constsStride: number;
+  /** Floats in the buffer. */
+  floats: number;
+}
+
+const up4 = (n: number) => Math.ceil(n / 4) * 4;
+
+export function decodeLayerLayout(d: DecodeLayerDims): DecodeLayerLayout {
+  const qkvRows = d.qDim + 2 * d.kvDim;
+  const x = 0;
+  const qkv = x + up4(d.dim);
+  const att = qkv + up4(qkvRows);
+  const h = att + up4(d.qDim);
+  const pos = h + up4(d.ffn);
+  const freq = pos + 4;
+  const consts = freq + up4(d.headDim / 2);
+  const constsStride = up4(2 * d.dim + qkvRows);
+  return { x, qkv, att, h, pos, freq, consts, constsStride, floats: consts + d.numLayers * constsStride };
+}
+
+type DecodeLayerVariant = {
+  dims: DecodeLayerDims;
+  heads: number;
+  kvDType: KvDType;
+  /** Per projection (DECODE_LAYER_MATRICES order): its storage, and whether it walks runs. */
+  matrices: { dtype: WeightDType; runs: boolean }[];
+  hasBias: boolean;
+  workgroup: number;
+  quads: number;
+};
+const decodeLayerKey = (v: DecodeLayerVariant) =>
+  `decode_layer/d${v.dims.dim}/q${v.dims.qDim}/kv${v.dims.kvDim}/f${v.dims.ffn}/hd${v.dims.headDim}/g${v.heads}/kv_${v.kvDType}/` +
+  `${v.matrices.map((m) => `${m.dtype}${m.runs ? '+runs' : ''}`).join(',')}/${v.hasBias ? 'bias' : 'nobias'}/w${v.workgroup}q${v.quads}`;
+
+/**
+ * Whether decode_layer.wgsl can run a layer of these sizes and projections (DECODE_LAYER_MATRICES
+ * order): sizes in whole vec4s, whole matrices (no parts), and enough storage bindings.
+ */
+export function decodeLayerFits(d: DecodeLayerDims, matrices: readonly GpuMatrix[], maxStorageBuffers: number): boolean {
+  const aligned = [d.dim, d.qDim, d.kvDim, d.ffn, d.headDim].every((n) => n > 0 && n % 4 === 0);
+  return (
+    aligned &&
+    d.headDim <= ATTENTION_MAX_HEAD_DIM &&
+    matrices.length === DECODE_LAYER_MATRICES.length &&
+    matrices.every((m) => !m.parts) &&
+    maxStorageBuffers >= DECODE_LAYER_STORAGE_BUFFERS
+  );
+}
+
+/** decode_layer.wgsl with its snippets (see the head of that file). */
+function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
+  const d = v.dims;
+  const layout = decodeLayerLayout(d);
+  let code =
+    `const WG: u32 = ${v.workgroup}u;\nconst QUADS: u32 = ${v.quads}u;\nconst TEAM: u32 = 1u;\n` +
+    `const DIM: u32 = ${d.dim}u;\nconst Q_DIM: u32 = ${d.qDim}u;\nconst KV_DIM: u32 = ${d.kvDim}u;\nconst FFN: u32 = ${d.ffn}u;\n` +
+    `const X0: u32 = ${layout.x}u;\nconst QKV0: u32 = ${layout.qkv}u;\nconst ATT0: u32 = ${layout.att}u;\nconst H0: u32 = ${layout.h}u;\n` +
+    `const POS0: u32 = ${layout.pos}u;\nconst FREQ0: u32 = ${layout.freq}u;\nconst HAS_BIAS: bool = ${v.hasBias};\n` +
+    decodeAttentionHelpersWgsl(d.headDim, v.heads, v.kvDType, false);
+  // Each projection's K and the vector it multiplies (decode_layer.wgsl's loaders).
+  const inputs: Record<(typeof DECODE_LAYER_MATRICES)[number], [string, string]> = {
+    q: ['DIM', 'attn'], k: ['DIM', 'attn'], v: ['DIM', 'attn'], o: ['Q_DIM', 'att'], g: ['DIM', 'ffn'], u: ['DIM', 'ffn'], d: ['FFN', 'h'],
+  };
+  const unroll: Record<string, number> = { QUADS: v.quads };
+  DECODE_LAYER_MATRICES.forEach((name, i) => {
+    const m = v.matrices[i];
+    const [cols, input] = inputs[name];
+    code += renameWgsl(weightFormatWgsl(m.dtype, DECODE_LAYER_WEIGHT_BINDING + i, 0, true), `s${name}`);
+    code += blockDotWgsl(name, m.dtype, m.runs, cols, `load_in4_${input}`, `load_in_${input}`, unroll);
+  });
+  const source = unrollAttentionLoops(`${code}\n${decodeAttentionWgsl}\n${decodeLayerWgsl}`, d.headDim, v.heads);
+  return { code: unrollConstLoops(source, unroll), entryPoint: 'main' };
+}
+
 /** Unrolled copies of a slice loop's body up to which unrollConstLoops is used (beyond, the code grows more than the loop costs). */
 const MAX_UNROLLED_SLICES = 16;
 
@@ -856,6 +981,11 @@ export class Kernels {
     return this.pipelines.get(decodeAttentionKey(variant), () => decodeAttentionSpec(variant));
   }
 
+  /** @internal A decode_layer.wgsl pipeline (compiled on first use). */
+  decodeLayerPipeline(variant: DecodeLayerVariant): GPUComputePipeline {
+    return this.pipelines.get(decodeLayerKey(variant), () => decodeLayerSpec(variant));
+  }
+
   /** @internal A fused_matvec.wgsl pipeline (compiled on first use). */
   fusedMatvecPipeline(variant: FusedVariant): GPUComputePipeline {
     return this.pipelines.get(fusedKey(variant), () => fusedMatvecSpec(variant));
@@ -892,6 +1022,25 @@ export class Kernels {
 
   /** @internal Forces decode_attention's query heads per thread (tests; must divide the GQA group). */
   attentionHeadsOverride: number | undefined;
+
+  /**
+   * Whether a decode step runs each layer as one dispatch (decode_layer.wgsl) rather than five:
+   * on CPU adapters, for layers of at most DECODE_LAYER_MAX_WEIGHTS weights that the kernel can
+   * take (see decodeLayerFits). Measured on SwiftShader, stories260K decode step at position 300
+   * (7 dispatches instead of 27): Node 2.35 -> 1.71 ms, Chromium (median) 3.78 -> 2.25 ms.
+   */
+  usesDecodeLayer(dims: DecodeLayerDims, matrices: readonly GpuMatrix[]): boolean {
+    if (!decodeLayerFits(dims, matrices, this.ctx.limits.maxStorageBuffersPerShaderStage)) return false;
+    if (this.decodeLayerOverride !== undefined) return this.decodeLayerOverride;
+    const weights = matrices.reduce((n, m) => n + m.rows * m.cols, 0);
+    return this.isCpuDevice && weights <= DECODE_LAYER_MAX_WEIGHTS;
+  }
+
+  /** @internal Forces usesDecodeLayer on (where the kernel fits) or off (tests, measurements). */
+  decodeLayerOverride: boolean | undefined;
+
+  /** @internal Forces decode_layer.wgsl's workgroup size (measurements). */
+  decodeLayerWorkgroupOverride: number | undefined;
 
   /** @internal An rmsnorm.wgsl pipeline (compiled up front by create()). */
   rmsNormPipeline(variant: RmsNormVariant): GPUComputePipeline {
@@ -1573,6 +1722,73 @@ export abstract class KernelRecorder {
         Math.ceil((numHeads * headDim) / ATTENTION_ITEMS_PER_WORKGROUP),
       );
     }
+  }
+
+  /**
+   * One decode layer (one token) in one dispatch (decode_layer.wgsl): with x, qkv, a, h, the
+   * position, RoPE's frequencies and the layer's norms and biases in `state` as
+   * decodeLayerLayout(dims) lays them out, x += attention and feed-forward of the layer, the
+   * token's K/V appended at the position. `matrices` are Wq, Wk, Wv, Wo, W_gate, W_up, W_down
+   * (DECODE_LAYER_MATRICES), whole (see decodeLayerFits).
+   */
+  decodeLayer(
+    state: GPUBuffer,
+    matrices: readonly GpuMatrix[],
+    layerIndex: number,
+    dims: DecodeLayerDims,
+    kCache: GPUBuffer,
+    vCache: GPUBuffer,
+    attention: { numHeads: number; numKvHeads: number; pairing: RopePairing; slidingWindow: number | undefined; kvDType: KvDType },
+    eps: number,
+    hasBias: boolean,
+  ): void {
+    const { numHeads, numKvHeads, pairing, slidingWindow, kvDType } = attention;
+    if (!decodeLayerFits(dims, matrices, this.kernels.ctx.limits.maxStorageBuffersPerShaderStage)) {
+      throw new Error('decodeLayer: these sizes or matrices do not fit decode_layer.wgsl (see decodeLayerFits)');
+    }
+    assertCount(layerIndex, 'decodeLayer layerIndex', 0);
+    if (layerIndex >= dims.numLayers) throw new Error(`decodeLayer layer ${layerIndex} of ${dims.numLayers}`);
+    if (numHeads * dims.headDim !== dims.qDim || numKvHeads * dims.headDim !== dims.kvDim || numHeads % numKvHeads !== 0) {
+      throw new Error(`decodeLayer: ${numHeads} heads on ${numKvHeads} KV heads of ${dims.headDim} do not make q ${dims.qDim}, kv ${dims.kvDim}`);
+    }
+    if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
+    if (slidingWindow !== undefined) assertCount(slidingWindow, 'decodeLayer slidingWindow');
+    const shapes: [number, number][] = [
+      [dims.qDim, dims.dim], [dims.kvDim, dims.dim], [dims.kvDim, dims.dim], [dims.dim, dims.qDim],
+      [dims.ffn, dims.dim], [dims.ffn, dims.dim], [dims.dim, dims.ffn],
+    ];
+    matrices.forEach((W, i) => {
+      const [rows, cols] = shapes[i];
+      const what = `decodeLayer W_${DECODE_LAYER_MATRICES[i]}`;
+      if (W.rows !== rows || W.cols !== cols) throw new Error(`${what} is [${W.rows}, ${W.cols}], expected [${rows}, ${cols}]`);
+      checkWeightShape(W.dtype, W.rows, W.cols, what);
+    });
+    const layout = decodeLayerLayout(dims);
+    assertFits(state, layout.floats * 4, 'decodeLayer state');
+    assertDistinct(state, [kCache, vCache, ...matrices.map((m) => m.buffer)], 'decodeLayer');
+    assertDistinct(kCache, [vCache], 'decodeLayer');
+    const rowBytes = dims.kvDim * (kvDType === 'f16' ? 2 : 4);
+    const rows = Math.floor(Math.min(kCache.size, vCache.size) / rowBytes);
+    assertCount(rows, 'decodeLayer cache rows');
+    const heads = this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, dims.headDim, this.kernels.isCpuDevice);
+    const variant: DecodeLayerVariant = {
+      dims,
+      heads,
+      kvDType,
+      matrices: matrices.map((m) => ({ dtype: m.dtype, runs: this.kernels.usesWeightRuns(m.dtype) })),
+      hasBias,
+      workgroup: this.kernels.decodeLayerWorkgroupOverride ?? DECODE_LAYER_WORKGROUP,
+      quads: DECODE_LAYER_QUADS,
+    };
+    const buffers: Record<number, GPUBuffer> = { 1: state, 3: kCache, 4: vCache };
+    matrices.forEach((m, i) => (buffers[DECODE_LAYER_WEIGHT_BINDING + i] = m.buffer));
+    const scale = f32(1 / Math.sqrt(dims.headDim));
+    this.dispatch(
+      this.kernels.decodeLayerPipeline(variant),
+      [0, numHeads, numKvHeads, dims.headDim, scale, slidingWindow ?? 0, rows, 1, pairing === 'adjacent' ? 0 : 1, f32(eps), layout.consts + layerIndex * layout.constsStride],
+      buffers,
+      1,
+    );
   }
 
   /** out[i] = silu(gate[i]) * up[i] for i < n. out must not be gate or up. */

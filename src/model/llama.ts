@@ -10,10 +10,11 @@
 // Prefill runs the whole prompt through each layer in one pass (T tokens at once); decode is the
 // same code with T = 1. Every dispatch of a step is recorded into one command buffer.
 import type { GpuContext } from '../gpu/device.ts';
-import { Kernels, type KernelRecorder } from '../gpu/kernels.ts';
+import { decodeLayerLayout, Kernels, type DecodeLayerDims, type DecodeLayerLayout, type KernelRecorder } from '../gpu/kernels.ts';
+import type { GpuMatrix } from '../gpu/tensor.ts';
 import type { LlamaConfig } from './config.ts';
 import { KvCache, type KvDType } from './kv-cache.ts';
-import type { LlamaWeights } from './weights.ts';
+import type { LlamaLayerWeights, LlamaWeights } from './weights.ts';
 
 /**
  * RoPE inverse frequencies: θ_i = theta^(-2i/d) for i < d/2, then the config's scaling:
@@ -180,6 +181,11 @@ export interface DecodeStepOptions {
   fused?: boolean;
 }
 
+/** A layer's projections in the decode layer kernel's order (DECODE_LAYER_MATRICES). */
+function layerMatrices(layer: LlamaLayerWeights): GpuMatrix[] {
+  return [layer.wq, layer.wk, layer.wv, layer.wo, layer.wGate, layer.wUp, layer.wDown];
+}
+
 export class LlamaModel {
   private readonly invFreq: GPUBuffer;
   /** forward()'s one-token activations, kept between calls. */
@@ -205,7 +211,7 @@ export class LlamaModel {
     this.invFreq = ctx.device.createBuffer({
       label: 'rope_inv_freq',
       size: invFreq.byteLength,
-      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST,
+      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC,
     });
     ctx.device.queue.writeBuffer(this.invFreq, 0, invFreq);
   }
@@ -297,16 +303,27 @@ export class LlamaModel {
     const c = this.config;
     const storage = (label: string, floats: number) =>
       device.createBuffer({ label, size: Math.max(4, floats * 4), usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
-    const qkv = storage('qkv', (c.numHeads + 2 * c.numKvHeads) * c.headDim);
-    // Long caches split the attention over the sequence (flash-decoding): chunks of chunkKeys rows.
-    const chunkKeys = this.kernels.decodeAttentionChunkKeys();
-    const chunks = Math.ceil(cache.capacity / chunkKeys);
-    const partials = chunks > 1 ? storage('attention_partials', c.numHeads * chunks * (c.headDim + 2)) : undefined;
     const program = this.kernels.program('decode step');
-    if (options.fused ?? true) {
-      this.recordDecodeStep(program, act, qkv, cache, position, partials && { chunkKeys, partials });
+    // Small models on CPU adapters: a layer in one dispatch, its activations in one state buffer.
+    const layered = (options.fused ?? true) && this.decodeLayerState(cache);
+    let qkv: GPUBuffer | undefined;
+    let partials: GPUBuffer | undefined;
+    let positionTarget: { buffer: GPUBuffer; offset: number };
+    if (layered) {
+      this.recordDecodeLayers(program, act, layered.state, cache);
+      positionTarget = { buffer: layered.state, offset: layered.layout.pos * 4 };
     } else {
-      this.recordForward(program, act, 1, 0, cache, position);
+      qkv = storage('qkv', (c.numHeads + 2 * c.numKvHeads) * c.headDim);
+      // Long caches split the attention over the sequence (flash-decoding): chunks of chunkKeys rows.
+      const chunkKeys = this.kernels.decodeAttentionChunkKeys();
+      const chunks = Math.ceil(cache.capacity / chunkKeys);
+      partials = chunks > 1 ? storage('attention_partials', c.numHeads * chunks * (c.headDim + 2)) : undefined;
+      if (options.fused ?? true) {
+        this.recordDecodeStep(program, act, qkv, cache, position, partials && { chunkKeys, partials });
+      } else {
+        this.recordForward(program, act, 1, 0, cache, position);
+      }
+      positionTarget = { buffer: position, offset: 0 };
     }
     program.seal();
     const capacity = cache.capacity;
@@ -318,15 +335,92 @@ export class LlamaModel {
         if (!Number.isInteger(pos) || pos < 0 || pos >= capacity) {
           throw new Error(`decode position ${pos} is outside the KV cache (0 .. ${capacity - 1})`);
         }
-        encoder.copyBufferToBuffer(positions, pos * 4, position, 0, 4);
+        encoder.copyBufferToBuffer(positions, pos * 4, positionTarget.buffer, positionTarget.offset, 4);
         program.encode(encoder);
       },
       destroy(): void {
         program.destroy();
-        for (const b of [position, positions, qkv, partials]) b?.destroy();
+        for (const b of [position, positions, qkv, partials, layered ? layered.state : undefined]) b?.destroy();
         act.destroy();
       },
     };
+  }
+
+  /** The sizes the decode layer kernel is compiled for. */
+  private decodeLayerDims(): DecodeLayerDims {
+    const c = this.config;
+    return {
+      dim: c.hiddenSize,
+      qDim: c.numHeads * c.headDim,
+      kvDim: c.numKvHeads * c.headDim,
+      ffn: c.intermediateSize,
+      headDim: c.headDim,
+      numLayers: c.numLayers,
+    };
+  }
+
+  /**
+   * For a decode step whose layers each run as one dispatch (Kernels.usesDecodeLayer, for every
+   * layer): its state buffer (decodeLayerLayout), with RoPE's frequencies and every layer's norms
+   * and biases copied in. Undefined: the step takes the five dispatches a layer.
+   */
+  private decodeLayerState(cache: KvCache): { state: GPUBuffer; layout: DecodeLayerLayout } | undefined {
+    const c = this.config;
+    const dims = this.decodeLayerDims();
+    if (!this.weights.layers.every((layer) => this.kernels.usesDecodeLayer(dims, layerMatrices(layer)))) return undefined;
+    // The norms and biases are copied into the state: weights uploaded without COPY_SRC (made by
+    // hand rather than by uploadLlamaWeights) keep the five dispatches.
+    const vectors = this.weights.layers.flatMap((layer) => [layer.attnNorm, layer.ffnNorm, layer.bq, layer.bk, layer.bv]);
+    if (!vectors.every((b) => !b || b.usage & GPUBufferUsage.COPY_SRC)) return undefined;
+    if (cache.keys.length !== c.numLayers) throw new Error(`the KV cache has ${cache.keys.length} layers, the model ${c.numLayers}`);
+    const layout = decodeLayerLayout(dims);
+    const device = this.ctx.device;
+    const state = device.createBuffer({
+      label: 'decode_state',
+      size: layout.floats * 4,
+      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
+    });
+    const encoder = device.createCommandEncoder({ label: 'decode state constants' });
+    encoder.copyBufferToBuffer(this.invFreq, 0, state, layout.freq * 4, (c.headDim / 2) * 4);
+    this.weights.layers.forEach((layer, l) => {
+      const base = layout.consts + l * layout.constsStride;
+      const copy = (src: GPUBuffer | undefined, at: number, floats: number) => {
+        if (src) encoder.copyBufferToBuffer(src, 0, state, (base + at) * 4, floats * 4);
+      };
+      copy(layer.attnNorm, 0, dims.dim);
+      copy(layer.ffnNorm, dims.dim, dims.dim);
+      // Missing biases stay zero (a new buffer is zeroed).
+      copy(layer.bq, 2 * dims.dim, dims.qDim);
+      copy(layer.bk, 2 * dims.dim + dims.qDim, dims.kvDim);
+      copy(layer.bv, 2 * dims.dim + dims.qDim + dims.kvDim, dims.kvDim);
+    });
+    device.queue.submit([encoder.finish()]);
+    return { state, layout };
+  }
+
+  /**
+   * Records one decode step with a dispatch per layer (decode_layer.wgsl: the same math as
+   * recordDecodeStep's five), x in `state` from the embedding to the logits.
+   */
+  private recordDecodeLayers(rec: KernelRecorder, act: Activations, state: GPUBuffer, cache: KvCache): void {
+    const c = this.config;
+    const w = this.weights;
+    const dims = this.decodeLayerDims();
+    rec.embedding(state, w.tokenEmbedding, act.tokenIds, 1);
+    w.layers.forEach((layer, l) => {
+      rec.decodeLayer(
+        state,
+        layerMatrices(layer),
+        l,
+        dims,
+        cache.keys[l],
+        cache.values[l],
+        { numHeads: c.numHeads, numKvHeads: c.numKvHeads, pairing: c.ropePairing, slidingWindow: c.slidingWindow, kvDType: cache.kvDType },
+        c.rmsNormEps,
+        !!(layer.bq || layer.bk || layer.bv),
+      );
+    });
+    rec.fusedMatvec(act.logits, state, [{ W: w.lmHead }], { norm: { gamma: w.outputNorm, eps: c.rmsNormEps } });
   }
 
   /**

@@ -48,7 +48,11 @@ export interface RandomModel {
   gpu: LlamaWeights;
 }
 
-export function buildRandomModel(ctx: GpuContext, config: LlamaConfig, dtype: WeightDType, seed = 1): RandomModel {
+/**
+ * Random weights on the GPU and their CPU copy. The buffers are STORAGE | COPY_DST | COPY_SRC, as
+ * uploadLlamaWeights makes them; `copySrc: false` leaves COPY_SRC out.
+ */
+export function buildRandomModel(ctx: GpuContext, config: LlamaConfig, dtype: WeightDType, seed = 1, { copySrc = true } = {}): RandomModel {
   const rand = mulberry32(seed);
   const device = ctx.device;
   const buffers: GPUBuffer[] = [];
@@ -56,7 +60,7 @@ export function buildRandomModel(ctx: GpuContext, config: LlamaConfig, dtype: We
     const buffer = device.createBuffer({
       label,
       size: Math.max(4, Math.ceil(bytes.byteLength / 4) * 4),
-      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST,
+      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | (copySrc ? GPUBufferUsage.COPY_SRC : 0),
     });
     const padded = new Uint8Array(buffer.size);
     padded.set(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength));

@@ -1,0 +1,206 @@
+// One decode layer (one token) in one dispatch of one workgroup, for CPU adapters and small models,
+// where a dispatch costs more than the layer's work (SwiftShader: ~20 µs in Node, ~50-80 µs in
+// Chromium, against a few µs for a workgroup barrier). The same math as the five dispatches of
+// LlamaModel.recordDecodeStep, as five phases separated by barriers:
+//
+//   1. qkv = s·(x∘γ_attn)·[Wq; Wk; Wv]ᵀ + [bq; bk; bv],  s = 1 / sqrt(mean(x²) + eps)
+//   2. cache[p] = (rope(k), v); a = attention(rope(q), K, V)      (decode_attention.wgsl)
+//   3. x += a·Woᵀ
+//   4. h = silu(s·(x∘γ_ffn)·W_gateᵀ) * s·(x∘γ_ffn)·W_upᵀ
+//   5. x += h·W_downᵀ
+//
+// Every thread takes blocks of QUADS quads of rows (4 QUADS rows, whole rows, TEAM = 1) of each
+// projection in turn, and the attention's items. Each phase reads what the one before wrote, and
+// writes nothing another thread of the same phase reads, so one barrier between phases is enough.
+//
+// The activations live in one buffer `st` (vec4s) so that the kernel binds few storage buffers (10:
+// st, the caches and the 7 weights; Chromium allows 10): x at X0 (= 0, where the embedding writes it
+// and the logits read it), qkv at QKV0, a at ATT0, h at H0, the step's position (u32 bits) at POS0,
+// RoPE's inverse frequencies at FREQ0, and per layer, at params.consts: γ_attn, γ_ffn and the Q/K/V
+// biases (zeros when the model has none), copied there when the decode step is made. Every region
+// starts at a multiple of 4 floats; DIM, Q_DIM, KV_DIM and FFN are multiples of 4.
+//
+// Composed in front of this file (kernels.ts, decodeLayerSpec): WG, QUADS, TEAM (1), DIM, Q_DIM,
+// KV_DIM, FFN, the region offsets, HAS_BIAS; decode_attention.wgsl's helpers (their store_out, qkv
+// and frequency reads and start_pos are defined below) and decode_attention.wgsl; the seven weight
+// snippets renamed with suffixes sq, sk, sv, so, sg, su, sd at bindings 10..16, each with its
+// block_dot_<m> (blockDotWgsl) over the loader named below.
+
+struct Params {
+  start_pos: u32,
+  num_heads: u32,
+  num_kv_heads: u32,
+  head_dim: u32,
+  scale: f32,      // 1 / sqrt(head_dim)
+  window: u32,     // sliding window in positions; 0: none
+  chunk_keys: u32, // cache rows (one chunk: the layer never splits the attention)
+  num_chunks: u32, // 1
+  pairing: u32,    // RoPE: 0 = adjacent, 1 = halves
+  eps: f32,
+  consts: u32,     // this layer's γ_attn, γ_ffn, biases in st (a float index, a multiple of 4)
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read_write> st: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> k_cache: array<KV>;
+@group(0) @binding(4) var<storage, read_write> v_cache: array<KV>;
+
+// ---- what decode_attention.wgsl reads and writes ----
+
+fn load_qkv(i: u32) -> f32 {
+  return st[QKV0 / 4u + (i >> 2u)][i & 3u];
+}
+
+fn load_inv_freq(d: u32) -> f32 {
+  return st[FREQ0 / 4u + (d >> 2u)][d & 3u];
+}
+
+fn start_pos() -> u32 {
+  return params.start_pos + bitcast<u32>(st[POS0 / 4u].x);
+}
+
+/** Head slices are whole vec4s (HEAD_DIM is a multiple of 4). */
+fn store_out(i: u32, v: H) {
+  st[ATT0 / 4u + (i >> 2u)] = v;
+}
+
+fn store_partial(i: u32, v: H) {}
+fn store_ml(i: u32, m: f32, l: f32) {}
+
+// ---- the projections' inputs ----
+
+fn gamma_attn4(k: u32) -> vec4<f32> {
+  return st[(params.consts + k) >> 2u];
+}
+
+fn gamma_ffn4(k: u32) -> vec4<f32> {
+  return st[(params.consts + DIM + k) >> 2u];
+}
+
+/** x∘γ_attn (phase 1). K is a multiple of 4: the single-float loaders are never called. */
+fn load_in4_attn(k: u32) -> vec4<f32> {
+  return st[(X0 + k) >> 2u] * gamma_attn4(k);
+}
+fn load_in_attn(k: u32) -> f32 { return 0.0; }
+
+/** a (phase 3). */
+fn load_in4_att(k: u32) -> vec4<f32> {
+  return st[(ATT0 + k) >> 2u];
+}
+fn load_in_att(k: u32) -> f32 { return 0.0; }
+
+/** x∘γ_ffn (phase 4). */
+fn load_in4_ffn(k: u32) -> vec4<f32> {
+  return st[(X0 + k) >> 2u] * gamma_ffn4(k);
+}
+fn load_in_ffn(k: u32) -> f32 { return 0.0; }
+
+/** h (phase 5). */
+fn load_in4_h(k: u32) -> vec4<f32> {
+  return st[(H0 + k) >> 2u];
+}
+fn load_in_h(k: u32) -> f32 { return 0.0; }
+
+/** The RMSNorm scale of x: 1 / sqrt(mean(x²) + eps), every thread for itself. */
+fn rms_scale() -> f32 {
+  var sum_sq = 0.0;
+  for (var k = 0u; k < DIM; k += 4u) {
+    let v = st[(X0 + k) >> 2u];
+    sum_sq += dot(v, v);
+  }
+  return inverseSqrt(sum_sq / f32(DIM) + params.eps);
+}
+
+/** Rows of the bias of the stacked Q/K/V rows r .. r+3 (zeros without biases). */
+fn qkv_bias4(r: u32) -> vec4<f32> {
+  if (!HAS_BIAS) {
+    return vec4<f32>(0.0);
+  }
+  return st[(params.consts + 2u * DIM + r) >> 2u];
+}
+
+fn phase() {
+  storageBarrier();
+  workgroupBarrier();
+}
+
+// ---- the phases' row blocks ----
+
+/** Phase 1: block b of the rows of W (q: QKV rows 0.., k: from Q_DIM, v: from Q_DIM + KV_DIM). */
+fn project_q(b: u32, s: f32) {
+  let r0 = b * 4u * QUADS;
+  let acc = block_dot_q(r0, Q_DIM - 1u, 0u);
+  for (var q = 0u; q < QUADS; q++) {
+    let r = r0 + 4u * q;
+    if (r < Q_DIM) { st[(QKV0 + r) >> 2u] = acc[q] * s + qkv_bias4(r); }
+  }
+}
+
+fn project_k(b: u32, s: f32) {
+  let r0 = b * 4u * QUADS;
+  let acc = block_dot_k(r0, KV_DIM - 1u, 0u);
+  for (var q = 0u; q < QUADS; q++) {
+    let r = r0 + 4u * q;
+    if (r < KV_DIM) { st[(QKV0 + Q_DIM + r) >> 2u] = acc[q] * s + qkv_bias4(Q_DIM + r); }
+  }
+}
+
+fn project_v(b: u32, s: f32) {
+  let r0 = b * 4u * QUADS;
+  let acc = block_dot_v(r0, KV_DIM - 1u, 0u);
+  for (var q = 0u; q < QUADS; q++) {
+    let r = r0 + 4u * q;
+    if (r < KV_DIM) { st[(QKV0 + Q_DIM + KV_DIM + r) >> 2u] = acc[q] * s + qkv_bias4(Q_DIM + KV_DIM + r); }
+  }
+}
+
+/** Phase 3: x += a·Woᵀ, block b. */
+fn project_o(b: u32) {
+  let r0 = b * 4u * QUADS;
+  let acc = block_dot_o(r0, DIM - 1u, 0u);
+  for (var q = 0u; q < QUADS; q++) {
+    let r = r0 + 4u * q;
+    if (r < DIM) { st[(X0 + r) >> 2u] += acc[q]; }
+  }
+}
+
+/** Phase 4: h = silu(gate) * up, block b (silu(g) = g / (1 + exp(-g)), -0 in the limit). */
+fn project_gate_up(b: u32, s: f32) {
+  let r0 = b * 4u * QUADS;
+  let gate = block_dot_g(r0, FFN - 1u, 0u);
+  let up = block_dot_u(r0, FFN - 1u, 0u);
+  for (var q = 0u; q < QUADS; q++) {
+    let r = r0 + 4u * q;
+    let g = gate[q] * s;
+    if (r < FFN) { st[(H0 + r) >> 2u] = g / (1.0 + exp(-g)) * (up[q] * s); }
+  }
+}
+
+/** Phase 5: x += h·W_downᵀ, block b. */
+fn project_down(b: u32) {
+  let r0 = b * 4u * QUADS;
+  let acc = block_dot_d(r0, DIM - 1u, 0u);
+  for (var q = 0u; q < QUADS; q++) {
+    let r = r0 + 4u * q;
+    if (r < DIM) { st[(X0 + r) >> 2u] += acc[q]; }
+  }
+}
+
+const ROWS_PER_BLOCK: u32 = 4u * QUADS;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_index) lid: u32) {
+  let s_attn = rms_scale();
+  for (var b = lid; b < (Q_DIM + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) { project_q(b, s_attn); }
+  for (var b = lid; b < (KV_DIM + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) { project_k(b, s_attn); }
+  for (var b = lid; b < (KV_DIM + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) { project_v(b, s_attn); }
+  phase();
+  for (var item = lid; item < params.num_heads / HEADS; item += WG) { attend_item(item); }
+  phase();
+  for (var b = lid; b < (DIM + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) { project_o(b); }
+  phase();
+  let s_ffn = rms_scale();
+  for (var b = lid; b < (FFN + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) { project_gate_up(b, s_ffn); }
+  phase();
+  for (var b = lid; b < (DIM + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) { project_down(b); }
+}
