@@ -699,7 +699,10 @@ const DECODE_LAYER_WORKGROUP = 4;
 const DECODE_LAYER_QUADS = 2;
 /**
  * Layers with more weights than this keep the five dispatches on CPU adapters too: one workgroup
- * runs on one core, and past this the work, not the dispatches, is what costs.
+ * runs on one core, and past this the work, not the dispatches, is what costs. Measured in
+ * Chromium (SwiftShader, 2 cores), 4-layer random f32 models, decode step at position 100, five
+ * dispatches vs one a layer: 45K weights a layer 2.41 vs 1.45 ms, 181K 3.58 vs 3.47, 393K 6.80 vs
+ * 7.45, 725K 10.9 vs 17.4.
  */
 export const DECODE_LAYER_MAX_WEIGHTS = 1 << 18;
 
