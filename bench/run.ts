@@ -14,7 +14,7 @@
 //
 //   npm run bench -- [--node-only | --browser-only] [--no-wllama] [--no-probes]
 //                    [--models stories260K,smollm2] [--storages f32,f16,q8_0,q4_0]
-//                    [--runs 3] [--prompt-tokens 200] [--decode-tokens 256]
+//                    [--runs 5] [--prompt-tokens 200] [--decode-tokens 256]
 //                    [--smol-runs 1] [--smol-prompt-tokens 16] [--smol-decode-tokens 8]
 //                    [--wllama-threads 1,2] [--probe-matrix 8192x2048] [--copy-mib 128]
 //                    [--request-timeout-s 600]  (a request running longer is taken for a hang)
@@ -45,7 +45,7 @@ const { values } = parseArgs({
     'no-probes': { type: 'boolean', default: false },
     models: { type: 'string', default: 'stories260K,smollm2' },
     storages: { type: 'string', default: 'f32,f16,q8_0,q4_0' },
-    runs: { type: 'string', default: '3' },
+    runs: { type: 'string', default: '5' },
     'prompt-tokens': { type: 'string', default: '200' },
     'decode-tokens': { type: 'string', default: '256' },
     'smol-runs': { type: 'string', default: '1' },
