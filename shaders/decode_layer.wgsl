@@ -126,47 +126,52 @@ fn phase() {
 
 // ---- the phases' row blocks ----
 
-/** Phase 1: block b of the rows of W (q: QKV rows 0.., k: from Q_DIM, v: from Q_DIM + KV_DIM). */
-fn project_q(b: u32, s: f32) {
-  let r0 = b * 4u * QUADS;
-  let acc = block_dot_q(r0, Q_DIM - 1u, 0u);
+const ROWS_PER_BLOCK: u32 = 4u * QUADS;
+
+/** Phase 1: the sums of block r0 of the rows of Wq, Wk or Wv, stored from QKV row `first` on. */
+fn store_qkv_block(acc: array<vec4<f32>, QUADS>, r0: u32, rows: u32, first: u32, s: f32) {
   for (var q = 0u; q < QUADS; q++) {
-    let r = r0 + 4u * q;
-    if (r < Q_DIM) { st[(QKV0 + r) >> 2u] = acc[q] * s + qkv_bias4(r); }
+    let r = first + r0 + 4u * q;
+    if (r0 + 4u * q < rows) { st[(QKV0 + r) >> 2u] = acc[q] * s + qkv_bias4(r); }
   }
+}
+
+fn project_q(b: u32, s: f32) {
+  let r0 = b * ROWS_PER_BLOCK;
+  store_qkv_block(block_dot_q(r0, Q_DIM - 1u, 0u), r0, Q_DIM, 0u, s);
 }
 
 fn project_k(b: u32, s: f32) {
-  let r0 = b * 4u * QUADS;
-  let acc = block_dot_k(r0, KV_DIM - 1u, 0u);
-  for (var q = 0u; q < QUADS; q++) {
-    let r = r0 + 4u * q;
-    if (r < KV_DIM) { st[(QKV0 + Q_DIM + r) >> 2u] = acc[q] * s + qkv_bias4(Q_DIM + r); }
-  }
+  let r0 = b * ROWS_PER_BLOCK;
+  store_qkv_block(block_dot_k(r0, KV_DIM - 1u, 0u), r0, KV_DIM, Q_DIM, s);
 }
 
 fn project_v(b: u32, s: f32) {
-  let r0 = b * 4u * QUADS;
-  let acc = block_dot_v(r0, KV_DIM - 1u, 0u);
-  for (var q = 0u; q < QUADS; q++) {
-    let r = r0 + 4u * q;
-    if (r < KV_DIM) { st[(QKV0 + Q_DIM + KV_DIM + r) >> 2u] = acc[q] * s + qkv_bias4(Q_DIM + KV_DIM + r); }
-  }
+  let r0 = b * ROWS_PER_BLOCK;
+  store_qkv_block(block_dot_v(r0, KV_DIM - 1u, 0u), r0, KV_DIM, Q_DIM + KV_DIM, s);
 }
 
-/** Phase 3: x += a·Woᵀ, block b. */
-fn project_o(b: u32) {
-  let r0 = b * 4u * QUADS;
-  let acc = block_dot_o(r0, DIM - 1u, 0u);
+/** Phases 3 and 5: x += the sums of block r0 of the rows of Wo or W_down. */
+fn accumulate_x_block(acc: array<vec4<f32>, QUADS>, r0: u32) {
   for (var q = 0u; q < QUADS; q++) {
     let r = r0 + 4u * q;
     if (r < DIM) { st[(X0 + r) >> 2u] += acc[q]; }
   }
 }
 
+fn project_o(b: u32) {
+  let r0 = b * ROWS_PER_BLOCK;
+  accumulate_x_block(block_dot_o(r0, DIM - 1u, 0u), r0);
+}
+
+fn project_down(b: u32) {
+  let r0 = b * ROWS_PER_BLOCK;
+  accumulate_x_block(block_dot_d(r0, DIM - 1u, 0u), r0);
+}
+
 /** Phase 4: h = silu(gate) * up, block b (silu(g) = g / (1 + exp(-g)), -0 in the limit). */
 fn project_gate_up(b: u32, s: f32) {
-  let r0 = b * 4u * QUADS;
+  let r0 = b * ROWS_PER_BLOCK;
   let gate = block_dot_g(r0, FFN - 1u, 0u);
   let up = block_dot_u(r0, FFN - 1u, 0u);
   for (var q = 0u; q < QUADS; q++) {
@@ -175,18 +180,6 @@ fn project_gate_up(b: u32, s: f32) {
     if (r < FFN) { st[(H0 + r) >> 2u] = g / (1.0 + exp(-g)) * (up[q] * s); }
   }
 }
-
-/** Phase 5: x += h·W_downᵀ, block b. */
-fn project_down(b: u32) {
-  let r0 = b * 4u * QUADS;
-  let acc = block_dot_d(r0, DIM - 1u, 0u);
-  for (var q = 0u; q < QUADS; q++) {
-    let r = r0 + 4u * q;
-    if (r < DIM) { st[(X0 + r) >> 2u] += acc[q]; }
-  }
-}
-
-const ROWS_PER_BLOCK: u32 = 4u * QUADS;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32) {
