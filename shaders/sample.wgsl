@@ -107,17 +107,16 @@ const RECORD_WORDS: u32 = 44u; // id, logprob, n, 0, then MAX_TOP x (id, logprob
 
 // ---- keys: u32 in the order of the floats; 0 = not a candidate ----
 
-fn is_nan_bits(b: u32) -> bool {
-  return (b & 0x7fffffffu) > 0x7f800000u;
-}
-
-/** The order-preserving key of a float; NaN and -inf give 0 (never a candidate), -0 is +0. */
-fn z_key(x: f32) -> u32 {
-  var b = bitcast<u32>(x);
-  if (is_nan_bits(b) || b == 0xff800000u) { return 0u; }
-  if (b == 0x80000000u) { b = 0u; }
-  if ((b & 0x80000000u) != 0u) { return ~b; }
-  return b | 0x80000000u;
+/**
+ * The order-preserving keys of four floats; NaN and -inf give 0 (never a candidate), -0 is +0.
+ * The chunk pass keys four ids a call; single keys are component x.
+ */
+fn z_key4(x: vec4<f32>) -> vec4<u32> {
+  var b = bitcast<vec4<u32>>(x);
+  let dead = ((b & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u)) | (b == vec4<u32>(0xff800000u));
+  b = select(b, vec4<u32>(0u), b == vec4<u32>(0x80000000u));
+  let key = select(b | vec4<u32>(0x80000000u), ~b, (b & vec4<u32>(0x80000000u)) != vec4<u32>(0u));
+  return select(key, vec4<u32>(0u), dead);
 }
 
 /** The float of a key (not 0). */
@@ -126,19 +125,15 @@ fn key_value(k: u32) -> f32 {
   return bitcast<f32>(~k);
 }
 
-/** The key of a raw logit for the top-N alternatives: NaN gives 0 (never listed), -inf is listed. */
-fn raw_key(x: f32) -> u32 {
-  let b = bitcast<u32>(x);
-  if (is_nan_bits(b)) { return 0u; }
-  if (b == 0xff800000u) { return 1u; }
-  return z_key(x);
-}
-
-/** raw_key() for four floats at once. */
+/** The keys of raw logits for the top-N alternatives: NaN gives 0 (never listed), -inf is listed. */
 fn raw_key4(x: vec4<f32>) -> vec4<u32> {
   let b = bitcast<vec4<u32>>(x);
   let nan = (b & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
   return select(select(z_key4(x), vec4<u32>(1u), b == vec4<u32>(0xff800000u)), vec4<u32>(0u), nan);
+}
+
+fn raw_key(x: f32) -> u32 {
+  return raw_key4(vec4<f32>(x)).x;
 }
 
 fn neg_inf() -> f32 {
@@ -243,22 +238,9 @@ fn finish(token: u32, lse: f32) {
   history[token >> 2u][token & 3u] = ((h & COUNT_MASK) + 1u) | (h & BANNED) | SEEN;
 }
 
-/** z from a raw logit, its bias and its history word: bias, repetition penalty, presence/frequency (penalties.ts). */
-fn processed(raw: f32, b: f32, h: u32) -> f32 {
-  var x = raw + b;
-  if ((h & SEEN) != 0u && seq.repetition != 1.0) {
-    x = select(x * seq.repetition, x / seq.repetition, x > 0.0);
-  }
-  let c = h & COUNT_MASK;
-  if (c > 0u) {
-    x = x - (f32(c) * seq.frequency + seq.presence);
-  }
-  return x;
-}
-
 // ---- prepare / reduce ----
 
-/** processed() for four ids at once. */
+/** z from four raw logits, their bias and their history words: bias, repetition penalty, presence/frequency (penalties.ts). */
 fn processed4(raw: vec4<f32>, b: vec4<f32>, h: vec4<u32>) -> vec4<f32> {
   var x = raw + b;
   if (seq.repetition != 1.0) {
@@ -267,15 +249,6 @@ fn processed4(raw: vec4<f32>, b: vec4<f32>, h: vec4<u32>) -> vec4<f32> {
   }
   let c = h & vec4<u32>(COUNT_MASK);
   return select(x, x - (vec4<f32>(c) * seq.frequency + seq.presence), c > vec4<u32>(0u));
-}
-
-/** z_key() for four floats at once. */
-fn z_key4(x: vec4<f32>) -> vec4<u32> {
-  var b = bitcast<vec4<u32>>(x);
-  let dead = ((b & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u)) | (b == vec4<u32>(0xff800000u));
-  b = select(b, vec4<u32>(0u), b == vec4<u32>(0x80000000u));
-  let key = select(b | vec4<u32>(0x80000000u), ~b, (b & vec4<u32>(0x80000000u)) != vec4<u32>(0u));
-  return select(key, vec4<u32>(0u), dead);
 }
 
 // The chunk's ids go four at a time, as vectors: keys, argmax and the log-sum-exp of the raw
