@@ -287,11 +287,6 @@ export class LlamaModel {
   createDecodeStep(cache: KvCache, options: DecodeStepOptions = {}): DecodeStep {
     const device = this.ctx.device;
     const act = new Activations(device, this.config, 1, false, false);
-    const position = device.createBuffer({
-      label: 'decode_position',
-      size: 4,
-      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST,
-    });
     // Every position once, so that a step's position is a 4-byte copy recorded in the encoder (in
     // order with the dispatches) rather than a queue write: steps can share one command buffer.
     const positions = device.createBuffer({
@@ -306,6 +301,7 @@ export class LlamaModel {
     const program = this.kernels.program('decode step');
     // Small models on CPU adapters: a layer in one dispatch, its activations in one state buffer.
     const layered = (options.fused ?? true) && this.decodeLayerState(cache);
+    let position: GPUBuffer | undefined;
     let qkv: GPUBuffer | undefined;
     let partials: GPUBuffer | undefined;
     let positionTarget: { buffer: GPUBuffer; offset: number };
@@ -313,6 +309,7 @@ export class LlamaModel {
       this.recordDecodeLayers(program, act, layered.state, cache);
       positionTarget = { buffer: layered.state, offset: layered.layout.pos * 4 };
     } else {
+      position = device.createBuffer({ label: 'decode_position', size: 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
       qkv = storage('qkv', (c.numHeads + 2 * c.numKvHeads) * c.headDim);
       // Long caches split the attention over the sequence (flash-decoding): chunks of chunkKeys rows.
       const chunkKeys = this.kernels.decodeAttentionChunkKeys();
