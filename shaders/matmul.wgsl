@@ -13,12 +13,13 @@
 // store_output_row (bias, or SwiGLU, per token of a thread's block).
 //
 // Register blocking, no workgroup memory and no barriers: every thread computes a TOKENS-token x
-// 4-row block of Y in TOKENS vec4 accumulators, walking K four elements at a time. Each step loads
-// a 4x4 block of W (as a mat4x4 whose column j is row r0 + j) and TOKENS slices of X, and does
-// 4 TOKENS dot products: each loaded W element is used TOKENS times from registers, each X one 4
-// times. (More tokens a thread: fewer loads per product, more registers.) Threads at the ragged edges clamp
-// their load indices to the last row/token (always in bounds, no branches in the loop) and skip
-// the stores that fall outside Y.
+// 4 ROW_QUADS-row block of Y in TOKENS x ROW_QUADS vec4 accumulators, walking K four elements at a
+// time. Each step loads ROW_QUADS 4x4 blocks of W (each a mat4x4 whose column j is row r0 + 4q + j)
+// and TOKENS slices of X, and does 4 TOKENS ROW_QUADS dot products: each loaded W element is used
+// TOKENS times from registers, each X one 4 ROW_QUADS times. (A bigger block: fewer loads per
+// product, more registers and fewer threads.) Threads at the ragged edges clamp their load indices
+// to the last row/token (always in bounds, no branches in the loop) and skip the stores that fall
+// outside Y.
 //
 // This is the matmul of CPU adapters, and of GPUs for fewer than 32 tokens; GPUs take the
 // shared-memory tiles of matmul_tiled.wgsl from there (kernels.ts, matmulShape). Why not tiles
@@ -26,12 +27,12 @@
 // expensive and global loads are cheap (CPU caches); a 16x16 tiled kernel with two barriers per K
 // tile ran 30-40x slower than this one (64x64 weights, T=128: ~50-75 ms vs ~1.5-2 ms).
 
-// MATMUL_WX x MATMUL_WY threads, each 4 rows x TOKENS tokens (composed: kernels.ts, matmulShape);
-// the `TOKENS` loops are unrolled there.
+// MATMUL_WX x MATMUL_WY threads, each 4 ROW_QUADS rows x TOKENS tokens (composed: kernels.ts,
+// matmulShape); the `TOKENS` and `ROW_QUADS` loops are unrolled there.
 @compute @workgroup_size(MATMUL_WX, MATMUL_WY)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  let r0 = gid.x * 4u;     // first output row (feature) of this thread's block
-  let t0 = gid.y * TOKENS; // first token
+  let r0 = gid.x * 4u * ROW_QUADS; // first output row (feature) of this thread's block
+  let t0 = gid.y * TOKENS;         // first token
   if (r0 >= params.rows || t0 >= params.T) {
     return; // no barriers in this kernel, so threads past the edge may leave early
   }
@@ -39,52 +40,68 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let last_row = params.rows - 1u;
   let last_t = params.T - 1u;
   // Start of each row of W / each token of X used by this block, clamped into the matrices.
-  let w0 = min(r0, last_row) * cols;
-  let w1 = min(r0 + 1u, last_row) * cols;
-  let w2 = min(r0 + 2u, last_row) * cols;
-  let w3 = min(r0 + 3u, last_row) * cols;
+  var w: array<u32, 4u * ROW_QUADS>;
+  for (var q = 0u; q < ROW_QUADS; q++) {
+    w[4u * q] = min(r0 + 4u * q, last_row) * cols;
+    w[4u * q + 1u] = min(r0 + 4u * q + 1u, last_row) * cols;
+    w[4u * q + 2u] = min(r0 + 4u * q + 2u, last_row) * cols;
+    w[4u * q + 3u] = min(r0 + 4u * q + 3u, last_row) * cols;
+  }
   var x: array<u32, TOKENS>;
   for (var u = 0u; u < TOKENS; u++) {
     x[u] = min(t0 + u, last_t) * cols;
   }
 
-  // acc[u][j] = y[t0 + u, r0 + j] (SWIGLU: the gate's; acc_up[u][j] the up projection's)
-  var acc: array<vec4<f32>, TOKENS>;
-  var acc_up: array<vec4<f32>, TOKENS>;
+  // acc[u * ROW_QUADS + q][j] = y[t0 + u, r0 + 4q + j] (SWIGLU: the gate's; acc_up the up projection's)
+  var acc: array<vec4<f32>, TOKENS * ROW_QUADS>;
+  var acc_up: array<vec4<f32>, TOKENS * ROW_QUADS>;
   var k = 0u;
   for (; k + 4u <= cols; k += 4u) {
-    // Column j of w holds W[r0 + j, k .. k+3], so x4 * w = (dot(x4, W[r0 + j, k..]))_j.
-    let w = mat4x4<f32>(load_weight4(w0 + k), load_weight4(w1 + k), load_weight4(w2 + k), load_weight4(w3 + k));
-    if (SWIGLU) {
-      let w_up = mat4x4<f32>(load_weight4_up(w0 + k), load_weight4_up(w1 + k), load_weight4_up(w2 + k), load_weight4_up(w3 + k));
-      for (var u = 0u; u < TOKENS; u++) {
-        let x4 = load_x4(x[u] + k);
-        acc[u] += x4 * w;
-        acc_up[u] += x4 * w_up;
+    // Column j of m[q] holds W[r0 + 4q + j, k .. k+3], so x4 * m[q] = (dot(x4, W[r0 + 4q + j, k..]))_j.
+    var m: array<mat4x4<f32>, ROW_QUADS>;
+    var m_up: array<mat4x4<f32>, ROW_QUADS>;
+    for (var q = 0u; q < ROW_QUADS; q++) {
+      m[q] = mat4x4<f32>(load_weight4(w[4u * q] + k), load_weight4(w[4u * q + 1u] + k),
+                         load_weight4(w[4u * q + 2u] + k), load_weight4(w[4u * q + 3u] + k));
+      if (SWIGLU) {
+        m_up[q] = mat4x4<f32>(load_weight4_up(w[4u * q] + k), load_weight4_up(w[4u * q + 1u] + k),
+                              load_weight4_up(w[4u * q + 2u] + k), load_weight4_up(w[4u * q + 3u] + k));
       }
-    } else {
-      for (var u = 0u; u < TOKENS; u++) {
-        acc[u] += load_x4(x[u] + k) * w;
+    }
+    for (var u = 0u; u < TOKENS; u++) {
+      let x4 = load_x4(x[u] + k);
+      for (var q = 0u; q < ROW_QUADS; q++) {
+        acc[u * ROW_QUADS + q] += x4 * m[q];
+        if (SWIGLU) {
+          acc_up[u * ROW_QUADS + q] += x4 * m_up[q];
+        }
       }
     }
   }
   // The last cols % 4 columns (only when cols is not a multiple of 4).
   for (; k < cols; k++) {
-    let w = vec4<f32>(load_weight(w0 + k), load_weight(w1 + k), load_weight(w2 + k), load_weight(w3 + k));
-    let w_up = vec4<f32>(load_weight_up(w0 + k), load_weight_up(w1 + k), load_weight_up(w2 + k), load_weight_up(w3 + k));
-    for (var u = 0u; u < TOKENS; u++) {
-      let xk = load_x(x[u] + k);
-      acc[u] += xk * w;
-      if (SWIGLU) {
-        acc_up[u] += xk * w_up;
+    for (var q = 0u; q < ROW_QUADS; q++) {
+      let wk = vec4<f32>(load_weight(w[4u * q] + k), load_weight(w[4u * q + 1u] + k), load_weight(w[4u * q + 2u] + k), load_weight(w[4u * q + 3u] + k));
+      let wk_up = vec4<f32>(load_weight_up(w[4u * q] + k), load_weight_up(w[4u * q + 1u] + k), load_weight_up(w[4u * q + 2u] + k), load_weight_up(w[4u * q + 3u] + k));
+      for (var u = 0u; u < TOKENS; u++) {
+        let xk = load_x(x[u] + k);
+        acc[u * ROW_QUADS + q] += xk * wk;
+        if (SWIGLU) {
+          acc_up[u * ROW_QUADS + q] += xk * wk_up;
+        }
       }
     }
   }
 
-  let bias = rows_bias(r0);
-  for (var u = 0u; u < TOKENS; u++) {
-    if (t0 + u <= last_t) {
-      store_output_row(t0 + u, r0, acc[u], acc_up[u], bias);
+  for (var q = 0u; q < ROW_QUADS; q++) {
+    let rq = r0 + 4u * q;
+    if (rq <= last_row) {
+      let bias = rows_bias(rq);
+      for (var u = 0u; u < TOKENS; u++) {
+        if (t0 + u <= last_t) {
+          store_output_row(t0 + u, rq, acc[u * ROW_QUADS + q], acc_up[u * ROW_QUADS + q], bias);
+        }
+      }
     }
   }
 }

@@ -301,10 +301,13 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
     [1, 2, 3], // matvec, a single partial quad, tail only
   ];
   const gpuShape: MatmulShape = { wx: 16, wy: 4, tokens: 4 };
+  // Two 4-row blocks a thread and an odd number of tokens: rows past the end inside a thread's block.
+  const oddShape: MatmulShape = { wx: 2, wy: 3, tokens: 3, rowQuads: 2 };
   // GPUs' shared-memory tiles (64 x 64, K in steps of 16): unaligned columns fall back to gpuShape.
-  const shapeName = (shape: MatmulShape | undefined) => (!shape ? '' : shape.tiled ? ', tiled' : `, ${shape.tokens} tokens a thread`);
+  const shapeName = (shape: MatmulShape | undefined) =>
+    !shape ? '' : shape.tiled ? ', tiled' : `, ${4 * (shape.rowQuads ?? 1)} rows x ${shape.tokens} tokens a thread`;
   for (const dtype of DTYPES) {
-    for (const [T, rows, cols] of cases) for (const shape of T > 1 ? [undefined, gpuShape, TILED_MATMUL_SHAPE] : [undefined]) {
+    for (const [T, rows, cols] of cases) for (const shape of T > 1 ? [undefined, gpuShape, oddShape, TILED_MATMUL_SHAPE] : [undefined]) {
       it(`${dtype}, T=${T}, rows=${rows}, cols=${cols}, bias${shapeName(shape)}`, async () => {
         const { W, held } = weightMatrix(randomF32(rows * cols, 2000 + rows + cols), rows, cols, dtype);
         const x = randomF32(T * cols, 2100 + T + cols);
@@ -342,7 +345,7 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
   // a split W_gate falls back to two matmuls and swiglu() through the scratch buffers.
   for (const dtype of DTYPES) {
     for (const [T, rows, cols, split] of [[5, 7, 8, false], [18, 66, 64, false], [70, 37, 20, false], [6, 9, 6, false], [1, 9, 8, false], [9, 12, 8, true]] as [number, number, number, boolean][]) {
-      for (const shape of T > 1 ? [undefined, gpuShape, TILED_MATMUL_SHAPE] : [undefined]) {
+      for (const shape of T > 1 ? [undefined, gpuShape, oddShape, TILED_MATMUL_SHAPE] : [undefined]) {
         it(`matmulSwiglu ${dtype}, T=${T}, rows=${rows}, cols=${cols}${split ? ', W_gate split in parts of 5 rows' : ''}${shapeName(shape)}`, async () => {
           const gate = weightMatrix(randomF32(rows * cols, 2500 + rows), rows, cols, dtype);
           const up = weightMatrix(randomF32(rows * cols, 2501 + rows), rows, cols, dtype);
@@ -375,11 +378,13 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
     }
   }
 
-  it('matmulShape: tiles on GPUs from 32 tokens with aligned columns, else 4 tokens a thread; 8 on CPU devices', () => {
+  it('matmulShape: tiles on GPUs from 32 tokens with aligned columns, else 4 tokens a thread; on CPU devices 8 rows x 16 tokens, 4 x 8 for quantized weights', () => {
     expect(matmulShape(false, 32)).toEqual(TILED_MATMUL_SHAPE);
     expect(matmulShape(false, 31)).toEqual({ wx: 16, wy: 4, tokens: 4 });
     expect(matmulShape(false, 200, false)).toEqual({ wx: 16, wy: 4, tokens: 4 });
-    expect(matmulShape(true, 200)).toEqual({ wx: 16, wy: 4, tokens: 8 });
+    expect(matmulShape(true, 200)).toEqual({ wx: 8, wy: 4, tokens: 16, rowQuads: 2 });
+    expect(matmulShape(true, 200, true, 'f16')).toEqual({ wx: 8, wy: 4, tokens: 16, rowQuads: 2 });
+    expect(matmulShape(true, 200, true, 'q4_k')).toEqual({ wx: 16, wy: 4, tokens: 8 });
   });
 
   it('reads vec4 activations from a buffer whose size is not a multiple of 16 bytes', async () => {

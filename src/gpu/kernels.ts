@@ -53,6 +53,8 @@ export interface MatmulShape {
   wx: number;
   wy: number;
   tokens: number;
+  /** matmul.wgsl: 4-row blocks a thread (default 1). */
+  rowQuads?: number;
   tiled?: boolean;
 }
 
@@ -65,14 +67,20 @@ const TILED_MATMUL_MIN_TOKENS = 32;
  * GPUs: shared-memory tiles (matmul_tiled.wgsl) for T >= 32 tokens and a multiple of 4 columns
  * (its vec4 copies); otherwise 16 x 4 threads of 4 tokens (64 rows x 16 tokens a workgroup). The
  * tiles read each weight once per 64 tokens where the register blocks read it once per 4: the
- * usual shape of a GPU matmul (not measured here: no GPU in the test machines). CPU devices: 8
- * tokens a thread and no tiles, where barriers are dear and each load saved counts. Measured on
- * SwiftShader (2 cores), stories260K's 200-token prefill (rows of 32-172 weights, f32), all
- * matmuls: 4 tokens ~66 ms, 8 ~50, 16 ~47-51 (with 16 x 2 or 8 x 2 threads), 32 ~56; the
- * workgroup's shape (4 x 4 .. 16 x 4) within noise; a 16 x 16 tiled kernel 30-40x slower.
+ * usual shape of a GPU matmul (not measured here: no GPU in the test machines). CPU devices: no
+ * tiles (barriers are dear) and bigger register blocks: on SwiftShader every load is a per-lane
+ * gather (~3 ns a float a core), dearer than the arithmetic, and a bigger block loads less per
+ * product. f32 and f16 take 8 rows x 16 tokens a thread. Measured on SwiftShader (2 cores),
+ * stories260K's 200-token prefill (rows of 32-172 weights, f32), the whole forward pass, medians
+ * side by side in Chromium: 4 rows x 8 tokens 57.5 ms, 4 x 16 57.8, 8 x 12 53.2, 8 x 16 52.3,
+ * 16 x 16 53.8; in Node 4 x 8 76-81 vs 16 x 16 66-69 ms. Bigger blocks compile slowly (the loops
+ * are unrolled): an f32 SwiGLU pass 0.4 s at 4 x 8, 0.9 s at 8 x 16, 3.4 s at 16 x 16; with the
+ * K-quants' unpacking inlined for every row 1.2, 2.9 and 11 s. So quantized weights keep 4 rows x
+ * 8 tokens. Earlier, with 4 rows a thread: 4 tokens ~66 ms, 8 ~50, 32 ~56; a 16 x 16 tiled kernel
+ * 30-40x slower.
  */
-export function matmulShape(isCpu: boolean, T = Infinity, aligned = true): MatmulShape {
-  if (isCpu) return { wx: 16, wy: 4, tokens: 8 };
+export function matmulShape(isCpu: boolean, T = Infinity, aligned = true, dtype: WeightDType = 'f32'): MatmulShape {
+  if (isCpu) return isQuantized(dtype) ? { wx: 16, wy: 4, tokens: 8 } : { wx: 8, wy: 4, tokens: 16, rowQuads: 2 };
   return aligned && T >= TILED_MATMUL_MIN_TOKENS ? TILED_MATMUL_SHAPE : { wx: 16, wy: 4, tokens: 4 };
 }
 
@@ -245,7 +253,7 @@ interface WeightVariant {
 function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, v: WeightVariant): string {
   if (kernel === 'embedding') return `${kernel}/${dtype}`;
   let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}${v.accumulate ? '/acc' : ''}${v.swiglu ? '/swiglu' : ''}`;
-  if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}t${v.matmul.tokens}${v.matmul.tiled ? '/tiled' : ''}`;
+  if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}t${v.matmul.tokens}r${v.matmul.rowQuads ?? 1}${v.matmul.tiled ? '/tiled' : ''}`;
   if (v.runs) key += '/runs';
   return v.plan ? `${key}/team${v.plan.team}-${v.plan.reduction}` : key;
 }
@@ -266,7 +274,9 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
   }
   if (kernel === 'matmul') {
     const shape = v.matmul ?? matmulShape(false);
+    const rowQuads = shape.rowQuads ?? 1;
     snippets += `const MATMUL_WX: u32 = ${shape.wx}u;\nconst MATMUL_WY: u32 = ${shape.wy}u;\nconst TOKENS: u32 = ${shape.tokens}u;\n`;
+    snippets += `const ROW_QUADS: u32 = ${rowQuads}u;\n`;
     snippets += `const SWIGLU: bool = ${!!v.swiglu};\n`;
     snippets += v.swiglu
       ? renameWgsl(weightFormatWgsl(dtype, WEIGHT_UP_BINDING, 0, v.aligned), 'up')
@@ -276,7 +286,7 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
       return { code: `${directives}${snippets}\n${matmulOutputWgsl}\n${matmulTiledWgsl}`, entryPoint: 'main' };
     }
     const code = `${directives}${snippets}\n${matmulOutputWgsl}\n${WEIGHT_KERNEL_SOURCES[kernel]}`;
-    return { code: unrollConstLoops(code, { TOKENS: shape.tokens }), entryPoint: 'main' };
+    return { code: unrollConstLoops(code, { TOKENS: shape.tokens, ROW_QUADS: rowQuads }), entryPoint: 'main' };
   }
   return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
 }
@@ -883,13 +893,13 @@ export class Kernels {
     for (const dtype of options.weightDTypes ?? []) {
       const variants: [WeightKernel, WeightVariant][] = [
         ['embedding', { hasBias: false, aligned: false }],
-        ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape() }],
+        ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(Infinity, true, dtype) }],
         // The prefill's residual-add (Wo, W_down) and feed-forward-input (W_gate, W_up) variants.
-        ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(), accumulate: true }],
-        ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(), swiglu: true }],
+        ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(Infinity, true, dtype), accumulate: true }],
+        ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(Infinity, true, dtype), swiglu: true }],
       ];
       // Quantized rows are whole blocks (multiples of 32 weights): their matmuls are always aligned.
-      if (!isQuantized(dtype)) variants.push(['matmul', { hasBias: false, aligned: false, matmul: kernels.matmulShape(Infinity, false) }]);
+      if (!isQuantized(dtype)) variants.push(['matmul', { hasBias: false, aligned: false, matmul: kernels.matmulShape(Infinity, false, dtype) }]);
       for (const [kernel, variant] of variants) {
         compiling.push(
           kernels.pipelines.prepare(weightKernelKey(kernel, dtype, variant), () => weightKernelSpec(kernel, dtype, variant)),
@@ -1088,8 +1098,8 @@ export class Kernels {
   }
 
   /** @internal The prefill matmul's shape on this device for T tokens (matmulShape); a tiled override needs aligned columns. */
-  matmulShape(T = Infinity, aligned = true): MatmulShape {
-    const shape = this.matmulShapeOverride ?? matmulShape(this.isCpuDevice, T, aligned);
+  matmulShape(T = Infinity, aligned = true, dtype: WeightDType = 'f32'): MatmulShape {
+    const shape = this.matmulShapeOverride ?? matmulShape(this.isCpuDevice, T, aligned, dtype);
     return shape.tiled && !aligned ? matmulShape(false, T, false) : shape;
   }
 
@@ -1321,7 +1331,7 @@ export abstract class KernelRecorder {
         const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan, accumulate, runs });
         this.dispatch(pipeline, [part.rows, W.cols, part.firstRow], buffers, workgroups);
       } else {
-        const shape = this.kernels.matmulShape(T, aligned);
+        const shape = this.kernels.matmulShape(T, aligned, W.dtype);
         const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned, matmul: shape, accumulate });
         this.dispatch(pipeline, [T, part.rows, W.cols, part.firstRow, W.rows], buffers, this.matmulGrid(shape, part.rows, T, 'matmul'));
       }
@@ -1358,7 +1368,7 @@ export abstract class KernelRecorder {
     assertFits(out, T * wGate.rows * 4, 'matmulSwiglu out');
     assertFits(x, T * wGate.cols * 4, 'matmulSwiglu x');
     const aligned = wGate.cols % 4 === 0;
-    const shape = this.kernels.matmulShape(T, aligned);
+    const shape = this.kernels.matmulShape(T, aligned, wGate.dtype);
     const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned, matmul: shape, swiglu: true });
     this.dispatch(
       pipeline,
@@ -1370,7 +1380,7 @@ export abstract class KernelRecorder {
 
   /** matmul.wgsl's 2-D grid for `rows` outputs of T tokens (it does not fold into 2-D like the 1-D kernels). */
   private matmulGrid(shape: MatmulShape, rows: number, T: number, what: string): [number, number] {
-    const groupsX = Math.ceil(rows / (4 * shape.wx));
+    const groupsX = Math.ceil(rows / (4 * (shape.rowQuads ?? 1) * shape.wx));
     const groupsY = Math.ceil(T / (shape.tokens * shape.wy));
     const max = this.kernels.maxWorkgroupsPerDimension;
     if (groupsX > max || groupsY > max) throw new Error(`${what} of ${T} x ${rows} outputs exceeds the dispatch grid`);
