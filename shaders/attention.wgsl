@@ -26,14 +26,17 @@
 // recorded bind group serves every step); online_softmax.wgsl (first_key, attend_key / attend_row,
 // NEG_LARGE, HEAD_SLICES). Two entry points; the host picks (kernels.ts, attentionPlan):
 //
-// - `per_thread`: one thread per (query token t, block of HEADS heads sharing a KV head), which
-//   walks its keys one by one, loading each K/V row once for the block, with the q and
-//   accumulators in private arrays of HEAD_DIM / WIDTH slices a head (the `HEADS` and
-//   `HEAD_SLICES` loops are unrolled by kernels.ts when they are short: SwiftShader keeps private
-//   arrays in memory when they are indexed by a loop variable). No workgroup memory and no
-//   barriers: on SwiftShader (the tests' CPU Vulkan) a barrier costs far more than the arithmetic,
-//   and this kernel is 10-30x faster than `per_workgroup` there for prefill, 2-8x for decode.
-//   HEADS is 1 on GPUs (more threads) and the GQA group on CPU devices (attentionHeadsPerThread).
+// - `per_thread`: one thread per (block of QUERIES consecutive query tokens, block of GROUP_HEADS
+//   heads sharing a KV head): HEADS = QUERIES x GROUP_HEADS query heads, for which it walks the
+//   keys one by one, loading each K/V row once, with the q and accumulators in private arrays of
+//   HEAD_DIM / WIDTH slices a head (the `HEADS`, `QUERIES`, `GROUP_HEADS` and `HEAD_SLICES` loops
+//   are unrolled by kernels.ts when they are short: SwiftShader keeps private arrays in memory
+//   when they are indexed by a loop variable). No workgroup memory and no barriers: on SwiftShader
+//   (the tests' CPU Vulkan) a barrier costs far more than the arithmetic, and this kernel is
+//   10-30x faster than `per_workgroup` there for prefill, 2-8x for decode. GROUP_HEADS and
+//   QUERIES are 1 on GPUs (more threads); on CPU devices, where every load is dear, GROUP_HEADS
+//   is the GQA group (attentionHeadsPerThread) and a prefill's QUERIES more than 1
+//   (attentionQueriesPerThread).
 // - `per_workgroup`: one workgroup per (t, h). It walks the keys in blocks of WORKGROUP_SIZE, one
 //   key per thread for the scores (max and sum reduced in workgroup memory, with barriers); for the
 //   value sum each thread owns output dimensions d = lid, lid + WORKGROUP_SIZE, ... (up to
@@ -69,47 +72,89 @@ const WORKGROUP_SIZE: u32 = 64u;
 const MAX_HEAD_DIM: u32 = 256u;
 const DIMS_PER_THREAD: u32 = MAX_HEAD_DIM / WORKGROUP_SIZE;
 // (NEG_LARGE, which stands in for -infinity, HEAD_SLICES and first_key come from online_softmax.wgsl.)
-const THREAD_WORKGROUP_SIZE: u32 = 64u; // per_thread: (t, h) pairs per workgroup (host: ATTENTION_ITEMS_PER_WORKGROUP)
 
 @compute @workgroup_size(THREAD_WORKGROUP_SIZE)
 fn per_thread(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-  let item = (wg.y * grid.x + wg.x) * THREAD_WORKGROUP_SIZE + lid; // flat (t, block of HEADS heads)
-  let blocks = params.num_heads / HEADS;
-  if (item >= params.T * blocks) {
+  // flat (block of QUERIES tokens, block of GROUP_HEADS heads)
+  let item = (wg.y * grid.x + wg.x) * THREAD_WORKGROUP_SIZE + lid;
+  let blocks = params.num_heads / GROUP_HEADS;
+  if (item >= ((params.T + QUERIES - 1u) / QUERIES) * blocks) {
     return; // no barriers in this kernel, so threads past the end may leave early
   }
-  let t = item / blocks;
-  let h0 = (item % blocks) * HEADS;
+  let t0 = (item / blocks) * QUERIES;
+  let h0 = (item % blocks) * GROUP_HEADS;
   let kv_head = h0 / (params.num_heads / params.num_kv_heads);
-  let q_base = (t * params.num_heads + h0) * HEAD_DIM; // q[t, h0, 0] (and out[t, h0, 0]); the block's heads follow
   let kv_row_stride = params.num_kv_heads * HEAD_DIM;  // one cache position
   let kv_offset = kv_head * HEAD_DIM;                  // this KV head within a position
+  let last_t = params.T - 1u;
 
-  // q and the accumulators of the block's heads in slices of WIDTH floats (slot g * HEAD_SLICES + i).
+  // q and the accumulators of the block's query heads in slices of WIDTH floats: slot
+  // s = u * GROUP_HEADS + g is head h0 + g of token t0 + u (slices s * HEAD_SLICES + i). Tokens
+  // past the end (a ragged last block) repeat the last one and are not stored.
   var qv: array<H, HEADS * HEAD_SLICES>;
   var acc: array<H, HEADS * HEAD_SLICES>; // running sums of exp(score - m) * V[j, :]
   var m: array<f32, HEADS>;               // running maxima of the scores so far
   var l: array<f32, HEADS>;               // running sums of exp(score - m)
-  for (var g = 0u; g < HEADS; g++) {
-    for (var i = 0u; i < HEAD_SLICES; i++) {
-      qv[g * HEAD_SLICES + i] = q[q_base / WIDTH + g * HEAD_SLICES + i];
-      acc[g * HEAD_SLICES + i] = H();
+  var pos: array<u32, QUERIES>;           // the position of token t0 + u
+  for (var u = 0u; u < QUERIES; u++) {
+    let t = min(t0 + u, last_t);
+    pos[u] = start_pos() + t;
+    for (var g = 0u; g < GROUP_HEADS; g++) {
+      for (var i = 0u; i < HEAD_SLICES; i++) {
+        qv[(u * GROUP_HEADS + g) * HEAD_SLICES + i] = q[((t * params.num_heads + h0 + g) * HEAD_DIM) / WIDTH + i];
+        acc[(u * GROUP_HEADS + g) * HEAD_SLICES + i] = H();
+      }
+      m[u * GROUP_HEADS + g] = NEG_LARGE;
+      l[u * GROUP_HEADS + g] = 0.0;
     }
-    m[g] = NEG_LARGE;
-    l[g] = 0.0;
   }
 
-  let pos = start_pos() + t;
-  for (var j = first_key(pos); j <= pos; j++) {
+  // Every K/V row is loaded once for the block. The keys all its tokens see, [first_key of the
+  // last, the first's position], go without masks; the others (a sliding window's first keys, the
+  // causal tail past the first token) mask the tokens that do not see them (score_bias).
+  let pos_first = pos[0];
+  let pos_last = pos[QUERIES - 1u];
+  let shared_first = first_key(pos_last);
+  for (var j = first_key(pos_first); j < min(shared_first, pos_first + 1u); j++) {
+    mask_keys(pos, j);
+    attend_row(qv, &acc, &m, &l, (j * kv_row_stride + kv_offset) / WIDTH);
+  }
+  unmask_keys();
+  for (var j = shared_first; j <= pos_first; j++) {
+    attend_row(qv, &acc, &m, &l, (j * kv_row_stride + kv_offset) / WIDTH);
+  }
+  for (var j = pos_first + 1u; j <= pos_last; j++) {
+    mask_keys(pos, j);
     attend_row(qv, &acc, &m, &l, (j * kv_row_stride + kv_offset) / WIDTH);
   }
 
-  for (var g = 0u; g < HEADS; g++) {
-    let inv_l = 1.0 / l[g];
-    for (var i = 0u; i < HEAD_SLICES; i++) {
-      store_out(q_base + (g * HEAD_SLICES + i) * WIDTH, acc[g * HEAD_SLICES + i] * inv_l);
+  for (var u = 0u; u < QUERIES; u++) {
+    if (t0 + u <= last_t) {
+      let q_base = ((t0 + u) * params.num_heads + h0) * HEAD_DIM; // out[t0 + u, h0, 0]
+      for (var g = 0u; g < GROUP_HEADS; g++) {
+        let inv_l = 1.0 / l[u * GROUP_HEADS + g];
+        for (var i = 0u; i < HEAD_SLICES; i++) {
+          store_out(q_base + (g * HEAD_SLICES + i) * WIDTH, acc[(u * GROUP_HEADS + g) * HEAD_SLICES + i] * inv_l);
+        }
+      }
     }
+  }
+}
+
+/** score_bias for key j: MASKED_SCORE for the slots of the tokens (at positions pos) that do not see it. */
+fn mask_keys(pos: array<u32, QUERIES>, j: u32) {
+  for (var u = 0u; u < QUERIES; u++) {
+    let sees = first_key(pos[u]) <= j && j <= pos[u];
+    for (var g = 0u; g < GROUP_HEADS; g++) {
+      score_bias[u * GROUP_HEADS + g] = select(MASKED_SCORE, 0.0, sees);
+    }
+  }
+}
+
+fn unmask_keys() {
+  for (var s = 0u; s < HEADS; s++) {
+    score_bias[s] = 0.0;
   }
 }
 

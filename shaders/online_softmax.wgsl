@@ -16,6 +16,13 @@
 const NEG_LARGE: f32 = -1e30;
 const HEAD_SLICES: u32 = HEAD_DIM / WIDTH;
 
+// Added to head g's scores: 0, or MASKED_SCORE where a kernel serving several query tokens walks a
+// key that some of them do not see (attention.wgsl's per_thread). Below NEG_LARGE, so that a
+// masked key changes nothing even for a head that has seen no key yet: its rescale does not run
+// and its weight exp(MASKED_SCORE - m) is 0.
+var<private> score_bias: array<f32, HEADS>;
+const MASKED_SCORE: f32 = -2e30;
+
 fn attend_key(qv: array<H, HEADS * HEAD_SLICES>, acc: ptr<function, array<H, HEADS * HEAD_SLICES>>,
               m: ptr<function, array<f32, HEADS>>, l: ptr<function, array<f32, HEADS>>,
               k: array<H, HEAD_SLICES>, v: array<H, HEAD_SLICES>) {
@@ -24,7 +31,7 @@ fn attend_key(qv: array<H, HEADS * HEAD_SLICES>, acc: ptr<function, array<H, HEA
     for (var i = 0u; i < HEAD_SLICES; i++) {
       dot += qv[g * HEAD_SLICES + i] * k[i];
     }
-    let score = hsum(dot) * params.scale;
+    let score = hsum(dot) * params.scale + score_bias[g];
     if (score > (*m)[g]) {
       let correction = exp((*m)[g] - score);
       (*l)[g] *= correction;

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../src/gpu/tensor.ts';
-import { attentionHeadsPerThread, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../src/gpu/kernels.ts';
+import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../src/gpu/kernels.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../src/gpu/buffers.ts';
 import { isQuantized, QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
 import { weightRowBytes } from '../src/model/weights.ts';
@@ -353,6 +353,16 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
     expect(attentionHeadsPerThread(8, 16, true)).toBe(4); // 4 slices: 4 x 4
     expect(attentionHeadsPerThread(7, 6, true)).toBe(1); // 6 slices (unaligned): 7 x 6 too many
     expect(attentionHeadsPerThread(1, 8, true)).toBe(1);
+  });
+
+  it('a CPU device\'s prefill gives an attention thread up to 4 query tokens while they unroll; decode and GPUs 1', () => {
+    expect(attentionQueriesPerThread(200, 2, 8, true)).toBe(4); // stories260K: 4 x 2 heads x 2 slices
+    expect(attentionQueriesPerThread(200, 4, 8, true)).toBe(2); // 2 x 4 x 2
+    expect(attentionQueriesPerThread(200, 1, 64, true)).toBe(1); // 16 slices: already at the limit
+    expect(attentionQueriesPerThread(1, 2, 8, true)).toBe(1); // decode
+    expect(attentionQueriesPerThread(200, 1, 8, false)).toBe(1);
+    expect(attentionThreadsPerWorkgroup(true)).toBe(16);
+    expect(attentionThreadsPerWorkgroup(false)).toBe(64);
   });
 });
 

@@ -510,6 +510,7 @@ describe('attention', () => {
     entry: 'per_thread' | 'per_workgroup' | undefined,
     kvDType: KvDType = 'f32',
     heads?: number,
+    queries?: number,
   ): Promise<{ got: Float32Array; want: Float32Array; unwindowed: Float32Array }> {
     const { T, startPos, numHeads, numKvHeads, headDim, window } = c;
     const contextRows = startPos + T + 4;
@@ -525,6 +526,7 @@ describe('attention', () => {
     const out = output(T * numHeads * headDim);
     kernels.attentionPlanOverride = entry;
     kernels.attentionHeadsOverride = heads;
+    kernels.attentionQueriesOverride = queries;
     try {
       const batch = kernels.begin();
       let kBuf: GPUBuffer;
@@ -547,6 +549,7 @@ describe('attention', () => {
     } finally {
       kernels.attentionPlanOverride = undefined;
       kernels.attentionHeadsOverride = undefined;
+      kernels.attentionQueriesOverride = undefined;
     }
     // An f16 cache holds K and V rounded to nearest even: the reference attends over those.
     const k = kvDType === 'f16' ? roundF16(kCache) : kCache;
@@ -566,6 +569,22 @@ describe('attention', () => {
       const { got, want } = await runAttention(c, 'per_thread', 'f32', 1);
       expectClose(got, want);
     });
+  }
+
+  // per_thread with several query tokens a thread (a prefill on a CPU device takes as many as
+  // unroll, attentionQueriesPerThread): ragged last blocks, windows that cut some of a block's
+  // tokens and not others (window 1 and 7 with 2 and 3 tokens a thread), an f16 cache.
+  for (const queries of [2, 3]) {
+    for (const c of [cases[0], cases[1], cases[3], windowCases[0], windowCases[1], windowCases[2], windowCases[4]]) {
+      const { T, startPos, numHeads, numKvHeads, headDim } = c;
+      const window = 'window' in c ? c.window : undefined;
+      for (const kvDType of ['f32', 'f16'] as const) {
+        it(`per_thread, ${queries} tokens a thread, ${kvDType} cache: T=${T}, startPos=${startPos}, heads=${numHeads}/${numKvHeads}, headDim=${headDim}${window ? `, window=${window}` : ''}`, async () => {
+          const { got, want } = await runAttention(c, 'per_thread', kvDType, undefined, queries);
+          expectClose(got, want);
+        });
+      }
+    }
   }
 
   for (const entry of ['per_thread', 'per_workgroup'] as const) {

@@ -498,8 +498,19 @@ const rmsNormSpec = (v: RmsNormVariant): ShaderSpec => ({
   entryPoint: v.entry,
 });
 
-/** attention.wgsl `per_thread`: (token, head) pairs (one thread each) per workgroup. */
+/** attention.wgsl `split_combine`'s threads a workgroup, and `per_thread`'s on GPUs. */
 const ATTENTION_ITEMS_PER_WORKGROUP = 64;
+
+/**
+ * attention.wgsl `per_thread`'s threads a workgroup. CPU devices: 16, so that a causal prefill's
+ * threads, whose work grows with their tokens' positions, spread over more workgroups, which is
+ * what the cores share. Measured in Chromium on SwiftShader (2 cores), stories260K's 200-token
+ * prefill, its 5 attention passes: 1 token a thread 20.9 ms with 64 threads a workgroup, 20.5 with
+ * 16; 2 tokens 17.0 / 16.2; 3 tokens 15.3 (16); 4 tokens 14.2 (16), 17.6 (8), ~19 (64: 4 workgroups).
+ */
+export function attentionThreadsPerWorkgroup(isCpu: boolean): number {
+  return isCpu ? 16 : ATTENTION_ITEMS_PER_WORKGROUP;
+}
 
 /**
  * (token, head) pairs below which a long-context attention goes to `per_workgroup`, and the keys
@@ -538,20 +549,30 @@ type AttentionVariant = {
   headDim: number;
   kvDType: KvDType;
   position?: PositionSource;
-  /** per_thread: query heads per thread (attentionHeadsPerThread); 1 for the other entries. */
+  /** per_thread: query heads of one token per thread (attentionHeadsPerThread); 1 for the other entries. */
   heads?: number;
+  /** per_thread: query tokens per thread (attentionQueriesPerThread); 1 for the other entries. */
+  queries?: number;
+  /** per_thread: threads a workgroup (attentionThreadsPerWorkgroup); split_combine: 64. */
+  threads?: number;
 };
 const attentionKey = (v: AttentionVariant) =>
-  `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position ?? 'uniform'}/g${v.heads ?? 1}`;
+  `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position ?? 'uniform'}/g${v.heads ?? 1}/q${v.queries ?? 1}/w${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}`;
 const attentionSpec = (v: AttentionVariant): ShaderSpec => {
   const heads = v.heads ?? 1;
+  const queries = v.queries ?? 1;
   const code =
-    `const HEAD_DIM: u32 = ${v.headDim}u;\nconst HEADS: u32 = ${heads}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}` +
+    `const HEAD_DIM: u32 = ${v.headDim}u;\nconst GROUP_HEADS: u32 = ${heads}u;\nconst QUERIES: u32 = ${queries}u;\n` +
+    `const THREAD_WORKGROUP_SIZE: u32 = ${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}u;\n` +
+    `const HEADS: u32 = ${heads * queries}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}` +
     `${positionWgsl(v.position ?? 'uniform')}\n${onlineSoftmaxWgsl}\n${attentionWgsl}`;
   // Measured on SwiftShader, stories260K prefill of 200 tokens (head_dim 8): attention 76 -> 38 ms unrolled.
   const slices = v.headDim % 4 === 0 ? v.headDim / 4 : v.headDim;
-  if (slices * heads > MAX_UNROLLED_SLICES) return { code, entryPoint: v.entry };
-  return { code: unrollConstLoops(code, { HEAD_SLICES: slices, HEADS: heads }), entryPoint: v.entry };
+  if (slices * heads * queries > MAX_UNROLLED_SLICES) return { code, entryPoint: v.entry };
+  return {
+    code: unrollConstLoops(code, { HEAD_SLICES: slices, HEADS: heads * queries, GROUP_HEADS: heads, QUERIES: queries }),
+    entryPoint: v.entry,
+  };
 };
 
 /**
@@ -621,6 +642,20 @@ export function attentionHeadsPerThread(group: number, headDim: number, isCpu: b
   const slices = headDim % 4 === 0 ? headDim / 4 : headDim;
   for (let heads = group; heads > 1; heads--) {
     if (group % heads === 0 && heads * slices <= MAX_UNROLLED_SLICES) return heads;
+  }
+  return 1;
+}
+
+/**
+ * Query tokens one thread of attention.wgsl's per_thread serves for a prefill of T tokens (each
+ * K/V row it loads serves all of them). GPUs: 1. CPU devices, where the loads cost most: as many as
+ * still unroll (tokens x heads x slices up to MAX_UNROLLED_SLICES), at most 4.
+ */
+export function attentionQueriesPerThread(T: number, heads: number, headDim: number, isCpu: boolean): number {
+  if (!isCpu || T < 2) return 1;
+  const slices = headDim % 4 === 0 ? headDim / 4 : headDim;
+  for (let queries = 4; queries > 1; queries--) {
+    if (queries * heads * slices <= MAX_UNROLLED_SLICES) return queries;
   }
   return 1;
 }
@@ -1035,6 +1070,9 @@ export class Kernels {
 
   /** @internal Forces decode_attention's query heads per thread (tests; must divide the GQA group). */
   attentionHeadsOverride: number | undefined;
+
+  /** @internal Forces attention.wgsl per_thread's query tokens per thread (tests, measurements). */
+  attentionQueriesOverride: number | undefined;
 
   /**
    * Whether a decode step runs each layer as one dispatch (decode_layer.wgsl) rather than five:
@@ -1472,11 +1510,23 @@ export abstract class KernelRecorder {
     const isCpu = this.kernels.isCpuDevice;
     const entry = this.kernels.attentionPlanOverride ?? attentionPlan(items, keys, headDim, isCpu);
     const heads = entry === 'per_thread' ? this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, headDim, isCpu) : 1;
+    const queries =
+      entry === 'per_thread' ? this.kernels.attentionQueriesOverride ?? attentionQueriesPerThread(T, heads, headDim, isCpu) : 1;
+    const threads = Math.ceil(T / queries) * (numHeads / heads);
+    const workgroup = attentionThreadsPerWorkgroup(isCpu);
     this.dispatch(
-      this.kernels.attentionPipeline({ entry, headDim, kvDType, position: position ? 'buffer' : 'uniform', heads }),
+      this.kernels.attentionPipeline({
+        entry,
+        headDim,
+        kvDType,
+        position: position ? 'buffer' : 'uniform',
+        heads,
+        queries,
+        threads: entry === 'per_thread' ? workgroup : undefined,
+      }),
       [T, startPos, numHeads, numKvHeads, headDim, f32(1 / Math.sqrt(headDim)), slidingWindow ?? 0],
       withPosition({ 1: out, 2: q, 3: kCache, 4: vCache }, position),
-      entry === 'per_thread' ? Math.ceil(items / heads / ATTENTION_ITEMS_PER_WORKGROUP) : items,
+      entry === 'per_thread' ? Math.ceil(threads / workgroup) : items,
     );
   }
 
