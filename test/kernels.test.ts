@@ -382,8 +382,8 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
     expect(matmulShape(false, 32)).toEqual(TILED_MATMUL_SHAPE);
     expect(matmulShape(false, 31)).toEqual({ wx: 16, wy: 4, tokens: 4 });
     expect(matmulShape(false, 200, false)).toEqual({ wx: 16, wy: 4, tokens: 4 });
-    expect(matmulShape(true, 200)).toEqual({ wx: 8, wy: 4, tokens: 16, rowQuads: 2 });
-    expect(matmulShape(true, 200, true, 'f16')).toEqual({ wx: 8, wy: 4, tokens: 16, rowQuads: 2 });
+    expect(matmulShape(true, 200)).toEqual({ wx: 4, wy: 2, tokens: 16, rowQuads: 2 });
+    expect(matmulShape(true, 200, true, 'f16')).toEqual({ wx: 4, wy: 2, tokens: 16, rowQuads: 2 });
     expect(matmulShape(true, 200, true, 'q4_k')).toEqual({ wx: 16, wy: 4, tokens: 8 });
   });
 

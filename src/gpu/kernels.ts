@@ -70,17 +70,19 @@ const TILED_MATMUL_MIN_TOKENS = 32;
  * usual shape of a GPU matmul (not measured here: no GPU in the test machines). CPU devices: no
  * tiles (barriers are dear) and bigger register blocks: on SwiftShader every load is a per-lane
  * gather (~3 ns a float a core), dearer than the arithmetic, and a bigger block loads less per
- * product. f32 and f16 take 8 rows x 16 tokens a thread. Measured on SwiftShader (2 cores),
- * stories260K's 200-token prefill (rows of 32-172 weights, f32), the whole forward pass, medians
- * side by side in Chromium: 4 rows x 8 tokens 57.5 ms, 4 x 16 57.8, 8 x 12 53.2, 8 x 16 52.3,
- * 16 x 16 53.8; in Node 4 x 8 76-81 vs 16 x 16 66-69 ms. Bigger blocks compile slowly (the loops
- * are unrolled): an f32 SwiGLU pass 0.4 s at 4 x 8, 0.9 s at 8 x 16, 3.4 s at 16 x 16; with the
- * K-quants' unpacking inlined for every row 1.2, 2.9 and 11 s. So quantized weights keep 4 rows x
- * 8 tokens. Earlier, with 4 rows a thread: 4 tokens ~66 ms, 8 ~50, 32 ~56; a 16 x 16 tiled kernel
- * 30-40x slower.
+ * product. f32 and f16 take 8 rows x 16 tokens a thread, in workgroups of 4 x 2 threads. Measured
+ * on SwiftShader (2 cores), stories260K's 200-token prefill (rows of 32-172 weights, f32), medians
+ * side by side in Chromium, the whole forward pass: 4 rows x 8 tokens 57.5 ms, 4 x 16 57.8, 8 x 12
+ * 53.2, 8 x 16 52.3, 16 x 16 53.8 (Node: 4 x 8 76-81 vs 16 x 16 66-69 ms); its matmuls alone, 8 x
+ * 16 in workgroups of 8 x 4 threads 26.8 ms, 8 x 1 24.9, 4 x 2 23.5, 2 x 2 24.7 (more, smaller
+ * workgroups share a short prompt's work between the cores more evenly). Bigger blocks compile
+ * slowly (their loops are unrolled): an f32 SwiGLU pass 0.4 s at 4 x 8, 0.9 s at 8 x 16, 3.4 s at
+ * 16 x 16; with the K-quants' unpacking inlined for every row 1.2, 2.9 and 11 s. So quantized
+ * weights keep 4 rows x 8 tokens. Earlier, with 4 rows a thread: 4 tokens ~66 ms, 8 ~50, 32 ~56;
+ * a 16 x 16 tiled kernel 30-40x slower.
  */
 export function matmulShape(isCpu: boolean, T = Infinity, aligned = true, dtype: WeightDType = 'f32'): MatmulShape {
-  if (isCpu) return isQuantized(dtype) ? { wx: 16, wy: 4, tokens: 8 } : { wx: 8, wy: 4, tokens: 16, rowQuads: 2 };
+  if (isCpu) return isQuantized(dtype) ? { wx: 16, wy: 4, tokens: 8 } : { wx: 4, wy: 2, tokens: 16, rowQuads: 2 };
   return aligned && T >= TILED_MATMUL_MIN_TOKENS ? TILED_MATMUL_SHAPE : { wx: 16, wy: 4, tokens: 4 };
 }
 
