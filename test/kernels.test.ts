@@ -864,8 +864,8 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
   }
 
   // rmsNorm per_row: 500 rows, 64 per workgroup -> 8 workgroups (7 x 2); per_workgroup: 40 rows -> 7 x 6.
-  // attention per_thread: 60 * 8 = 480 (token, head) pairs, 64 per workgroup -> 8 (7 x 2);
-  // per_workgroup: 5 * 8 = 40 pairs -> 7 x 6. Both with a sliding window.
+  // attention per_thread, one token and one head a thread: 60 * 8 = 480 threads, 16 a workgroup on
+  // the CPU device -> 30 (7 x 5); per_workgroup: 5 * 8 = 40 pairs -> 7 x 6. Both with a sliding window.
   for (const [rmsEntry, rmsT, attEntry, attT] of [['per_row', 500, 'per_thread', 60], ['per_workgroup', 40, 'per_workgroup', 5]] as const) {
     it(`rmsNorm ${rmsEntry} and attention ${attEntry}`, async () => {
       const dim = 12;
@@ -879,6 +879,8 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
       const attn = output(attT * numHeads * headDim);
       folded.rmsNormPlanOverride = rmsEntry;
       folded.attentionPlanOverride = attEntry;
+      folded.attentionHeadsOverride = 1;
+      folded.attentionQueriesOverride = 1;
       try {
         const batch = folded.begin();
         batch.rmsNorm(normed, input(x), input(gamma), rmsT, dim, 1e-5);
@@ -887,6 +889,8 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
       } finally {
         folded.rmsNormPlanOverride = undefined;
         folded.attentionPlanOverride = undefined;
+        folded.attentionHeadsOverride = undefined;
+        folded.attentionQueriesOverride = undefined;
       }
       expectClose(await read(normed, rmsT * dim), rmsNormRef(x, gamma, rmsT, dim, 1e-5));
       expectClose(

@@ -1342,7 +1342,7 @@ export abstract class KernelRecorder {
   /**
    * y[T, W.rows] = x[T, W.cols]·Wᵀ (+ bias); with `accumulate`, y += that (the residual add
    * folded in). One token goes to matvec.wgsl (threads of 4 rows, see matvecPlan), more to the
-   * register-blocked matmul.wgsl (threads of 4 rows x 4 tokens, 8 on CPU devices) or, on GPUs from
+   * register-blocked matmul.wgsl (threads of 4 rows x 4 tokens; on CPU devices bigger blocks) or, on GPUs from
    * 32 tokens, the shared-memory tiles of matmul_tiled.wgsl (matmulShape). y must not be x.
    */
   matmul(y: GPUBuffer, x: GPUBuffer, W: GpuMatrix, T: number, bias?: GPUBuffer, options: { accumulate?: boolean } = {}): void {
