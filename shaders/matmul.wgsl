@@ -27,12 +27,12 @@
 // expensive and global loads are cheap (CPU caches); a 16x16 tiled kernel with two barriers per K
 // tile ran 30-40x slower than this one (64x64 weights, T=128: ~50-75 ms vs ~1.5-2 ms).
 
-// MATMUL_WX x MATMUL_WY threads, each 4 ROW_QUADS rows x TOKENS tokens (composed: kernels.ts,
-// matmulShape); the `TOKENS` and `ROW_QUADS` loops are unrolled there.
+// MATMUL_WX x MATMUL_WY threads, each ROWS = 4 ROW_QUADS rows x TOKENS tokens (composed: kernels.ts,
+// matmulShape); the `TOKENS`, `ROW_QUADS` and `ROWS` loops are unrolled there.
 @compute @workgroup_size(MATMUL_WX, MATMUL_WY)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  let r0 = gid.x * 4u * ROW_QUADS; // first output row (feature) of this thread's block
-  let t0 = gid.y * TOKENS;         // first token
+  let r0 = gid.x * ROWS;   // first output row (feature) of this thread's block
+  let t0 = gid.y * TOKENS; // first token
   if (r0 >= params.rows || t0 >= params.T) {
     return; // no barriers in this kernel, so threads past the edge may leave early
   }
@@ -40,12 +40,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let last_row = params.rows - 1u;
   let last_t = params.T - 1u;
   // Start of each row of W / each token of X used by this block, clamped into the matrices.
-  var w: array<u32, 4u * ROW_QUADS>;
-  for (var q = 0u; q < ROW_QUADS; q++) {
-    w[4u * q] = min(r0 + 4u * q, last_row) * cols;
-    w[4u * q + 1u] = min(r0 + 4u * q + 1u, last_row) * cols;
-    w[4u * q + 2u] = min(r0 + 4u * q + 2u, last_row) * cols;
-    w[4u * q + 3u] = min(r0 + 4u * q + 3u, last_row) * cols;
+  var w: array<u32, ROWS>;
+  for (var j = 0u; j < ROWS; j++) {
+    w[j] = min(r0 + j, last_row) * cols;
   }
   var x: array<u32, TOKENS>;
   for (var u = 0u; u < TOKENS; u++) {

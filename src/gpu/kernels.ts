@@ -278,7 +278,7 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
     const shape = v.matmul ?? matmulShape(false);
     const rowQuads = shape.rowQuads ?? 1;
     snippets += `const MATMUL_WX: u32 = ${shape.wx}u;\nconst MATMUL_WY: u32 = ${shape.wy}u;\nconst TOKENS: u32 = ${shape.tokens}u;\n`;
-    snippets += `const ROW_QUADS: u32 = ${rowQuads}u;\n`;
+    snippets += `const ROW_QUADS: u32 = ${rowQuads}u;\nconst ROWS: u32 = ${4 * rowQuads}u;\n`;
     snippets += `const SWIGLU: bool = ${!!v.swiglu};\n`;
     snippets += v.swiglu
       ? renameWgsl(weightFormatWgsl(dtype, WEIGHT_UP_BINDING, 0, v.aligned), 'up')
@@ -288,7 +288,7 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
       return { code: `${directives}${snippets}\n${matmulOutputWgsl}\n${matmulTiledWgsl}`, entryPoint: 'main' };
     }
     const code = `${directives}${snippets}\n${matmulOutputWgsl}\n${WEIGHT_KERNEL_SOURCES[kernel]}`;
-    return { code: unrollConstLoops(code, { TOKENS: shape.tokens, ROW_QUADS: rowQuads }), entryPoint: 'main' };
+    return { code: unrollConstLoops(code, { TOKENS: shape.tokens, ROW_QUADS: rowQuads, ROWS: 4 * rowQuads }), entryPoint: 'main' };
   }
   return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
 }
