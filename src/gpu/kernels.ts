@@ -569,7 +569,7 @@ const attentionSpec = (v: AttentionVariant): ShaderSpec => {
     `const HEADS: u32 = ${heads * queries}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}` +
     `${positionWgsl(v.position ?? 'uniform')}\n${onlineSoftmaxWgsl}\n${attentionWgsl}`;
   // Measured on SwiftShader, stories260K prefill of 200 tokens (head_dim 8): attention 76 -> 38 ms unrolled.
-  const slices = v.headDim % 4 === 0 ? v.headDim / 4 : v.headDim;
+  const slices = headSlices(v.headDim);
   if (slices * heads * queries > MAX_UNROLLED_SLICES) return { code, entryPoint: v.entry };
   return {
     code: unrollConstLoops(code, { HEAD_SLICES: slices, HEADS: heads * queries, GROUP_HEADS: heads, QUERIES: queries }),
@@ -641,7 +641,7 @@ const decodeAttentionKey = (v: DecodeAttentionVariant) =>
  */
 export function attentionHeadsPerThread(group: number, headDim: number, isCpu: boolean): number {
   if (!isCpu) return 1;
-  const slices = headDim % 4 === 0 ? headDim / 4 : headDim;
+  const slices = headSlices(headDim);
   for (let heads = group; heads > 1; heads--) {
     if (group % heads === 0 && heads * slices <= MAX_UNROLLED_SLICES) return heads;
   }
@@ -655,7 +655,7 @@ export function attentionHeadsPerThread(group: number, headDim: number, isCpu: b
  */
 export function attentionQueriesPerThread(T: number, heads: number, headDim: number, isCpu: boolean): number {
   if (!isCpu || T < 2) return 1;
-  const slices = headDim % 4 === 0 ? headDim / 4 : headDim;
+  const slices = headSlices(headDim);
   for (let queries = 4; queries > 1; queries--) {
     if (queries * heads * slices <= MAX_UNROLLED_SLICES) return queries;
   }
@@ -705,7 +705,7 @@ function decodeAttentionHelpersWgsl(headDim: number, heads: number, kvDType: KvD
 
 /** decode_attention.wgsl's slice and head loops unrolled, where they are short enough (MAX_UNROLLED_SLICES). */
 function unrollAttentionLoops(source: string, headDim: number, heads: number): string {
-  const slices = headDim % 4 === 0 ? headDim / 4 : headDim;
+  const slices = headSlices(headDim);
   if (slices * heads > MAX_UNROLLED_SLICES) return source;
   return unrollConstLoops(source, { HEAD_SLICES: slices, HEADS: heads });
 }
@@ -845,6 +845,11 @@ function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
   });
   const source = unrollAttentionLoops(`${code}\n${decodeAttentionWgsl}\n${decodeLayerWgsl}`, d.headDim, v.heads);
   return { code: unrollConstLoops(source, unroll), entryPoint: 'main' };
+}
+
+/** Slices a head's vector takes in the attention kernels: vec4s when the head dimension allows, else floats. */
+function headSlices(headDim: number): number {
+  return headDim % 4 === 0 ? headDim / 4 : headDim;
 }
 
 /** Unrolled copies of a slice loop's body up to which unrollConstLoops is used (beyond, the code grows more than the loop costs). */
