@@ -119,6 +119,11 @@ export async function measureCase(
   // one prefill to the next) to the first timed request, which would then count them: one
   // prefill of the prompt first, so both requests of a pair prefill alike.
   if (warmupPrompt !== prompt.prompt) await run('warm-up prefill', { ...body, max_tokens: 1 });
+  for (let i = 0; i < c.warmupRuns; i++) {
+    const pair = { prefill: await run('warm-up run', { ...body, max_tokens: 1 }), full: await run('warm-up run', body) };
+    const f = pairFigures(pair);
+    log(`${label}: warm-up run ${i + 1}/${c.warmupRuns} (untimed): TTFT ${f.ttftMs.toFixed(0)} ms, ${f.decodeTps.toFixed(2)} tok/s`);
+  }
   const pairs: RunPair<CountedRun>[] = [];
   for (let i = 0; i < c.runs; i++) {
     const pair = { prefill: await run('prefill', { ...body, max_tokens: 1 }), full: await run('decode', body) };

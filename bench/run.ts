@@ -14,7 +14,7 @@
 //
 //   npm run bench -- [--node-only | --browser-only] [--no-wllama] [--no-probes]
 //                    [--models stories260K,smollm2] [--storages f32,f16,q8_0,q4_0]
-//                    [--runs 5] [--prompt-tokens 200] [--decode-tokens 256]
+//                    [--runs 5] [--warmup-runs 4] [--prompt-tokens 200] [--decode-tokens 256]
 //                    [--smol-runs 1] [--smol-prompt-tokens 16] [--smol-decode-tokens 8]
 //                    [--wllama-threads 1,2] [--probe-matrix 8192x2048] [--copy-mib 128]
 //                    [--request-timeout-s 600]  (a request running longer is taken for a hang)
@@ -46,6 +46,9 @@ const { values } = parseArgs({
     models: { type: 'string', default: 'stories260K,smollm2' },
     storages: { type: 'string', default: 'f32,f16,q8_0,q4_0' },
     runs: { type: 'string', default: '5' },
+    // Untimed full-size runs first, ours and wllama's alike: wllama's WebAssembly takes ~4 of them
+    // (~1.5 s of work) to reach its speed while V8 tiers it up.
+    'warmup-runs': { type: 'string', default: '4' },
     'prompt-tokens': { type: 'string', default: '200' },
     'decode-tokens': { type: 'string', default: '256' },
     'smol-runs': { type: 'string', default: '1' },
@@ -62,9 +65,9 @@ const { values } = parseArgs({
   },
 });
 
-const int = (name: keyof typeof values): number => {
+const int = (name: keyof typeof values, min = 1): number => {
   const n = Number(values[name]);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${values[name]}`);
+  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer of at least ${min}, got ${values[name]}`);
   return n;
 };
 const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
@@ -98,11 +101,11 @@ function plan(): Plan {
   for (const s of storages) if (!['f32', 'f16', 'q8_0', 'q4_0'].includes(s)) throw new Error(`--storages: unknown storage ${s} (f32, f16, q8_0, q4_0)`);
   const cases: BenchCase[] = [];
   if (models.includes('stories260k')) {
-    cases.push(storiesCase({ promptTokens: int('prompt-tokens'), decodeTokens: int('decode-tokens'), runs: int('runs') }));
+    cases.push(storiesCase({ promptTokens: int('prompt-tokens'), decodeTokens: int('decode-tokens'), runs: int('runs'), warmupRuns: int('warmup-runs', 0) }));
   }
   if (models.includes('smollm2')) {
     const dir = ensureGenerated('smollm2', 'real');
-    const counts = { promptTokens: int('smol-prompt-tokens'), decodeTokens: int('smol-decode-tokens'), runs: int('smol-runs') };
+    const counts = { promptTokens: int('smol-prompt-tokens'), decodeTokens: int('smol-decode-tokens'), runs: int('smol-runs'), warmupRuns: 0 };
     for (const storage of storages) cases.push(smolCase(dir, storage, counts));
   }
   const hosts: HostName[] = [];
@@ -190,7 +193,7 @@ async function main(): Promise<void> {
         if (!stories) break;
         try {
           wllama.push(
-            await measureWllama(session, { url: stories.url, prompt: prompts.get('stories260K')!.prompt, decodeTokens: stories.decodeTokens, contextLength: stories.contextLength, runs: stories.runs }, threads),
+            await measureWllama(session, { url: stories.url, prompt: prompts.get('stories260K')!.prompt, decodeTokens: stories.decodeTokens, contextLength: stories.contextLength, runs: stories.runs, warmupRuns: stories.warmupRuns }, threads),
           );
         } catch (error) {
           log(`wllama ${threads} threads: ERROR ${(error as Error).stack ?? error}`);
@@ -215,7 +218,7 @@ async function main(): Promise<void> {
     'Medians (min-max) over the runs. TTFT: a max_tokens 1 request on the prompt in [brackets], to its end; prefill = prompt tokens / TTFT; ' +
       'decode: greedy, ignore_eos, max_tokens in [brackets] on the same prompt, (tokens - 1) / (its time - TTFT).',
   );
-  if (stories) console.log(`stories260K: ${stories.runs} run(s), ~${stories.promptTokens}-token prompt, ${stories.decodeTokens} decode tokens.`);
+  if (stories) console.log(`stories260K: ${stories.runs} run(s) after ${stories.warmupRuns} untimed ones, ~${stories.promptTokens}-token prompt, ${stories.decodeTokens} decode tokens.`);
   if (smol) {
     console.log(`SmolLM2-135M (random weights, real shape): ${smol.runs} run(s), ~${smol.promptTokens}-token prompt, ${smol.decodeTokens} decode tokens ` +
       '(smaller defaults: SwiftShader is slow at this size; --smol-runs, --smol-prompt-tokens, --smol-decode-tokens change them).');
@@ -246,7 +249,7 @@ async function main(): Promise<void> {
       chromium: chromiumVersion ?? null,
       elapsed_s: Math.round(elapsed),
       machine: { cpus: cpus().length, cpu_model: cpus()[0]?.model.trim() ?? null, load_average_start: loadBefore, load_average_end: loadavg()[0] },
-      cases: p.cases.map(({ model, storage, promptTokens, decodeTokens, runs, contextLength }) => ({ model, storage, promptTokens, decodeTokens, runs, contextLength })),
+      cases: p.cases.map(({ model, storage, promptTokens, decodeTokens, runs, warmupRuns, contextLength }) => ({ model, storage, promptTokens, decodeTokens, runs, warmup_runs: warmupRuns, contextLength })),
       prompts: Object.fromEntries(prompts),
       results,
       probes,

@@ -36,6 +36,8 @@ export interface WllamaCase {
   decodeTokens: number;
   contextLength: number;
   runs: number;
+  /** Untimed pairs before the timed ones (BenchCase.warmupRuns): V8 tiers wllama's WebAssembly up meanwhile. */
+  warmupRuns: number;
 }
 
 export async function measureWllama(session: BrowserSession, c: WllamaCase, threads: number): Promise<WllamaFigures> {
@@ -57,13 +59,18 @@ export async function measureWllama(session: BrowserSession, c: WllamaCase, thre
     }
     await call('run', { prompt: c.prompt, maxTokens: Math.min(8, c.decodeTokens) }); // warm-up
     type Timed = RunTiming & { timings?: LlamaTimings };
+    // Timed as ours (bench/cases.ts): a max_tokens 1 request, then the full one.
+    const runPair = async (): Promise<RunPair<Timed>> => ({
+      prefill: await call<Timed>('run', { prompt: c.prompt, maxTokens: 1 }),
+      full: await call<Timed>('run', { prompt: c.prompt, maxTokens: c.decodeTokens }),
+    });
+    for (let i = 0; i < c.warmupRuns; i++) {
+      const f = pairFigures(await runPair());
+      log(`wllama ${threads}t: warm-up run ${i + 1}/${c.warmupRuns} (untimed): TTFT ${f.ttftMs.toFixed(1)} ms, ${f.decodeTps.toFixed(1)} tok/s`);
+    }
     const pairs: RunPair<Timed>[] = [];
     for (let i = 0; i < c.runs; i++) {
-      // Timed as ours (bench/cases.ts): a max_tokens 1 request, then the full one.
-      const pair = {
-        prefill: await call<Timed>('run', { prompt: c.prompt, maxTokens: 1 }),
-        full: await call<Timed>('run', { prompt: c.prompt, maxTokens: c.decodeTokens }),
-      };
+      const pair = await runPair();
       pairs.push(pair);
       const f = pairFigures(pair);
       const own = pair.full.timings;

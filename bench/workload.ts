@@ -21,6 +21,12 @@ export interface BenchCase {
   promptTokens: number;
   decodeTokens: number;
   runs: number;
+  /**
+   * Untimed pairs of requests, shaped as the timed ones, before them (after the warm-up request):
+   * the JavaScript and WebAssembly JIT settle (wllama's decode and prefill speed up by 2-5x over
+   * its first ~1.5 s of work while V8 tiers its code up).
+   */
+  warmupRuns: number;
   contextLength: number;
   /** Warm up with the prompt's first this many words (a slow model), else with the whole prompt. */
   warmupWords?: number;
@@ -33,6 +39,7 @@ export interface CaseCounts {
   promptTokens: number;
   decodeTokens: number;
   runs: number;
+  warmupRuns: number;
 }
 
 export function storiesCase(counts: CaseCounts): BenchCase {
