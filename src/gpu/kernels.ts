@@ -1105,20 +1105,6 @@ export class Kernels {
     return this.pipelines.get(rmsNormKey(variant), () => rmsNormSpec(variant));
   }
 
-  /**
-   * Compiles the attention pipelines of one head dimension and cache type ahead of use
-   * (createComputePipelineAsync); otherwise the first attention() of them compiles them synchronously.
-   */
-  async prepareAttention(headDim: number, kvDType: KvDType = 'f16'): Promise<void> {
-    const entries = this.isCpuDevice ? (['per_thread'] as const) : (['per_thread', 'per_workgroup'] as const);
-    await Promise.all(
-      entries.map((entry) => {
-        const v = { entry, headDim, kvDType };
-        return this.pipelines.prepare(attentionKey(v), () => attentionSpec(v));
-      }),
-    );
-  }
-
   /** @internal An attention.wgsl pipeline for one head dimension (compiled on first use). */
   attentionPipeline(variant: AttentionVariant): GPUComputePipeline {
     return this.pipelines.get(attentionKey(variant), () => attentionSpec(variant));
