@@ -249,7 +249,7 @@ async function main(): Promise<void> {
       chromium: chromiumVersion ?? null,
       elapsed_s: Math.round(elapsed),
       machine: { cpus: cpus().length, cpu_model: cpus()[0]?.model.trim() ?? null, load_average_start: loadBefore, load_average_end: loadavg()[0] },
-      cases: p.cases.map(({ model, storage, promptTokens, decodeTokens, runs, warmupRuns, contextLength }) => ({ model, storage, promptTokens, decodeTokens, runs, warmup_runs: warmupRuns, contextLength })),
+      cases: p.cases.map(({ model, storage, promptTokens, decodeTokens, runs, warmupRuns, contextLength }) => ({ model, storage, promptTokens, decodeTokens, runs, warmupRuns, contextLength })),
       prompts: Object.fromEntries(prompts),
       results,
       probes,
