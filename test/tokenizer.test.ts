@@ -4,6 +4,8 @@ import { filesFromPath } from '../src/node/files.ts';
 import { readGgufHeader, type GgufMetadata } from '../src/model/formats/gguf.ts';
 import { ggufTokenizerParts, mergesFromScores, tokenizerFromGguf } from '../src/tokenizer/gguf-tokenizer.ts';
 import { createHfTokenizer, type HfTokenizer } from '../src/tokenizer/hf-tokenizer.ts';
+import { longWordBpe, speedUpLongWords } from '../src/tokenizer/long-word-bpe.ts';
+import { Tokenizer as LibraryTokenizer } from '@huggingface/tokenizers';
 import { STORIES_GGUF, STORIES_HF, TINY_GGUF, TINY_HF } from './helpers/model-files.ts';
 
 const json = (path: string) => JSON.parse(readFileSync(path, 'utf8'));
@@ -209,5 +211,83 @@ describe('tokenizer: GGUF byte-level BPE (gpt2 model)', () => {
     expect(smol.encode('the')).toEqual([260, id('t'), id('he')]);
     expect(() => tokenizerFromGguf(metadata('some-new-model'))).toThrow(/some-new-model/);
     expect(() => tokenizerFromGguf({ ...metadata('default'), 'tokenizer.ggml.model': 'bert' })).toThrow(/bert/);
+  });
+});
+
+// src/tokenizer/long-word-bpe.ts merges words of 256 characters and more in place of the library's
+// own loop: it must give the same pieces, and the tokenizer the same ids.
+describe('long-word BPE against the library merge loop', () => {
+  /** The library alone, as HfTokenizer builds it but without long-word-bpe. */
+  function libraryTokenizer(tokenizerJson: Record<string, unknown>): LibraryTokenizer {
+    const j: Record<string, unknown> = { ...tokenizerJson };
+    for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) j[key] ??= null;
+    j.added_tokens ??= [];
+    return new LibraryTokenizer(j, {});
+  }
+
+  /** Deterministic pseudo-random integers (mulberry32). */
+  function rng(seed: number): (n: number) => number {
+    let a = seed;
+    return (n) => {
+      a = (a + 0x6d2b79f5) | 0;
+      let t = Math.imul(a ^ (a >>> 15), 1 | a);
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+      return (((t ^ (t >>> 14)) >>> 0) % n);
+    };
+  }
+
+  for (const model of [
+    { name: 'stories260K', hf: STORIES_HF },
+    { name: 'llama-2-tiny-random', hf: TINY_HF },
+  ]) {
+    it(`${model.name}: the same pieces for long words, the same ids for long prompts`, () => {
+      const tokenizerJson = json(`${model.hf}/tokenizer.json`);
+      const library = libraryTokenizer(tokenizerJson);
+      const libraryModel = (library as unknown as { model: { bpe(w: string): string[]; merges: [string, string][] } }).model;
+      const fast = longWordBpe(libraryModel.merges);
+
+      // Words as the BPE model sees them (SentencePiece: spaces are ▁): concatenated vocabulary
+      // pieces, story text, runs of one symbol, and symbols in no merge (byte fallback).
+      const pieces = Object.keys((tokenizerJson.model as { vocab: Record<string, number> }).vocab).filter((p) => !/^<.*>$/.test(p));
+      const next = rng(7);
+      const words: string[] = [];
+      for (let w = 0; w < 40; w++) {
+        let word = '';
+        while (word.length < 256 + next(400)) word += pieces[next(pieces.length)];
+        words.push(word);
+      }
+      const story = '▁' + TRICKY[1].repeat(12).replace(/ /g, '▁');
+      words.push(story, 'a'.repeat(300), '▁'.repeat(300), 'ab'.repeat(200), '▁the' + '▁🎉Ω日'.repeat(80) + '▁end', '\u0000x'.repeat(150));
+      for (const word of words) expect(fast(word), word.slice(0, 40)).toEqual(libraryModel.bpe(word));
+
+      // Through HfTokenizer (which routes long words to long-word-bpe) against the library alone.
+      const ours = createHfTokenizer({ tokenizerJson });
+      const texts = [
+        TRICKY[1].repeat(30),
+        TRICKY.join(' ').repeat(3),
+        'the quick brown fox jumps over the lazy dog '.repeat(40),
+        Array.from({ length: 60 }, () => pieces[next(pieces.length)].replace(/▁/g, ' ')).join('').repeat(4),
+      ];
+      for (const text of texts) {
+        expect(text.length).toBeGreaterThan(256);
+        expect(ours.encode(text, { addBos: false })).toEqual(library.encode(text, { add_special_tokens: false }).ids);
+      }
+    });
+  }
+
+  it('speedUpLongWords takes the library BPE model, and no model with word suffixes or of another kind', () => {
+    const library = libraryTokenizer(json(`${STORIES_HF}/tokenizer.json`));
+    const libraryModel = (library as unknown as { model: { bpe(w: string): string[]; max_length_to_cache: number } }).model;
+    const own = libraryModel.bpe;
+    expect(speedUpLongWords(libraryModel)).toBe(true);
+    expect(libraryModel.bpe).not.toBe(own);
+    // Short words still go to the library's own loop (and its cache).
+    expect(libraryModel.bpe('▁Once')).toEqual(own.call(libraryModel, '▁Once'));
+    const suffixed = libraryTokenizer(json(`${STORIES_HF}/tokenizer.json`));
+    const suffixedModel = (suffixed as unknown as { model: { end_of_word_suffix?: string } }).model;
+    suffixedModel.end_of_word_suffix = '</w>';
+    expect(speedUpLongWords(suffixedModel)).toBe(false);
+    expect(speedUpLongWords({ bpe: () => [] })).toBe(false);
+    expect(speedUpLongWords(null)).toBe(false);
   });
 });

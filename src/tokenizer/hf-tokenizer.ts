@@ -16,6 +16,7 @@
 // Decoding never applies clean_up_tokenization_spaces (" ." -> "."), whatever tokenizer_config
 // says: decode(encode(text)) is text, and a GGUF decodes like its folder.
 import { Tokenizer } from '@huggingface/tokenizers';
+import { speedUpLongWords } from './long-word-bpe.ts';
 import type { TextTokenizer } from './types.ts';
 
 type Json = Record<string, unknown>;
@@ -75,6 +76,8 @@ export class HfTokenizer implements TextTokenizer {
     json.added_tokens ??= [];
     this.tokenizer = new Tokenizer(json, { ...tokenizerConfig });
     keepByteOrderMarks(this.tokenizer.decoder);
+    // The library's BPE model (not in its types): long words take our merge loop (long-word-bpe.ts).
+    speedUpLongWords((this.tokenizer as unknown as { model: unknown }).model);
 
     const addedTokens = (json.added_tokens as { id: number; content: string; special?: boolean }[]) ?? [];
     this.specialIds = new Set(addedTokens.filter((t) => t.special).map((t) => t.id));
