@@ -76,8 +76,9 @@ export class HfTokenizer implements TextTokenizer {
     json.added_tokens ??= [];
     this.tokenizer = new Tokenizer(json, { ...tokenizerConfig });
     keepByteOrderMarks(this.tokenizer.decoder);
-    // The library's BPE model (not in its types): long words take our merge loop (long-word-bpe.ts).
-    speedUpLongWords((this.tokenizer as unknown as { model: unknown }).model);
+    // With no pre-tokenizer (SentencePiece style) the whole prompt is one BPE word: long words
+    // take our merge loop (long-word-bpe.ts). Byte-level tokenizers split prompts into short words.
+    if (json.pre_tokenizer === null) speedUpLongWords((this.tokenizer as unknown as { model: unknown }).model);
 
     const addedTokens = (json.added_tokens as { id: number; content: string; special?: boolean }[]) ?? [];
     this.specialIds = new Set(addedTokens.filter((t) => t.special).map((t) => t.id));

@@ -134,14 +134,15 @@ export function longWordBpe(merges: readonly (readonly [string, string])[]): (wo
 
 /**
  * Routes the library BPE model's long words (those it does not cache) through longWordBpe.
- * Returns whether it did: not for other models, or BPE models with word suffixes.
+ * Returns whether it did: not for other models, or BPE models with word suffixes. Its tables take
+ * ~0.1 s and ~9 MB for Llama 2's 61K merges, built here: call it for tokenizers whose prompts
+ * reach the model as one word (no pre-tokenizer), where every long prompt needs them.
  */
 export function speedUpLongWords(model: unknown): boolean {
   if (!isLibraryBpeModel(model) || model.end_of_word_suffix || model.continuing_subword_suffix) return false;
-  const merges = model.merges.map((m) => [String(m[0]), String(m[1])] as const);
-  const fast = longWordBpe(merges);
   const own = model.bpe.bind(model);
   const cacheLimit = model.max_length_to_cache;
+  const fast = longWordBpe(model.merges.map((m) => [String(m[0]), String(m[1])] as const));
   model.bpe = (token: string) => (token.length < cacheLimit ? own(token) : fast(token));
   return true;
 }
