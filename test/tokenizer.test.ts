@@ -262,6 +262,12 @@ describe('long-word BPE against the library merge loop', () => {
 
       // Through HfTokenizer (which routes long words to long-word-bpe) against the library alone.
       const ours = createHfTokenizer({ tokenizerJson });
+      const modelOf = (t: HfTokenizer) => (t as unknown as { tokenizer: { model: { bpe: unknown } } }).tokenizer.model;
+      const oursModel = modelOf(ours);
+      expect(oursModel.bpe).not.toBe(Object.getPrototypeOf(oursModel).bpe);
+      // A pre-tokenizer that splits words: the library's own loop stays.
+      const split = createHfTokenizer({ tokenizerJson: { ...tokenizerJson, pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first', split: true } } });
+      expect(modelOf(split).bpe).toBe(Object.getPrototypeOf(modelOf(split)).bpe);
       const texts = [
         TRICKY[1].repeat(30),
         TRICKY.join(' ').repeat(3),
