@@ -569,12 +569,7 @@ const attentionSpec = (v: AttentionVariant): ShaderSpec => {
     `const HEADS: u32 = ${heads * queries}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}` +
     `${positionWgsl(v.position ?? 'uniform')}\n${onlineSoftmaxWgsl}\n${attentionWgsl}`;
   // Measured on SwiftShader, stories260K prefill of 200 tokens (head_dim 8): attention 76 -> 38 ms unrolled.
-  const slices = headSlices(v.headDim);
-  if (slices * heads * queries > MAX_UNROLLED_SLICES) return { code, entryPoint: v.entry };
-  return {
-    code: unrollConstLoops(code, { HEAD_SLICES: slices, HEADS: heads * queries, GROUP_HEADS: heads, QUERIES: queries }),
-    entryPoint: v.entry,
-  };
+  return { code: unrollAttentionLoops(code, v.headDim, heads * queries, { GROUP_HEADS: heads, QUERIES: queries }), entryPoint: v.entry };
 };
 
 /**
@@ -703,11 +698,14 @@ function decodeAttentionHelpersWgsl(headDim: number, heads: number, kvDType: KvD
   return code;
 }
 
-/** decode_attention.wgsl's slice and head loops unrolled, where they are short enough (MAX_UNROLLED_SLICES). */
-function unrollAttentionLoops(source: string, headDim: number, heads: number): string {
+/**
+ * An attention kernel's slice and head loops (and `extra` ones) unrolled, where its `heads` slots
+ * of a head's slices are few enough (MAX_UNROLLED_SLICES).
+ */
+function unrollAttentionLoops(source: string, headDim: number, heads: number, extra: Record<string, number> = {}): string {
   const slices = headSlices(headDim);
   if (slices * heads > MAX_UNROLLED_SLICES) return source;
-  return unrollConstLoops(source, { HEAD_SLICES: slices, HEADS: heads });
+  return unrollConstLoops(source, { HEAD_SLICES: slices, HEADS: heads, ...extra });
 }
 
 /** decode_attention_pass.wgsl: decode_attention.wgsl as a dispatch of its own. */
