@@ -77,14 +77,20 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   }
   // The last cols % 4 columns (only when cols is not a multiple of 4).
   for (; k < cols; k++) {
+    var wk: array<vec4<f32>, ROW_QUADS>;
+    var wk_up: array<vec4<f32>, ROW_QUADS>;
     for (var q = 0u; q < ROW_QUADS; q++) {
-      let wk = vec4<f32>(load_weight(w[4u * q] + k), load_weight(w[4u * q + 1u] + k), load_weight(w[4u * q + 2u] + k), load_weight(w[4u * q + 3u] + k));
-      let wk_up = vec4<f32>(load_weight_up(w[4u * q] + k), load_weight_up(w[4u * q + 1u] + k), load_weight_up(w[4u * q + 2u] + k), load_weight_up(w[4u * q + 3u] + k));
-      for (var u = 0u; u < TOKENS; u++) {
-        let xk = load_x(x[u] + k);
-        acc[u * ROW_QUADS + q] += xk * wk;
+      wk[q] = vec4<f32>(load_weight(w[4u * q] + k), load_weight(w[4u * q + 1u] + k), load_weight(w[4u * q + 2u] + k), load_weight(w[4u * q + 3u] + k));
+      if (SWIGLU) {
+        wk_up[q] = vec4<f32>(load_weight_up(w[4u * q] + k), load_weight_up(w[4u * q + 1u] + k), load_weight_up(w[4u * q + 2u] + k), load_weight_up(w[4u * q + 3u] + k));
+      }
+    }
+    for (var u = 0u; u < TOKENS; u++) {
+      let xk = load_x(x[u] + k);
+      for (var q = 0u; q < ROW_QUADS; q++) {
+        acc[u * ROW_QUADS + q] += xk * wk[q];
         if (SWIGLU) {
-          acc_up[u * ROW_QUADS + q] += xk * wk_up;
+          acc_up[u * ROW_QUADS + q] += xk * wk_up[q];
         }
       }
     }
