@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { filesFromPath } from '../src/node/files.ts';
 import { readGgufHeader, type GgufMetadata } from '../src/model/formats/gguf.ts';
 import { ggufTokenizerParts, mergesFromScores, tokenizerFromGguf } from '../src/tokenizer/gguf-tokenizer.ts';
-import { createHfTokenizer, type HfTokenizer } from '../src/tokenizer/hf-tokenizer.ts';
+import { createHfTokenizer, libraryTokenizerJson, type HfTokenizer } from '../src/tokenizer/hf-tokenizer.ts';
 import { longWordBpe, speedUpLongWords } from '../src/tokenizer/long-word-bpe.ts';
 import { Tokenizer as LibraryTokenizer } from '@huggingface/tokenizers';
 import { STORIES_GGUF, STORIES_HF, TINY_GGUF, TINY_HF } from './helpers/model-files.ts';
@@ -219,10 +219,7 @@ describe('tokenizer: GGUF byte-level BPE (gpt2 model)', () => {
 describe('long-word BPE against the library merge loop', () => {
   /** The library alone, as HfTokenizer builds it but without long-word-bpe. */
   function libraryTokenizer(tokenizerJson: Record<string, unknown>): LibraryTokenizer {
-    const j: Record<string, unknown> = { ...tokenizerJson };
-    for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) j[key] ??= null;
-    j.added_tokens ??= [];
-    return new LibraryTokenizer(j, {});
+    return new LibraryTokenizer(libraryTokenizerJson(tokenizerJson), {});
   }
 
   /** Deterministic pseudo-random integers (mulberry32). */

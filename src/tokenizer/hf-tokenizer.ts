@@ -57,6 +57,14 @@ function idList(value: unknown): number[] {
   return [];
 }
 
+/** tokenizer.json as @huggingface/tokenizers takes it: the keys it requires present (null when absent). */
+export function libraryTokenizerJson(tokenizerJson: Json): Json {
+  const json: Json = { ...tokenizerJson };
+  for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) json[key] ??= null;
+  json.added_tokens ??= [];
+  return json;
+}
+
 export class HfTokenizer implements TextTokenizer {
   readonly vocabSize: number;
   readonly bosId: number | null;
@@ -70,10 +78,7 @@ export class HfTokenizer implements TextTokenizer {
     const tokenizerConfig = sources.tokenizerConfig ?? {};
     const generationConfig = sources.generationConfig ?? {};
     const modelConfig = sources.modelConfig ?? {};
-    // The library requires these keys to be present (null when absent).
-    const json: Json = { ...tokenizerJson };
-    for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) json[key] ??= null;
-    json.added_tokens ??= [];
+    const json = libraryTokenizerJson(tokenizerJson);
     this.tokenizer = new Tokenizer(json, { ...tokenizerConfig });
     keepByteOrderMarks(this.tokenizer.decoder);
     // With no pre-tokenizer (SentencePiece style) the whole prompt is one BPE word: long words
