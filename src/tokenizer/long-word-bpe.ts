@@ -12,7 +12,7 @@
 // Words shorter than the library's cache limit still go through its own bpe() and its cache, and
 // models with end-of-word or continuing-subword suffixes are left alone entirely.
 
-/** The parts of the library's BPE model this reads (tokenizers 0.2.0, src/core/.../BPE.ts). */
+/** The parts of the library's BPE model this reads or replaces (tokenizers 0.2.0, src/core/.../BPE.ts); bpe_ranks only tells it apart. */
 interface LibraryBpeModel {
   bpe(token: string): string[];
   merges: [string, string][];
@@ -115,8 +115,9 @@ export function longWordBpe(merges: readonly (readonly [string, string])[]): (wo
       const key = pop();
       const i = key % n;
       const rank = (key - i) / n;
-      // Stale: the pair at i has changed since (merged, or i merged into its left neighbour).
-      if (sym[i] === -2 || pairRank(i) !== rank) continue;
+      // Stale: the pair at i has changed since (merged, or i merged into its left neighbour: its
+      // sym is -2, which no merge has).
+      if (pairRank(i) !== rank) continue;
       const j = next[i];
       sym[i] = mergedId[rank];
       pieces[i] += pieces[j];
@@ -142,7 +143,7 @@ export function speedUpLongWords(model: unknown): boolean {
   if (!isLibraryBpeModel(model) || model.end_of_word_suffix || model.continuing_subword_suffix) return false;
   const own = model.bpe.bind(model);
   const cacheLimit = model.max_length_to_cache;
-  const fast = longWordBpe(model.merges.map((m) => [String(m[0]), String(m[1])] as const));
+  const fast = longWordBpe(model.merges);
   model.bpe = (token: string) => (token.length < cacheLimit ? own(token) : fast(token));
   return true;
 }
