@@ -119,14 +119,18 @@ export async function measureCase(
   // one prefill to the next) to the first timed request, which would then count them: one
   // prefill of the prompt first, so both requests of a pair prefill alike.
   if (warmupPrompt !== prompt.prompt) await run('warm-up prefill', { ...body, max_tokens: 1 });
+  // A max_tokens 1 request (TTFT), then the full one.
+  const runPair = async (what: string): Promise<RunPair<CountedRun>> => ({
+    prefill: await run(`${what} prefill`, { ...body, max_tokens: 1 }),
+    full: await run(`${what} decode`, body),
+  });
   for (let i = 0; i < c.warmupRuns; i++) {
-    const pair = { prefill: await run('warm-up run', { ...body, max_tokens: 1 }), full: await run('warm-up run', body) };
-    const f = pairFigures(pair);
+    const f = pairFigures(await runPair('warm-up run'));
     log(`${label}: warm-up run ${i + 1}/${c.warmupRuns} (untimed): TTFT ${f.ttftMs.toFixed(0)} ms, ${f.decodeTps.toFixed(2)} tok/s`);
   }
   const pairs: RunPair<CountedRun>[] = [];
   for (let i = 0; i < c.runs; i++) {
-    const pair = { prefill: await run('prefill', { ...body, max_tokens: 1 }), full: await run('decode', body) };
+    const pair = await runPair('run');
     pairs.push(pair);
     const f = pairFigures(pair);
     const per = perDecodeToken(pair);
