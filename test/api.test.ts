@@ -92,7 +92,6 @@ describe('validation', () => {
     ['temperature', -0.1],
     ['temperature', 2.01],
     ['temperature', 'hot'],
-    ['top_p', 0],
     ['top_p', 1.5],
     ['top_p', -1],
     ['top_p', [0.5]],
@@ -100,7 +99,7 @@ describe('validation', () => {
     ['stream', 1],
     ['seed', 1.5],
     ['seed', '42'],
-    ['seed', 2 ** 60],
+    ['max_tokens', 1e20], // a JSON integer, but prompt + max_tokens exceeds the context
     ['stop', 5],
     ['stop', ['a', 'b', 'c', 'd', 'e']],
     ['stop', ['a', 1]],
@@ -169,9 +168,12 @@ describe('validation', () => {
     ['temperature', null],
     ['top_p', 1],
     ['top_p', 0.01],
+    ['top_p', 0],
     ['stream', false],
     ['seed', 42],
     ['seed', -7],
+    ['seed', 2 ** 63 - 1], // int64 seeds arrive as doubles; any JSON integer is a seed
+    ['seed', -(2 ** 70)],
     ['seed', null],
     ['stop', 'x'],
     ['stop', []],
@@ -398,6 +400,9 @@ describe('validation', () => {
     await expectError(post(engine, { ...ok, stream: true, stream_options: 'yes' }), 400, 'stream_options');
     await expectError(post(engine, { ...ok, stream: true, stream_options: { include_usage: 1 } }), 400, 'stream_options.include_usage');
     await expectError(post(engine, { ...ok, stream: true, stream_options: { other: true } }), 400, 'stream_options.other');
+    // The openai client's stream options type also has include_obfuscation: accepted, no effect.
+    await expectError(post(engine, { ...ok, stream: true, stream_options: { include_obfuscation: 'no' } }), 400, 'stream_options.include_obfuscation');
+    expect(await statusOf(post(engine, { ...ok, stream: true, stream_options: { include_usage: true, include_obfuscation: false } }))).toBe(200);
     expect((await post(engine, { ...ok, stream_options: null })).status).toBe(200);
     expect(await statusOf(post(engine, { ...ok, stream: true, stream_options: {} }))).toBe(200);
   });
@@ -520,6 +525,15 @@ describe('completions', () => {
     expect(json(await post(engine, { model: 'fake-llama', prompt: PROMPT })).choices[0].text).toBe(' there was');
     // With only BOS before it, the first word's space is dropped, as decoding the whole sequence does.
     expect(json(await post(engine, { model: 'fake-llama', prompt: '' })).choices[0].text).toBe('there was');
+  });
+
+  it('keeps only the most likely token with top_p 0, whatever the temperature and seed', async () => {
+    const engine = fakeEngine();
+    const text = async (extra: Record<string, unknown>) =>
+      json(await post(engine, { model: 'fake-llama', prompt: PROMPT, max_tokens: 20, ...extra })).choices[0].text as string;
+    const greedy = await text({ temperature: 0 });
+    for (const seed of [1, 2, 3]) expect(await text({ temperature: 2, top_p: 0, seed })).toBe(greedy);
+    expect(await text({ temperature: 2, seed: 1 })).not.toBe(greedy); // the seeds above would have mattered
   });
 
   it('is deterministic per seed', async () => {

@@ -113,6 +113,7 @@ const CONFIGS: [string, Partial<SamplingParams>, number | undefined][] = [
   ['top_k 5', { temperature: 1.3, topK: 5 }, undefined],
   ['top_k > V', { temperature: 1, topK: 100_000 }, undefined],
   ['top_p .5', { temperature: 1, topP: 0.5 }, 20],
+  ['top_p 0', { temperature: 1.5, topP: 0 }, undefined],
   ['top_p .95', { temperature: 0.8, topP: 0.95 }, undefined],
   ['min_p', { temperature: 1, minP: 0.1 }, undefined],
   ['top_k + top_p', { temperature: 0.9, topK: 40, topP: 0.8 }, 5],

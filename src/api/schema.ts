@@ -79,7 +79,9 @@ function integer(b: Bounds = {}) {
     type: 'integer',
     range: rangeText(b),
     parse(value: unknown, param: string): number {
-      if (typeof value !== 'number' || !Number.isSafeInteger(value)) wrongType(param, 'an integer', value);
+      // Any JSON integer: clients send 64-bit seeds (beyond 2^53 they arrive rounded, as in any
+      // JavaScript JSON parser); each parameter's own range or later check bounds the rest.
+      if (typeof value !== 'number' || !Number.isInteger(value)) wrongType(param, 'an integer', value);
       return checkBounds(param, value, b);
     },
   };
@@ -218,10 +220,10 @@ export const COMPLETION_PARAMS = {
     doc: 'Sampling temperature; 0 = greedy (argmax).',
   }),
   top_p: row<number>({
-    ...number({ min: 0, max: 1, exclusiveMin: true }),
+    ...number({ min: 0, max: 1 }),
     nullable: true,
     default: 1,
-    doc: 'Nucleus sampling: keep the smallest set of most likely tokens holding top_p of the probability mass.',
+    doc: 'Nucleus sampling: keep the smallest set of most likely tokens holding top_p of the probability mass; 0 keeps the most likely token alone (as OpenAI accepts it).',
   }),
   n: row<number>({
     ...integer({ min: 1, max: MAX_N }),
@@ -242,21 +244,27 @@ export const COMPLETION_PARAMS = {
     doc: 'Answer with server-sent events, one chunk per piece of text (each naming its choice index), ending with [DONE].',
   }),
   stream_options: row<StreamOptions | null>({
-    type: 'object {include_usage: boolean}',
+    type: 'object {include_usage: boolean, include_obfuscation: boolean}',
     nullable: true,
     default: null,
     parse(value, param) {
       if (!isPlainObject(value)) wrongType(param, 'an object', value);
       const out: StreamOptions = { include_usage: false };
       for (const [key, v] of Object.entries(value)) {
-        if (key !== 'include_usage') {
-          throw invalidRequest(`Unrecognized field '${param}.${key}'; only 'include_usage' is known.`, `${param}.${key}`, 'unknown_parameter');
+        if (key !== 'include_usage' && key !== 'include_obfuscation') {
+          throw invalidRequest(
+            `Unrecognized field '${param}.${key}'; only 'include_usage' and 'include_obfuscation' are known.`,
+            `${param}.${key}`,
+            'unknown_parameter',
+          );
         }
-        if (v !== null) out.include_usage = boolean().parse(v, `${param}.${key}`);
+        if (v === null) continue;
+        const on = boolean().parse(v, `${param}.${key}`);
+        if (key === 'include_usage') out.include_usage = on;
       }
       return out;
     },
-    doc: 'Only with stream: {include_usage: true} sends one more chunk before [DONE] with `choices: []` and the usage.',
+    doc: 'Only with stream: {include_usage: true} sends one more chunk before [DONE] with `choices: []` and the usage. include_obfuscation (the openai client\'s type has it) is accepted and has no effect: nothing here crosses a network.',
   }),
   logprobs: row<number | null>({
     ...integer({ min: 0, max: MAX_LOGPROBS }),
