@@ -52,7 +52,7 @@ describe('startServer', () => {
     const missing = await fetch(`${url}/v1/nothing`);
     expect(missing.status).toBe(404);
     expect((await missing.json()).error.type).toBe('not_found_error');
-    const bad = await postJson(`${url}/v1/completions`, { model: 'fake', prompt: PROMPT, top_p: 0 });
+    const bad = await postJson(`${url}/v1/completions`, { model: 'fake', prompt: PROMPT, top_p: 2 });
     expect(bad.status).toBe(400);
     expect((await bad.json()).error.param).toBe('top_p');
     const malformed = await fetch(`${url}/v1/completions`, { method: 'POST', body: '{oops' });

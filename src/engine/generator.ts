@@ -325,7 +325,7 @@ function checkSessionRequest(request: SessionRequest, vocabSize: number, capacit
 function checkSampling(s: SamplingParams, vocabSize: number): void {
   const bad = (name: string, value: unknown, want: string) => new RangeError(`sampling ${name} must be ${want}, got ${value}`);
   if (!(Number.isFinite(s.temperature) && s.temperature >= 0)) throw bad('temperature', s.temperature, 'a finite number >= 0');
-  if (!(s.topP > 0 && s.topP <= 1)) throw bad('topP', s.topP, 'in (0, 1]');
+  if (!(s.topP >= 0 && s.topP <= 1)) throw bad('topP', s.topP, 'in [0, 1]');
   if (s.seed !== undefined && !Number.isFinite(s.seed)) throw bad('seed', s.seed, 'a finite number');
   if (s.topK !== undefined && !(Number.isInteger(s.topK) && s.topK >= 0)) throw bad('topK', s.topK, 'an integer >= 0');
   if (s.minP !== undefined && !(s.minP >= 0 && s.minP <= 1)) throw bad('minP', s.minP, 'in [0, 1]');

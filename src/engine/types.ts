@@ -5,7 +5,7 @@ import type { WeightDType } from '../gpu/tensor.ts';
 export interface SamplingParams {
   /** 0 = greedy (argmax). */
   temperature: number;
-  /** Nucleus mass in (0, 1]; 1 disables it. */
+  /** Nucleus mass in [0, 1]; 1 disables it, 0 keeps the most likely token alone. */
   topP: number;
   /** Seed of the request's random stream; undefined = a fresh random seed. */
   seed?: number;

@@ -12,7 +12,7 @@ export interface DrawSettings {
   temperature: number;
   /** Keep the k most likely tokens; 0 or undefined: all. */
   topK?: number;
-  /** Nucleus mass in (0, 1]; 1 or undefined: all. */
+  /** Nucleus mass in [0, 1]; 1 or undefined: all; 0: the most likely token alone. */
   topP?: number;
   /** Keep tokens with p >= minP * p_max; 0 or undefined: all. */
   minP?: number;

@@ -141,7 +141,7 @@ export const ERROR_CASES: ErrorCase[] = [
   { name: 'temperature a string', body: { temperature: 'hot' }, status: 400, param: 'temperature', code: 'invalid_type' },
   { name: 'temperature NaN (as Python writes it)', body: (p) => `{"model": ${JSON.stringify(p.model)}, "temperature": NaN}`, alone: true, status: 400, param: 'temperature', code: 'invalid_type' },
   { name: 'top_p Infinity (as Python writes it)', body: (p) => `{"model": ${JSON.stringify(p.model)}, "top_p": Infinity}`, alone: true, status: 400, param: 'top_p', code: 'invalid_type' },
-  { name: 'top_p 0', body: { top_p: 0 }, status: 400, param: 'top_p', code: 'value_below_minimum' },
+  { name: 'top_p below 0', body: { top_p: -0.01 }, status: 400, param: 'top_p', code: 'value_below_minimum' },
   { name: 'top_p above 1', body: { top_p: 1.01 }, status: 400, param: 'top_p', code: 'value_above_maximum' },
   { name: 'n 0', body: { n: 0 }, status: 400, param: 'n', code: 'value_below_minimum' },
   { name: 'n above 128', body: { n: 129 }, status: 400, param: 'n', code: 'value_above_maximum' },
@@ -411,9 +411,9 @@ add('sampling', 'different seeds give different texts; without a seed, outputs v
   ok(new Set(unseeded.map(text0)).size > 1, `4 unseeded requests gave one text: ${JSON.stringify(text0(unseeded[0]))}`);
 });
 
-add('sampling', 'top_k 1, a tiny top_p and min_p 1 are greedy', async (api) => {
+add('sampling', 'top_k 1, top_p 0 (as OpenAI accepts it), a tiny top_p and min_p 1 are greedy', async (api) => {
   const reference = text0(await api.complete({ max_tokens: 10, ...greedy }));
-  for (const filter of [{ top_k: 1 }, { top_p: 1e-9 }, { min_p: 1 }]) {
+  for (const filter of [{ top_k: 1 }, { top_p: 0 }, { top_p: 1e-9 }, { min_p: 1 }]) {
     eq(text0(await api.complete({ max_tokens: 10, temperature: 1.5, seed: 77, ...filter })), reference, JSON.stringify(filter));
   }
 });
