@@ -43,11 +43,11 @@ export function countersTable(cases: CaseFigures[]): string {
   const ok = cases.filter((c) => !c.error);
   const n = (x: number) => fmt(x, Number.isInteger(x) ? 0 : 2);
   return table(
-    ['host', 'model', 'storage', 'dispatches', 'submits', 'cmd buffers', 'read-backs', 'buffers', 'bind groups', 'writeBuffer', 'prefill: dispatches/submits/read-backs'],
+    ['host', 'model', 'storage', 'dispatches', 'passes', 'copies', 'submits', 'cmd buffers', 'read-backs', 'buffers', 'bind groups', 'writeBuffer', 'prefill: dispatches/submits/read-backs'],
     ok.map((c) => {
       const p = c.per_decode_token;
       const f = c.prefill_counts;
-      return [c.host, c.model, c.storage, n(p.dispatches), n(p.submits), n(p.commandBuffers), n(p.readBacks), n(p.buffersCreated), n(p.bindGroupsCreated), n(p.writeBuffers), `${f.dispatches}/${f.submits}/${f.readBacks}`];
+      return [c.host, c.model, c.storage, n(p.dispatches), n(p.computePasses), n(p.copies), n(p.submits), n(p.commandBuffers), n(p.readBacks), n(p.buffersCreated), n(p.bindGroupsCreated), n(p.writeBuffers), `${f.dispatches}/${f.submits}/${f.readBacks}`];
     }),
   );
 }

@@ -38,6 +38,7 @@ struct Params {
   pairing: u32,    // RoPE: 0 = adjacent, 1 = halves
   eps: f32,
   consts: u32,     // this layer's γ_attn, γ_ffn, biases in st (a float index, a multiple of 4)
+  advance: u32,    // 1 on the last layer: it leaves the next step's position in st (below)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -196,4 +197,10 @@ fn main(@builtin(local_invocation_index) lid: u32) {
   for (var b = lid; b < (FFN + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) { project_gate_up(b, s_ffn); }
   phase();
   for (var b = lid; b < (DIM + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) { project_down(b); }
+  // The next step's position, p + 1, once every thread has read p: consecutive steps then need no
+  // copy of their position between them, and share one compute pass (DecodeStep.consecutive).
+  if (params.advance != 0u) {
+    phase();
+    if (lid == 0u) { st[POS0 / 4u].x = bitcast<f32>(bitcast<u32>(st[POS0 / 4u].x) + 1u); }
+  }
 }

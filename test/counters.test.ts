@@ -73,6 +73,7 @@ describe('gpuCounters', () => {
     expect(delta).toEqual({
       dispatches: 4,
       computePasses: 2,
+      copies: 1,
       submits: 2,
       commandBuffers: 2,
       readBacks: 1,

@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/api/engine.ts';
 import { counterDelta, gpuCounters, type GpuCounters } from '../src/gpu/counters.ts';
+import type { DecodeResources } from '../src/engine/decode-pipeline.ts';
 import type { LlamaGenerator } from '../src/engine/generator.ts';
 import { loadModelFromPath } from '../src/node/index.ts';
 import { STORIES_GGUF } from './helpers/model-files.ts';
@@ -63,6 +64,16 @@ describe('GPU work per decode token', () => {
       expect(short.readBacks).toBeGreaterThan(0);
       expect(long.submits - short.submits).toBe(long.readBacks - short.readBacks);
       expect(long.commandBuffers - short.commandBuffers).toBe(long.readBacks - short.readBacks);
+      // Where the step advances its own position (a dispatch per layer: CPU adapters), a batch is
+      // also one compute pass and two copies (the first position, the records to read back).
+      const { decodeStep } = await (engine.generator as unknown as { decodeResources(): Promise<DecodeResources> }).decodeResources();
+      if (decodeStep.consecutive) {
+        const batches = long.readBacks - short.readBacks;
+        expect(long.computePasses - short.computePasses).toBe(batches);
+        expect(long.copies - short.copies).toBe(2 * batches);
+      } else {
+        expect(perToken('computePasses')).toBeGreaterThanOrEqual(1);
+      }
     });
   }
 });

@@ -147,6 +147,27 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
       }
       expect(() => step.encodeStep(device.createCommandEncoder(), capacity)).toThrow(/outside the KV cache/);
 
+      // A dispatch per layer advances the position on the GPU: a run of steps is one position
+      // copy and one compute pass. Rewind to the prompt's end and run the same token 4 times.
+      expect(!!step.consecutive).toBe(!!(layer && fits));
+      if (step.consecutive) {
+        const token = 3;
+        const p0 = prompt.length;
+        const run = 4;
+        let want = await model.forward([token], p0, forwardCache);
+        for (let pos = p0 + 1; pos < p0 + run; pos++) want = await model.forward([token], pos, forwardCache);
+        device.queue.writeBuffer(step.tokenIn, 0, new Uint32Array([token]));
+        const encoder = device.createCommandEncoder();
+        step.consecutive.setPosition(encoder, p0, run);
+        const pass = encoder.beginComputePass();
+        for (let i = 0; i < run; i++) step.consecutive.encodeInPass(pass);
+        pass.end();
+        encoder.copyBufferToBuffer(step.logits, 0, staging, 0, vocabBytes);
+        device.queue.submit([encoder.finish()]);
+        expectClose(await readF32(device, staging, config.vocabSize), want, kvDType === 'f16' ? 1e-3 : 3e-5);
+        expect(() => step.consecutive!.setPosition(device.createCommandEncoder(), capacity - 2, 3)).toThrow(/outside the KV cache/);
+      }
+
       step.destroy();
       staging.destroy();
       prefillLogits.destroy();

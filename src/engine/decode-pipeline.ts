@@ -6,11 +6,13 @@
 // logprob, top alternatives) to slot j of the sampler's record buffer.
 //
 // Steps go in batches of B, one command buffer and one submit per batch (in Chromium each submit
-// crosses to the GPU process: one per step cost ~30% of stories260K's decode on SwiftShader). The
-// batch ends by copying its B records to a staging buffer, which is mapped; while the CPU waits for
-// batch i (and then hands its tokens on), batch i+1 is already queued, so the GPU never waits for
-// the CPU. B starts at 1 (the first token comes
-// back at once) and grows while steps are fast, so that one read-back serves many tokens but a
+// crosses to the GPU process: one per step cost ~30% of stories260K's decode on SwiftShader).
+// Where the decode step advances its own position (DecodeStep.consecutive), the batch's steps and
+// samplings are also one compute pass after one position copy, rather than a copy and two passes
+// a step. The batch ends by copying its B records to a staging buffer, which is mapped; while the
+// CPU waits for batch i (and then hands its tokens on), batch i+1 is already queued, so the GPU
+// never waits for the CPU. B starts at 1 (the first token comes back at once) and grows while
+// steps are fast, so that one read-back serves many tokens but a
 // batch never takes much longer than TARGET_BATCH_MS: tokens still stream smoothly, and when a
 // sequence stops (EOS, a stop string, abort) at most about two batches of work were done for
 // nothing — their tokens are discarded, never returned.
@@ -85,13 +87,28 @@ export async function* decodeTokens(
     beforeSubmit();
     const staging = resources.staging[batches % 2];
     const encoder = device.createCommandEncoder({ label: `decode steps ${submitted}..${submitted + count - 1}` });
-    for (let j = 0; j < count; j++) {
-      const step = submitted + j;
-      if (step === 0) {
-        sampler.encode(encoder, plan.prefillLogits, 0, decodeStep.tokenIn, j);
-      } else {
-        decodeStep.encodeStep(encoder, plan.promptLength + step - 1);
-        sampler.encode(encoder, decodeStep.logits, step, decodeStep.tokenIn, j);
+    const consecutive = decodeStep.consecutive;
+    if (consecutive) {
+      // One copy of the first position, then every step and its sampling in one compute pass.
+      const first = Math.max(1, submitted); // step 0 samples the prefill's logits: no model step
+      const end = submitted + count;
+      if (first < end) consecutive.setPosition(encoder, plan.promptLength + first - 1, end - first);
+      const pass = encoder.beginComputePass({ label: 'decode steps' });
+      for (let j = 0; j < count; j++) {
+        const step = submitted + j;
+        if (step > 0) consecutive.encodeInPass(pass);
+        sampler.encodeInPass(pass, step === 0 ? plan.prefillLogits : decodeStep.logits, step, decodeStep.tokenIn, j);
+      }
+      pass.end();
+    } else {
+      for (let j = 0; j < count; j++) {
+        const step = submitted + j;
+        if (step === 0) {
+          sampler.encode(encoder, plan.prefillLogits, 0, decodeStep.tokenIn, j);
+        } else {
+          decodeStep.encodeStep(encoder, plan.promptLength + step - 1);
+          sampler.encode(encoder, decodeStep.logits, step, decodeStep.tokenIn, j);
+        }
       }
     }
     encoder.copyBufferToBuffer(sampler.records, 0, staging, 0, count * RECORD_BYTES);

@@ -12,6 +12,8 @@ export interface GpuCounters {
   dispatches: number;
   /** beginComputePass calls. */
   computePasses: number;
+  /** copyBufferToBuffer calls on command encoders. */
+  copies: number;
   /** queue.submit calls. */
   submits: number;
   /** Command buffers handed to queue.submit (a submit may carry several). */
@@ -33,6 +35,7 @@ export interface GpuCounters {
 const ZERO: GpuCounters = {
   dispatches: 0,
   computePasses: 0,
+  copies: 0,
   submits: 0,
   commandBuffers: 0,
   readBacks: 0,
@@ -110,6 +113,7 @@ export function installGpuCounters(device: GPUDevice): void {
     'createCommandEncoder',
     () => c.commandEncodersCreated++,
     (encoder: GPUCommandEncoder) => {
+      wrapMethod(encoder, 'copyBufferToBuffer', () => c.copies++);
       wrapMethod(
         encoder,
         'beginComputePass',

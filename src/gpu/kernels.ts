@@ -1839,7 +1839,8 @@ export abstract class KernelRecorder {
     const scale = f32(1 / Math.sqrt(dims.headDim));
     this.dispatch(
       this.kernels.decodeLayerPipeline(variant),
-      [0, numHeads, numKvHeads, dims.headDim, scale, slidingWindow ?? 0, rows, 1, pairing === 'adjacent' ? 0 : 1, f32(eps), layout.consts + layerIndex * layout.constsStride],
+      [0, numHeads, numKvHeads, dims.headDim, scale, slidingWindow ?? 0, rows, 1, pairing === 'adjacent' ? 0 : 1, f32(eps), layout.consts + layerIndex * layout.constsStride,
+        layerIndex === dims.numLayers - 1 ? 1 : 0],
       buffers,
       1,
     );
@@ -2054,6 +2055,23 @@ export class KernelProgram extends KernelRecorder {
       }
     }
     pass?.end();
+  }
+
+  /** Whether encodeInPass may take the program: it recorded dispatches only, no copies. */
+  get dispatchesOnly(): boolean {
+    return this.commands.every((c) => c.kind === 'dispatch');
+  }
+
+  /** Encodes the recorded dispatches into an open compute pass (a program of dispatches only). */
+  encodeInPass(pass: GPUComputePassEncoder): void {
+    if (!this.dispatchesOnly) throw new Error(`program ${this.label} records copies: use encode()`);
+    this.seal();
+    for (const c of this.commands) {
+      if (c.kind !== 'dispatch') continue;
+      pass.setPipeline(c.pipeline);
+      pass.setBindGroup(0, c.bindGroup);
+      pass.dispatchWorkgroups(c.x, c.y);
+    }
   }
 
   /** Frees the parameter buffers (legal once the last submit that used the program is queued). */

@@ -256,17 +256,24 @@ export class GpuSampler {
    * (logits, tokenOut) pair.
    */
   encode(encoder: GPUCommandEncoder, logits: GPUBuffer, step: number, tokenOut: GPUBuffer, slot: number): void {
-    const shape = this.shape;
-    if (!shape) throw new Error('beginSequence() must come before encode()');
-    if (!(Number.isInteger(slot) && slot >= 0 && slot < this.recordSlots)) throw new RangeError(`slot must be in 0..${this.recordSlots - 1}, got ${slot}`);
-    if (!(Number.isInteger(step) && step >= 0 && step < 2 ** 32)) throw new RangeError(`step must be an integer in [0, 2^32), got ${step}`);
+    this.checkStep(step, slot); // before the pass opens: a throw leaves the encoder usable
+    const pass = encoder.beginComputePass({ label: 'sample' });
+    this.encodeInPass(pass, logits, step, tokenOut, slot);
+    pass.end();
+  }
+
+  /**
+   * encode() into an open compute pass, after (and before) other dispatches: the step's
+   * parameters still go through the queue, so the pass must be submitted after this call.
+   */
+  encodeInPass(pass: GPUComputePassEncoder, logits: GPUBuffer, step: number, tokenOut: GPUBuffer, slot: number): void {
+    const shape = this.checkStep(step, slot);
     const stepWords = this.stepHost;
     stepWords[0] = step;
     stepWords[1] = slot;
     this.device.queue.writeBuffer(this.stepParams, slot * STEP_SLOT_BYTES, stepWords.buffer, 0, 16);
 
     const chunkGroups = Math.ceil(this.numChunks / CHUNK_WORKGROUP);
-    const pass = encoder.beginComputePass({ label: 'sample' });
     pass.setBindGroup(0, this.stateGroup, [slot * STEP_SLOT_BYTES]);
     pass.setBindGroup(1, this.ioGroup(logits, tokenOut));
     const run = (entry: EntryPoint, workgroups: number) => {
@@ -275,7 +282,6 @@ export class GpuSampler {
     };
     if (this.fused) {
       run('fused', 1);
-      pass.end();
       return;
     }
     run('prepare', chunkGroups);
@@ -290,7 +296,14 @@ export class GpuSampler {
       run('draw_mass', chunkGroups);
       run('draw', 1);
     }
-    pass.end();
+  }
+
+  private checkStep(step: number, slot: number): StepShape {
+    const shape = this.shape;
+    if (!shape) throw new Error('beginSequence() must come before encode()');
+    if (!(Number.isInteger(slot) && slot >= 0 && slot < this.recordSlots)) throw new RangeError(`slot must be in 0..${this.recordSlots - 1}, got ${slot}`);
+    if (!(Number.isInteger(step) && step >= 0 && step < 2 ** 32)) throw new RangeError(`step must be an integer in [0, 2^32), got ${step}`);
+    return shape;
   }
 
   /** How many dispatches one step of the current sequence records (counters, tests). */
