@@ -275,6 +275,20 @@ describe('config.json of each family’s published model', () => {
     }
   });
 
+  it('transformers 5 configs: rope_parameters carries rope_theta and the scaling', () => {
+    // As transformers >= 5 saves them: no top-level rope_theta / rope_scaling.
+    const { rope_scaling: scaling, rope_theta: theta, ...llama32 } = published['Llama-3.2-1B'];
+    const v5 = { ...llama32, rope_parameters: { rope_theta: theta, ...(scaling as object) }, transformers_version: '5.0.0' };
+    expect(configFromHf(v5)).toEqual(expected['Llama-3.2-1B']);
+    const { rope_theta: qwenTheta, ...qwen } = published['Qwen2.5-0.5B'];
+    expect(configFromHf({ ...qwen, rope_parameters: { rope_type: 'default', rope_theta: qwenTheta } })).toEqual(expected['Qwen2.5-0.5B']);
+    expect(configFromHf({ ...qwen, rope_parameters: { rope_theta: 12345 } }).ropeTheta).toBe(12345);
+    expect(configFromHf({ ...qwen, rope_parameters: { rope_type: 'linear', rope_theta: 1e6, factor: 2 } }).ropeScaling).toEqual({ type: 'linear', factor: 2 });
+    expect(() => configFromHf({ ...qwen, rope_parameters: { rope_type: 'yarn', rope_theta: 1e6, factor: 4 } })).toThrow(/yarn.*rope_parameters/);
+    expect(() => configFromHf({ ...qwen, rope_parameters: { full_attention: { rope_type: 'default', rope_theta: 1e6 } } })).toThrow(/per layer type/);
+    expect(() => configFromHf({ ...qwen, rope_parameters: 'default' })).toThrow(/rope_parameters is not an object/);
+  });
+
   it('sliding windows: Mistral keeps one smaller than the context; Qwen2 only with use_sliding_window on every layer', () => {
     const mistral = published['Mistral-7B-v0.1'];
     expect(configFromHf({ ...mistral, sliding_window: null }).slidingWindow).toBeUndefined();
@@ -285,6 +299,8 @@ describe('config.json of each family’s published model', () => {
     expect(configFromHf({ ...qwen, use_sliding_window: true, max_window_layers: 24 }).slidingWindow).toBeUndefined();
     expect(configFromHf({ ...qwen, use_sliding_window: true, max_window_layers: 0 }).slidingWindow).toBe(4096);
     expect(() => configFromHf({ ...qwen, use_sliding_window: true, max_window_layers: 12 })).toThrow(/max_window_layers/);
+    // HF's Llama has no sliding window: a Mistral config relabelled as Llama attends to everything.
+    expect(configFromHf({ ...mistral, architectures: ['LlamaForCausalLM'], model_type: 'llama' }).slidingWindow).toBeUndefined();
   });
 
   it('GGUF qwen2 keys map to the same config with halves pairing and biases', () => {

@@ -93,7 +93,19 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   if (architecture !== 'qwen2' && c.attention_bias === true) {
     throw new Error('Unsupported model: attention_bias = true for a Llama model (bias on o_proj)');
   }
-  const ropeScaling = hfRopeScaling(c.rope_scaling);
+  // transformers 5 writes RoPE as one object, rope_parameters {rope_type, rope_theta, factor, ...},
+  // in place of the top-level rope_theta and rope_scaling that earlier versions wrote.
+  const ropeParameters = c.rope_parameters ?? undefined;
+  if (ropeParameters !== undefined && (typeof ropeParameters !== 'object' || Array.isArray(ropeParameters))) {
+    throw new Error(`config.json rope_parameters is not an object: ${JSON.stringify(ropeParameters)}`);
+  }
+  const rope = ropeParameters as Json | undefined;
+  if (rope && Object.values(rope).some((v) => typeof v === 'object' && v !== null)) {
+    throw new Error(`Unsupported config.json rope_parameters per layer type: ${JSON.stringify(rope)}`);
+  }
+  const ropeScaling = rope
+    ? hfRopeScaling(rope.rope_type === undefined && rope.type === undefined ? { ...rope, rope_type: 'default' } : rope, 'rope_parameters')
+    : hfRopeScaling(c.rope_scaling, 'rope_scaling');
   if (c.partial_rotary_factor !== undefined && c.partial_rotary_factor !== 1) {
     throw new Error(`Unsupported partial_rotary_factor ${JSON.stringify(c.partial_rotary_factor)}`);
   }
@@ -106,8 +118,9 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   // Sliding-window attention equals full attention for sequences up to the window; it is kept only
   // when smaller than the context. Qwen2 configs carry a sliding_window that is off unless
   // use_sliding_window is true.
+  // HF's Llama ignores sliding_window (a Mistral relabelled as Llama keeps full attention there).
   const window = c.sliding_window;
-  let usesSliding = architecture === 'qwen2' ? c.use_sliding_window === true : true;
+  let usesSliding = architecture === 'qwen2' ? c.use_sliding_window === true : architecture === 'mistral';
   if (architecture === 'qwen2' && usesSliding) {
     // Qwen2 windows only the layers from max_window_layers on: all of them or none is supported.
     const numLayers = hfNumber(c, 'num_hidden_layers');
@@ -135,7 +148,7 @@ export function configFromHf(configJson: unknown): LlamaConfig {
     headDim,
     contextLength,
     rmsNormEps: hfNumber(c, 'rms_norm_eps', 1e-6),
-    ropeTheta: hfNumber(c, 'rope_theta', 10000),
+    ropeTheta: rope?.rope_theta !== undefined ? hfNumber(rope, 'rope_theta') : hfNumber(c, 'rope_theta', 10000),
     ropePairing: 'halves',
     tieWordEmbeddings: c.tie_word_embeddings === true,
     attentionBias: architecture === 'qwen2',
@@ -146,16 +159,19 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   return config;
 }
 
-/** config.json `rope_scaling` (null, type 'default', 'linear' or 'llama3'); other types are errors. */
-function hfRopeScaling(value: unknown): RopeScaling | undefined {
+/**
+ * config.json `rope_scaling` or `rope_parameters` (`key`): null, type 'default', 'linear' or
+ * 'llama3'; other types are errors.
+ */
+function hfRopeScaling(value: unknown, key: string): RopeScaling | undefined {
   if (value === undefined || value === null) return undefined;
-  if (typeof value !== 'object' || Array.isArray(value)) throw new Error(`config.json rope_scaling is not an object: ${JSON.stringify(value)}`);
+  if (typeof value !== 'object' || Array.isArray(value)) throw new Error(`config.json ${key} is not an object: ${JSON.stringify(value)}`);
   const r = value as Json;
   const type = r.rope_type ?? r.type;
-  const num = (key: string, fallback?: number): number => {
-    const v = r[key] ?? fallback;
+  const num = (name: string, fallback?: number): number => {
+    const v = r[name] ?? fallback;
     if (typeof v !== 'number' || !Number.isFinite(v)) {
-      throw new Error(`config.json rope_scaling.${key} must be a number for rope_scaling type ${JSON.stringify(type)} (got ${JSON.stringify(r[key])})`);
+      throw new Error(`config.json ${key}.${name} must be a number for ${key} type ${JSON.stringify(type)} (got ${JSON.stringify(r[name])})`);
     }
     return v;
   };
@@ -164,7 +180,7 @@ function hfRopeScaling(value: unknown): RopeScaling | undefined {
       return undefined;
     case 'linear': {
       const factor = num('factor');
-      if (factor <= 0) throw new Error(`config.json rope_scaling.factor must be positive (got ${factor})`);
+      if (factor <= 0) throw new Error(`config.json ${key}.factor must be positive (got ${factor})`);
       return factor === 1 ? undefined : { type: 'linear', factor };
     }
     case 'llama3': {
@@ -176,12 +192,12 @@ function hfRopeScaling(value: unknown): RopeScaling | undefined {
         originalContextLength: num('original_max_position_embeddings'),
       };
       if (!(scaling.factor > 0 && scaling.lowFreqFactor > 0 && scaling.originalContextLength > 0 && scaling.highFreqFactor > scaling.lowFreqFactor)) {
-        throw new Error(`config.json rope_scaling (llama3) has invalid parameters: ${JSON.stringify(r)}`);
+        throw new Error(`config.json ${key} (llama3) has invalid parameters: ${JSON.stringify(r)}`);
       }
       return scaling;
     }
     default:
-      throw new Error(`Unsupported rope_scaling type ${JSON.stringify(type)} (config.json rope_scaling): supported are default, linear, llama3`);
+      throw new Error(`Unsupported rope_scaling type ${JSON.stringify(type)} (config.json ${key}): supported are default, linear, llama3`);
   }
 }
 
