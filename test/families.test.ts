@@ -14,7 +14,7 @@ import { openModel, uploadLlamaWeights } from '../src/model/open-model.ts';
 import { filesFromPath } from '../src/node/index.ts';
 import { byteLevelTokenizer, FAMILIES, grownSentencePieceTokenizer, generateModel, REAL_CONFIGS, type Family } from '../scripts/model-families.ts';
 import { testGpu } from './helpers/gpu.ts';
-import { buildGguf, tinyLlamaGgufKvs, type GgufTensorSpec } from './helpers/model-files.ts';
+import { buildGguf, tinyLlamaGgufKvs, type GgufKv, type GgufTensorSpec } from './helpers/model-files.ts';
 import { mulberry32 } from './helpers/prng.ts';
 import { tinyConfig } from './helpers/random-model.ts';
 import { STORIES_HF } from './helpers/model-files.ts';
@@ -345,6 +345,15 @@ function ggufWithRopeFreqs(config: LlamaConfig, ropeFreqs: Float32Array | undefi
   const kvs = tinyLlamaGgufKvs(c);
   return { file: buildGguf(kvs, tensors), cpu: { tokenEmbedding, layers, outputNorm, lmHead } };
 }
+
+it('a part of a split GGUF (llama-gguf-split) is refused, saying so', async () => {
+  const config = tinyConfig({ headDim: 8, hiddenSize: 32, numHeads: 4, numKvHeads: 2 });
+  const { file } = ggufWithRopeFreqs(config, undefined, 3);
+  await expect(openModel(filesFromMemory('whole', { 'm.gguf': file }, 'm.gguf'))).resolves.toBeDefined();
+  const kvs: Record<string, GgufKv> = { ...tinyLlamaGgufKvs(config), 'split.no': { type: 'u32', value: 0 }, 'split.count': { type: 'u32', value: 2 } };
+  const part = buildGguf(kvs, []);
+  await expect(openModel(filesFromMemory('split', { 'm-00001-of-00002.gguf': part }, 'm-00001-of-00002.gguf'))).rejects.toThrow(/split GGUF \(2 files\).*merge/);
+});
 
 describe('GGUF rope_freqs.weight (Llama 3.1-style scaling as llama.cpp stores it)', () => {
   const config = tinyConfig({ headDim: 8, hiddenSize: 32, numHeads: 4, numKvHeads: 2, ropeTheta: 500000, ropePairing: 'adjacent', contextLength: 128 });

@@ -3,7 +3,7 @@ import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
 import { filesFromMemory } from '../src/model/files.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/model/open-model.ts';
-import { f16ToF32, requiredTensors, toFloat32 } from '../src/model/weights.ts';
+import { checkTensors, f16ToF32, requiredTensors, toFloat32 } from '../src/model/weights.ts';
 import { filesFromPath } from '../src/node/files.ts';
 import { buildSafetensors, readBytes, STORIES_GGUF, STORIES_HF, TINY_GGUF, TINY_HF } from './helpers/model-files.ts';
 
@@ -188,6 +188,16 @@ describe('weight upload', () => {
     // Under the size of one row (64 f32 weights): not even split into rows would it fit.
     const tiny = { ...ctx, limits: { ...ctx.limits, maxStorageBufferBindingSize: 200 } };
     await expect(uploadLlamaWeights(tiny, model)).rejects.toThrow(/model\.embed_tokens\.weight.*131072/);
+  });
+
+  it('refuses a bias the forward pass would not add (a Llama GGUF with q_proj biases), naming it', async () => {
+    const model = await openModel(filesFromPath(STORIES_GGUF));
+    expect(() => checkTensors(model.config, model.tensors)).not.toThrow();
+    const tensors = new Map(model.tensors);
+    const q = tensors.get('model.layers.0.self_attn.q_proj.weight')!;
+    const name = 'model.layers.0.self_attn.q_proj.bias';
+    tensors.set(name, { ...q, name, sourceName: 'blk.0.attn_q.bias', shape: [q.shape[0]] });
+    expect(() => checkTensors(model.config, tensors)).toThrow(/blk\.0\.attn_q\.bias/);
   });
 
   it('converts f16 and bf16 to f32', () => {

@@ -49,6 +49,12 @@ async function openGguf(files: ModelFiles, fileName: string): Promise<OpenedMode
   if (!source) throw new Error(`Missing GGUF file ${fileName}`);
   const header = await readGgufHeader(source);
   const { metadata } = header;
+  // llama.cpp's gguf-split: this file holds only some of the tensors (the others' absence would
+  // read as a broken model).
+  const parts = Number(metadata['split.count'] ?? 1);
+  if (parts > 1) {
+    throw new Error(`${fileName} is part of a split GGUF (${parts} files): merge them into one with llama-gguf-split --merge`);
+  }
   const config = configFromGguf(metadata, undefined, header.tensors.map((t) => t.name));
   // Llama 3.1-style RoPE scaling: a small F32 tensor of per-frequency divisors, read into the config.
   const ropeFreqs = header.tensors.find((t) => t.name === 'rope_freqs.weight');

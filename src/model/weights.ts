@@ -261,13 +261,24 @@ export function requiredTensors(config: LlamaConfig): { name: string; shape: num
   return out;
 }
 
-/** Throws naming the first tensor that is missing or has the wrong shape. */
+/**
+ * Throws naming the first tensor that is missing or has the wrong shape, or a bias the forward
+ * pass would not add (e.g. a GGUF of a model with biases converted as plain 'llama': running it
+ * without them would give wrong text, not an error).
+ */
 export function checkTensors(config: LlamaConfig, tensors: ReadonlyMap<string, ModelTensor>): void {
-  for (const { name, shape } of requiredTensors(config)) {
+  const required = requiredTensors(config);
+  for (const { name, shape } of required) {
     const t = tensors.get(name);
     if (!t) throw new Error(`The model has no tensor ${name}`);
     if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
       throw new Error(`Tensor ${name} (${t.sourceName}) has shape [${t.shape.join(', ')}]; the config needs [${shape.join(', ')}]`);
+    }
+  }
+  const used = new Set(required.map((r) => r.name));
+  for (const [name, t] of tensors) {
+    if (name.endsWith('.bias') && !used.has(name)) {
+      throw new Error(`Unsupported model: it has a bias ${t.sourceName} that a ${config.architecture} model of this config does not use`);
     }
   }
 }
