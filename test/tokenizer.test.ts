@@ -173,14 +173,14 @@ function bytesToUnicode(): string[] {
 
 describe('tokenizer: GGUF byte-level BPE (gpt2 model)', () => {
   const byteChars = bytesToUnicode();
-  const tokens = [...byteChars, 'Ġt', 'he', 'Ġthe', 'Ġa', '<|begin_of_text|>', '<|end_of_text|>', '<|eot_id|>'];
-  const types = tokens.map((_, i) => (i >= 260 ? 3 : 1));
+  const tokens = [...byteChars, 'Ġt', 'he', 'Ġthe', 'Ġa', '<|begin_of_text|>', '<|end_of_text|>', '<|eot_id|>', '12'];
+  const types = tokens.map((_, i) => (i >= 260 && i <= 262 ? 3 : 1));
   const metadata = (pre: string, extra: GgufMetadata = {}): GgufMetadata => ({
     'tokenizer.ggml.model': 'gpt2',
     'tokenizer.ggml.pre': pre,
     'tokenizer.ggml.tokens': tokens,
     'tokenizer.ggml.token_type': types,
-    'tokenizer.ggml.merges': ['Ġ t', 'h e', 'Ġt he', 'Ġ a'],
+    'tokenizer.ggml.merges': ['Ġ t', 'h e', 'Ġt he', 'Ġ a', '1 2'],
     'tokenizer.ggml.bos_token_id': 260,
     'tokenizer.ggml.eos_token_id': 261,
     'tokenizer.ggml.eot_token_id': 262,
@@ -209,6 +209,11 @@ describe('tokenizer: GGUF byte-level BPE (gpt2 model)', () => {
     expect(qwen.encode('the the')).toEqual([id('t'), id('he'), id('Ġthe')]);
     const smol = tokenizerFromGguf(metadata('smollm', { 'tokenizer.ggml.add_bos_token': true }));
     expect(smol.encode('the')).toEqual([260, id('t'), id('he')]);
+    // SmolLM (and StarCoder) split every digit off first, as their tokenizer.json and llama.cpp do;
+    // GPT-2's pattern keeps ' 12' one word.
+    expect(smol.encode('x  12', { addBos: false })).toEqual([id('x'), id('Ġ'), id('Ġ'), id('1'), id('2')]);
+    expect(tokenizerFromGguf(metadata('gpt2')).encode('x  12')).toEqual([id('x'), id('Ġ'), id('Ġ'), id('12')]);
+    expect(smol.decode(smol.encode('x  12 3.14', { addBos: false }))).toBe('x  12 3.14');
     expect(() => tokenizerFromGguf(metadata('some-new-model'))).toThrow(/some-new-model/);
     expect(() => tokenizerFromGguf({ ...metadata('default'), 'tokenizer.ggml.model': 'bert' })).toThrow(/bert/);
   });

@@ -117,12 +117,26 @@ function byteLevelPreTokenizer(pre: string): ByteLevelParts {
         decoder: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
         ignoreMerges: false,
       };
-    case 'default':
-    case 'gpt2':
-    case 'gpt-2':
     case 'smollm':
     case 'starcoder':
     case 'refact':
+      // Every digit its own word first (SmolLM's and StarCoder's tokenizer.json: Digits with
+      // individual_digits; llama.cpp: \p{N} before GPT-2's pattern), then GPT-2's byte level.
+      return {
+        preTokenizer: {
+          type: 'Sequence',
+          pretokenizers: [
+            { type: 'Digits', individual_digits: true },
+            { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
+          ],
+        },
+        normalizer: null,
+        decoder: gpt2Decoder,
+        ignoreMerges: false,
+      };
+    case 'default':
+    case 'gpt2':
+    case 'gpt-2':
       return {
         preTokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
         normalizer: null,
