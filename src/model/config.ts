@@ -117,8 +117,7 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   const contextLength = hfNumber(c, 'max_position_embeddings', 2048);
   // Sliding-window attention equals full attention for sequences up to the window; it is kept only
   // when smaller than the context. Qwen2 configs carry a sliding_window that is off unless
-  // use_sliding_window is true.
-  // HF's Llama ignores sliding_window (a Mistral relabelled as Llama keeps full attention there).
+  // use_sliding_window is true; HF's Llama ignores sliding_window altogether.
   const window = c.sliding_window;
   let usesSliding = architecture === 'qwen2' ? c.use_sliding_window === true : architecture === 'mistral';
   if (architecture === 'qwen2' && usesSliding) {

@@ -171,8 +171,8 @@ export interface DecodeStep {
   encodeStep(encoder: GPUCommandEncoder, position: number): void;
   /**
    * Present when each step leaves the next one's position on the GPU (the step of one dispatch a
-   * layer: its last layer adds 1 to the position it ran at). Then a run of steps at positions
-   * p, p + 1, ... is one `setPosition(encoder, p)` followed by `encodeInPass` per step, all in one
+   * layer: its last layer adds 1 to the position it ran at). Then a run of n steps at positions
+   * p .. p + n - 1 is one `setPosition(encoder, p, n)` followed by `encodeInPass` per step, all in one
    * compute pass with whatever else runs between them (the sampler). On SwiftShader in Chromium a
    * pass costs ~20 µs and a copy ~25 µs: with the sampler's pass, ~5% of a stories260K token.
    */
