@@ -527,6 +527,20 @@ describe('completions', () => {
     expect(json(await post(engine, { model: 'fake-llama', prompt: '' })).choices[0].text).toBe('there was');
   });
 
+  it("checks ids against the smaller of the tokenizer's and the model's vocabularies: 400, not the engine's 500", async () => {
+    // A checkpoint whose tokenizer.json has added tokens past config.json's vocab_size.
+    const engine = fakeEngine();
+    const V = engine.generator.tokenizer.vocabSize;
+    const modelVocab = 100;
+    expect(V).toBeGreaterThan(modelVocab);
+    (engine.generator.info as { vocabSize: number }).vocabSize = modelVocab;
+    await expectError(post(engine, { model: 'fake-llama', prompt: [1, modelVocab] }), 400, 'prompt', 'invalid_value');
+    await expectError(post(engine, { model: 'fake-llama', prompt: [1, 5], logit_bias: { [modelVocab]: 1 } }), 400, 'logit_bias');
+    const fromText = await expectError(post(engine, { model: 'fake-llama', prompt: PROMPT }), 400, 'prompt', 'invalid_value');
+    expect(fromText.message).toMatch(/prompt's text/);
+    expect((await post(engine, { model: 'fake-llama', prompt: [1, modelVocab - 1], max_tokens: 0 })).status).toBe(200);
+  });
+
   it('keeps only the most likely token with top_p 0, whatever the temperature and seed', async () => {
     const engine = fakeEngine();
     const text = async (extra: Record<string, unknown>) =>

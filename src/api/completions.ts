@@ -131,7 +131,9 @@ export function samplingParams(params: CompletionParams): SamplingParams {
  */
 export function planCompletion(generator: TextGenerator, params: CompletionParams): CompletionPlan {
   const { tokenizer } = generator;
-  const vocabSize = tokenizer.vocabSize;
+  // Ids the model has an embedding and a logit for, and the tokenizer a piece for: a checkpoint's
+  // tokenizer.json may have added tokens past config.json's vocab_size, or the reverse (padding).
+  const vocabSize = Math.min(tokenizer.vocabSize, generator.info.vocabSize);
   const context = generator.info.contextLength;
   const batch = params.prompt.length > 1;
   const prompts = params.prompt.map((input, i): PromptPlan => {
@@ -142,6 +144,7 @@ export function planCompletion(generator: TextGenerator, params: CompletionParam
       tokens = input.tokens;
     } else {
       tokens = tokenizer.encode(input.text);
+      checkVocabulary(tokens, vocabSize, 'prompt', `token id${which} (from the prompt's text)`);
     }
     const n = tokens.length;
     if (n === 0) {
