@@ -685,6 +685,23 @@ describe('streaming', () => {
     expect(streamedText(evs.slice(0, -2))).toBe(' there was a');
   });
 
+  it('answers an AbortError the client did not cause (a lost GPU device) with a 500 that onError sees, not a 499', async () => {
+    const logged: unknown[] = [];
+    const options = { onError: (e: unknown) => logged.push(e) };
+    const engine = fakeEngine({ failAfter: 2, failAsAbort: true });
+    const request = (body: Record<string, unknown>) =>
+      handleApiRequest(engine, { method: 'POST', url: '/v1/completions', body: JSON.stringify({ model: 'fake', prompt: PROMPT, ...body }) }, options);
+    const whole = await expectError(request({}), 500, null);
+    expect(whole.type).toBe('server_error');
+    expect(whole.message).toMatch(/device is lost/);
+    const streamed = await request({ stream: true });
+    expect(streamed.status).toBe(200);
+    const events: string[] = [];
+    for await (const e of streamed.body as AsyncIterable<string>) events.push(e);
+    expect(JSON.parse(events.at(-2)!.slice('data: '.length)).error).toMatchObject({ type: 'server_error' });
+    expect(logged).toHaveLength(2);
+  });
+
   it('answers a failure before the first chunk with a 500', async () => {
     const engine = fakeEngine({ failAfter: 0 });
     const error = await expectError(post(engine, { model: 'fake', prompt: PROMPT, stream: true }), 500, null);

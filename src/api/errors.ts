@@ -138,6 +138,18 @@ export function errorMessage(err: unknown): string {
 }
 
 /**
+ * toApiError for a failure the client's own abort did not cause: an AbortError is then the
+ * server's (a lost GPU device rejects pending read-backs with one), a 500 that hosts log, not a
+ * 499 "aborted by the client" that nobody would see.
+ */
+export function serverSideError(err: unknown): ApiError {
+  if (isAbortError(err)) {
+    return new ApiError(500, `The server had an error while processing your request: ${errorMessage(err)}`, { type: 'server_error', cause: err });
+  }
+  return toApiError(err);
+}
+
+/**
  * Any thrown value as an ApiError: ApiErrors pass through, an abort becomes 499 (client closed
  * the request; nobody reads it), the engine's QueueFullError 429, everything else a 500
  * server_error carrying the message.

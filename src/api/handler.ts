@@ -8,6 +8,7 @@ import {
   errorMessage,
   invalidRequest,
   isAbortError,
+  serverSideError,
   methodNotAllowed,
   modelNotFound,
   routeNotFound,
@@ -88,7 +89,7 @@ export async function handleApiRequest(
   } catch (err) {
     // Aborted: the client is gone and reads nothing; whatever was thrown, it is not a server error.
     if (request.signal?.aborted) return errorResponse(isAbortError(err) ? err : abortedError(request.signal.reason));
-    const apiError = toApiError(err);
+    const apiError = serverSideError(err);
     if (apiError.status >= 500) options.onError?.(apiError);
     return errorResponse(apiError);
   }
@@ -257,7 +258,7 @@ async function* serverSentEvents(
     for (let step = first; !step.done; step = await chunks.next()) yield sseEvent(step.value);
   } catch (err) {
     if (signal?.aborted) return; // the client is gone; nobody reads more
-    const apiError = toApiError(err);
+    const apiError = serverSideError(err);
     if (apiError.status >= 500) options.onError?.(apiError);
     yield sseEvent(apiError.toJSON());
   } finally {

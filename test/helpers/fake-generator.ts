@@ -183,6 +183,8 @@ export interface FakeGeneratorOptions {
   prefillDelayMs?: number;
   /** Throw `new Error('fake GPU failure')` after yielding this many tokens (in each sequence). */
   failAfter?: number;
+  /** With failAfter: throw an AbortError instead, as a lost GPU device rejects pending read-backs. */
+  failAsAbort?: boolean;
   /** Requests that may wait for the (one) GPU; past it openSession throws QueueFullError. Default 64. */
   maxQueued?: number;
 }
@@ -461,7 +463,9 @@ export class FakeGenerator implements TextGenerator {
           if (generator.options.delayMs) await sleep(generator.options.delayMs, signal);
           if (signal?.aborted) throw abortError(signal);
           if (closed) throw new Error('the session was closed during a sequence');
-          if (generator.options.failAfter !== undefined && generated.length >= generator.options.failAfter) throw new Error('fake GPU failure');
+          if (generator.options.failAfter !== undefined && generated.length >= generator.options.failAfter) {
+            throw generator.options.failAsAbort ? new DOMException('fake GPU failure: device is lost', 'AbortError') : new Error('fake GPU failure');
+          }
           const context = [...promptTokens, ...generated];
           const raw = generator.logits(context, script);
           const banned = generated.length < (options.minTokens ?? 0) ? [...stops] : [];
