@@ -7,7 +7,8 @@
 // Browser code: nothing here may import Node modules.
 import type { CompletionChunk, CompletionRequest, CompletionResponse } from '../api/completions.ts';
 import { ApiError, type ApiErrorBody } from '../api/errors.ts';
-import { DEFAULT_BASE_PATH, type ApiRequest, type ApiResponse } from '../api/handler.ts';
+import { modelUnloaded } from '../api/engine.ts';
+import { DEFAULT_BASE_PATH, errorResponse, type ApiRequest, type ApiResponse } from '../api/handler.ts';
 import type { RequestHandlingEngine } from '../api/shim.ts';
 import type { ModelInfo } from '../engine/types.ts';
 import type { RequestStats } from './tracked-engine.ts';
@@ -22,6 +23,9 @@ export interface RemoteEngineHooks {
 }
 
 export class RemoteEngine implements RequestHandlingEngine {
+  /** Set by unload(): the realm may be gone (a terminated worker drops messages), so answer here. */
+  private unloading: Promise<void> | null = null;
+
   constructor(
     /** The loaded model, as the engine's host reported it. */
     readonly info: ModelInfo,
@@ -50,12 +54,17 @@ export class RemoteEngine implements RequestHandlingEngine {
 
   /** Answers an HTTP-shaped request (`/v1/completions`, `/v1/models`) as every host does. */
   handle(request: ApiRequest, options: { basePath?: string } = {}): Promise<ApiResponse> {
+    if (this.unloading) return Promise.resolve(errorResponse(modelUnloaded(this.info.id)));
     return this.hooks.transport(request, options.basePath ?? DEFAULT_BASE_PATH);
   }
 
-  /** Frees the model's GPU memory (after the requests in flight); the engine cannot be used afterwards. */
+  /**
+   * Frees the model's GPU memory (after the requests in flight); the engine cannot be used
+   * afterwards: later requests get 503 model_unloaded, as an unloaded Engine answers.
+   */
   unload(): Promise<void> {
-    return this.hooks.unload();
+    this.unloading ??= this.hooks.unload();
+    return this.unloading;
   }
 
   /** Requests in flight, completed and aborted, as the engine's host counts them (diagnostics, tests). */
@@ -80,7 +89,21 @@ function errorOf(status: number, body: string, headers: Record<string, string> =
   });
 }
 
-/** The chunks of a server-sent event stream; an error event throws (as a 500 unless it says otherwise). */
+/** The HTTP status of an error that came as a stream's event (the event carries none): by its type. */
+function streamErrorStatus(error: Partial<ApiErrorBody['error']>): number {
+  switch (error.type) {
+    case 'server_error':
+      return 500;
+    case 'service_unavailable':
+      return 503;
+    case 'rate_limit_error':
+      return 429;
+    default:
+      return error.code === 'aborted' ? 499 : 400;
+  }
+}
+
+/** The chunks of a server-sent event stream; an error event throws, with the status its type implies. */
 async function* chunksOf(events: AsyncIterable<string>): AsyncGenerator<CompletionChunk, void, void> {
   for await (const event of events) {
     for (const line of event.split('\n')) {
@@ -88,7 +111,7 @@ async function* chunksOf(events: AsyncIterable<string>): AsyncGenerator<Completi
       const data = line.slice('data: '.length);
       if (data === '[DONE]') return;
       const value = JSON.parse(data) as CompletionChunk | ApiErrorBody;
-      if ('error' in value) throw errorOf(value.error.type === 'server_error' ? 500 : 400, JSON.stringify(value));
+      if ('error' in value) throw errorOf(streamErrorStatus(value.error), JSON.stringify(value));
       yield value;
     }
   }

@@ -1,0 +1,67 @@
+// RemoteEngine (the page's handle on an engine in a worker) over a transport in the same realm:
+// what it answers by itself, without the worker.
+import { describe, expect, it } from 'vitest';
+import { ApiError } from '../src/api/errors.ts';
+import { sseEvent, type ApiRequest, type ApiResponse } from '../src/api/handler.ts';
+import type { ModelInfo } from '../src/engine/types.ts';
+import { RemoteEngine } from '../src/worker/remote-engine.ts';
+
+const info: ModelInfo = { id: 'm', aliases: [], architecture: 'llama', contextLength: 64, vocabSize: 10, format: 'gguf', created: 0 };
+const stats = async () => ({ inFlight: 0, completed: 0, aborted: 0 });
+
+describe('RemoteEngine', () => {
+  it('answers 503 model_unloaded after unload(), without the transport (a terminated worker drops messages)', async () => {
+    const sent: ApiRequest[] = [];
+    let unloads = 0;
+    const remote = new RemoteEngine(info, {
+      transport: (request) => {
+        sent.push(request);
+        return new Promise<ApiResponse>(() => {}); // a worker that never answers
+      },
+      unload: async () => void unloads++,
+      stats,
+    });
+    await remote.unload();
+    await remote.unload();
+    expect(unloads).toBe(1);
+    const response = await remote.handle({ method: 'POST', url: '/v1/completions', body: '{"model":"m"}' });
+    expect(response.status).toBe(503);
+    expect(JSON.parse(response.body as string).error).toMatchObject({ type: 'service_unavailable', code: 'model_unloaded' });
+    await expect(remote.complete({ model: 'm', prompt: 'x' })).rejects.toMatchObject({ status: 503, code: 'model_unloaded' });
+    expect(sent).toHaveLength(0);
+  });
+
+  it("gives a stream's error event the status its type implies", async () => {
+    const cases: [Record<string, unknown>, number][] = [
+      [{ type: 'server_error', code: null }, 500],
+      [{ type: 'service_unavailable', code: 'model_unloaded' }, 503],
+      [{ type: 'rate_limit_error', code: 'rate_limit_exceeded' }, 429],
+      [{ type: 'invalid_request_error', code: 'aborted' }, 499],
+      [{ type: 'invalid_request_error', code: 'invalid_value' }, 400],
+    ];
+    for (const [error, status] of cases) {
+      const remote = new RemoteEngine(info, {
+        transport: async () => ({
+          status: 200,
+          headers: { 'content-type': 'text/event-stream' },
+          body: (async function* () {
+            yield sseEvent({ error: { message: 'm', param: null, ...error } });
+            yield sseEvent('[DONE]');
+          })(),
+        }),
+        unload: async () => {},
+        stats,
+      });
+      const chunks = await remote.complete({ model: 'm', prompt: 'x', stream: true });
+      const caught = await (async () => {
+        try {
+          for await (const _ of chunks) { /* the error comes first */ }
+        } catch (e) {
+          return e;
+        }
+      })();
+      expect(caught).toBeInstanceOf(ApiError);
+      expect((caught as ApiError).status, JSON.stringify(error)).toBe(status);
+    }
+  });
+});
