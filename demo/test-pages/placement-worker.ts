@@ -20,7 +20,7 @@ Object.assign(window, {
       for await (const chunk of await remote.complete({ ...request, stream: true })) chunks.push(chunk.choices[0]?.text ?? '');
       let error: unknown = null;
       try {
-        await remote.complete({ ...request, top_p: 0 });
+        await remote.complete({ ...request, top_p: 2 });
       } catch (err) {
         error = err;
       }

@@ -74,18 +74,29 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
   const initial: LoadConfig | null = source !== undefined ? { source, options: loadOptions } : configFromScriptUrl(scope.location.href, loadOptions);
 
   let current: { key: string; engine: Promise<Engine> } | null = null;
+  // An unload message's work (waiting for the requests in flight, then freeing the model): a load
+  // after it waits for it, so that two models never share the GPU.
+  let unloading: Promise<void> = Promise.resolve();
   let progressListeners: ((progress: LoadProgress) => void)[] = [];
   const load = (config: LoadConfig): Promise<Engine> => {
-    const key = JSON.stringify(config);
+    const { reportProgress: _p, reportWarnings: _w, ...rest } = config.options;
+    // The model and how it loads, not who listens: a page with onProgress and one without, or a
+    // restarted worker reading the stored config, ask for the same model.
+    const key = JSON.stringify({ source: config.source, options: rest });
     if (current?.key === key) return current.engine;
     const previous = current?.engine;
-    const { reportProgress: _p, reportWarnings: _w, ...rest } = config.options;
+    const unloaded = unloading;
     const engine = (async () => {
       // One model at a time: the previous one gives its GPU memory back first.
+      await unloaded;
       if (previous) await previous.then((e) => e.unload(), () => {});
       return loadModel(config.source, { ...rest, onProgress: (p) => progressListeners.forEach((listener) => listener(p)) });
     })();
-    engine.catch(() => {}); // answered per request with 503
+    // A failed load is answered with 503 to the requests that waited for it; the next one loads
+    // again (the failure may have been a network error).
+    engine.catch(() => {
+      if (current?.engine === engine) current = null;
+    });
     current = { key, engine };
     return engine;
   };
@@ -153,7 +164,9 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
       case 'unload': {
         const engine = current?.engine;
         current = null;
-        event.waitUntil(unloadAndReply(engine, port));
+        const done = unloadAndReply(engine, port);
+        unloading = done.catch(() => {});
+        event.waitUntil(done);
         return;
       }
     }
