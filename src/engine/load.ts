@@ -72,7 +72,13 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const id = options.id ?? files.id;
   checkMemory(estimate, plan, ctx.limits, options.memoryBudgetBytes, { modelId: id, storage, contextLength: capacity });
   const weights = await uploadLlamaWeights(ctx, opened, options.onProgress, { storage, onWarning: options.onWarning });
-  const model = await LlamaModel.create(ctx, config, weights);
+  let model: LlamaModel;
+  try {
+    model = await LlamaModel.create(ctx, config, weights);
+  } catch (err) {
+    weights.destroy(); // a failed load leaves no GPU memory behind
+    throw err;
+  }
   const info: ModelInfo = {
     id,
     aliases: options.aliases ?? [],
