@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Engine, type UnloadableGenerator } from '../src/api/engine.ts';
 import type { CompletionChunk } from '../src/api/completions.ts';
 import { ApiError } from '../src/api/errors.ts';
-import { handleApiRequest, type ApiResponse } from '../src/api/handler.ts';
+import { answerApiRequest, handleApiRequest, type ApiResponse } from '../src/api/handler.ts';
 import { LlamaGenerator } from '../src/engine/generator.ts';
 import { loadModelFromPath } from '../src/node/index.ts';
 import { FakeGenerator, type FakeGeneratorOptions } from './helpers/fake-generator.ts';
@@ -204,6 +204,19 @@ describe('Engine.unload() with requests in flight (fake generator)', () => {
     // Everything else passes through to the generator.
     expect(engine.generator.tokenizer).toBe(generator.tokenizer);
     expect((engine.generator as FakeGenerator).sessions).toHaveLength(1);
+  });
+
+  it('hosts (answerApiRequest: the fetch shim, the Node server) hold the model for every prompt of a batch', async () => {
+    const { engine, generator, log } = fakeEngine({ delayMs: 2 });
+    const body = JSON.stringify({ ...request(), prompt: ['Hello', 'Hi there'], max_tokens: 10 });
+    const pending = answerApiRequest(engine, { method: 'POST', url: '/v1/completions', body });
+    while (generator.active === 0) await tick(); // the first prompt's session is running
+    void engine.unload();
+    const response = await pending;
+    expect(response.status).toBe(200);
+    expect(JSON.parse(response.body as string).choices.map((c: { index: number }) => c.index)).toEqual([0, 1]);
+    expect(log).toEqual(['destroy']);
+    await expect503Response(answerApiRequest(engine, { method: 'POST', url: '/v1/completions', body }));
   });
 
   it('generate() through engine.generator counts from its first next() to its end', async () => {

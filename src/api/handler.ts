@@ -95,6 +95,29 @@ export async function handleApiRequest(
   }
 }
 
+/** An engine that answers HTTP-shaped requests itself: an Engine, or a RemoteEngine (src/worker). */
+export interface SelfAnsweringEngine {
+  handle(request: ApiRequest, options?: ApiHandlerOptions): Promise<ApiResponse>;
+}
+
+/**
+ * What hosts call: an engine with its own handle() answers (an Engine counts the whole request in
+ * flight, so that unload() waits for every prompt of a batch, not only the session running now;
+ * a RemoteEngine answers in its realm); anything else goes through handleApiRequest. A promise
+ * that rejects (a failed load) is handleApiRequest's 503.
+ */
+export async function answerApiRequest(
+  engine: ApiEngine | SelfAnsweringEngine | Promise<ApiEngine | SelfAnsweringEngine>,
+  request: ApiRequest,
+  options: ApiHandlerOptions = {},
+): Promise<ApiResponse> {
+  const resolved = await Promise.resolve(engine).catch(() => null);
+  if (resolved && typeof (resolved as SelfAnsweringEngine).handle === 'function') {
+    return (resolved as SelfAnsweringEngine).handle(request, options);
+  }
+  return handleApiRequest(engine as ApiEngine | Promise<ApiEngine>, request, options);
+}
+
 function abortedError(reason: unknown): unknown {
   return isAbortError(reason) ? reason : new DOMException(errorMessage(reason), 'AbortError');
 }

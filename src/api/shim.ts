@@ -1,9 +1,9 @@
 // Serves the API inside the page: a `fetch` that answers requests under the base URL with
-// handleApiRequest and passes every other request to the fetch it replaced, untouched.
+// answerApiRequest and passes every other request to the fetch it replaced, untouched.
 // Browser code: nothing here may import Node modules.
 import {
+  answerApiRequest,
   DEFAULT_BASE_PATH,
-  handleApiRequest,
   normalizeBasePath,
   type ApiEngine,
   type ApiHandlerOptions,
@@ -148,17 +148,13 @@ async function answer(
   }
 }
 
-/** A remote engine answers the request itself; anything else goes through handleApiRequest. */
-async function handleWithEngine(
+/** An Engine or a remote engine answers the request itself; anything else goes through handleApiRequest. */
+function handleWithEngine(
   engine: ShimEngine | Promise<ShimEngine>,
   request: ApiRequest,
   options: ApiHandlerOptions & { basePath: string },
 ): Promise<ApiResponse> {
-  const resolved = await Promise.resolve(engine).catch(() => null); // a failed load: 503 below
-  if (resolved && !('generator' in resolved) && typeof resolved.handle === 'function') {
-    return resolved.handle(request, { basePath: options.basePath });
-  }
-  return handleApiRequest(engine as ApiEngine | Promise<ApiEngine>, request, options);
+  return answerApiRequest(engine, request, options);
 }
 
 /**

@@ -2,7 +2,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { payloadTooLarge, type ApiError } from '../api/errors.ts';
-import { DEFAULT_BASE_PATH, errorResponse, handleApiRequest, type ApiEngine, type ApiResponse } from '../api/handler.ts';
+import { answerApiRequest, DEFAULT_BASE_PATH, errorResponse, type ApiEngine, type ApiResponse } from '../api/handler.ts';
 
 /** Request bodies above this are answered with 413. */
 export const DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024;
@@ -30,7 +30,7 @@ export interface RunningServer {
 class BodyTooLarge extends Error {}
 
 /**
- * Serves the API over HTTP. Every request goes through handleApiRequest; a request whose
+ * Serves the API over HTTP. Every request goes through answerApiRequest; a request whose
  * connection closes before its response is done has its generation aborted. Bodies over
  * `maxBodyBytes` get 413. CORS is open (any origin; preflights answered, Private Network Access
  * included) so that a page on another origin can call it. Resolves once listening.
@@ -79,7 +79,7 @@ export function startServer(engine: ApiEngine | Promise<ApiEngine>, options: Ser
     }
     if (body === '' && (method === 'GET' || method === 'HEAD')) body = null;
 
-    const response = await handleApiRequest(
+    const response = await answerApiRequest(
       engine,
       { method, url: req.url ?? '/', body, signal: controller.signal },
       { basePath, onError },
