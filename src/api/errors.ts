@@ -143,10 +143,15 @@ export function errorMessage(err: unknown): string {
  * 499 "aborted by the client" that nobody would see.
  */
 export function serverSideError(err: unknown): ApiError {
-  if (isAbortError(err)) {
-    return new ApiError(500, `The server had an error while processing your request: ${errorMessage(err)}`, { type: 'server_error', cause: err });
-  }
-  return toApiError(err);
+  return isAbortError(err) ? serverError(err) : toApiError(err);
+}
+
+/** 500: anything else that went wrong while answering. */
+function serverError(err: unknown): ApiError {
+  return new ApiError(500, `The server had an error while processing your request: ${errorMessage(err)}`, {
+    type: 'server_error',
+    cause: err,
+  });
 }
 
 /**
@@ -160,8 +165,5 @@ export function toApiError(err: unknown): ApiError {
   if (isAbortError(err)) {
     return new ApiError(499, 'The request was aborted by the client.', { type: 'invalid_request_error', code: 'aborted', cause: err });
   }
-  return new ApiError(500, `The server had an error while processing your request: ${errorMessage(err)}`, {
-    type: 'server_error',
-    cause: err,
-  });
+  return serverError(err);
 }

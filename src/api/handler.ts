@@ -95,8 +95,11 @@ export async function handleApiRequest(
   }
 }
 
-/** An engine that answers HTTP-shaped requests itself: an Engine, or a RemoteEngine (src/worker). */
-export interface SelfAnsweringEngine {
+/**
+ * An engine that answers HTTP-shaped requests itself: an Engine, or one that runs elsewhere (a
+ * RemoteEngine, src/worker: no `generator` in this realm), to which hosts hand each request as it is.
+ */
+export interface RequestHandlingEngine {
   handle(request: ApiRequest, options?: ApiHandlerOptions): Promise<ApiResponse>;
 }
 
@@ -107,13 +110,13 @@ export interface SelfAnsweringEngine {
  * that rejects (a failed load) is handleApiRequest's 503.
  */
 export async function answerApiRequest(
-  engine: ApiEngine | SelfAnsweringEngine | Promise<ApiEngine | SelfAnsweringEngine>,
+  engine: ApiEngine | RequestHandlingEngine | Promise<ApiEngine | RequestHandlingEngine>,
   request: ApiRequest,
   options: ApiHandlerOptions = {},
 ): Promise<ApiResponse> {
   const resolved = await Promise.resolve(engine).catch(() => null);
-  if (resolved && typeof (resolved as SelfAnsweringEngine).handle === 'function') {
-    return (resolved as SelfAnsweringEngine).handle(request, options);
+  if (resolved && typeof (resolved as RequestHandlingEngine).handle === 'function') {
+    return (resolved as RequestHandlingEngine).handle(request, options);
   }
   return handleApiRequest(engine as ApiEngine | Promise<ApiEngine>, request, options);
 }

@@ -7,17 +7,10 @@ import {
   normalizeBasePath,
   type ApiEngine,
   type ApiHandlerOptions,
-  type ApiRequest,
-  type ApiResponse,
+  type RequestHandlingEngine,
 } from './handler.ts';
 
-/**
- * An engine that runs elsewhere (a dedicated Web Worker: src/worker) and answers API requests
- * itself: the shim hands it each request as it is. It has no `generator` in this realm.
- */
-export interface RequestHandlingEngine {
-  handle(request: ApiRequest, options?: { basePath?: string }): Promise<ApiResponse>;
-}
+export type { RequestHandlingEngine } from './handler.ts';
 
 /** What installFetchShim serves: an Engine (or anything with a generator), or a remote engine. */
 export type ShimEngine = ApiEngine | RequestHandlingEngine;
@@ -126,7 +119,7 @@ async function answer(
     });
     aborted.catch(() => {});
     const response = await Promise.race([
-      handleWithEngine(
+      answerApiRequest(
         engine,
         { method, url: url.pathname + url.search, body, signal: controller.signal },
         { basePath, ...(options.onError ? { onError: options.onError } : {}) },
@@ -146,15 +139,6 @@ async function answer(
     controller.abort(err);
     throw err;
   }
-}
-
-/** An Engine or a remote engine answers the request itself; anything else goes through handleApiRequest. */
-function handleWithEngine(
-  engine: ShimEngine | Promise<ShimEngine>,
-  request: ApiRequest,
-  options: ApiHandlerOptions & { basePath: string },
-): Promise<ApiResponse> {
-  return answerApiRequest(engine, request, options);
 }
 
 /**
