@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { WeightDType } from '../src/gpu/tensor.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
 import { LlamaModel } from '../src/model/llama.ts';
+import { decodeLayerGroups } from '../src/gpu/kernels.ts';
 import { buildRandomModel, tinyConfig } from './helpers/random-model.ts';
 import { mulberry32 } from './helpers/prng.ts';
 import { testGpu } from './helpers/gpu.ts';
@@ -11,9 +12,26 @@ import { CpuLlama } from './reference/cpu-llama.ts';
 import { expectClose } from './helpers/compare.ts';
 
 // `layer`: whether decode_layer.wgsl can take the shape (sizes in whole vec4s, see decodeLayerFits).
-const shapes: { name: string; config: LlamaConfig; dtype: WeightDType; layer?: boolean }[] = [
+// f32 weights share one arena there (several layers a dispatch, the embedding and the logits
+// folded in) unless `arena` is false; `layerOnly` shapes run the decode-layer variants only.
+const shapes: { name: string; config: LlamaConfig; dtype: WeightDType; layer?: boolean; arena?: false; layerOnly?: boolean }[] = [
   { name: 'GQA 6q/2kv, head_dim 4, halves, f32', config: tinyConfig(), dtype: 'f32' },
   { name: 'GQA 6q/2kv, head_dim 4, halves, f32, FFN 60', config: tinyConfig({ intermediateSize: 60 }), dtype: 'f32', layer: true },
+  {
+    name: 'GQA 6q/2kv, head_dim 4, halves, f32, FFN 60, a binding per matrix',
+    config: tinyConfig({ intermediateSize: 60 }),
+    dtype: 'f32',
+    layer: true,
+    arena: false,
+    layerOnly: true,
+  },
+  {
+    name: 'GQA 6q/2kv, head_dim 4, adjacent, tied, f32, FFN 60, 5 layers',
+    config: tinyConfig({ intermediateSize: 60, numLayers: 5, ropePairing: 'adjacent', tieWordEmbeddings: true }),
+    dtype: 'f32',
+    layer: true,
+    layerOnly: true,
+  },
   {
     name: 'MHA 3 heads, head_dim 6, adjacent, tied, f16',
     config: tinyConfig({ hiddenSize: 18, numHeads: 3, numKvHeads: 3, headDim: 6, ropePairing: 'adjacent', tieWordEmbeddings: true, intermediateSize: 37, vocabSize: 53 }),
@@ -81,7 +99,8 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
   // dispatches a layer); undefined: the device's default, one pass for these short caches.
   // layer: a dispatch per layer (decode_layer.wgsl) where the shape fits, else five.
   const variants = [['f16', undefined, false], ['f32', undefined, false], ['f16', 5, false], ['f16', undefined, true], ['f32', undefined, true]] as const;
-  for (const { name, config, dtype, layer: fits } of shapes) for (const [kvDType, chunkKeys, layer] of variants) {
+  for (const { name, config, dtype, layer: fits, arena, layerOnly } of shapes) for (const [kvDType, chunkKeys, layer] of variants) {
+    if (layerOnly && !layer) continue;
     it(`${name}, ${kvDType} KV cache${chunkKeys ? `, attention in chunks of ${chunkKeys}` : ''}${layer ? ', a dispatch per layer' : ''}`, async () => {
       const ctx = await testGpu();
       const device = ctx.device;
@@ -89,6 +108,7 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
       const model = await LlamaModel.create(ctx, config, gpu);
       model.kernels.decodeChunkKeysOverride = chunkKeys;
       model.kernels.decodeLayerOverride = layer;
+      model.kernels.decodeArenaOverride = arena;
       const capacity = 24;
       const forwardCache = model.createKvCache(capacity, kvDType);
       const stepCache = model.createKvCache(capacity, kvDType);
@@ -116,8 +136,11 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
       const step = model.createDecodeStep(stepCache);
       // The fused step: embedding; per layer norm + Q/K/V, RoPE + K/V append + attention (split:
       // + combine), Wo + residual, norm + gate/up + SwiGLU, W_down + residual (or all of that as
-      // one dispatch); final norm + lm_head.
-      expect(step.dispatchCount).toBe(2 + config.numLayers * (layer && fits ? 1 : chunkKeys ? 6 : 5));
+      // one dispatch, or up to four layers with the embedding and the logits as a few); final
+      // norm + lm_head.
+      const arenaDispatches = decodeLayerGroups(config.numLayers, ctx.limits.maxStorageBuffersPerShaderStage, true, true).length;
+      const layerDispatches = dtype === 'f32' && arena !== false ? arenaDispatches : 2 + config.numLayers;
+      expect(step.dispatchCount).toBe(layer && fits ? layerDispatches : 2 + config.numLayers * (chunkKeys ? 6 : 5));
       expect(step.tokenIn.usage & GPUBufferUsage.STORAGE).toBeTruthy();
       expect(step.logits.size).toBeGreaterThanOrEqual(vocabBytes);
       const counter = countCreations(device);
@@ -176,6 +199,17 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
       model.destroy();
     });
   }
+
+  it('decode_layer.wgsl dispatches share out the layers within the storage-buffer limit', () => {
+    // 10 bindings: st, the arena, the token (first) or the logits (last), two caches a layer.
+    expect(decodeLayerGroups(2, 10, true, true)).toEqual([[0, 2]]);
+    expect(decodeLayerGroups(3, 10, true, true)).toEqual([[0, 3]]);
+    expect(decodeLayerGroups(5, 10, true, true)).toEqual([[0, 3], [3, 2]]);
+    expect(decodeLayerGroups(11, 10, true, true)).toEqual([[0, 3], [3, 4], [7, 3], [10, 1]]);
+    expect(decodeLayerGroups(8, 10, false, false)).toEqual([[0, 4], [4, 4]]);
+    expect(decodeLayerGroups(4, 16, true, true)).toEqual([[0, 4]]);
+    expect(() => decodeLayerGroups(2, 3, false, false)).toThrow(/cannot bind/);
+  });
 
   it('weights without COPY_SRC keep five dispatches a layer (their norms cannot be copied into the layer state)', async () => {
     const ctx = await testGpu();

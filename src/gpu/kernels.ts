@@ -362,23 +362,33 @@ function renameWgsl(code: string, suffix: string): string {
 }
 
 /**
- * `fn block_dot_${name}(r0, last_row, lane) -> array<vec4<f32>, QUADS>`: lane's part of the dot
- * products of rows r0 .. r0 + 4 QUADS - 1 (rows past last_row re-read it; their sums are not
- * stored) of the weight snippet renamed with suffix `s${name}` with the vector that `loadIn4(k)` /
+ * `fn block_dot_${name}(base, r0, last_row, lane) -> array<vec4<f32>, QUADS>`: lane's part of the
+ * dot products of rows r0 .. r0 + 4 QUADS - 1 (rows past last_row re-read it; their sums are not
+ * stored) of the matrix that starts at element `base` (0 unless several share one buffer) of the
+ * weight snippet renamed with suffix `s${name}` (`loaderSuffix` names another) with the vector that `loadIn4(k)` /
  * `loadIn(k)` read, over K = `cols` (a WGSL expression), the lanes TEAM apart. With `runs`, K goes a
  * run at a time (dot_run; the run's RUN_VEC4S loop is added to `unroll`). Shared by the fused matvec
  * and the decode layer kernel.
  */
-function blockDotWgsl(name: string, dtype: WeightDType, runs: boolean, cols: string, loadIn4: string, loadIn: string, unroll: Record<string, number>): string {
-  const [w4, w1] = [`load_weight4_s${name}`, `load_weight_s${name}`];
-  let code = `fn block_dot_${name}(r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {
+function blockDotWgsl(
+  name: string,
+  dtype: WeightDType,
+  runs: boolean,
+  cols: string,
+  loadIn4: string,
+  loadIn: string,
+  unroll: Record<string, number>,
+  loaderSuffix = `_s${name}`,
+): string {
+  const [w4, w1] = [`load_weight4${loaderSuffix}`, `load_weight${loaderSuffix}`];
+  let code = `fn block_dot_${name}(base: u32, r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {
   let cols = ${cols};
   var w: array<u32, 4u * QUADS>;
   for (var q = 0u; q < QUADS; q++) {
-    w[4u * q] = min(r0 + 4u * q, last_row) * cols;
-    w[4u * q + 1u] = min(r0 + 4u * q + 1u, last_row) * cols;
-    w[4u * q + 2u] = min(r0 + 4u * q + 2u, last_row) * cols;
-    w[4u * q + 3u] = min(r0 + 4u * q + 3u, last_row) * cols;
+    w[4u * q] = base + min(r0 + 4u * q, last_row) * cols;
+    w[4u * q + 1u] = base + min(r0 + 4u * q + 1u, last_row) * cols;
+    w[4u * q + 2u] = base + min(r0 + 4u * q + 2u, last_row) * cols;
+    w[4u * q + 3u] = base + min(r0 + 4u * q + 3u, last_row) * cols;
   }
   var acc: array<vec4<f32>, QUADS>;
 `;
@@ -440,7 +450,7 @@ function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
     code += g.hasBias
       ? `@group(0) @binding(${fusedBiasBinding(s)}) var<storage, read> bias_s${s}: array<f32>;\nfn bias_${s}(r: u32) -> f32 { return bias_s${s}[r]; }\n`
       : `fn bias_${s}(r: u32) -> f32 { return 0.0; }\n`;
-    dotCases += `    case ${s}u: { return block_dot_${s}(r0, last_row, lane); }\n`;
+    dotCases += `    case ${s}u: { return block_dot_${s}(0u, r0, last_row, lane); }\n`;
     biasCases += `    case ${s}u: { return bias_${s}(r); }\n`;
     code += blockDotWgsl(`${s}`, g.dtype, g.runs, 'params.cols', 'load_xn4', 'load_xn', unroll);
   });
@@ -733,8 +743,15 @@ function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
 /** A layer's seven projections in decode_layer.wgsl's order: weight binding 10 + index, snippet suffix `s${name}`. */
 export const DECODE_LAYER_MATRICES = ['q', 'k', 'v', 'o', 'g', 'u', 'd'] as const;
 const DECODE_LAYER_WEIGHT_BINDING = 10;
-/** Storage buffers decode_layer.wgsl binds: st, the two caches, the seven weights. */
+/** decode_layer.wgsl's other bindings: the f32 arena, the first slot's K cache (V at + 1, the next slot's K at + 2), the token and the logits. */
+const DECODE_LAYER_ARENA_BINDING = 2;
+const DECODE_LAYER_CACHE_BINDING = 3;
+const DECODE_LAYER_TOKENS_BINDING = 17;
+const DECODE_LAYER_LOGITS_BINDING = 18;
+/** Storage buffers decode_layer.wgsl binds with a binding per matrix: st, the two caches, the seven weights. */
 export const DECODE_LAYER_STORAGE_BUFFERS = 10;
+/** Most layers one decode_layer.wgsl dispatch runs (its Params fit a 256-byte uniform slot up to 6). */
+export const DECODE_LAYER_MAX_SLOTS = 4;
 /**
  * decode_layer.wgsl's threads (one workgroup) and quads of rows per block. One SIMD group of
  * SwiftShader's (4 lanes): its barriers are then nearly free. Measured in Chromium, stories260K
@@ -747,7 +764,8 @@ const DECODE_LAYER_QUADS = 2;
  * runs on one core, and past this the work, not the dispatches, is what costs. Measured in
  * Chromium (SwiftShader, 2 cores), 4-layer random f32 models, decode step at position 100, five
  * dispatches vs one a layer: 45K weights a layer 2.41 vs 1.45 ms, 181K 3.58 vs 3.47, 393K 6.80 vs
- * 7.45, 725K 10.9 vs 17.4.
+ * 7.45, 725K 10.9 vs 17.4. The same bound decides whether the token embedding and W_lm_head join
+ * the decode layers' dispatches (LlamaModel.decodeArena).
  */
 export const DECODE_LAYER_MAX_WEIGHTS = 1 << 18;
 
@@ -769,6 +787,8 @@ export interface DecodeLayerLayout {
   h: number;
   pos: number;
   freq: number;
+  /** γ_out, the final norm's weights (read where the logits join a decode layer dispatch). */
+  outNorm: number;
   /** Layer l's [γ_attn | γ_ffn | bq | bk | bv] starts at consts + l * constsStride. */
   consts: number;
   constsStride: number;
@@ -786,24 +806,66 @@ export function decodeLayerLayout(d: DecodeLayerDims): DecodeLayerLayout {
   const h = att + up4(d.qDim);
   const pos = h + up4(d.ffn);
   const freq = pos + 4;
-  const consts = freq + up4(d.headDim / 2);
+  const outNorm = freq + up4(d.headDim / 2);
+  const consts = outNorm + up4(d.dim);
   const constsStride = up4(2 * d.dim + qkvRows);
-  return { x, qkv, att, h, pos, freq, consts, constsStride, floats: consts + d.numLayers * constsStride };
+  return { x, qkv, att, h, pos, freq, outNorm, consts, constsStride, floats: consts + d.numLayers * constsStride };
+}
+
+/**
+ * Every matrix of a small model's decode step in one f32 buffer, so that one decode_layer.wgsl
+ * dispatch can run several layers (a binding per matrix would take seven a layer): each matrix
+ * starts at an element offset, a multiple of 4.
+ */
+export interface DecodeArena {
+  buffer: GPUBuffer;
+  /** Per model layer, the first elements of its seven matrices (DECODE_LAYER_MATRICES order). */
+  layers: readonly (readonly number[])[];
+  /** The token embedding and W_lm_head ([rows, dim] each), when the arena holds them. */
+  embedding?: { offset: number; rows: number };
+  lmHead?: { offset: number; rows: number };
+}
+
+/**
+ * How decode_layer.wgsl's dispatches share out `numLayers` layers over an arena: [first layer,
+ * count] each, in order. A dispatch binds st, the arena, two caches a layer, and the token
+ * (`embed`: the first dispatch) or the logits (`logits`: the last), at most `maxStorageBuffers`.
+ */
+export function decodeLayerGroups(numLayers: number, maxStorageBuffers: number, embed: boolean, logits: boolean): [number, number][] {
+  const slots = (first: boolean, last: boolean) =>
+    Math.min(DECODE_LAYER_MAX_SLOTS, Math.floor((maxStorageBuffers - 2 - (first && embed ? 1 : 0) - (last && logits ? 1 : 0)) / 2));
+  const groups: [number, number][] = [];
+  for (let first = 0; first < numLayers; ) {
+    const left = numLayers - first;
+    // Not the last: leave at least one layer for a last dispatch (it may have less room).
+    const count = left <= slots(first === 0, true) ? left : Math.min(slots(first === 0, false), left - 1);
+    if (count < 1) throw new Error(`decode_layer.wgsl cannot bind a layer's caches within ${maxStorageBuffers} storage buffers`);
+    groups.push([first, count]);
+    first += count;
+  }
+  return groups;
 }
 
 type DecodeLayerVariant = {
   dims: DecodeLayerDims;
   heads: number;
   kvDType: KvDType;
-  /** Per projection (DECODE_LAYER_MATRICES order): its storage, and whether it walks runs. */
-  matrices: { dtype: WeightDType; runs: boolean }[];
+  /** Per projection (DECODE_LAYER_MATRICES order): its storage, and whether it walks runs. Undefined: the f32 arena. */
+  matrices: { dtype: WeightDType; runs: boolean }[] | undefined;
   hasBias: boolean;
   workgroup: number;
   quads: number;
+  /** Layers in the dispatch (1 with a binding per matrix). */
+  slots: number;
+  /** Sets x to the token's embedding first (arena only). */
+  embed: boolean;
+  /** Ends with the logits of this many rows of W_lm_head (arena only); 0: none. */
+  logitsRows: number;
 };
 const decodeLayerKey = (v: DecodeLayerVariant) =>
   `decode_layer/d${v.dims.dim}/q${v.dims.qDim}/kv${v.dims.kvDim}/f${v.dims.ffn}/hd${v.dims.headDim}/g${v.heads}/kv_${v.kvDType}/` +
-  `${v.matrices.map((m) => `${m.dtype}${m.runs ? '+runs' : ''}`).join(',')}/${v.hasBias ? 'bias' : 'nobias'}/w${v.workgroup}q${v.quads}`;
+  `${v.matrices ? v.matrices.map((m) => `${m.dtype}${m.runs ? '+runs' : ''}`).join(',') : 'arena'}/${v.hasBias ? 'bias' : 'nobias'}/w${v.workgroup}q${v.quads}` +
+  `/s${v.slots}${v.embed ? '/embed' : ''}${v.logitsRows ? `/logits${v.logitsRows}` : ''}`;
 
 /**
  * Whether decode_layer.wgsl can run a layer of these sizes and projections (DECODE_LAYER_MATRICES
@@ -820,29 +882,136 @@ export function decodeLayerFits(d: DecodeLayerDims, matrices: readonly GpuMatrix
   );
 }
 
+/**
+ * Takes the named module-scope functions out of WGSL `code` (each from `fn name(` to its closing
+ * brace; braces in // comments do not count): the rest, and the functions taken.
+ */
+function takeWgslFunctions(code: string, names: readonly string[]): { rest: string; taken: string } {
+  let rest = code;
+  let taken = '';
+  for (const name of names) {
+    const start = rest.search(new RegExp(`\\bfn ${name}\\s*\\(`));
+    if (start < 0) continue;
+    let depth = 0;
+    let end = -1;
+    for (let i = rest.indexOf('{', start); i < rest.length; i++) {
+      if (rest.startsWith('//', i)) i = rest.indexOf('\n', i);
+      else if (rest[i] === '{') depth++;
+      else if (rest[i] === '}' && --depth === 0) {
+        end = i + 1;
+        break;
+      }
+    }
+    if (end < 0) throw new Error(`unbalanced braces in WGSL function ${name}`);
+    taken += `${rest.slice(start, end)}\n`;
+    rest = rest.slice(0, start) + rest.slice(end);
+  }
+  return { rest, taken };
+}
+
+/** The functions of the decode attention that touch the K/V caches (attentionSliceWgsl, decodeAttentionHelpersWgsl, online_softmax.wgsl, decode_attention.wgsl). */
+const CACHE_FUNCTIONS = ['load_k', 'load_v', 'load_k1', 'load_v1', 'store_kv_row', 'attend_row', 'attend_item'];
+
+/**
+ * decode_layer.wgsl's attention over the caches of each of its `slots` layers, from the decode
+ * attention's source: with one slot, k_cache / v_cache; with several, the functions that touch
+ * the caches once per slot (suffix c<slot>, over its own pair of bindings), so that each layer's
+ * loads name their buffer at compile time (SwiftShader makes a run-time choice between buffers a
+ * masked branch per load, which took a third more time a step). `fn attend_slot(slot, item)` runs
+ * attend_item for the slot's layer.
+ */
+function decodeLayerAttentionWgsl(source: string, slots: number): string {
+  const caches = (s: number) =>
+    (['k', 'v'] as const)
+      .map((b, i) => `@group(0) @binding(${DECODE_LAYER_CACHE_BINDING + 2 * s + i}) var<storage, read_write> ${b}_cache: array<KV>;\n`)
+      .join('');
+  if (slots === 1) return `${source}\n${caches(0)}fn attend_slot(slot: u32, item: u32) { attend_item(item); }\n`;
+  const { rest, taken } = takeWgslFunctions(source, CACHE_FUNCTIONS);
+  let code = rest;
+  let cases = '';
+  for (let s = 0; s < slots; s++) {
+    code += renameWgsl(caches(s) + taken, `c${s}`);
+    cases += `    case ${s}u: { attend_item_c${s}(item); }\n`;
+  }
+  return `${code}fn attend_slot(slot: u32, item: u32) {\n  switch (slot) {\n${cases}    default: {}\n  }\n}\n`;
+}
+
 /** decode_layer.wgsl with its snippets (see the head of that file). */
 function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
   const d = v.dims;
   const layout = decodeLayerLayout(d);
   let code =
-    `const WG: u32 = ${v.workgroup}u;\nconst QUADS: u32 = ${v.quads}u;\nconst TEAM: u32 = 1u;\n` +
+    `const WG: u32 = ${v.workgroup}u;\nconst QUADS: u32 = ${v.quads}u;\nconst TEAM: u32 = 1u;\nconst LAYER_SLOTS: u32 = ${v.slots}u;\n` +
     `const DIM: u32 = ${d.dim}u;\nconst Q_DIM: u32 = ${d.qDim}u;\nconst KV_DIM: u32 = ${d.kvDim}u;\nconst FFN: u32 = ${d.ffn}u;\n` +
     `const X0: u32 = ${layout.x}u;\nconst QKV0: u32 = ${layout.qkv}u;\nconst ATT0: u32 = ${layout.att}u;\nconst H0: u32 = ${layout.h}u;\n` +
-    `const POS0: u32 = ${layout.pos}u;\nconst FREQ0: u32 = ${layout.freq}u;\nconst HAS_BIAS: bool = ${v.hasBias};\n` +
-    decodeAttentionHelpersWgsl(d.headDim, v.heads, v.kvDType, false);
+    `const POS0: u32 = ${layout.pos}u;\nconst FREQ0: u32 = ${layout.freq}u;\nconst OUT0: u32 = ${layout.outNorm}u;\nconst HAS_BIAS: bool = ${v.hasBias};\n` +
+    `const EMBED: bool = ${v.embed};\nconst LOGITS: bool = ${v.logitsRows > 0};\n` +
+    decodeLayerAttentionWgsl(`${decodeAttentionHelpersWgsl(d.headDim, v.heads, v.kvDType, false)}\n${decodeAttentionWgsl}\n`, v.slots);
   // Each projection's K and the vector it multiplies (decode_layer.wgsl's loaders).
   const inputs: Record<(typeof DECODE_LAYER_MATRICES)[number], [string, string]> = {
     q: ['DIM', 'attn'], k: ['DIM', 'attn'], v: ['DIM', 'attn'], o: ['Q_DIM', 'att'], g: ['DIM', 'ffn'], u: ['DIM', 'ffn'], d: ['FFN', 'h'],
   };
   const unroll: Record<string, number> = { QUADS: v.quads };
-  DECODE_LAYER_MATRICES.forEach((name, i) => {
-    const m = v.matrices[i];
-    const [cols, input] = inputs[name];
-    code += renameWgsl(weightFormatWgsl(m.dtype, DECODE_LAYER_WEIGHT_BINDING + i, 0, true), `s${name}`);
-    code += blockDotWgsl(name, m.dtype, m.runs, cols, `load_in4_${input}`, `load_in_${input}`, unroll);
-  });
-  const source = unrollAttentionLoops(`${code}\n${decodeAttentionWgsl}\n${decodeLayerWgsl}`, d.headDim, v.heads);
+  const matrices = v.matrices;
+  if (matrices) {
+    if (v.slots !== 1 || v.embed || v.logitsRows) throw new Error('decode_layer.wgsl: several layers, the embedding and the logits need the arena');
+    DECODE_LAYER_MATRICES.forEach((name, i) => {
+      const m = matrices[i];
+      const [cols, input] = inputs[name];
+      code += renameWgsl(weightFormatWgsl(m.dtype, DECODE_LAYER_WEIGHT_BINDING + i, 0, true), `s${name}`);
+      code += blockDotWgsl(name, m.dtype, m.runs, cols, `load_in4_${input}`, `load_in_${input}`, unroll);
+    });
+  } else {
+    code += weightFormatWgsl('f32', DECODE_LAYER_ARENA_BINDING, 0, true);
+    DECODE_LAYER_MATRICES.forEach((name) => {
+      const [cols, input] = inputs[name];
+      code += blockDotWgsl(name, 'f32', false, cols, `load_in4_${input}`, `load_in_${input}`, unroll, '');
+    });
+  }
+  code += v.embed ? decodeEmbeddingWgsl() : 'fn embed_token(lid: u32) {}\n';
+  if (v.logitsRows > 0) {
+    code += blockDotWgsl('lm', 'f32', false, 'DIM', 'load_in4_out', 'load_in_out', unroll, '') + decodeLogitsWgsl(v.logitsRows);
+  } else {
+    code += 'fn project_logits(lid: u32) {}\n';
+  }
+  const source = unrollAttentionLoops(`${code}\n${decodeLayerWgsl}`, d.headDim, v.heads);
   return { code: unrollConstLoops(source, unroll), entryPoint: 'main' };
+}
+
+/** decode_layer.wgsl's EMBED phase: x = E[token] from the arena (0 past its rows), as embedding.wgsl does. */
+function decodeEmbeddingWgsl(): string {
+  return `@group(0) @binding(${DECODE_LAYER_TOKENS_BINDING}) var<storage, read> tokens: array<u32>;
+fn embed_token(lid: u32) {
+  let token = tokens[0];
+  for (var k = lid * 4u; k < DIM; k += WG * 4u) {
+    var e = vec4<f32>(0.0);
+    if (token < params.emb_rows) { e = load_weight4(params.emb + token * DIM + k); }
+    st[(X0 + k) >> 2u] = e;
+  }
+}
+`;
+}
+
+/** decode_layer.wgsl's LOGITS phase: logits = s·(x∘γ_out)·W_lm_headᵀ, W_lm_head [rows, DIM] in the arena. */
+function decodeLogitsWgsl(rows: number): string {
+  return `@group(0) @binding(${DECODE_LAYER_LOGITS_BINDING}) var<storage, read_write> logits: array<f32>;
+const LOGIT_ROWS: u32 = ${rows}u;
+fn project_logits(lid: u32) {
+  let s = rms_scale();
+  for (var b = lid; b < (LOGIT_ROWS + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) {
+    let r0 = b * ROWS_PER_BLOCK;
+    let acc = block_dot_lm(params.lm, r0, LOGIT_ROWS - 1u, 0u);
+    for (var q = 0u; q < QUADS; q++) {
+      let r = r0 + 4u * q;
+      let y = acc[q] * s;
+      if (r < LOGIT_ROWS) { logits[r] = y.x; }
+      if (r + 1u < LOGIT_ROWS) { logits[r + 1u] = y.y; }
+      if (r + 2u < LOGIT_ROWS) { logits[r + 2u] = y.z; }
+      if (r + 3u < LOGIT_ROWS) { logits[r + 3u] = y.w; }
+    }
+  }
+}
+`;
 }
 
 /** Slices a head's vector takes in the attention kernels: vec4s when the head dimension allows, else floats. */
@@ -1094,6 +1263,9 @@ export class Kernels {
 
   /** @internal Forces usesDecodeLayer on (where the kernel fits) or off (tests, measurements). */
   decodeLayerOverride: boolean | undefined;
+
+  /** @internal false: decode_layer.wgsl binds each layer's matrices, a dispatch a layer, even where they could share an arena (tests, measurements). */
+  decodeArenaOverride: boolean | undefined;
 
   /** @internal Forces decode_layer.wgsl's workgroup size (measurements). */
   decodeLayerWorkgroupOverride: number | undefined;
@@ -1779,68 +1951,135 @@ export abstract class KernelRecorder {
   }
 
   /**
-   * One decode layer (one token) in one dispatch (decode_layer.wgsl): with x, qkv, a, h, the
-   * position, RoPE's frequencies and the layer's norms and biases in `state` as
-   * decodeLayerLayout(dims) lays them out, x += attention and feed-forward of the layer, the
-   * token's K/V appended at the position. `matrices` are Wq, Wk, Wv, Wo, W_gate, W_up, W_down
-   * (DECODE_LAYER_MATRICES), whole (see decodeLayerFits).
+   * Decode layers first .. first + count - 1 (one token) in one dispatch (decode_layer.wgsl): with
+   * x, qkv, a, h, the position, RoPE's frequencies, γ_out and the layers' norms and biases in
+   * `state` as decodeLayerLayout(dims) lays them out, x += attention and feed-forward of each layer
+   * in turn, the token's K/V appended to its caches at the position. The matrices (Wq, Wk, Wv, Wo,
+   * W_gate, W_up, W_down: DECODE_LAYER_MATRICES) are one layer's, whole (see decodeLayerFits), each
+   * bound on its own; or every layer's in an f32 arena, which also lets the dispatch start with x =
+   * E[tokens[0]] (`tokens`) and end with the logits (`logits`) when the arena holds those matrices.
+   * The last layer's dispatch leaves the next position in the state.
    */
-  decodeLayer(
+  decodeLayers(
     state: GPUBuffer,
-    matrices: readonly GpuMatrix[],
-    layerIndex: number,
+    weights: { matrices: readonly GpuMatrix[] } | { arena: DecodeArena; tokens?: GPUBuffer; logits?: GPUBuffer },
+    first: number,
+    count: number,
     dims: DecodeLayerDims,
-    kCache: GPUBuffer,
-    vCache: GPUBuffer,
+    caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[] },
     attention: { numHeads: number; numKvHeads: number; pairing: RopePairing; slidingWindow: number | undefined; kvDType: KvDType },
     eps: number,
     hasBias: boolean,
   ): void {
     const { numHeads, numKvHeads, pairing, slidingWindow, kvDType } = attention;
-    if (!decodeLayerFits(dims, matrices, this.kernels.ctx.limits.maxStorageBuffersPerShaderStage)) {
-      throw new Error('decodeLayer: these sizes or matrices do not fit decode_layer.wgsl (see decodeLayerFits)');
-    }
-    assertCount(layerIndex, 'decodeLayer layerIndex', 0);
-    if (layerIndex >= dims.numLayers) throw new Error(`decodeLayer layer ${layerIndex} of ${dims.numLayers}`);
+    const maxStorage = this.kernels.ctx.limits.maxStorageBuffersPerShaderStage;
+    assertCount(first, 'decodeLayers first', 0);
+    assertCount(count, 'decodeLayers count');
+    if (first + count > dims.numLayers) throw new Error(`decodeLayers: layers ${first} .. ${first + count - 1} of ${dims.numLayers}`);
     if (numHeads * dims.headDim !== dims.qDim || numKvHeads * dims.headDim !== dims.kvDim || numHeads % numKvHeads !== 0) {
-      throw new Error(`decodeLayer: ${numHeads} heads on ${numKvHeads} KV heads of ${dims.headDim} do not make q ${dims.qDim}, kv ${dims.kvDim}`);
+      throw new Error(`decodeLayers: ${numHeads} heads on ${numKvHeads} KV heads of ${dims.headDim} do not make q ${dims.qDim}, kv ${dims.kvDim}`);
     }
     if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
-    if (slidingWindow !== undefined) assertCount(slidingWindow, 'decodeLayer slidingWindow');
+    if (slidingWindow !== undefined) assertCount(slidingWindow, 'decodeLayers slidingWindow');
     const shapes: [number, number][] = [
       [dims.qDim, dims.dim], [dims.kvDim, dims.dim], [dims.kvDim, dims.dim], [dims.dim, dims.qDim],
       [dims.ffn, dims.dim], [dims.ffn, dims.dim], [dims.dim, dims.ffn],
     ];
-    matrices.forEach((W, i) => {
-      const [rows, cols] = shapes[i];
-      const what = `decodeLayer W_${DECODE_LAYER_MATRICES[i]}`;
-      if (W.rows !== rows || W.cols !== cols) throw new Error(`${what} is [${W.rows}, ${W.cols}], expected [${rows}, ${cols}]`);
-      checkWeightShape(W.dtype, W.rows, W.cols, what);
-    });
     const layout = decodeLayerLayout(dims);
-    assertFits(state, layout.floats * 4, 'decodeLayer state');
-    assertDistinct(state, [kCache, vCache, ...matrices.map((m) => m.buffer)], 'decodeLayer');
-    assertDistinct(kCache, [vCache], 'decodeLayer');
+    assertFits(state, layout.floats * 4, 'decodeLayers state');
+    const buffers: Record<number, GPUBuffer> = { 1: state };
     const rowBytes = dims.kvDim * (kvDType === 'f16' ? 2 : 4);
-    const rows = Math.floor(Math.min(kCache.size, vCache.size) / rowBytes);
-    assertCount(rows, 'decodeLayer cache rows');
+    let rows = Infinity;
+    for (let s = 0; s < count; s++) {
+      const [k, v] = [caches.keys[first + s], caches.values[first + s]];
+      if (!k || !v) throw new Error(`decodeLayers: no KV cache for layer ${first + s}`);
+      assertDistinct(k, [v, state], 'decodeLayers');
+      assertDistinct(v, [state], 'decodeLayers');
+      rows = Math.min(rows, Math.floor(Math.min(k.size, v.size) / rowBytes));
+      buffers[DECODE_LAYER_CACHE_BINDING + 2 * s] = k;
+      buffers[DECODE_LAYER_CACHE_BINDING + 2 * s + 1] = v;
+    }
+    assertCount(rows, 'decodeLayers cache rows');
+    // Per slot: its constants in the state and its matrices' first elements in the arena.
+    const slots: number[] = [];
+    let variantWeights: DecodeLayerVariant['matrices'];
+    let embed = false;
+    let logitsRows = 0;
+    const io = [0, 0, 0]; // emb, emb_rows, lm
+    if ('matrices' in weights) {
+      const { matrices } = weights;
+      if (count !== 1) throw new Error('decodeLayers: a binding per matrix takes one layer a dispatch');
+      if (!decodeLayerFits(dims, matrices, maxStorage)) {
+        throw new Error('decodeLayers: these sizes or matrices do not fit decode_layer.wgsl (see decodeLayerFits)');
+      }
+      matrices.forEach((W, i) => {
+        const [r, c] = shapes[i];
+        const what = `decodeLayers W_${DECODE_LAYER_MATRICES[i]}`;
+        if (W.rows !== r || W.cols !== c) throw new Error(`${what} is [${W.rows}, ${W.cols}], expected [${r}, ${c}]`);
+        checkWeightShape(W.dtype, W.rows, W.cols, what);
+        buffers[DECODE_LAYER_WEIGHT_BINDING + i] = W.buffer;
+      });
+      assertDistinct(state, matrices.map((m) => m.buffer), 'decodeLayers');
+      variantWeights = matrices.map((m) => ({ dtype: m.dtype, runs: this.kernels.usesWeightRuns(m.dtype) }));
+      slots.push(layout.consts + first * layout.constsStride, 0, 0, 0, 0, 0, 0, 0);
+    } else {
+      const { arena, tokens, logits } = weights;
+      if (count > DECODE_LAYER_MAX_SLOTS) throw new Error(`decodeLayers: at most ${DECODE_LAYER_MAX_SLOTS} layers a dispatch, got ${count}`);
+      const floats = arena.buffer.size / 4;
+      const inArena = (offset: number, elements: number, what: string) => {
+        if (!Number.isInteger(offset) || offset < 0 || offset % 4 !== 0 || offset + elements > floats) {
+          throw new Error(`decodeLayers: ${what} at element ${offset} (${elements} elements) is not in the arena of ${floats}`);
+        }
+      };
+      for (let s = 0; s < count; s++) {
+        const offsets = arena.layers[first + s];
+        if (!offsets || offsets.length !== DECODE_LAYER_MATRICES.length) throw new Error(`decodeLayers: the arena has no matrices for layer ${first + s}`);
+        offsets.forEach((o, i) => inArena(o, shapes[i][0] * shapes[i][1], `layer ${first + s} W_${DECODE_LAYER_MATRICES[i]}`));
+        slots.push(layout.consts + (first + s) * layout.constsStride, ...offsets);
+      }
+      buffers[DECODE_LAYER_ARENA_BINDING] = arena.buffer;
+      assertDistinct(state, [arena.buffer], 'decodeLayers');
+      if (tokens) {
+        if (!arena.embedding) throw new Error('decodeLayers: the arena holds no token embedding');
+        assertCount(arena.embedding.rows, 'decodeLayers embedding rows');
+        inArena(arena.embedding.offset, arena.embedding.rows * dims.dim, 'the token embedding');
+        assertFits(tokens, 4, 'decodeLayers tokens');
+        buffers[DECODE_LAYER_TOKENS_BINDING] = tokens;
+        embed = true;
+        io[0] = arena.embedding.offset;
+        io[1] = arena.embedding.rows;
+      }
+      if (logits) {
+        if (!arena.lmHead) throw new Error('decodeLayers: the arena holds no W_lm_head');
+        assertCount(arena.lmHead.rows, 'decodeLayers lm_head rows');
+        inArena(arena.lmHead.offset, arena.lmHead.rows * dims.dim, 'W_lm_head');
+        assertFits(logits, arena.lmHead.rows * 4, 'decodeLayers logits');
+        assertDistinct(logits, [state, arena.buffer, tokens], 'decodeLayers');
+        buffers[DECODE_LAYER_LOGITS_BINDING] = logits;
+        logitsRows = arena.lmHead.rows;
+        io[2] = arena.lmHead.offset;
+      }
+      const bound = Object.keys(buffers).length;
+      if (bound > maxStorage) throw new Error(`decodeLayers: ${bound} storage buffers, the device binds ${maxStorage} (see decodeLayerGroups)`);
+    }
     const heads = this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, dims.headDim, this.kernels.isCpuDevice);
     const variant: DecodeLayerVariant = {
       dims,
       heads,
       kvDType,
-      matrices: matrices.map((m) => ({ dtype: m.dtype, runs: this.kernels.usesWeightRuns(m.dtype) })),
+      matrices: variantWeights,
       hasBias,
       workgroup: this.kernels.decodeLayerWorkgroupOverride ?? DECODE_LAYER_WORKGROUP,
       quads: DECODE_LAYER_QUADS,
+      slots: count,
+      embed,
+      logitsRows,
     };
-    const buffers: Record<number, GPUBuffer> = { 1: state, 3: kCache, 4: vCache };
-    matrices.forEach((m, i) => (buffers[DECODE_LAYER_WEIGHT_BINDING + i] = m.buffer));
     const scale = f32(1 / Math.sqrt(dims.headDim));
+    const advance = first + count === dims.numLayers ? 1 : 0;
     this.dispatch(
       this.kernels.decodeLayerPipeline(variant),
-      [0, numHeads, numKvHeads, dims.headDim, scale, slidingWindow ?? 0, rows, 1, pairing === 'adjacent' ? 0 : 1, f32(eps), layout.consts + layerIndex * layout.constsStride,
-        layerIndex === dims.numLayers - 1 ? 1 : 0],
+      [0, numHeads, numKvHeads, dims.headDim, scale, slidingWindow ?? 0, rows, 1, pairing === 'adjacent' ? 0 : 1, f32(eps), advance, io[0], io[1], io[2], 0, 0, ...slots],
       buffers,
       1,
     );

@@ -10,7 +10,16 @@
 // Prefill runs the whole prompt through each layer in one pass (T tokens at once); decode is the
 // same code with T = 1. Every dispatch of a step is recorded into one command buffer.
 import type { GpuContext } from '../gpu/device.ts';
-import { decodeLayerLayout, Kernels, type DecodeLayerDims, type DecodeLayerLayout, type KernelRecorder } from '../gpu/kernels.ts';
+import {
+  DECODE_LAYER_MAX_WEIGHTS,
+  decodeLayerGroups,
+  decodeLayerLayout,
+  Kernels,
+  type DecodeArena,
+  type DecodeLayerDims,
+  type DecodeLayerLayout,
+  type KernelRecorder,
+} from '../gpu/kernels.ts';
 import type { GpuMatrix } from '../gpu/tensor.ts';
 import type { LlamaConfig } from './config.ts';
 import { KvCache, type KvDType } from './kv-cache.ts';
@@ -137,6 +146,12 @@ class Activations {
  * otherwise stay taken until the model is unloaded.
  */
 const MAX_KEPT_PREFILL_BYTES = 64 * 1024 * 1024;
+/**
+ * The most bytes LlamaModel.decodeArena copies the decode layers' matrices into. Only small models
+ * take decode_layer.wgsl (DECODE_LAYER_MAX_WEIGHTS a layer), so this bounds the memory their decode
+ * step adds to the weights (stories260K: ~1 MB).
+ */
+const MAX_DECODE_ARENA_BYTES = 64 * 1024 * 1024;
 
 export interface ForwardOptions {
   /** Return logits for every input token ([T, vocab]) instead of the last one only. */
@@ -211,6 +226,8 @@ export class LlamaModel {
    * larger one when a longer prompt comes, up to MAX_KEPT_PREFILL_BYTES.
    */
   private prefillActivations: Activations | undefined;
+  /** The decode layers' matrices in one buffer (see decodeArena): made on first use; null where they cannot share one. */
+  private arena: DecodeArena | null | undefined;
   /** @internal The most prefill activation bytes kept between prefills (tests lower it). */
   maxKeptPrefillBytes = MAX_KEPT_PREFILL_BYTES;
 
@@ -386,7 +403,7 @@ export class LlamaModel {
     if (!this.weights.layers.every((layer) => this.kernels.usesDecodeLayer(dims, layerMatrices(layer)))) return undefined;
     // The norms and biases are copied into the state: weights uploaded without COPY_SRC (made by
     // hand rather than by uploadLlamaWeights) keep the five dispatches.
-    const vectors = this.weights.layers.flatMap((layer) => [layer.attnNorm, layer.ffnNorm, layer.bq, layer.bk, layer.bv]);
+    const vectors = [this.weights.outputNorm, ...this.weights.layers.flatMap((layer) => [layer.attnNorm, layer.ffnNorm, layer.bq, layer.bk, layer.bv])];
     if (!vectors.every((b) => !b || b.usage & GPUBufferUsage.COPY_SRC)) return undefined;
     if (cache.keys.length !== c.numLayers) throw new Error(`the KV cache has ${cache.keys.length} layers, the model ${c.numLayers}`);
     const layout = decodeLayerLayout(dims);
@@ -398,6 +415,7 @@ export class LlamaModel {
     });
     const encoder = device.createCommandEncoder({ label: 'decode state constants' });
     encoder.copyBufferToBuffer(this.invFreq, 0, state, layout.freq * 4, (c.headDim / 2) * 4);
+    encoder.copyBufferToBuffer(this.weights.outputNorm, 0, state, layout.outNorm * 4, dims.dim * 4);
     this.weights.layers.forEach((layer, l) => {
       const base = layout.consts + l * layout.constsStride;
       const copy = (src: GPUBuffer | undefined, at: number, floats: number) => {
@@ -415,28 +433,74 @@ export class LlamaModel {
   }
 
   /**
-   * Records one decode step with a dispatch per layer (decode_layer.wgsl: the same math as
-   * recordDecodeStep's five), x in `state` from the embedding to the logits.
+   * Records one decode step with decode_layer.wgsl (the same math as recordDecodeStep's five
+   * dispatches a layer), x in `state` from the embedding to the logits. Where the matrices share one
+   * f32 arena (decodeArena), a dispatch runs up to four layers, the first one also the embedding
+   * and the last the logits when the arena holds those matrices: stories260K's step is then two
+   * dispatches rather than seven (SwiftShader: ~20-40 µs each). Otherwise a dispatch a layer.
    */
   private recordDecodeLayers(rec: KernelRecorder, act: Activations, state: GPUBuffer, cache: KvCache): void {
     const c = this.config;
     const w = this.weights;
     const dims = this.decodeLayerDims();
-    rec.embedding(state, w.tokenEmbedding, act.tokenIds, 1);
-    w.layers.forEach((layer, l) => {
-      rec.decodeLayer(
-        state,
-        layerMatrices(layer),
-        l,
-        dims,
-        cache.keys[l],
-        cache.values[l],
-        { numHeads: c.numHeads, numKvHeads: c.numKvHeads, pairing: c.ropePairing, slidingWindow: c.slidingWindow, kvDType: cache.kvDType },
-        c.rmsNormEps,
-        !!(layer.bq || layer.bk || layer.bv),
-      );
-    });
-    rec.fusedMatvec(act.logits, state, [{ W: w.lmHead }], { norm: { gamma: w.outputNorm, eps: c.rmsNormEps } });
+    const attention = { numHeads: c.numHeads, numKvHeads: c.numKvHeads, pairing: c.ropePairing, slidingWindow: c.slidingWindow, kvDType: cache.kvDType };
+    const arena = this.decodeArena();
+    if (!arena?.embedding) rec.embedding(state, w.tokenEmbedding, act.tokenIds, 1);
+    if (arena) {
+      const hasBias = w.layers.some((layer) => layer.bq || layer.bk || layer.bv);
+      const maxStorage = this.ctx.limits.maxStorageBuffersPerShaderStage;
+      for (const [first, count] of decodeLayerGroups(c.numLayers, maxStorage, !!arena.embedding, !!arena.lmHead)) {
+        const tokens = first === 0 && arena.embedding ? act.tokenIds : undefined;
+        const logits = first + count === c.numLayers && arena.lmHead ? act.logits : undefined;
+        rec.decodeLayers(state, { arena, tokens, logits }, first, count, dims, cache, attention, c.rmsNormEps, hasBias);
+      }
+    } else {
+      w.layers.forEach((layer, l) => {
+        const hasBias = !!(layer.bq || layer.bk || layer.bv);
+        rec.decodeLayers(state, { matrices: layerMatrices(layer) }, l, 1, dims, cache, attention, c.rmsNormEps, hasBias);
+      });
+    }
+    if (!arena?.lmHead) rec.fusedMatvec(act.logits, state, [{ W: w.lmHead }], { norm: { gamma: w.outputNorm, eps: c.rmsNormEps } });
+  }
+
+  /**
+   * The decode layers' matrices copied into one f32 buffer, for decode_layer.wgsl's dispatches of
+   * several layers; with the token embedding and W_lm_head where each is no bigger than a layer
+   * (the layer kernel runs on one core: a large vocabulary's logits go faster on their own). Null
+   * where a matrix is not f32, is split, cannot be copied (made without COPY_SRC), or the copy
+   * would pass MAX_DECODE_ARENA_BYTES: the step then takes a dispatch a layer.
+   */
+  private decodeArena(): DecodeArena | null {
+    if (this.arena !== undefined) return this.arena;
+    this.arena = null;
+    const w = this.weights;
+    const copyable = (m: GpuMatrix) => m.dtype === 'f32' && !m.parts && (m.buffer.usage & GPUBufferUsage.COPY_SRC) !== 0;
+    const matrices = w.layers.flatMap(layerMatrices);
+    if (this.kernels.decodeArenaOverride === false || !matrices.every(copyable)) return null;
+    const small = (m: GpuMatrix) => copyable(m) && m.rows * m.cols <= DECODE_LAYER_MAX_WEIGHTS && m.cols === this.config.hiddenSize;
+    const extras = [w.tokenEmbedding, w.lmHead].filter(small);
+    const offsets = new Map<GpuMatrix, number>();
+    let floats = 0;
+    for (const m of [...matrices, ...extras]) {
+      if (offsets.has(m)) continue; // tied embeddings: one copy
+      offsets.set(m, floats);
+      floats += Math.ceil((m.rows * m.cols) / 4) * 4;
+    }
+    if (floats * 4 > MAX_DECODE_ARENA_BYTES) return null;
+    const device = this.ctx.device;
+    const buffer = device.createBuffer({ label: 'decode_arena', size: floats * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
+    const encoder = device.createCommandEncoder({ label: 'decode arena' });
+    for (const [m, offset] of offsets) encoder.copyBufferToBuffer(m.buffer, 0, buffer, offset * 4, m.rows * m.cols * 4);
+    device.queue.submit([encoder.finish()]);
+    const at = (m: GpuMatrix) => offsets.get(m)!;
+    const extra = (m: GpuMatrix) => (small(m) ? { offset: at(m), rows: m.rows } : undefined);
+    this.arena = {
+      buffer,
+      layers: w.layers.map((layer) => layerMatrices(layer).map(at)),
+      embedding: extra(w.tokenEmbedding),
+      lmHead: extra(w.lmHead),
+    };
+    return this.arena;
   }
 
   /**
@@ -577,6 +641,7 @@ export class LlamaModel {
   destroy(): void {
     this.decodeActivations?.destroy();
     this.prefillActivations?.destroy();
+    this.arena?.buffer.destroy();
     this.invFreq.destroy();
     this.weights.destroy();
   }
