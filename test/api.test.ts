@@ -847,6 +847,23 @@ describe('IncrementalDetokenizer', () => {
     }
   });
 
+  it('finishes a character the prompt ended inside of, and keeps an unfinished one out of the completion', () => {
+    const byte = (b: number) => 3 + b;
+    // 你 is E4 BD A0; 😀 is F0 9F 98 80.
+    const cut = new IncrementalDetokenizer(tokenizer, [...tokenizer.encode('x'), byte(0xe4), byte(0xbd)]);
+    expect(cut.push(byte(0xa0))).toBe('你');
+    expect(cut.push(tokenizer.id('▁a'))).toBe(' a');
+    const emoji = new IncrementalDetokenizer(tokenizer, [...tokenizer.encode('x'), byte(0xf0), byte(0x9f)]);
+    expect(emoji.push(byte(0x98))).toBe('');
+    expect(emoji.peek(byte(0x80))).toBe('😀');
+    expect(emoji.push(byte(0x80))).toBe('😀');
+    // Nothing finishes it: the prompt's U+FFFD is not the completion's.
+    const left = new IncrementalDetokenizer(tokenizer, [...tokenizer.encode('x'), byte(0xe4), byte(0xbd)]);
+    expect(left.peek(tokenizer.id('▁a'))).toBe(' a');
+    expect(left.push(tokenizer.id('▁a'))).toBe(' a');
+    expect(left.flush()).toBe('');
+  });
+
   it('holds back an incomplete UTF-8 sequence', () => {
     const detok = new IncrementalDetokenizer(tokenizer, tokenizer.encode('x'));
     expect(detok.push(tokenizer.id('▁a'))).toBe(' a');
