@@ -208,6 +208,15 @@ for (const family of FAMILIES) {
       }
     });
 
+    it('decodes the GGUF converter\'s UNUSED filler ([PADn]) to nothing, as llama.cpp does', () => {
+      const filler = metadata['tokenizer.ggml.token_type'] as number[];
+      const ids = filler.flatMap((t, i) => (t === 5 ? [i] : []));
+      expect(ids.length).toBe(family.vocabSize - family.tokens);
+      for (const id of ids.slice(0, 3)) {
+        for (const skip of [false, true]) expect(gguf.decode([vocabId('Hello'), id], { skipSpecialTokens: skip })).toBe('Hello');
+      }
+    });
+
     it('treats non-special added tokens as the converter does', () => {
       // tokenizer.json added tokens with special: false stay plain text for both, except those that
       // look special (<|fim_prefix|> ...), which llama.cpp's converter writes as CONTROL tokens.

@@ -270,6 +270,12 @@ describe('long-word BPE against the library merge loop', () => {
       // A pre-tokenizer that splits words: the library's own loop stays.
       const split = createHfTokenizer({ tokenizerJson: { ...tokenizerJson, pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first', split: true } } });
       expect(modelOf(split).bpe).toBe(Object.getPrototypeOf(modelOf(split)).bpe);
+      // Newer SentencePiece conversions: a Metaspace pre-tokenizer that does not split (the whole
+      // prompt is one word) takes long-word-bpe too.
+      const unsplitJson = { ...tokenizerJson, normalizer: null, pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first', split: false } };
+      const unsplit = createHfTokenizer({ tokenizerJson: unsplitJson });
+      expect(modelOf(unsplit).bpe).not.toBe(Object.getPrototypeOf(modelOf(unsplit)).bpe);
+      const unsplitLibrary = libraryTokenizer(unsplitJson);
       const texts = [
         TRICKY[1].repeat(30),
         TRICKY.join(' ').repeat(3),
@@ -279,6 +285,7 @@ describe('long-word BPE against the library merge loop', () => {
       for (const text of texts) {
         expect(text.length).toBeGreaterThan(256);
         expect(ours.encode(text, { addBos: false })).toEqual(library.encode(text, { add_special_tokens: false }).ids);
+        expect(unsplit.encode(text, { addBos: false })).toEqual(unsplitLibrary.encode(text, { add_special_tokens: false }).ids);
       }
     });
   }

@@ -22,6 +22,8 @@ export interface GgufTokenizerParts {
   bosId: number | null;
   eosIds: number[];
   addBos: boolean;
+  /** UNUSED tokens (converters' filler, e.g. Qwen2's [PADn]): llama.cpp decodes them to nothing. */
+  unusedIds: number[];
 }
 
 function stringArray(metadata: GgufMetadata, key: string): string[] {
@@ -266,7 +268,8 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
     clean_up_tokenization_spaces: false,
     legacy: true,
   };
-  return { tokenizerJson, tokenizerConfig, bosId, eosIds: [...new Set(eosIds)], addBos };
+  const unusedIds = types.flatMap((t, i) => (t === TokenType.UNUSED ? [i] : []));
+  return { tokenizerJson, tokenizerConfig, bosId, eosIds: [...new Set(eosIds)], addBos, unusedIds };
 }
 
 function bosTemplate(bosToken: string | null, bosId: number | null): unknown {
@@ -289,6 +292,6 @@ export function tokenizerFromGguf(metadata: GgufMetadata): HfTokenizer {
   const parts = ggufTokenizerParts(metadata);
   return new HfTokenizer(
     { tokenizerJson: parts.tokenizerJson, tokenizerConfig: parts.tokenizerConfig },
-    { addBos: parts.addBos, bosId: parts.bosId, eosIds: parts.eosIds },
+    { addBos: parts.addBos, bosId: parts.bosId, eosIds: parts.eosIds, silentIds: parts.unusedIds },
   );
 }

@@ -37,6 +37,8 @@ export interface HfTokenizerOverrides {
   addBos?: boolean;
   bosId?: number | null;
   eosIds?: readonly number[];
+  /** Ids that decode to no text at all (a GGUF's UNUSED filler tokens, as llama.cpp decodes them). */
+  silentIds?: readonly number[];
 }
 
 /** Token texts that end generation when they are special tokens of the vocabulary. */
@@ -72,6 +74,7 @@ export class HfTokenizer implements TextTokenizer {
   readonly addBos: boolean;
   private readonly tokenizer: Tokenizer;
   private readonly specialIds: Set<number>;
+  private readonly silentIds: ReadonlySet<number>;
 
   constructor(sources: HfTokenizerSources, overrides: HfTokenizerOverrides = {}) {
     const { tokenizerJson } = sources;
@@ -81,12 +84,17 @@ export class HfTokenizer implements TextTokenizer {
     const json = libraryTokenizerJson(tokenizerJson);
     this.tokenizer = new Tokenizer(json, { ...tokenizerConfig });
     keepByteOrderMarks(this.tokenizer.decoder);
-    // With no pre-tokenizer (SentencePiece style) the whole prompt is one BPE word: long words
-    // take our merge loop (long-word-bpe.ts). Byte-level tokenizers split prompts into short words.
-    if (json.pre_tokenizer === null) speedUpLongWords((this.tokenizer as unknown as { model: unknown }).model);
+    // With no pre-tokenizer, or a Metaspace one that does not split (SentencePiece style: newer
+    // Llama 2 / Mistral conversions), the whole prompt is one BPE word: long words take our merge
+    // loop (long-word-bpe.ts). Byte-level tokenizers split prompts into short words.
+    const pre = json.pre_tokenizer as { type?: unknown; split?: unknown } | null;
+    if (pre === null || (pre.type === 'Metaspace' && pre.split === false)) {
+      speedUpLongWords((this.tokenizer as unknown as { model: unknown }).model);
+    }
 
     const addedTokens = (json.added_tokens as { id: number; content: string; special?: boolean }[]) ?? [];
     this.specialIds = new Set(addedTokens.filter((t) => t.special).map((t) => t.id));
+    this.silentIds = new Set(overrides.silentIds ?? []);
 
     let maxId = -1;
     for (const [, id] of this.tokenizer.get_vocab(true)) if (id > maxId) maxId = id;
@@ -154,7 +162,7 @@ export class HfTokenizer implements TextTokenizer {
   }
 
   decode(ids: readonly number[], options: { skipSpecialTokens?: boolean } = {}): string {
-    let list = [...ids];
+    let list = this.silentIds.size > 0 ? ids.filter((id) => !this.silentIds.has(id)) : [...ids];
     if (options.skipSpecialTokens) list = list.filter((id) => !this.specialIds.has(id));
     if (list.length === 0) return '';
     return this.tokenizer.decode(list, { skip_special_tokens: options.skipSpecialTokens ?? false, clean_up_tokenization_spaces: false });
