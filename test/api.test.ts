@@ -774,7 +774,18 @@ describe('routes', () => {
     expect(r.headers.allow).toBe('POST');
     const m = await post(engine, {}, '/v1/models');
     await expectError(Promise.resolve(m), 405, null, 'method_not_allowed');
-    expect(m.headers.allow).toBe('GET');
+    expect(m.headers.allow).toBe('GET, HEAD');
+  });
+
+  it('answers HEAD where GET is answered, without a body', async () => {
+    for (const url of ['/v1/models', '/v1/models/fake']) {
+      const r = await handleApiRequest(engine, { method: 'HEAD', url, body: null });
+      expect(r.status, url).toBe(200);
+      expect(r.headers['content-type']).toBe('application/json');
+      expect(r.body).toBe('');
+    }
+    const c = await handleApiRequest(engine, { method: 'HEAD', url: '/v1/completions', body: null });
+    expect(c.status).toBe(405);
   });
 
   it('takes a trailing slash and another base path', async () => {

@@ -43,6 +43,7 @@ function expectUnloaded(err: unknown): void {
 async function expect503Response(pending: Promise<ApiResponse>): Promise<void> {
   const response = await pending;
   expect(response.status).toBe(503);
+  expect(response.headers['x-should-retry']).toBe('false');
   expect(JSON.parse(response.body as string).error).toMatchObject({ type: 'service_unavailable', code: 'model_unloaded' });
 }
 

@@ -115,6 +115,9 @@ describe('installFetchShim', () => {
     const m = await target.fetch('/v1/completions');
     expect(m.status).toBe(405);
     expect(m.headers.get('allow')).toBe('POST');
+    const head = await target.fetch('/v1/models', { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(await head.text()).toBe('');
   });
 
   it('answers 503 when the engine failed to load, without an unhandled rejection', async () => {
@@ -122,6 +125,8 @@ describe('installFetchShim', () => {
     uninstall = installFetchShim(Promise.reject(new Error('no adapter')), { target });
     const r = await target.fetch('/v1/models');
     expect(r.status).toBe(503);
+    // A retry cannot cure it: the openai client would otherwise retry twice first.
+    expect(r.headers.get('x-should-retry')).toBe('false');
     expect((await r.json()).error.message).toContain('no adapter');
   });
 

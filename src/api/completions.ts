@@ -148,7 +148,7 @@ export function planCompletion(generator: TextGenerator, params: CompletionParam
     }
     const n = tokens.length;
     if (n === 0) {
-      throw invalidRequest(`The prompt${which} is empty and the model has no BOS token to start from.`, 'prompt', 'invalid_value');
+      throw invalidRequest(`The prompt${which} is empty and its tokenizer adds no BOS token to start from.`, 'prompt', 'invalid_value');
     }
     let maxTokens: number;
     if (params.max_tokens === null) {

@@ -7,7 +7,7 @@
 // through `engine.generator`, which counts each session and generation it opens the same way.
 import type { FinishReason, GenerationRequest, GenerationSession, ModelInfo, SessionRequest, TextGenerator } from '../engine/types.ts';
 import { createCompletion, type CompletionChunk, type CompletionRequest, type CompletionResponse } from './completions.ts';
-import { ApiError } from './errors.ts';
+import { ApiError, NO_RETRY } from './errors.ts';
 import { errorResponse, handleApiRequest, type ApiEngine, type ApiHandlerOptions, type ApiRequest, type ApiResponse } from './handler.ts';
 
 /** A generator that can also give its GPU memory back. */
@@ -20,6 +20,7 @@ export function modelUnloaded(id: string): ApiError {
   return new ApiError(503, `The model '${id}' has been unloaded and takes no more requests.`, {
     type: 'service_unavailable',
     code: 'model_unloaded',
+    headers: NO_RETRY,
   });
 }
 

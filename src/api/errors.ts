@@ -97,11 +97,18 @@ export function payloadTooLarge(limitBytes: number): ApiError {
   });
 }
 
+/**
+ * For errors a retry cannot cure: the openai client otherwise retries a 503 twice, with backoff,
+ * before the caller sees it.
+ */
+export const NO_RETRY: Readonly<Record<string, string>> = { 'x-should-retry': 'false' };
+
 /** 503: the model could not be loaded, so no request can be served. */
 export function serviceUnavailable(reason: string, cause?: unknown): ApiError {
   return new ApiError(503, `The model failed to load: ${reason}`, {
     type: 'service_unavailable',
     code: 'model_load_failed',
+    headers: NO_RETRY,
     cause,
   });
 }

@@ -141,7 +141,7 @@ async function route(engine: ApiEngine | Promise<ApiEngine>, request: ApiRequest
   if (rest === '/models') {
     allowOnly(method, path, 'GET');
     const { info } = await resolveGenerator(engine, request.signal);
-    return jsonResponse(200, { object: 'list', data: [modelObject(info)] });
+    return withoutBodyForHead(method, jsonResponse(200, { object: 'list', data: [modelObject(info)] }));
   }
   if (rest.startsWith('/models/')) {
     allowOnly(method, path, 'GET');
@@ -153,13 +153,20 @@ async function route(engine: ApiEngine | Promise<ApiEngine>, request: ApiRequest
     }
     const { info } = await resolveGenerator(engine, request.signal);
     if (!modelMatches(info, id)) throw modelNotFound(id, null);
-    return jsonResponse(200, modelObject(info));
+    return withoutBodyForHead(method, jsonResponse(200, modelObject(info)));
   }
   throw routeNotFound(method, path);
 }
 
-function allowOnly(method: string, path: string, allowed: string): void {
-  if (method !== allowed) throw methodNotAllowed(method, path, [allowed]);
+/** Throws 405 unless the request's method is `allowed` (HEAD goes wherever GET does, as in HTTP). */
+function allowOnly(method: string, path: string, allowed: 'GET' | 'POST'): void {
+  if (method === allowed || (method === 'HEAD' && allowed === 'GET')) return;
+  throw methodNotAllowed(method, path, allowed === 'GET' ? ['GET', 'HEAD'] : [allowed]);
+}
+
+/** A HEAD request's answer: the GET's status and headers, no body. */
+function withoutBodyForHead(method: string, response: ApiResponse): ApiResponse {
+  return method === 'HEAD' ? { ...response, body: '' } : response;
 }
 
 function modelObject(info: TextGenerator['info']) {

@@ -128,7 +128,8 @@ async function answer(
     ]);
     if (typeof response.body === 'string') {
       release();
-      return new Response(response.body, { status: response.status, headers: response.headers });
+      // As a server's answer to HEAD comes through fetch: no body, errors included.
+      return new Response(method === 'HEAD' ? null : response.body, { status: response.status, headers: response.headers });
     }
     return new Response(eventStream(response.body, controller, release), {
       status: response.status,

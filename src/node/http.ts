@@ -124,7 +124,7 @@ function corsHeaders(req: IncomingMessage): Record<string, string> {
   const requested = req.headers['access-control-request-headers'];
   return {
     'access-control-allow-origin': '*',
-    'access-control-allow-methods': 'GET, POST, OPTIONS',
+    'access-control-allow-methods': 'GET, HEAD, POST, OPTIONS',
     'access-control-allow-headers': typeof requested === 'string' && requested ? requested : 'authorization, content-type',
   };
 }
