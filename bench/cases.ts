@@ -94,6 +94,8 @@ function perDecodeToken(pair: RunPair<CountedRun>): PerToken {
 /**
  * Measures case `c` on `host`. `loaded`: the case's model is already loaded (the caller loaded it
  * to build the prompt with its tokenizer), in that many ms; it counts as the first load.
+ * `between` runs after each of our pairs of requests, untimed and timed alike (another runtime's
+ * pair: bench/run.ts interleaves wllama's with ours).
  */
 export async function measureCase(
   host: Host,
@@ -101,6 +103,7 @@ export async function measureCase(
   prompt: { prompt: string; tokens: number },
   warmupPrompt: string,
   loaded?: { loadMs: number; adapter: string },
+  between?: (timed: boolean, index: number, of: number) => Promise<void>,
 ): Promise<CaseFigures> {
   const label = `${host.name} ${c.model} ${c.storage}`;
   const loads: number[] = loaded ? [loaded.loadMs] : [];
@@ -127,6 +130,7 @@ export async function measureCase(
   for (let i = 0; i < c.warmupRuns; i++) {
     const f = pairFigures(await runPair('warm-up run'));
     log(`${label}: warm-up run ${i + 1}/${c.warmupRuns} (untimed): TTFT ${f.ttftMs.toFixed(0)} ms, ${f.decodeTps.toFixed(2)} tok/s`);
+    await between?.(false, i, c.warmupRuns);
   }
   const pairs: RunPair<CountedRun>[] = [];
   for (let i = 0; i < c.runs; i++) {
@@ -136,6 +140,7 @@ export async function measureCase(
     const per = perDecodeToken(pair);
     log(`${label}: run ${i + 1}/${c.runs}: ${pair.prefill.promptTokens} prompt tokens, TTFT ${f.ttftMs.toFixed(0)} ms, ${f.decoded} tokens ` +
       `at ${f.decodeTps.toFixed(2)} tok/s; per token ${per.dispatches.toFixed(1)} dispatches, ${per.submits.toFixed(2)} submits, ${per.readBacks.toFixed(2)} read-backs`);
+    await between?.(true, i, c.runs);
   }
   await host.unload();
   const figures = pairs.map(pairFigures);

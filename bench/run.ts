@@ -31,7 +31,7 @@ import { chromiumHost, nodeHost, startBrowser, type BrowserSession, type Host, t
 import { DEFAULT_PROBE_OPTIONS, FILE_ONLY_PROBE_DTYPES, type ProbeDType, type ProbeFigures, type ProbeOptions } from './probes.ts';
 import { ensureGenerated, realShapesTable, runRealShapes } from './real-shapes.ts';
 import { bestOf, casesTable, countersTable, probesTable, ratios, wllamaTable } from './report.ts';
-import { measureWllama, type WllamaFigures } from './wllama.ts';
+import { openWllama, type WllamaContestant, type WllamaFigures } from './wllama.ts';
 import { buildPrompt, ROOT, smolCase, storiesCase, type BenchCase } from './workload.ts';
 
 const log = (message: string) => process.stderr.write(message + '\n');
@@ -123,7 +123,10 @@ function plan(): Plan {
 /** The prompt of each model, built once with its tokenizer (the same text on every host and storage). */
 const prompts = new Map<string, { prompt: string; tokens: number }>();
 
-async function runHost(host: Host, p: Plan, results: CaseFigures[]): Promise<(ProbeFigures & { adapter: string }) | undefined> {
+/** Other runtimes whose pairs of requests alternate with ours on a case (see measureCase's `between`). */
+type Interleave = (c: BenchCase, prompt: { prompt: string; tokens: number }) => Promise<((timed: boolean, index: number, of: number) => Promise<void>) | undefined>;
+
+async function runHost(host: Host, p: Plan, results: CaseFigures[], interleave?: Interleave): Promise<(ProbeFigures & { adapter: string }) | undefined> {
   for (const c of p.cases) {
     try {
       let loaded: { loadMs: number; adapter: string } | undefined;
@@ -137,7 +140,8 @@ async function runHost(host: Host, p: Plan, results: CaseFigures[]): Promise<(Pr
       const prompt = prompts.get(c.model)!;
       // The warm-up compiles the pipelines; on a slow model, a short prompt does it sooner.
       const warmup = c.warmupWords ? prompt.prompt.split(' ').slice(0, c.warmupWords).join(' ') : prompt.prompt;
-      results.push(await measureCase(host, c, prompt, warmup, loaded));
+      const between = await interleave?.(c, prompt);
+      results.push(await measureCase(host, c, prompt, warmup, loaded, between));
     } catch (error) {
       log(`${host.name} ${c.model} ${c.storage}: ERROR ${(error as Error).stack ?? error}`);
       results.push({ host: host.name, model: c.model, storage: c.storage, runs: c.runs, error: String((error as Error).message ?? error) } as CaseFigures);
@@ -180,27 +184,50 @@ async function main(): Promise<void> {
   if (p.hosts.includes('chromium')) {
     const session: BrowserSession = await startBrowser();
     chromiumVersion = session.version;
-    try {
-      const host = await chromiumHost(session);
-      try {
-        const figures = await runHost(host, p, results);
-        if (figures) probes.chromium = figures;
-      } finally {
-        await host.close();
-      }
-      const stories = p.cases.find((c) => c.model === 'stories260K');
+    // wllama on stories260K, a page per thread setting, its pairs of requests alternating with ours.
+    const contestants: WllamaContestant[] = [];
+    const interleave: Interleave = async (c, prompt) => {
+      if (c.model !== 'stories260K') return undefined;
       for (const threads of p.wllamaThreads) {
-        if (!stories) break;
         try {
-          wllama.push(
-            await measureWllama(session, { url: stories.url, prompt: prompts.get('stories260K')!.prompt, decodeTokens: stories.decodeTokens, contextLength: stories.contextLength, runs: stories.runs, warmupRuns: stories.warmupRuns }, threads),
-          );
+          const w = { url: c.url, prompt: prompt.prompt, decodeTokens: c.decodeTokens, contextLength: c.contextLength, runs: c.runs, warmupRuns: c.warmupRuns };
+          contestants.push(await openWllama(session, w, threads));
         } catch (error) {
           log(`wllama ${threads} threads: ERROR ${(error as Error).stack ?? error}`);
           wllama.push({ threads_requested: threads, error: String((error as Error).message ?? error) } as WllamaFigures);
         }
       }
+      return async (timed, index, of) => {
+        for (const contestant of [...contestants]) {
+          try {
+            await (timed ? contestant.timedPair(index, of) : contestant.warmupPair(index, of));
+          } catch (error) {
+            log(`wllama ${contestant.threads} threads: ERROR ${(error as Error).stack ?? error}`);
+            wllama.push({ threads_requested: contestant.threads, error: String((error as Error).message ?? error) } as WllamaFigures);
+            contestants.splice(contestants.indexOf(contestant), 1);
+            await contestant.close().catch(() => {});
+          }
+        }
+      };
+    };
+    try {
+      const host = await chromiumHost(session);
+      try {
+        const figures = await runHost(host, p, results, p.wllamaThreads.length ? interleave : undefined);
+        if (figures) probes.chromium = figures;
+      } finally {
+        await host.close();
+      }
+      for (const contestant of contestants) {
+        try {
+          wllama.push(contestant.figures());
+        } catch (error) {
+          wllama.push({ threads_requested: contestant.threads, error: String((error as Error).message ?? error) } as WllamaFigures);
+        }
+      }
+      wllama.sort((a, b) => a.threads_requested - b.threads_requested);
     } finally {
+      for (const contestant of contestants) await contestant.close().catch(() => {});
       await session.close();
     }
   }

@@ -40,13 +40,29 @@ export interface WllamaCase {
   warmupRuns: number;
 }
 
-export async function measureWllama(session: BrowserSession, c: WllamaCase, threads: number): Promise<WllamaFigures> {
+/**
+ * wllama loaded in a page of its own, ready to run pairs of requests timed as ours are: the bench
+ * interleaves its pairs with ours (bench/run.ts), so that a machine whose speed drifts during the
+ * run (small VMs do, by up to ~1.5x within minutes) moves both sides of each ratio alike.
+ */
+export interface WllamaContestant {
+  threads: number;
+  /** One untimed pair (V8 tiers wllama's WebAssembly up over the first few). */
+  warmupPair(index: number, of: number): Promise<void>;
+  /** One timed pair, kept for figures(). */
+  timedPair(index: number, of: number): Promise<void>;
+  figures(): WllamaFigures;
+  close(): Promise<void>;
+}
+
+/** Opens wllama's bench page, loads the model `c.runs` times (timed) and runs one short warm-up. */
+export async function openWllama(session: BrowserSession, c: WllamaCase, threads: number): Promise<WllamaContestant> {
   const page = await session.open('/bench-wllama.html', 'wllamaBench');
   const call = <T>(fn: string, arg: unknown): Promise<T> =>
     page.evaluate(([f, a]) => (window as any).wllamaBench[f as string](a) as Promise<T>, [fn, arg] as const);
+  const loads: number[] = [];
+  let loaded = { threads: 0, multiThread: false, crossOriginIsolated: false };
   try {
-    const loads: number[] = [];
-    let loaded = { threads: 0, multiThread: false, crossOriginIsolated: false };
     for (let i = 0; i < c.runs; i++) {
       const l = await call<{ loadMs: number; threads: number; multiThread: boolean; crossOriginIsolated: boolean }>('load', {
         url: c.url,
@@ -58,42 +74,52 @@ export async function measureWllama(session: BrowserSession, c: WllamaCase, thre
       log(`wllama ${threads}t: load ${i + 1}/${c.runs}: ${l.loadMs.toFixed(0)} ms (threads ${l.threads}, multi-thread ${l.multiThread}, isolated ${l.crossOriginIsolated})`);
     }
     await call('run', { prompt: c.prompt, maxTokens: Math.min(8, c.decodeTokens) }); // warm-up
-    type Timed = RunTiming & { timings?: LlamaTimings };
-    // Timed as ours (bench/cases.ts): a max_tokens 1 request, then the full one.
-    const runPair = async (): Promise<RunPair<Timed>> => ({
-      prefill: await call<Timed>('run', { prompt: c.prompt, maxTokens: 1 }),
-      full: await call<Timed>('run', { prompt: c.prompt, maxTokens: c.decodeTokens }),
-    });
-    for (let i = 0; i < c.warmupRuns; i++) {
+  } catch (error) {
+    await page.close();
+    throw error;
+  }
+  type Timed = RunTiming & { timings?: LlamaTimings };
+  // Timed as ours (bench/cases.ts): a max_tokens 1 request, then the full one.
+  const runPair = async (): Promise<RunPair<Timed>> => ({
+    prefill: await call<Timed>('run', { prompt: c.prompt, maxTokens: 1 }),
+    full: await call<Timed>('run', { prompt: c.prompt, maxTokens: c.decodeTokens }),
+  });
+  const pairs: RunPair<Timed>[] = [];
+  return {
+    threads,
+    async warmupPair(index, of) {
       const f = pairFigures(await runPair());
-      log(`wllama ${threads}t: warm-up run ${i + 1}/${c.warmupRuns} (untimed): TTFT ${f.ttftMs.toFixed(1)} ms, ${f.decodeTps.toFixed(1)} tok/s`);
-    }
-    const pairs: RunPair<Timed>[] = [];
-    for (let i = 0; i < c.runs; i++) {
+      log(`wllama ${threads}t: warm-up run ${index + 1}/${of} (untimed): TTFT ${f.ttftMs.toFixed(1)} ms, ${f.decodeTps.toFixed(1)} tok/s`);
+    },
+    async timedPair(index, of) {
       const pair = await runPair();
       pairs.push(pair);
       const f = pairFigures(pair);
       const own = pair.full.timings;
-      log(`wllama ${threads}t: run ${i + 1}/${c.runs}: ${pair.prefill.promptTokens} prompt tokens, TTFT ${f.ttftMs.toFixed(1)} ms, ` +
+      log(`wllama ${threads}t: run ${index + 1}/${of}: ${pair.prefill.promptTokens} prompt tokens, TTFT ${f.ttftMs.toFixed(1)} ms, ` +
         `${f.decoded} tokens at ${f.decodeTps.toFixed(1)} tok/s (its own: ${own?.prompt_per_second?.toFixed(0)} / ${own?.predicted_per_second?.toFixed(0)} tok/s)`);
-    }
-    const figures = pairs.map(pairFigures);
-    await call('unload', undefined);
-    return {
-      threads_requested: threads,
-      threads: loaded.threads,
-      multi_thread: loaded.multiThread,
-      cross_origin_isolated: loaded.crossOriginIsolated,
-      prompt_tokens: pairs[0].prefill.promptTokens,
-      decode_tokens: figures[0].decoded,
-      load_ms: stat(loads),
-      ttft_ms: stat(figures.map((f) => f.ttftMs)),
-      prefill_tokens_per_s: stat(figures.map((f) => f.prefillTps)),
-      decode_tokens_per_s: stat(figures.map((f) => f.decodeTps)),
-      own_prompt_per_second: stat(pairs.map((p) => p.full.timings?.prompt_per_second ?? NaN)).median,
-      own_predicted_per_second: stat(pairs.map((p) => p.full.timings?.predicted_per_second ?? NaN)).median,
-    };
-  } finally {
-    await page.close();
-  }
+    },
+    figures() {
+      if (pairs.length === 0) throw new Error(`wllama ${threads}t: no timed runs`);
+      const figures = pairs.map(pairFigures);
+      return {
+        threads_requested: threads,
+        threads: loaded.threads,
+        multi_thread: loaded.multiThread,
+        cross_origin_isolated: loaded.crossOriginIsolated,
+        prompt_tokens: pairs[0].prefill.promptTokens,
+        decode_tokens: figures[0].decoded,
+        load_ms: stat(loads),
+        ttft_ms: stat(figures.map((f) => f.ttftMs)),
+        prefill_tokens_per_s: stat(figures.map((f) => f.prefillTps)),
+        decode_tokens_per_s: stat(figures.map((f) => f.decodeTps)),
+        own_prompt_per_second: stat(pairs.map((p) => p.full.timings?.prompt_per_second ?? NaN)).median,
+        own_predicted_per_second: stat(pairs.map((p) => p.full.timings?.predicted_per_second ?? NaN)).median,
+      };
+    },
+    async close() {
+      await call('unload', undefined).catch(() => {});
+      await page.close();
+    },
+  };
 }
