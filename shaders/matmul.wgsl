@@ -4,10 +4,11 @@
 // Composed in front of this file: the weight-format snippet (`load_weight(i)`, `load_weight4(i)`,
 // binding 3), the activation snippet (`load_x(i)`, `load_x4(i)`, binding 2), the bias snippet
 // (`load_bias(r)`, binding 4, or a constant 0) and `fn store_y(i, v)`: y[i] = v, or y[i] += v
-// (the residual add folded in: x += Wo·a, x += W_down·h). With `const SWIGLU: bool` true, W is
-// W_gate and a second weight snippet renamed `_up` (binding 6) is W_up, of the same shape: y =
-// silu(X·W_gateᵀ) * (X·W_upᵀ), the feed-forward's input in one pass (each X load serves both);
-// without, `load_weight4_up` / `load_weight_up` are stubs the compiler drops. With a multiple of
+// (the residual add folded in: x += Wo·a, x += W_down·h). With `const SECOND: bool` true, a second
+// weight snippet renamed `_up` (binding 6) is a second matrix W2 of the same shape, and each X load
+// serves both: with SWIGLU, W is W_gate and W2 W_up, y = silu(X·W_gateᵀ) * (X·W_upᵀ) (the
+// feed-forward's input in one pass); with PAIR, y = X·Wᵀ + b and y2 = X·W2ᵀ + b2 (the prefill's K
+// and V). Without SECOND, `load_weight4_up` / `load_weight_up` are stubs the compiler drops. With a multiple of
 // 4 columns the host picks the aligned snippets, whose 4-element loads are single vector loads;
 // otherwise they are 4 scalar loads. Then matmul_output.wgsl: the parameters, y, and
 // store_output_row (bias, or SwiGLU, per token of a thread's block).
@@ -49,7 +50,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     x[u] = min(t0 + u, last_t) * cols;
   }
 
-  // acc[u * ROW_QUADS + q][j] = y[t0 + u, r0 + 4q + j] (SWIGLU: the gate's; acc_up the up projection's)
+  // acc[u * ROW_QUADS + q][j] = y[t0 + u, r0 + 4q + j] (SECOND: W's; acc_up W2's)
   var acc: array<vec4<f32>, TOKENS * ROW_QUADS>;
   var acc_up: array<vec4<f32>, TOKENS * ROW_QUADS>;
   var k = 0u;
@@ -60,7 +61,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var q = 0u; q < ROW_QUADS; q++) {
       m[q] = mat4x4<f32>(load_weight4(w[4u * q] + k), load_weight4(w[4u * q + 1u] + k),
                          load_weight4(w[4u * q + 2u] + k), load_weight4(w[4u * q + 3u] + k));
-      if (SWIGLU) {
+      if (SECOND) {
         m_up[q] = mat4x4<f32>(load_weight4_up(w[4u * q] + k), load_weight4_up(w[4u * q + 1u] + k),
                               load_weight4_up(w[4u * q + 2u] + k), load_weight4_up(w[4u * q + 3u] + k));
       }
@@ -69,7 +70,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
       let x4 = load_x4(x[u] + k);
       for (var q = 0u; q < ROW_QUADS; q++) {
         acc[u * ROW_QUADS + q] += x4 * m[q];
-        if (SWIGLU) {
+        if (SECOND) {
           acc_up[u * ROW_QUADS + q] += x4 * m_up[q];
         }
       }
@@ -81,7 +82,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     var wk_up: array<vec4<f32>, ROW_QUADS>;
     for (var q = 0u; q < ROW_QUADS; q++) {
       wk[q] = vec4<f32>(load_weight(w[4u * q] + k), load_weight(w[4u * q + 1u] + k), load_weight(w[4u * q + 2u] + k), load_weight(w[4u * q + 3u] + k));
-      if (SWIGLU) {
+      if (SECOND) {
         wk_up[q] = vec4<f32>(load_weight_up(w[4u * q] + k), load_weight_up(w[4u * q + 1u] + k), load_weight_up(w[4u * q + 2u] + k), load_weight_up(w[4u * q + 3u] + k));
       }
     }
@@ -89,7 +90,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
       let xk = load_x(x[u] + k);
       for (var q = 0u; q < ROW_QUADS; q++) {
         acc[u * ROW_QUADS + q] += xk * wk[q];
-        if (SWIGLU) {
+        if (SECOND) {
           acc_up[u * ROW_QUADS + q] += xk * wk_up[q];
         }
       }

@@ -1,5 +1,6 @@
 // What matmul.wgsl and matmul_tiled.wgsl share: their parameters and output binding, and how a
-// thread's 4-row block of one token is written to Y (composed in front of both; kernels.ts).
+// thread's 4-row block of one token is written to Y (composed in front of both; kernels.ts, which
+// also composes SWIGLU, PAIR, SECOND, store_y / store_y2 and load_bias / load_bias2).
 //
 // W may be one row range of a split matrix (see GpuMatrix.parts): rows are the part's, and its
 // outputs go to columns row_offset .. of y, whose rows are y_stride (the whole matrix's rows) long.
@@ -24,7 +25,8 @@ fn rows_bias(r0: u32) -> vec4<f32> {
 
 /**
  * Y[t, r0 .. r0+3] from the block's sums: SWIGLU, silu(g) * up (g the gate's sums, up W_up's);
- * otherwise g + bias. (store_y may add it to y: the residual add.)
+ * otherwise g + bias, and with PAIR also Y2[t, r0 .. r0+3] = up + b2 (up W2's sums). (store_y may
+ * add it to y: the residual add.)
  */
 fn store_output_row(t: u32, r0: u32, g: vec4<f32>, up: vec4<f32>, bias: vec4<f32>) {
   if (SWIGLU) {
@@ -32,6 +34,12 @@ fn store_output_row(t: u32, r0: u32, g: vec4<f32>, up: vec4<f32>, bias: vec4<f32
     store_block_row(t, r0, g / (1.0 + exp(-g)) * up);
   } else {
     store_block_row(t, r0, g + bias);
+    if (PAIR) {
+      let last_row = params.rows - 1u;
+      let bias2 = vec4<f32>(load_bias2(min(r0, last_row)), load_bias2(min(r0 + 1u, last_row)),
+                            load_bias2(min(r0 + 2u, last_row)), load_bias2(min(r0 + 3u, last_row)));
+      store_block_row2(t, r0, up + bias2);
+    }
   }
 }
 
@@ -42,4 +50,13 @@ fn store_block_row(t: u32, r0: u32, v: vec4<f32>) {
   if (r0 + 1u < params.rows) { store_y(base + 1u, v.y); }
   if (r0 + 2u < params.rows) { store_y(base + 2u, v.z); }
   if (r0 + 3u < params.rows) { store_y(base + 3u, v.w); }
+}
+
+/** y2[t, r0 .. r0+3] = v (PAIR), as store_block_row. */
+fn store_block_row2(t: u32, r0: u32, v: vec4<f32>) {
+  let base = t * params.y_stride + params.row_offset + r0;
+  store_y2(base, v.x);
+  if (r0 + 1u < params.rows) { store_y2(base + 1u, v.y); }
+  if (r0 + 2u < params.rows) { store_y2(base + 2u, v.z); }
+  if (r0 + 3u < params.rows) { store_y2(base + 3u, v.w); }
 }

@@ -1,7 +1,7 @@
 // Matrix-matrix product for prefill on GPUs, with shared-memory tiles: y[t, r] = sum_k x[t, k] *
 // W[r, k] (+ b[r]), Y = X·Wᵀ, X [T, cols], W row-major [rows, cols]. The same composed snippets and
 // variants as matmul.wgsl (load_weight4 at binding 3, load_x4 at binding 2, load_bias, store_y;
-// SWIGLU with load_weight4_up at binding 6), in their aligned forms: cols is a multiple of 4, and
+// SECOND (SWIGLU or PAIR) with load_weight4_up at binding 6), in their aligned forms: cols is a multiple of 4, and
 // matmul_output.wgsl (the parameters, y, store_output_row).
 //
 // A workgroup of 16 x 16 threads computes a 64-row x 64-token tile of Y. It walks K in steps of
@@ -40,7 +40,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) loca
   let w_start = min(tile_r + copy_i, last_row) * cols;
   let x_start = min(tile_t + copy_i, last_t) * cols;
 
-  // acc[u][j] = Y[token 4 ty + u, row 4 tx + j] of the tile (SWIGLU: the gate's; acc_up the up projection's)
+  // acc[u][j] = Y[token 4 ty + u, row 4 tx + j] of the tile (SECOND: W's; acc_up W2's)
   var acc: array<vec4<f32>, 4>;
   var acc_up: array<vec4<f32>, 4>;
   for (var k0 = 0u; k0 < cols; k0 += TILE_K) {
@@ -50,7 +50,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) loca
     var x = vec4<f32>();
     if (k < cols) {
       w = load_weight4(w_start + k);
-      if (SWIGLU) {
+      if (SECOND) {
         w_up = load_weight4_up(w_start + k);
       }
       x = load_x4(x_start + k);
@@ -61,7 +61,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) loca
     for (var c = 0u; c < 4u; c++) {
       w_tile[slot + c * QUARTER][lane] = w[c];
       x_tile[slot + c * QUARTER][lane] = x[c];
-      if (SWIGLU) {
+      if (SECOND) {
         w_up_tile[slot + c * QUARTER][lane] = w_up[c];
       }
     }
@@ -73,7 +73,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) loca
       acc[1] += xv.y * wv;
       acc[2] += xv.z * wv;
       acc[3] += xv.w * wv;
-      if (SWIGLU) {
+      if (SECOND) {
         let wu = w_up_tile[kk * QUARTER + local.x];
         acc_up[0] += xv.x * wu;
         acc_up[1] += xv.y * wu;

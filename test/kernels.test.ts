@@ -378,6 +378,34 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
     }
   }
 
+  // The prefill's K and V in one pass: y1 = x·W1ᵀ + b1, y2 = x·W2ᵀ + b2, sharing the X loads. T = 1,
+  // a single bias or matrices of different shapes fall back to two matmuls.
+  for (const dtype of ['f32', 'f16'] as const) {
+    const cases: [number, number, number, 'both' | 'none' | 'one'][] = [[5, 8, 8, 'both'], [18, 64, 64, 'none'], [70, 32, 32, 'both'], [6, 8, 32, 'none'], [1, 8, 32, 'both'], [9, 12, 32, 'one']];
+    for (const [T, rows, cols, biases] of cases) {
+      for (const shape of T > 1 ? [undefined, gpuShape, oddShape, TILED_MATMUL_SHAPE] : [undefined]) {
+        it(`matmulPair ${dtype}, T=${T}, rows=${rows}, cols=${cols}, biases: ${biases}${shapeName(shape)}`, async () => {
+          const w1 = weightMatrix(randomF32(rows * cols, 2600 + rows), rows, cols, dtype);
+          const w2 = weightMatrix(randomF32(rows * cols, 2601 + rows), rows, cols, dtype);
+          const x = randomF32(T * cols, 2602 + T);
+          const b1 = biases !== 'none' ? randomF32(rows, 2603) : undefined;
+          const b2 = biases === 'both' ? randomF32(rows, 2604) : undefined;
+          const [y1, y2] = [output(T * rows), output(T * rows)];
+          kernels.matmulShapeOverride = shape;
+          try {
+            const batch = kernels.begin();
+            batch.matmulPair(y1, y2, input(x), w1.W, w2.W, T, b1 && input(b1), b2 && input(b2));
+            batch.submit();
+          } finally {
+            kernels.matmulShapeOverride = undefined;
+          }
+          expectClose(await read(y1, T * rows), matmulRef(x, w1.held, T, rows, cols, b1));
+          expectClose(await read(y2, T * rows), matmulRef(x, w2.held, T, rows, cols, b2));
+        });
+      }
+    }
+  }
+
   it('matmulShape: tiles on GPUs from 32 tokens with aligned columns, else 4 tokens a thread; on CPU devices 8 rows x 16 tokens, 4 x 8 for quantized weights', () => {
     expect(matmulShape(false, 32)).toEqual(TILED_MATMUL_SHAPE);
     expect(matmulShape(false, 31)).toEqual({ wx: 16, wy: 4, tokens: 4 });

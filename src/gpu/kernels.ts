@@ -88,8 +88,11 @@ export function matmulShape(isCpu: boolean, T = Infinity, aligned = true, dtype:
 
 // Bindings where the composed snippets put the weight matrix and the bias (see the shaders).
 const WEIGHT_BINDING = 3;
-/** matmul.wgsl's SWIGLU variant: W_up. */
+/** matmul.wgsl's second matrix (SWIGLU: W_up; PAIR: W2). */
 const WEIGHT_UP_BINDING = 6;
+/** matmul.wgsl's PAIR variant: y2 and b2. */
+const PAIR_OUTPUT_BINDING = 7;
+const PAIR_BIAS_BINDING = 8;
 const BIAS_BINDING = 4;
 
 /**
@@ -248,13 +251,15 @@ interface WeightVariant {
   accumulate?: boolean;
   /** matmul: y = silu(x·W_gateᵀ) * (x·W_upᵀ), W_up of the same dtype at WEIGHT_UP_BINDING. */
   swiglu?: boolean;
+  /** matmul: also y2 = x·W2ᵀ (+ b2), W2 of the same dtype and shape at WEIGHT_UP_BINDING (matmulPair). */
+  pair?: boolean;
   /** matvec: walk K a run (dot_run) at a time (Kernels.usesWeightRuns). */
   runs?: boolean;
 }
 
 function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, v: WeightVariant): string {
   if (kernel === 'embedding') return `${kernel}/${dtype}`;
-  let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}${v.accumulate ? '/acc' : ''}${v.swiglu ? '/swiglu' : ''}`;
+  let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}${v.accumulate ? '/acc' : ''}${v.swiglu ? '/swiglu' : ''}${v.pair ? '/pair' : ''}`;
   if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}t${v.matmul.tokens}r${v.matmul.rowQuads ?? 1}${v.matmul.tiled ? '/tiled' : ''}`;
   if (v.runs) key += '/runs';
   return v.plan ? `${key}/team${v.plan.team}-${v.plan.reduction}` : key;
@@ -279,10 +284,17 @@ function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: WeightVar
     const rowQuads = shape.rowQuads ?? 1;
     snippets += `const MATMUL_WX: u32 = ${shape.wx}u;\nconst MATMUL_WY: u32 = ${shape.wy}u;\nconst TOKENS: u32 = ${shape.tokens}u;\n`;
     snippets += `const ROW_QUADS: u32 = ${rowQuads}u;\nconst ROWS: u32 = ${4 * rowQuads}u;\n`;
-    snippets += `const SWIGLU: bool = ${!!v.swiglu};\n`;
-    snippets += v.swiglu
+    const second = !!(v.swiglu || v.pair);
+    snippets += `const SWIGLU: bool = ${!!v.swiglu};\nconst PAIR: bool = ${!!v.pair};\nconst SECOND: bool = ${second};\n`;
+    snippets += second
       ? renameWgsl(weightFormatWgsl(dtype, WEIGHT_UP_BINDING, 0, v.aligned), 'up')
       : 'fn load_weight4_up(i: u32) -> vec4<f32> { return vec4<f32>(); }\nfn load_weight_up(i: u32) -> f32 { return 0.0; }\n';
+    snippets += v.pair
+      ? `@group(0) @binding(${PAIR_OUTPUT_BINDING}) var<storage, read_write> y2: array<f32>;\nfn store_y2(i: u32, v: f32) { y2[i] = v; }\n` +
+        (v.hasBias
+          ? `@group(0) @binding(${PAIR_BIAS_BINDING}) var<storage, read> bias2: array<f32>;\nfn load_bias2(r: u32) -> f32 { return bias2[r]; }\n`
+          : 'fn load_bias2(r: u32) -> f32 { return 0.0; }\n')
+      : 'fn store_y2(i: u32, v: f32) {}\nfn load_bias2(r: u32) -> f32 { return 0.0; }\n';
     if (shape.tiled) {
       if (!v.aligned) throw new Error('the tiled matmul needs a multiple of 4 columns');
       return { code: `${directives}${snippets}\n${matmulOutputWgsl}\n${matmulTiledWgsl}`, entryPoint: 'main' };
@@ -1106,6 +1118,8 @@ export class Kernels {
         // The prefill's residual-add (Wo, W_down) and feed-forward-input (W_gate, W_up) variants.
         ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(Infinity, true, dtype), accumulate: true }],
         ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(Infinity, true, dtype), swiglu: true }],
+        // ... and its K and V projections (matmulPair).
+        ['matmul', { hasBias: false, aligned: true, matmul: kernels.matmulShape(Infinity, true, dtype), pair: true }],
       ];
       // Quantized rows are whole blocks (multiples of 32 weights): their matmuls are always aligned.
       if (!isQuantized(dtype)) variants.push(['matmul', { hasBias: false, aligned: false, matmul: kernels.matmulShape(Infinity, false, dtype) }]);
@@ -1577,6 +1591,46 @@ export abstract class KernelRecorder {
       { 1: out, 2: x, [WEIGHT_BINDING]: wGate.buffer, [WEIGHT_UP_BINDING]: wUp.buffer },
       this.matmulGrid(shape, wGate.rows, T, 'matmulSwiglu'),
     );
+  }
+
+  /**
+   * Two projections of the same x for T tokens in one pass (matmul.wgsl PAIR): y1 = x·W1ᵀ (+ b1)
+   * and y2 = x·W2ᵀ (+ b2), each X load serving both: the prefill's K and V (on SwiftShader, where
+   * loads are what costs, 6% of stories260K's prefill). W1 and W2 of one shape and storage, whole,
+   * biases both or neither; otherwise (and for T = 1) two matmul() calls.
+   */
+  matmulPair(y1: GPUBuffer, y2: GPUBuffer, x: GPUBuffer, W1: GpuMatrix, W2: GpuMatrix, T: number, b1?: GPUBuffer, b2?: GPUBuffer): void {
+    assertCount(T, 'matmulPair T', 0);
+    if (T === 0) return;
+    const same = W1.rows === W2.rows && W1.cols === W2.cols && W1.dtype === W2.dtype && !W1.parts && !W2.parts && !b1 === !b2;
+    if (T === 1 || !same) {
+      this.matmul(y1, x, W1, T, b1);
+      this.matmul(y2, x, W2, T, b2);
+      return;
+    }
+    for (const [W, what] of [[W1, 'W1'], [W2, 'W2']] as const) {
+      assertCount(W.rows, `matmulPair ${what}.rows`);
+      assertCount(W.cols, `matmulPair ${what}.cols`);
+      checkWeightShape(W.dtype, W.rows, W.cols, `matmulPair ${what}`);
+    }
+    assertDistinct(y1, [y2, x, W1.buffer, W2.buffer, b1, b2], 'matmulPair');
+    assertDistinct(y2, [x, W1.buffer, W2.buffer, b1, b2], 'matmulPair');
+    assertFits(y1, T * W1.rows * 4, 'matmulPair y1');
+    assertFits(y2, T * W1.rows * 4, 'matmulPair y2');
+    assertFits(x, T * W1.cols * 4, 'matmulPair x');
+    if (b1 && b2) {
+      assertFits(b1, W1.rows * 4, 'matmulPair b1');
+      assertFits(b2, W1.rows * 4, 'matmulPair b2');
+    }
+    const aligned = W1.cols % 4 === 0;
+    const shape = this.kernels.matmulShape(T, aligned, W1.dtype);
+    const pipeline = this.kernels.weightPipeline('matmul', W1.dtype, { hasBias: !!b1, aligned, matmul: shape, pair: true });
+    const buffers: Record<number, GPUBuffer> = { 1: y1, 2: x, [WEIGHT_BINDING]: W1.buffer, [WEIGHT_UP_BINDING]: W2.buffer, [PAIR_OUTPUT_BINDING]: y2 };
+    if (b1 && b2) {
+      buffers[BIAS_BINDING] = b1;
+      buffers[PAIR_BIAS_BINDING] = b2;
+    }
+    this.dispatch(pipeline, [T, W1.rows, W1.cols, 0, W1.rows], buffers, this.matmulGrid(shape, W1.rows, T, 'matmulPair'));
   }
 
   /** matmul.wgsl's 2-D grid for `rows` outputs of T tokens (it does not fold into 2-D like the 1-D kernels). */

@@ -606,8 +606,7 @@ export class LlamaModel {
       // (the residual adds are folded into the Wo and W_down matmuls)
       rec.rmsNorm(act.xb, act.x, layer.attnNorm, T, d, c.rmsNormEps);
       rec.matmul(act.q, act.xb, layer.wq, T, layer.bq);
-      rec.matmul(act.k, act.xb, layer.wk, T, layer.bk);
-      rec.matmul(act.v, act.xb, layer.wv, T, layer.bv);
+      rec.matmulPair(act.k, act.v, act.xb, layer.wk, layer.wv, T, layer.bk, layer.bv);
       rec.rope(act.q, T, c.numHeads, c.headDim, startPos, this.invFreq, c.ropePairing, position);
       rec.rope(act.k, T, c.numKvHeads, c.headDim, startPos, this.invFreq, c.ropePairing, position);
       const kvDim = c.numKvHeads * c.headDim;
