@@ -55,21 +55,30 @@ export class PipelineCache {
 
   /**
    * The pipeline for `key`, compiled synchronously on first use when it was not prepared (the
-   * dispatch methods cannot wait). Compile errors then surface as device validation errors.
+   * dispatch methods cannot wait). A compile error then makes every use of it a device validation
+   * error, which nothing may report: the compiler's messages go to `onCompileError` (console.error
+   * by default) as soon as they are known.
    */
   get(key: string, spec: () => ShaderSpec): GPUComputePipeline {
     let pipeline = this.ready.get(key);
     if (!pipeline) {
       const { code, entryPoint } = spec();
-      pipeline = this.device.createComputePipeline({
-        label: key,
-        layout: 'auto',
-        compute: { module: this.device.createShaderModule({ label: key, code }), entryPoint },
-      });
+      const module = this.device.createShaderModule({ label: key, code });
+      void module.getCompilationInfo?.().then(
+        (info) => {
+          const message = compileErrors(key, info);
+          if (message) this.onCompileError(message);
+        },
+        () => {}, // a lost device: nothing to report about the shader
+      );
+      pipeline = this.device.createComputePipeline({ label: key, layout: 'auto', compute: { module, entryPoint } });
       this.ready.set(key, pipeline);
     }
     return pipeline;
   }
+
+  /** Where get() reports the compiler's errors of a pipeline it compiled on first use. */
+  onCompileError: (message: string) => void = (message) => console.error(message);
 
   /** Whether `key` has been compiled. */
   has(key: string): boolean {
@@ -79,15 +88,18 @@ export class PipelineCache {
   private async compileChecked(key: string, { code, entryPoint }: ShaderSpec): Promise<GPUComputePipeline> {
     const module = this.device.createShaderModule({ label: key, code });
     // The compiler's own messages (line:column) say far more than a failed pipeline does.
-    const info = await module.getCompilationInfo();
-    const errors = info.messages.filter((m) => m.type === 'error');
-    if (errors.length > 0) {
-      const text = errors.map((m) => `  ${m.lineNum}:${m.linePos} ${m.message}`).join('\n');
-      throw new Error(`WGSL compile error in ${key}:\n${text}`);
-    }
+    const message = compileErrors(key, await module.getCompilationInfo());
+    if (message) throw new Error(message);
     const descriptor: GPUComputePipelineDescriptor = { label: key, layout: 'auto', compute: { module, entryPoint } };
     return this.compilesAsync
       ? this.device.createComputePipelineAsync(descriptor)
       : this.device.createComputePipeline(descriptor);
   }
+}
+
+/** The compiler's errors in `info` as one message naming the pipeline (line:column each), or undefined. */
+function compileErrors(key: string, info: GPUCompilationInfo): string | undefined {
+  const errors = info.messages.filter((m) => m.type === 'error');
+  if (errors.length === 0) return undefined;
+  return `WGSL compile error in ${key}:\n${errors.map((m) => `  ${m.lineNum}:${m.linePos} ${m.message}`).join('\n')}`;
 }
