@@ -9,8 +9,8 @@
 //   4. h = silu(s·(x∘γ_ffn)·W_gateᵀ) * s·(x∘γ_ffn)·W_upᵀ
 //   5. x += h·W_downᵀ
 //
-// A dispatch runs LAYER_SLOTS consecutive layers (params.slots: where each finds its norms, biases and
-// matrices), one after the other. With EMBED it first sets x = E[token] (the step's embedding),
+// A dispatch runs LAYER_SLOTS consecutive layers (params.slots: where each finds its norms, biases
+// and matrices), one after the other. With EMBED it first sets x = E[token] (the step's embedding),
 // and with LOGITS it ends with logits = s·(x∘γ_out)·W_lm_headᵀ: so a small model's whole step can
 // take a few dispatches (LlamaModel.recordDecodeLayers) rather than one per layer plus two.
 //
@@ -31,12 +31,12 @@
 // matrix's first element. The K/V caches of slot s are k_cache / v_cache (one slot), or
 // k_cache_c<s> / v_cache_c<s>, read by attend_slot(s, item)'s own copy of the attention.
 //
-// Composed in front of this file (kernels.ts, decodeLayerSpec): WG, QUADS, TEAM (1), LAYER_SLOTS, DIM,
-// Q_DIM, KV_DIM, FFN, the region offsets, HAS_BIAS, EMBED, LOGITS; decode_attention.wgsl's helpers
-// (their store_out, qkv and frequency reads and start_pos are defined below) and
-// decode_attention.wgsl, with the cache bindings and attend_slot; the weight snippets, with block_dot_<m> (blockDotWgsl) for m in q, k, v, o,
-// g, u, d over the loaders named below; and `fn embed_token(lid)` / `fn project_logits(lid)`
-// (empty without EMBED / LOGITS).
+// Composed in front of this file (kernels.ts, decodeLayerSpec): WG, QUADS, TEAM (1), LAYER_SLOTS,
+// DIM, Q_DIM, KV_DIM, FFN, the region offsets, HAS_BIAS, EMBED, LOGITS; decode_attention.wgsl's
+// helpers (their store_out, qkv and frequency reads and start_pos are defined below) and
+// decode_attention.wgsl, with the cache bindings and attend_slot; the weight snippets, with
+// block_dot_<m> (blockDotWgsl) for m in q, k, v, o, g, u, d over the loaders named below; and
+// `fn embed_token(lid)` / `fn project_logits(lid)` (empty without EMBED / LOGITS).
 
 /** Where the layer of one slot finds its constants and matrices. */
 struct Slot {
