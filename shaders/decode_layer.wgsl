@@ -12,7 +12,10 @@
 // A dispatch runs LAYER_SLOTS consecutive layers (params.slots: where each finds its norms, biases
 // and matrices), one after the other. With EMBED it first sets x = E[token] (the step's embedding),
 // and with LOGITS it ends with logits = s·(x∘γ_out)·W_lm_headᵀ: so a small model's whole step can
-// take a few dispatches (LlamaModel.recordDecodeLayers) rather than one per layer plus two.
+// take a few dispatches (LlamaModel.recordDecodeLayers) rather than one per layer plus two. With
+// GREEDY it then picks the next token, the argmax of the logits, into `tokens` (where the next
+// step's EMBED reads it) and its record into st at RECORD0: a greedy sequence needs no sampler
+// dispatch a step.
 //
 // Every thread takes blocks of QUADS quads of rows (4 QUADS rows, whole rows, TEAM = 1) of each
 // projection in turn, and the attention's items. Each phase reads what the one before wrote, and
@@ -32,11 +35,12 @@
 // k_cache_c<s> / v_cache_c<s>, read by attend_slot(s, item)'s own copy of the attention.
 //
 // Composed in front of this file (kernels.ts, decodeLayerSpec): WG, QUADS, TEAM (1), LAYER_SLOTS,
-// DIM, Q_DIM, KV_DIM, FFN, the region offsets, HAS_BIAS, EMBED, LOGITS; decode_attention.wgsl's
-// helpers (their store_out, qkv and frequency reads and start_pos are defined below) and
-// decode_attention.wgsl, with the cache bindings and attend_slot; the weight snippets, with
-// block_dot_<m> (blockDotWgsl) for m in q, k, v, o, g, u, d over the loaders named below; and
-// `fn embed_token(lid)` / `fn project_logits(lid)` (empty without EMBED / LOGITS).
+// DIM, Q_DIM, KV_DIM, FFN, the region offsets, HAS_BIAS, EMBED, LOGITS, GREEDY;
+// decode_attention.wgsl's helpers (their store_out, qkv and frequency reads and start_pos are
+// defined below) and decode_attention.wgsl, with the cache bindings and attend_slot; the weight
+// snippets, with block_dot_<m> (blockDotWgsl) for m in q, k, v, o, g, u, d over the loaders named
+// below; and `fn embed_token(lid)` / `fn project_logits(lid)` / `fn pick_greedy(lid)` (empty
+// without EMBED / LOGITS / GREEDY).
 
 /** Where the layer of one slot finds its constants and matrices. */
 struct Slot {
@@ -250,6 +254,10 @@ fn main(@builtin(local_invocation_index) lid: u32) {
   if (LOGITS) {
     phase();
     project_logits(lid);
+  }
+  if (GREEDY) {
+    phase();
+    pick_greedy(lid);
   }
   // The next step's position, p + 1, once every thread has read p: consecutive steps then need no
   // copy of their position between them, and share one compute pass (DecodeStep.consecutive).

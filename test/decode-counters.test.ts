@@ -67,10 +67,19 @@ describe('GPU work per decode token', () => {
       // Where the step advances its own position (a dispatch per layer: CPU adapters), a batch is
       // also one compute pass and two copies (the first position, the records to read back).
       const { decodeStep } = await (engine.generator as unknown as { decodeResources(): Promise<DecodeResources> }).decodeResources();
+      // A plain greedy step picks its token itself: no sampler dispatch.
+      if (name === 'greedy' && decodeStep.greedy) expect(perToken('dispatches')).toBe(decodeStep.dispatchCount);
       if (decodeStep.consecutive) {
         const batches = long.readBacks - short.readBacks;
         expect(long.computePasses - short.computePasses).toBe(batches);
-        expect(long.copies - short.copies).toBe(2 * batches);
+        const copies = long.copies - short.copies;
+        if (name === 'greedy' && decodeStep.greedy) {
+          // The step's own records sit in a ring (slot = position mod slots): a batch that wraps takes a third copy.
+          expect(copies).toBeGreaterThanOrEqual(2 * batches);
+          expect(copies).toBeLessThanOrEqual(3 * batches);
+        } else {
+          expect(copies).toBe(2 * batches);
+        }
       } else {
         expect(perToken('computePasses')).toBeGreaterThanOrEqual(1);
       }

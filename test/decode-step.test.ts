@@ -3,7 +3,8 @@
 import { describe, expect, it } from 'vitest';
 import type { WeightDType } from '../src/gpu/tensor.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
-import { LlamaModel } from '../src/model/llama.ts';
+import { LlamaModel, type DecodeStep } from '../src/model/llama.ts';
+import type { KvCache } from '../src/model/kv-cache.ts';
 import { decodeLayerGroups } from '../src/gpu/kernels.ts';
 import { buildRandomModel, tinyConfig } from './helpers/random-model.ts';
 import { mulberry32 } from './helpers/prng.ts';
@@ -92,6 +93,56 @@ async function readF32(device: GPUDevice, staging: GPUBuffer, floats: number): P
   const out = new Float32Array(staging.getMappedRange(0, floats * 4).slice(0));
   staging.unmap();
   return out;
+}
+
+/** The lowest index of the largest value, and its log-softmax (f64). */
+function argmaxLogprob(logits: Float32Array): { id: number; logprob: number } {
+  let id = 0;
+  for (let i = 1; i < logits.length; i++) if (logits[i] > logits[id]) id = i;
+  let sum = 0;
+  for (const l of logits) sum += Math.exp(l - logits[id]);
+  return { id, logprob: -Math.log(sum) };
+}
+
+/**
+ * DecodeStep.greedy, one step a submit from position p0 on: each step's token is the argmax of
+ * the logits it leaves (lowest id on ties), written to tokenIn and to its record slot (p mod
+ * slots) with its logprob; the next step embeds it (its logits match forward() on that token).
+ */
+async function checkGreedySteps(model: LlamaModel, step: DecodeStep, cache: KvCache, forwardCache: KvCache, p0: number, tolerance: number) {
+  const device = model.ctx.device;
+  const greedy = step.greedy!;
+  const vocab = model.config.vocabSize;
+  const read = async (buffer: GPUBuffer, offset: number, bytes: number) => {
+    const staging = device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const encoder = device.createCommandEncoder();
+    encoder.copyBufferToBuffer(buffer, offset, staging, 0, bytes);
+    device.queue.submit([encoder.finish()]);
+    await staging.mapAsync(GPUMapMode.READ);
+    const out = staging.getMappedRange().slice(0);
+    staging.destroy();
+    return out;
+  };
+  let token = 5;
+  device.queue.writeBuffer(step.tokenIn, 0, new Uint32Array([token]));
+  const steps = Math.min(6, cache.capacity - p0);
+  for (let pos = p0; pos < p0 + steps; pos++) {
+    const encoder = device.createCommandEncoder();
+    step.consecutive!.setPosition(encoder, pos, 1);
+    const pass = encoder.beginComputePass();
+    greedy.encodeInPass(pass);
+    pass.end();
+    device.queue.submit([encoder.finish()]);
+    const logits = new Float32Array(await read(step.logits, 0, vocab * 4));
+    expectClose(logits, await model.forward([token], pos, forwardCache), tolerance);
+    const want = argmaxLogprob(logits);
+    const slot = pos % greedy.records.slots;
+    const record = new DataView(await read(greedy.records.buffer, greedy.records.offset + slot * greedy.records.bytes, greedy.records.bytes));
+    expect(record.getUint32(0, true)).toBe(want.id);
+    expect(record.getFloat32(4, true)).toBeCloseTo(want.logprob, 4);
+    expect(new Uint32Array(await read(step.tokenIn, 0, 4))[0]).toBe(want.id);
+    token = want.id;
+  }
 }
 
 describe('decode step: createDecodeStep vs forward() and the CPU reference', () => {
@@ -191,6 +242,10 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
         expect(() => step.consecutive!.setPosition(device.createCommandEncoder(), capacity - 2, 3)).toThrow(/outside the KV cache/);
       }
 
+      // The step that picks its next token itself (f32 arena with the logits folded in).
+      expect(!!step.greedy).toBe(!!(layer && fits && dtype === 'f32' && arena !== false));
+      if (step.greedy) await checkGreedySteps(model, step, stepCache, forwardCache, prompt.length, kvDType === 'f16' ? 1e-3 : 3e-5);
+
       step.destroy();
       staging.destroy();
       prefillLogits.destroy();
@@ -209,6 +264,31 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
     expect(decodeLayerGroups(8, 10, false, false)).toEqual([[0, 4], [4, 4]]);
     expect(decodeLayerGroups(4, 16, true, true)).toEqual([[0, 4]]);
     expect(() => decodeLayerGroups(2, 3, false, false)).toThrow(/cannot bind/);
+  });
+
+  it('the greedy pick takes the lowest id of tied logits, across the threads that share the vocabulary out', async () => {
+    const ctx = await testGpu();
+    const config = tinyConfig({ intermediateSize: 60 });
+    const { gpu } = buildRandomModel(ctx, config, 'f32', 5);
+    // W_lm_head rows: A at 5 and 7, -A at 6 and 9, zeros elsewhere. Logits v at 5 and 7, -v at 6
+    // and 9: the pick is 5 (v > 0) or 6 (v < 0), each tied with an id of another thread.
+    const rows = new Float32Array(config.vocabSize * config.hiddenSize);
+    const a = Float32Array.from({ length: config.hiddenSize }, (_, i) => Math.sin(i + 1));
+    for (const [r, sign] of [[5, 1], [7, 1], [6, -1], [9, -1]]) rows.set(a.map((v) => sign * v), r * config.hiddenSize);
+    ctx.device.queue.writeBuffer(gpu.lmHead.buffer, 0, rows);
+    const model = await LlamaModel.create(ctx, config, gpu);
+    model.kernels.decodeLayerOverride = true;
+    const cache = model.createKvCache(16);
+    const forwardCache = model.createKvCache(16);
+    await model.forward([1, 2, 3], 0, cache, { readBack: false });
+    await model.forward([1, 2, 3], 0, forwardCache, { readBack: false });
+    const step = model.createDecodeStep(cache);
+    expect(step.greedy).toBeDefined();
+    await checkGreedySteps(model, step, cache, forwardCache, 3, 3e-5);
+    step.destroy();
+    cache.destroy();
+    forwardCache.destroy();
+    model.destroy();
   });
 
   it('weights without COPY_SRC keep five dispatches a layer (their norms cannot be copied into the layer state)', async () => {

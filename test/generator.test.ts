@@ -2,6 +2,7 @@
 // model, against the CPU reference forward pass.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LlamaGenerator } from '../src/engine/generator.ts';
+import type { DecodeResources } from '../src/engine/decode-pipeline.ts';
 import { QueueFullError } from '../src/engine/scheduler.ts';
 import type { FinishReason, GeneratedToken, GenerationSession, ModelInfo, SamplingParams, SequenceOptions, SessionRequest } from '../src/engine/types.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
@@ -77,8 +78,13 @@ function argmax(row: ArrayLike<number>): number {
  * repetition over prompt + generated, presence/frequency over generated). Returns the tokens and
  * the raw logits each was chosen from.
  */
-function cpuGreedy(prompt: number[], steps: number, s: Partial<SamplingParams> = {}): { tokens: number[]; raws: Float32Array[] } {
-  const cpu = new CpuLlama(config, cpuWeights, CAPACITY);
+function cpuGreedy(
+  prompt: number[],
+  steps: number,
+  s: Partial<SamplingParams> = {},
+  reference: { config: LlamaConfig; weights: CpuLlamaWeights } = { config, weights: cpuWeights },
+): { tokens: number[]; raws: Float32Array[] } {
+  const cpu = new CpuLlama(reference.config, reference.weights, CAPACITY);
   let raw: Float32Array = cpu.forward(prompt, 0).slice((prompt.length - 1) * V);
   const tokens: number[] = [];
   const raws: Float32Array[] = [];
@@ -148,6 +154,28 @@ describe('sessions against the CPU reference', () => {
     });
     // generate() is the same loop
     expect(await ids(generator, { promptTokens: PROMPT, maxTokens: 12, sampling: greedy, stopTokenIds: [] })).toEqual({ ids: want.tokens, finish: 'length' });
+  });
+
+  it('a plain greedy sequence, picked by the decode step itself (no sampler dispatch), equals the CPU greedy decoding', async () => {
+    // FFN 60: decode_layer.wgsl takes the shape, so the f32 arena with the logits folded in.
+    const ctx = await testGpu();
+    const layered = tinyConfig({ vocabSize: 97, contextLength: 64, intermediateSize: 60 });
+    const built = buildRandomModel(ctx, layered, 'f32', 6);
+    const m = await LlamaModel.create(ctx, layered, built.gpu);
+    m.kernels.decodeLayerOverride = true;
+    const g = new LlamaGenerator(m, new IdTokenizer(), info, m.createKvCache(CAPACITY));
+    try {
+      const { decodeStep } = await (g as unknown as { decodeResources(): Promise<DecodeResources> }).decodeResources();
+      expect(decodeStep.greedy).toBeDefined();
+      const want = cpuGreedy(PROMPT, 20, {}, { config: layered, weights: built.cpu });
+      const plain = await run(g, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 20 });
+      expect(plain.ids).toEqual(want.tokens);
+      plain.tokens.forEach((t, i) => expect(Math.abs(t.logprob - logSoftmax(want.raws[i])[t.id])).toBeLessThan(1e-4));
+      // logprobs 0 takes the sampler's dispatch: the same tokens.
+      expect((await run(g, { promptTokens: PROMPT, sampling: greedy, logprobs: 0 }, { maxTokens: 20 })).ids).toEqual(want.tokens);
+    } finally {
+      g.destroy();
+    }
   });
 
   it('prompt logprobs equal the CPU log-softmax (first null), in one pass or in chunks', async () => {

@@ -5,6 +5,10 @@
 // the new token where the next step's embedding reads it and writes the token's record (id,
 // logprob, top alternatives) to slot j of the sampler's record buffer.
 //
+// A plain greedy sequence (no bias, penalties or top alternatives) skips the sampler where the
+// step can pick the argmax itself (DecodeStep.greedy): the step then writes the token and a short
+// record of its own, and the batch copies those.
+//
 // Steps go in batches of B, one command buffer and one submit per batch (in Chromium each submit
 // crosses to the GPU process: one per step cost ~30% of stories260K's decode on SwiftShader).
 // Where the decode step advances its own position (DecodeStep.consecutive), the batch's steps and
@@ -37,6 +41,12 @@ export function batchSteps(index: number, stepMs: number | undefined): number {
   return size;
 }
 
+/** Record j of a copy of the decode step's greedy records (DecodeStep.greedy): u32 id, f32 logprob. */
+function readGreedyRecord(bytes: ArrayBuffer, j: number, recordBytes: number): GeneratedToken {
+  const view = new DataView(bytes, j * recordBytes, 8);
+  return { id: view.getUint32(0, true), logprob: view.getFloat32(4, true) };
+}
+
 /** What the pipeline runs: shared by the sequences of a generator, one sequence at a time. */
 export interface DecodeResources {
   readonly device: GPUDevice;
@@ -61,6 +71,8 @@ interface Batch {
   count: number;
   staging: GPUBuffer;
   mapped: Promise<void>;
+  /** The records' format: the sampler's, or the decode step's own greedy records. */
+  greedy: boolean;
 }
 
 /**
@@ -75,13 +87,17 @@ export async function* decodeTokens(
   beforeSubmit: () => void,
 ): AsyncGenerator<GeneratedToken, void, void> {
   const { device, decodeStep, sampler } = resources;
+  // A plain greedy sequence lets the step pick its tokens itself (no sampler dispatch), from step
+  // 1 on: step 0 samples the prefill's logits, in a batch of its own.
+  const greedy = decodeStep.consecutive && sampler.plainGreedy ? decodeStep.greedy : undefined;
   const inFlight: Batch[] = [];
   let submitted = 0;
   let batches = 0;
   let stepMs: number | undefined;
   let lastResolved: number | undefined;
 
-  const nextBatchSize = (): number => Math.min(batchSteps(batches, stepMs), plan.maxSteps - submitted, sampler.recordSlots);
+  const nextBatchSize = (): number =>
+    Math.min(submitted === 0 ? 1 : batchSteps(batches, stepMs), plan.maxSteps - submitted, greedy ? greedy.records.slots : sampler.recordSlots);
 
   const submitBatch = (count: number): void => {
     beforeSubmit();
@@ -96,6 +112,10 @@ export async function* decodeTokens(
       const pass = encoder.beginComputePass({ label: 'decode steps' });
       for (let j = 0; j < count; j++) {
         const step = submitted + j;
+        if (step > 0 && greedy) {
+          greedy.encodeInPass(pass);
+          continue;
+        }
         if (step > 0) consecutive.encodeInPass(pass);
         sampler.encodeInPass(pass, step === 0 ? plan.prefillLogits : decodeStep.logits, step, decodeStep.tokenIn, j);
       }
@@ -111,9 +131,21 @@ export async function* decodeTokens(
         }
       }
     }
-    encoder.copyBufferToBuffer(sampler.records, 0, staging, 0, count * RECORD_BYTES);
+    const fromStep = greedy !== undefined && submitted > 0;
+    let bytes = count * RECORD_BYTES;
+    if (fromStep) {
+      // The step at position p wrote record slot p mod slots: the batch's slots, wrapping at most once.
+      const { buffer, offset, bytes: recordBytes, slots } = greedy.records;
+      const firstSlot = (plan.promptLength + submitted - 1) % slots;
+      const head = Math.min(count, slots - firstSlot);
+      encoder.copyBufferToBuffer(buffer, offset + firstSlot * recordBytes, staging, 0, head * recordBytes);
+      if (head < count) encoder.copyBufferToBuffer(buffer, offset, staging, head * recordBytes, (count - head) * recordBytes);
+      bytes = count * recordBytes;
+    } else {
+      encoder.copyBufferToBuffer(sampler.records, 0, staging, 0, bytes);
+    }
     device.queue.submit([encoder.finish()]);
-    inFlight.push({ count, staging, mapped: staging.mapAsync(GPUMapMode.READ, 0, count * RECORD_BYTES) });
+    inFlight.push({ count, staging, mapped: staging.mapAsync(GPUMapMode.READ, 0, bytes), greedy: fromStep });
     submitted += count;
     batches++;
   };
@@ -135,12 +167,12 @@ export async function* decodeTokens(
         stepMs = stepMs === undefined ? measured : 0.5 * stepMs + 0.5 * measured;
       }
       lastResolved = now;
-      const bytes = batch.staging.getMappedRange(0, batch.count * RECORD_BYTES).slice(0);
+      const bytes = batch.staging.getMappedRange(0, batch.count * (batch.greedy ? greedy!.records.bytes : RECORD_BYTES)).slice(0);
       batch.staging.unmap();
       // Queue the next batch before handing tokens on: the consumer's work overlaps the GPU's.
       const size = nextBatchSize();
       if (size > 0) submitBatch(size);
-      for (let j = 0; j < batch.count; j++) yield readRecord(bytes, j, plan.logprobs);
+      for (let j = 0; j < batch.count; j++) yield batch.greedy ? readGreedyRecord(bytes, j, greedy!.records.bytes) : readRecord(bytes, j, plan.logprobs);
     }
   } finally {
     // Batches past the end (a stop, an abort): wait for them so their staging buffers are unmapped.

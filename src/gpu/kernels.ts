@@ -804,9 +804,19 @@ export interface DecodeLayerLayout {
   /** Layer l's [γ_attn | γ_ffn | bq | bk | bv] starts at consts + l * constsStride. */
   consts: number;
   constsStride: number;
+  /**
+   * The greedy steps' records (decodeLayers `greedyTo`): DECODE_RECORD_SLOTS of 4 words each, u32
+   * id, f32 logprob, 0, 0; the step at position p writes slot p mod DECODE_RECORD_SLOTS.
+   */
+  records: number;
   /** Floats in the buffer. */
   floats: number;
 }
+
+/** Record slots in the decode layers' state: a batch of steps may take this many before the first is overwritten. */
+export const DECODE_RECORD_SLOTS = 32;
+/** Bytes of one greedy record in the decode layers' state. */
+export const DECODE_RECORD_BYTES = 16;
 
 const up4 = (n: number) => Math.ceil(n / 4) * 4;
 
@@ -821,7 +831,8 @@ export function decodeLayerLayout(d: DecodeLayerDims): DecodeLayerLayout {
   const outNorm = freq + up4(d.headDim / 2);
   const consts = outNorm + up4(d.dim);
   const constsStride = up4(2 * d.dim + qkvRows);
-  return { x, qkv, att, h, pos, freq, outNorm, consts, constsStride, floats: consts + d.numLayers * constsStride };
+  const records = consts + d.numLayers * constsStride;
+  return { x, qkv, att, h, pos, freq, outNorm, consts, constsStride, records, floats: records + (DECODE_RECORD_SLOTS * DECODE_RECORD_BYTES) / 4 };
 }
 
 /**
@@ -840,12 +851,13 @@ export interface DecodeArena {
 
 /**
  * How decode_layer.wgsl's dispatches share out `numLayers` layers over an arena: [first layer,
- * count] each, in order. A dispatch binds st, the arena, two caches a layer, and the token
- * (`embed`: the first dispatch) or the logits (`logits`: the last), at most `maxStorageBuffers`.
+ * count] each, in order. A dispatch binds st, the arena, two caches a layer, the token (`embed`:
+ * the first dispatch reads it; `logits`: the last may write it, greedy) and the logits (`logits`:
+ * the last), at most `maxStorageBuffers`.
  */
 export function decodeLayerGroups(numLayers: number, maxStorageBuffers: number, embed: boolean, logits: boolean): [number, number][] {
-  const slots = (first: boolean, last: boolean) =>
-    Math.min(DECODE_LAYER_MAX_SLOTS, Math.floor((maxStorageBuffers - 2 - (first && embed ? 1 : 0) - (last && logits ? 1 : 0)) / 2));
+  const io = (first: boolean, last: boolean) => ((first && embed) || (last && logits) ? 1 : 0) + (last && logits ? 1 : 0);
+  const slots = (first: boolean, last: boolean) => Math.min(DECODE_LAYER_MAX_SLOTS, Math.floor((maxStorageBuffers - 2 - io(first, last)) / 2));
   const groups: [number, number][] = [];
   for (let first = 0; first < numLayers; ) {
     const left = numLayers - first;
@@ -873,25 +885,30 @@ type DecodeLayerVariant = {
   embed: boolean;
   /** Ends with the logits of this many rows of W_lm_head (arena only); 0: none. */
   logitsRows: number;
+  /** Then picks the next token from them (argmax): to the token binding and a record in st. */
+  greedy: boolean;
 };
 const decodeLayerKey = (v: DecodeLayerVariant) =>
   `decode_layer/d${v.dims.dim}/q${v.dims.qDim}/kv${v.dims.kvDim}/f${v.dims.ffn}/hd${v.dims.headDim}/g${v.heads}/kv_${v.kvDType}/` +
   `${v.matrices ? v.matrices.map((m) => `${m.dtype}${m.runs ? '+runs' : ''}`).join(',') : 'arena'}/${v.hasBias ? 'bias' : 'nobias'}/w${v.workgroup}q${v.quads}` +
-  `/s${v.slots}${v.embed ? '/embed' : ''}${v.logitsRows ? `/logits${v.logitsRows}` : ''}`;
+  `/s${v.slots}${v.embed ? '/embed' : ''}${v.logitsRows ? `/logits${v.logitsRows}` : ''}${v.greedy ? '/greedy' : ''}`;
 
 /**
  * Whether decode_layer.wgsl can run a layer of these sizes and projections (DECODE_LAYER_MATRICES
  * order): sizes in whole vec4s, whole matrices (no parts), and enough storage bindings.
  */
 export function decodeLayerFits(d: DecodeLayerDims, matrices: readonly GpuMatrix[], maxStorageBuffers: number): boolean {
-  const aligned = [d.dim, d.qDim, d.kvDim, d.ffn, d.headDim].every((n) => n > 0 && n % 4 === 0);
   return (
-    aligned &&
-    d.headDim <= ATTENTION_MAX_HEAD_DIM &&
+    decodeLayerSizesFit(d) &&
     matrices.length === DECODE_LAYER_MATRICES.length &&
     matrices.every((m) => !m.parts) &&
     maxStorageBuffers >= DECODE_LAYER_STORAGE_BUFFERS
   );
+}
+
+/** Whether decode_layer.wgsl can take these sizes: whole vec4s, and a head the attention takes. */
+function decodeLayerSizesFit(d: DecodeLayerDims): boolean {
+  return [d.dim, d.qDim, d.kvDim, d.ffn, d.headDim].every((n) => n > 0 && n % 4 === 0) && d.headDim <= ATTENTION_MAX_HEAD_DIM;
 }
 
 /**
@@ -957,7 +974,7 @@ function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
     `const DIM: u32 = ${d.dim}u;\nconst Q_DIM: u32 = ${d.qDim}u;\nconst KV_DIM: u32 = ${d.kvDim}u;\nconst FFN: u32 = ${d.ffn}u;\n` +
     `const X0: u32 = ${layout.x}u;\nconst QKV0: u32 = ${layout.qkv}u;\nconst ATT0: u32 = ${layout.att}u;\nconst H0: u32 = ${layout.h}u;\n` +
     `const POS0: u32 = ${layout.pos}u;\nconst FREQ0: u32 = ${layout.freq}u;\nconst OUT0: u32 = ${layout.outNorm}u;\nconst HAS_BIAS: bool = ${v.hasBias};\n` +
-    `const EMBED: bool = ${v.embed};\nconst LOGITS: bool = ${v.logitsRows > 0};\n` +
+    `const EMBED: bool = ${v.embed};\nconst LOGITS: bool = ${v.logitsRows > 0};\nconst GREEDY: bool = ${v.greedy};\n` +
     decodeLayerAttentionWgsl(`${decodeAttentionHelpersWgsl(d.headDim, v.heads, v.kvDType, false)}\n${decodeAttentionWgsl}\n`, v.slots);
   // Each projection's K and the vector it multiplies (decode_layer.wgsl's loaders).
   const inputs: Record<(typeof DECODE_LAYER_MATRICES)[number], [string, string]> = {
@@ -980,20 +997,24 @@ function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
       code += blockDotWgsl(name, 'f32', false, cols, `load_in4_${input}`, `load_in_${input}`, unroll, '');
     });
   }
+  if (v.greedy && !v.logitsRows) throw new Error('decode_layer.wgsl: a greedy pick needs the logits');
+  if (v.embed || v.greedy) {
+    code += `@group(0) @binding(${DECODE_LAYER_TOKENS_BINDING}) var<storage, ${v.greedy ? 'read_write' : 'read'}> tokens: array<u32>;\n`;
+  }
   code += v.embed ? decodeEmbeddingWgsl() : 'fn embed_token(lid: u32) {}\n';
   if (v.logitsRows > 0) {
     code += blockDotWgsl('lm', 'f32', false, 'DIM', 'load_in4_out', 'load_in_out', unroll, '') + decodeLogitsWgsl(v.logitsRows);
   } else {
     code += 'fn project_logits(lid: u32) {}\n';
   }
+  code += v.greedy ? decodeGreedyWgsl(layout.records) : 'fn pick_greedy(lid: u32) {}\n';
   const source = unrollAttentionLoops(`${code}\n${decodeLayerWgsl}`, d.headDim, v.heads);
   return { code: unrollConstLoops(source, unroll), entryPoint: 'main' };
 }
 
 /** decode_layer.wgsl's EMBED phase: x = E[token] from the arena (0 past its rows), as embedding.wgsl does. */
 function decodeEmbeddingWgsl(): string {
-  return `@group(0) @binding(${DECODE_LAYER_TOKENS_BINDING}) var<storage, read> tokens: array<u32>;
-fn embed_token(lid: u32) {
+  return `fn embed_token(lid: u32) {
   let token = tokens[0];
   for (var k = lid * 4u; k < DIM; k += WG * 4u) {
     var e = vec4<f32>(0.0);
@@ -1021,6 +1042,56 @@ fn project_logits(lid: u32) {
       if (r + 2u < LOGIT_ROWS) { logits[r + 2u] = y.z; }
       if (r + 3u < LOGIT_ROWS) { logits[r + 3u] = y.w; }
     }
+  }
+}
+`;
+}
+
+/**
+ * decode_layer.wgsl's GREEDY phase, after LOGITS: the next token as the GPU sampler picks it at
+ * temperature 0 without bias, penalties or alternatives (sample.wgsl): the argmax of the logits,
+ * the lowest id on ties, and its log-softmax log(exp(l_max) / Σ exp(l)) = -log Σ exp(l - l_max).
+ * Each thread keeps a running maximum and sum over ids lid, lid + WG, ... (in ascending order, so
+ * a strict > keeps the lowest id); thread 0 merges them in thread order.
+ */
+function decodeGreedyWgsl(records: number): string {
+  return `const RECORD0: u32 = ${records}u;
+const RECORD_SLOTS: u32 = ${DECODE_RECORD_SLOTS}u;
+var<workgroup> greedy_max: array<f32, WG>;
+var<workgroup> greedy_sum: array<f32, WG>;
+var<workgroup> greedy_id: array<u32, WG>;
+fn pick_greedy(lid: u32) {
+  var m = -3.0e38; // not -inf: exp(l - m) stays 0 for l = -inf
+  var sum = 0.0;
+  var id = 0u;
+  for (var r = lid; r < LOGIT_ROWS; r += WG) {
+    let l = logits[r];
+    if (l > m) {
+      sum = sum * exp(m - l) + 1.0;
+      m = l;
+      id = r;
+    } else {
+      sum += exp(l - m);
+    }
+  }
+  greedy_max[lid] = m;
+  greedy_sum[lid] = sum;
+  greedy_id[lid] = id;
+  workgroupBarrier();
+  if (lid == 0u) {
+    for (var t = 1u; t < WG; t++) {
+      let mt = greedy_max[t];
+      if (mt > m) {
+        sum = sum * exp(m - mt) + greedy_sum[t];
+        m = mt;
+        id = greedy_id[t];
+      } else {
+        sum += greedy_sum[t] * exp(mt - m);
+        if (mt == m) { id = min(id, greedy_id[t]); }
+      }
+    }
+    tokens[0] = id;
+    st[RECORD0 / 4u + start_pos() % RECORD_SLOTS] = vec4<f32>(bitcast<f32>(id), -log(sum), 0.0, 0.0);
   }
 }
 `;
@@ -2011,12 +2082,14 @@ export abstract class KernelRecorder {
    * in turn, the token's K/V appended to its caches at the position. The matrices (Wq, Wk, Wv, Wo,
    * W_gate, W_up, W_down: DECODE_LAYER_MATRICES) are one layer's, whole (see decodeLayerFits), each
    * bound on its own; or every layer's in an f32 arena, which also lets the dispatch start with x =
-   * E[tokens[0]] (`tokens`) and end with the logits (`logits`) when the arena holds those matrices.
+   * E[tokens[0]] (`embedFrom`) and end with the logits (`logits`) when the arena holds those
+   * matrices, and then write their argmax to `greedyTo` (u32 at byte 0) and its record to the state
+   * (decodeLayerLayout's records; embedFrom and greedyTo, when both are given, are one buffer).
    * The last layer's dispatch leaves the next position in the state.
    */
   decodeLayers(
     state: GPUBuffer,
-    weights: { matrices: readonly GpuMatrix[] } | { arena: DecodeArena; tokens?: GPUBuffer; logits?: GPUBuffer },
+    weights: { matrices: readonly GpuMatrix[] } | { arena: DecodeArena; embedFrom?: GPUBuffer; logits?: GPUBuffer; greedyTo?: GPUBuffer },
     first: number,
     count: number,
     dims: DecodeLayerDims,
@@ -2035,6 +2108,7 @@ export abstract class KernelRecorder {
     }
     if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
     if (slidingWindow !== undefined) assertCount(slidingWindow, 'decodeLayers slidingWindow');
+    if (!decodeLayerSizesFit(dims)) throw new Error('decodeLayers: these sizes do not fit decode_layer.wgsl (see decodeLayerFits)');
     const shapes: [number, number][] = [
       [dims.qDim, dims.dim], [dims.kvDim, dims.dim], [dims.kvDim, dims.dim], [dims.dim, dims.qDim],
       [dims.ffn, dims.dim], [dims.ffn, dims.dim], [dims.dim, dims.ffn],
@@ -2059,6 +2133,7 @@ export abstract class KernelRecorder {
     let variantWeights: DecodeLayerVariant['matrices'];
     let embed = false;
     let logitsRows = 0;
+    let greedy = false;
     const io = [0, 0, 0]; // emb, emb_rows, lm
     if ('matrices' in weights) {
       const { matrices } = weights;
@@ -2077,7 +2152,9 @@ export abstract class KernelRecorder {
       variantWeights = matrices.map((m) => ({ dtype: m.dtype, runs: this.kernels.usesWeightRuns(m.dtype) }));
       slots.push(layout.consts + first * layout.constsStride, 0, 0, 0, 0, 0, 0, 0);
     } else {
-      const { arena, tokens, logits } = weights;
+      const { arena, embedFrom, logits, greedyTo } = weights;
+      if (embedFrom && greedyTo && embedFrom !== greedyTo) throw new Error('decodeLayers: embedFrom and greedyTo must be one buffer (one binding)');
+      const tokens = embedFrom ?? greedyTo;
       if (count > DECODE_LAYER_MAX_SLOTS) throw new Error(`decodeLayers: at most ${DECODE_LAYER_MAX_SLOTS} layers a dispatch, got ${count}`);
       const floats = arena.buffer.size / 4;
       const inArena = (offset: number, elements: number, what: string) => {
@@ -2094,11 +2171,13 @@ export abstract class KernelRecorder {
       buffers[DECODE_LAYER_ARENA_BINDING] = arena.buffer;
       assertDistinct(state, [arena.buffer], 'decodeLayers');
       if (tokens) {
+        assertFits(tokens, 4, 'decodeLayers tokens');
+        buffers[DECODE_LAYER_TOKENS_BINDING] = tokens;
+      }
+      if (embedFrom) {
         if (!arena.embedding) throw new Error('decodeLayers: the arena holds no token embedding');
         assertCount(arena.embedding.rows, 'decodeLayers embedding rows');
         inArena(arena.embedding.offset, arena.embedding.rows * dims.dim, 'the token embedding');
-        assertFits(tokens, 4, 'decodeLayers tokens');
-        buffers[DECODE_LAYER_TOKENS_BINDING] = tokens;
         embed = true;
         io[0] = arena.embedding.offset;
         io[1] = arena.embedding.rows;
@@ -2112,6 +2191,11 @@ export abstract class KernelRecorder {
         buffers[DECODE_LAYER_LOGITS_BINDING] = logits;
         logitsRows = arena.lmHead.rows;
         io[2] = arena.lmHead.offset;
+      }
+      if (greedyTo) {
+        if (!logits) throw new Error('decodeLayers: a greedy pick needs the logits');
+        if (first + count !== dims.numLayers) throw new Error('decodeLayers: only the last layer\'s dispatch picks the next token');
+        greedy = true;
       }
       const bound = Object.keys(buffers).length;
       if (bound > maxStorage) throw new Error(`decodeLayers: ${bound} storage buffers, the device binds ${maxStorage} (see decodeLayerGroups)`);
@@ -2128,6 +2212,7 @@ export abstract class KernelRecorder {
       slots: count,
       embed,
       logitsRows,
+      greedy,
     };
     const scale = f32(1 / Math.sqrt(dims.headDim));
     const advance = first + count === dims.numLayers ? 1 : 0;

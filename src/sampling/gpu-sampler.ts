@@ -75,6 +75,8 @@ type EntryPoint = (typeof PASS_ENTRY_POINTS)[number] | 'fused';
 /** How a sequence's steps are recorded (decided by its parameters, at beginSequence). */
 interface StepShape {
   greedy: boolean;
+  /** Greedy on the raw logits (no bias, penalties or min_tokens ban) and no top alternatives asked. */
+  plainGreedy: boolean;
   /** Radix selections per step: top_k, top_p, or both. */
   selections: number;
 }
@@ -243,8 +245,18 @@ export class GpuSampler {
     // The stored f32 decides greedy in the shader; decide it here from the same value.
     this.shape = {
       greedy: f[4] === 0,
+      plainGreedy: f[4] === 0 && u[15] === 0 && logprobs === undefined,
       selections: (u[5] > 0 ? 1 : 0) + (f[6] < 1 ? 1 : 0),
     };
+  }
+
+  /**
+   * Whether the current sequence's tokens are the argmax of the raw logits (the lowest id on
+   * ties), with no top alternatives to record: then a decode step may pick them itself
+   * (DecodeStep.greedy) and give the same record (id and logprob).
+   */
+  get plainGreedy(): boolean {
+    return this.shape?.plainGreedy ?? false;
   }
 
   /**
