@@ -7,7 +7,7 @@
 // A workgroup of 16 x 16 threads computes a 64-row x 64-token tile of Y. It walks K in steps of
 // TILE_K = 16: the 256 threads first copy the step's 64 x 16 slice of W and of X into workgroup
 // memory (one vec4 of each per thread: 256 vec4 = 64 x 16 floats), transposed so that for each k
-// a thread reads its 4 rows and its 4 tokens as one vec4 each; after a barrier, every thread
+// a thread reads its 4 rows and its 4 tokens as consecutive floats; after a barrier, every thread
 // accumulates its 4 x 4 block (register blocking) over the 16 k, then a barrier before the next
 // copy. So each element of W and X comes from memory once per tile instead of once per 4 x 4
 // block, and the arithmetic reads workgroup memory. (On CPU adapters barriers are dear and
@@ -18,12 +18,26 @@
 
 const TILE: u32 = 64u;   // rows and tokens per workgroup
 const TILE_K: u32 = 16u; // K per step
-const QUARTER: u32 = TILE / 4u;
 
-// w_tile[k * QUARTER + i] holds W[tile row 4i .. 4i+3, k]; x_tile[k * QUARTER + j] X[tile token 4j .. 4j+3, k].
-var<workgroup> w_tile: array<vec4<f32>, TILE_K * QUARTER>;
-var<workgroup> w_up_tile: array<vec4<f32>, TILE_K * QUARTER>;
-var<workgroup> x_tile: array<vec4<f32>, TILE_K * QUARTER>;
+// w_tile[k * TILE + i] holds W[tile row i, k]; x_tile[k * TILE + j] X[tile token j, k]. Arrays of
+// f32, not of vec4: in the transposed copy four threads write the four floats of one vec4, and
+// WGSL (with HLSL and MSL below it) may store a whole vector for a write of one component, which
+// races between those threads.
+var<workgroup> w_tile: array<f32, TILE_K * TILE>;
+var<workgroup> w_up_tile: array<f32, TILE_K * TILE>;
+var<workgroup> x_tile: array<f32, TILE_K * TILE>;
+
+// Four consecutive floats of a tile (one function per tile: pointers to workgroup memory as
+// parameters need a WGSL extension that not every browser has).
+fn w_tile4(at: u32) -> vec4<f32> {
+  return vec4<f32>(w_tile[at], w_tile[at + 1u], w_tile[at + 2u], w_tile[at + 3u]);
+}
+fn w_up_tile4(at: u32) -> vec4<f32> {
+  return vec4<f32>(w_up_tile[at], w_up_tile[at + 1u], w_up_tile[at + 2u], w_up_tile[at + 3u]);
+}
+fn x_tile4(at: u32) -> vec4<f32> {
+  return vec4<f32>(x_tile[at], x_tile[at + 1u], x_tile[at + 2u], x_tile[at + 3u]);
+}
 
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
@@ -56,25 +70,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) loca
       x = load_x4(x_start + k);
     }
     // Transposed: element c of the copied vec4 is K index copy_k + c.
-    let slot = copy_k * QUARTER + copy_i / 4u;
-    let lane = copy_i % 4u;
     for (var c = 0u; c < 4u; c++) {
-      w_tile[slot + c * QUARTER][lane] = w[c];
-      x_tile[slot + c * QUARTER][lane] = x[c];
+      let at = (copy_k + c) * TILE + copy_i;
+      w_tile[at] = w[c];
+      x_tile[at] = x[c];
       if (SECOND) {
-        w_up_tile[slot + c * QUARTER][lane] = w_up[c];
+        w_up_tile[at] = w_up[c];
       }
     }
     workgroupBarrier();
     for (var kk = 0u; kk < TILE_K; kk++) {
-      let wv = w_tile[kk * QUARTER + local.x];
-      let xv = x_tile[kk * QUARTER + local.y];
+      let wv = w_tile4(kk * TILE + 4u * local.x);
+      let xv = x_tile4(kk * TILE + 4u * local.y);
       acc[0] += xv.x * wv;
       acc[1] += xv.y * wv;
       acc[2] += xv.z * wv;
       acc[3] += xv.w * wv;
       if (SECOND) {
-        let wu = w_up_tile[kk * QUARTER + local.x];
+        let wu = w_up_tile4(kk * TILE + 4u * local.x);
         acc_up[0] += xv.x * wu;
         acc_up[1] += xv.y * wu;
         acc_up[2] += xv.z * wu;
