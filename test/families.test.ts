@@ -193,6 +193,12 @@ describe('RoPE frequency scaling', () => {
     };
     expect(configFromGguf({ ...gguf, 'llama.rope.scaling.type': 'linear', 'llama.rope.scaling.factor': 2 }, 100).ropeScaling).toEqual({ type: 'linear', factor: 2 });
     expect(configFromGguf({ ...gguf, 'llama.rope.scaling.type': 'none' }, 100).ropeScaling).toBeUndefined();
+    // As llama.cpp reads them: no type means linear; files from before rope.scaling.factor carry rope.scale_linear.
+    expect(configFromGguf({ ...gguf, 'llama.rope.scaling.factor': 2 }, 100).ropeScaling).toEqual({ type: 'linear', factor: 2 });
+    expect(configFromGguf({ ...gguf, 'llama.rope.scale_linear': 4 }, 100).ropeScaling).toEqual({ type: 'linear', factor: 4 });
+    expect(configFromGguf({ ...gguf, 'llama.rope.scaling.type': 'linear', 'llama.rope.scaling.factor': 0 }, 100).ropeScaling).toBeUndefined();
+    expect(configFromGguf(gguf, 100).ropeScaling).toBeUndefined();
+    expect(() => configFromGguf({ ...gguf, 'llama.rope.scaling.factor': -2 }, 100)).toThrow(/scaling.factor/);
   });
 });
 
@@ -289,10 +295,11 @@ describe('config.json of each family’s published model', () => {
     expect(() => configFromHf({ ...qwen, rope_parameters: 'default' })).toThrow(/rope_parameters is not an object/);
   });
 
-  it('sliding windows: Mistral keeps one smaller than the context; Qwen2 only with use_sliding_window on every layer', () => {
+  it('sliding windows: Mistral keeps its window; Qwen2 only with use_sliding_window on every layer', () => {
     const mistral = published['Mistral-7B-v0.1'];
     expect(configFromHf({ ...mistral, sliding_window: null }).slidingWindow).toBeUndefined();
-    expect(configFromHf({ ...mistral, sliding_window: 32768 }).slidingWindow).toBeUndefined();
+    // Kept at the context's size too: a cache may be made longer than max_position_embeddings.
+    expect(configFromHf({ ...mistral, sliding_window: 32768 }).slidingWindow).toBe(32768);
     expect(configFromHf({ ...mistral, sliding_window: 8192 })).toMatchObject({ slidingWindow: 8192, contextLength: 32768 });
     const qwen = { ...published['Qwen2.5-0.5B'], sliding_window: 4096 };
     expect(configFromHf(qwen).slidingWindow).toBeUndefined();

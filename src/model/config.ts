@@ -33,7 +33,7 @@ export interface LlamaConfig {
    * (how llama.cpp stores Llama 3.1-style scaling). Applied after `ropeScaling`. */
   ropeFreqFactors?: Float32Array<ArrayBuffer>;
   /** Mistral-style sliding-window attention: each query sees at most this many keys (itself
-   * included). Set only when the window is smaller than contextLength. */
+   * included). No effect on sequences no longer than the window. */
   slidingWindow?: number;
 }
 
@@ -115,8 +115,9 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   const numKvHeads = hfNumber(c, 'num_key_value_heads', numHeads);
   const headDim = hfNumber(c, 'head_dim', hiddenSize / numHeads);
   const contextLength = hfNumber(c, 'max_position_embeddings', 2048);
-  // Sliding-window attention equals full attention for sequences up to the window; it is kept only
-  // when smaller than the context. Qwen2 configs carry a sliding_window that is off unless
+  // Sliding-window attention equals full attention for sequences up to the window, but it is kept
+  // even when no smaller than max_position_embeddings: a KV cache may be made longer than that
+  // (loadModel's contextLength). Qwen2 configs carry a sliding_window that is off unless
   // use_sliding_window is true; HF's Llama ignores sliding_window altogether.
   const window = c.sliding_window;
   let usesSliding = architecture === 'qwen2' ? c.use_sliding_window === true : architecture === 'mistral';
@@ -134,7 +135,7 @@ export function configFromHf(configJson: unknown): LlamaConfig {
     if (typeof window !== 'number' || !Number.isInteger(window) || window <= 0) {
       throw new Error(`config.json sliding_window must be a positive integer or null (got ${JSON.stringify(window)})`);
     }
-    if (window < contextLength) slidingWindow = window;
+    slidingWindow = window;
   }
   const config: LlamaConfig = {
     architecture,
@@ -229,17 +230,17 @@ export function configFromGguf(metadata: GgufMetadata, tokenCount?: number, tens
   if (experts > 0) throw new Error(`Unsupported model: mixture-of-experts (${arch}.expert_count = ${experts})`);
   // RoPE scaling: 'linear' (positions divided by the factor) is a table change; Llama 3.1-style
   // scaling comes as the rope_freqs.weight tensor (read by openModel into ropeFreqFactors).
-  const scaling = metadata[`${arch}.rope.scaling.type`];
-  const factorValue = metadata[`${arch}.rope.scaling.factor`];
-  const factor = typeof factorValue === 'number' ? factorValue : undefined;
+  // As llama.cpp reads them: the type defaults to linear; the factor comes from rope.scaling.factor
+  // or, in files from before that key, rope.scale_linear; a factor of 0 (or none) means 1.
+  const scaling = metadata[`${arch}.rope.scaling.type`] ?? 'linear';
+  const factorKey = metadata[`${arch}.rope.scaling.factor`] !== undefined ? `${arch}.rope.scaling.factor` : `${arch}.rope.scale_linear`;
+  const factorValue = metadata[factorKey] ?? 0;
   let ropeScaling: RopeScaling | undefined;
   if (scaling === 'linear') {
-    if (factor === undefined || !(factor > 0)) throw new Error(`GGUF metadata ${arch}.rope.scaling.type is linear but ${arch}.rope.scaling.factor is ${String(factorValue)}`);
-    if (factor !== 1) ropeScaling = { type: 'linear', factor };
-  } else if (scaling !== undefined && scaling !== 'none') {
+    if (typeof factorValue !== 'number' || !(factorValue >= 0)) throw new Error(`GGUF metadata ${factorKey} must be a number >= 0 (got ${String(factorValue)})`);
+    if (factorValue !== 0 && factorValue !== 1) ropeScaling = { type: 'linear', factor: factorValue };
+  } else if (scaling !== 'none') {
     throw new Error(`Unsupported RoPE scaling type '${String(scaling)}' (${arch}.rope.scaling.type)`);
-  } else if (scaling === undefined && factor !== undefined && factor !== 1 && factor !== 0) {
-    throw new Error(`Unsupported RoPE scaling (${arch}.rope.scaling.factor = ${factor} without ${arch}.rope.scaling.type)`);
   }
   if (metadata[`${arch}.rope.scaling.attn_factor`] !== undefined) {
     throw new Error(`Unsupported RoPE scaling (${arch}.rope.scaling.attn_factor)`);
