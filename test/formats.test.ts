@@ -106,6 +106,11 @@ describe('GGUF header', () => {
     expect(wideHeader.alignment).toBe(64);
     expect(wideHeader.dataOffset % 64).toBe(0);
     expect(wideHeader.tensors.map((t) => t.offset - wideHeader.dataOffset)).toEqual([0, 64, 128]);
+    for (const [value, ok] of [[4, true], [1, true], [24, false]] as const) {
+      const file = buildGguf({ 'general.architecture': arch, 'general.alignment': { type: 'u32', value } }, tensors);
+      if (ok) expect((await readGgufHeader(memorySource('a.gguf', file))).alignment).toBe(value);
+      else await expect(readGgufHeader(memorySource('a.gguf', file))).rejects.toThrow(/general\.alignment/);
+    }
     await expect(readGgufHeader(memorySource('a.gguf', good.slice(0, header.dataOffset + 66)))).rejects.toThrow(/truncated/);
     await expect(readGgufHeader(memorySource('a.gguf', good.slice(0, 40)))).rejects.toThrow(/truncated/);
     await expect(readGgufHeader(memorySource('x.gguf', new TextEncoder().encode('not a gguf file at all....')))).rejects.toThrow(/not a GGUF/);
@@ -153,12 +158,32 @@ describe('safetensors', () => {
     await expect(readSafetensorsCheckpoint(filesFromMemory('none', {}))).rejects.toThrow(/model\.safetensors/);
   });
 
-  it('names the tensor of an unsupported dtype', async () => {
+  it('reads tensors of every dtype of the format (checked sizes), and names a dtype it does not define', async () => {
     const file = buildSafetensors([
       { name: 'ok', dtype: 'F32', shape: [1], data: new Uint8Array(4) },
       { name: 'model.position_ids', dtype: 'I64', shape: [1], data: new Uint8Array(8) },
     ]);
-    await expect(readSafetensorsHeader(memorySource('model.safetensors', file))).rejects.toThrow(/model\.position_ids.*I64/);
+    const header = await readSafetensorsHeader(memorySource('model.safetensors', file));
+    expect(header.tensors.map((t) => [t.name, t.dtype, t.byteLength])).toEqual([['ok', 'F32', 4], ['model.position_ids', 'I64', 8]]);
+    const odd = buildSafetensors([{ name: 'w', dtype: 'F12', shape: [1], data: new Uint8Array(2) }]);
+    await expect(readSafetensorsHeader(memorySource('model.safetensors', odd))).rejects.toThrow(/w.*unknown dtype F12/);
+  });
+
+  it('a checkpoint may hold tensors of other dtypes that the model does not use; one it needs is named', async () => {
+    const bytes = readBytes(`${STORIES_HF}/model.safetensors`);
+    const header = await readSafetensorsHeader(memorySource('model.safetensors', bytes));
+    const tensors = header.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, data: bytes.subarray(t.offset, t.offset + t.byteLength) }));
+    const folder = (list: typeof tensors) =>
+      filesFromMemory('hf', {
+        'config.json': readBytes(`${STORIES_HF}/config.json`),
+        'tokenizer.json': readBytes(`${STORIES_HF}/tokenizer.json`),
+        'model.safetensors': buildSafetensors(list),
+      });
+    const extra = await openModel(folder([...tensors, { name: 'model.position_ids', dtype: 'I64', shape: [1], data: new Uint8Array(8) }]));
+    expect(extra.tensors.has('model.position_ids')).toBe(false);
+    expect(extra.tensors.size).toBe(tensors.length);
+    const retyped = tensors.map((t) => (t.name === 'model.norm.weight' ? { ...t, dtype: 'I32' } : t));
+    await expect(openModel(folder(retyped))).rejects.toThrow(/model\.norm\.weight has dtype I32/);
   });
 });
 

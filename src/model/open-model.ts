@@ -7,9 +7,9 @@ import { tokenizerFromGguf } from '../tokenizer/gguf-tokenizer.ts';
 import { configFromGguf, configFromHf, withRopeFreqFactors, type LlamaConfig } from './config.ts';
 import { readJsonFile, type ByteSource, type ModelFiles } from './files.ts';
 import { readGgufHeader, type GgufMetadata, type GgufTensorType } from './formats/gguf.ts';
-import { readSafetensorsCheckpoint, type SafetensorsDType } from './formats/safetensors.ts';
+import { isLoadableDType, readSafetensorsCheckpoint, type SafetensorsDType } from './formats/safetensors.ts';
 import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf } from './tensor-names.ts';
-import { checkTensors, weightBytes, type ModelTensor, type WeightSource } from './weights.ts';
+import { checkTensors, requiredTensors, weightBytes, type ModelTensor, type WeightSource } from './weights.ts';
 import type { WeightDType } from '../gpu/tensor.ts';
 
 export { planWeightStorage, uploadLlamaWeights } from './weights.ts';
@@ -106,7 +106,13 @@ async function openHfFolder(files: ModelFiles): Promise<OpenedModel> {
 
   const tensors = new Map<string, ModelTensor>();
   const sources = new Map<string, ByteSource>();
+  // Tensors of other dtypes are left out unless the model needs them (as transformers ignores unexpected keys).
+  const unloadable = new Map<string, string>();
   for (const t of await readSafetensorsCheckpoint(files, sources)) {
+    if (!isLoadableDType(t.dtype)) {
+      unloadable.set(t.name, t.dtype);
+      continue;
+    }
     tensors.set(t.name, {
       name: t.name,
       sourceName: t.name,
@@ -120,6 +126,10 @@ async function openHfFolder(files: ModelFiles): Promise<OpenedModel> {
   // A missing lm_head means tied embeddings unless config.json says explicitly they are not.
   if (!config.tieWordEmbeddings && !tensors.has(GLOBAL_TENSOR_NAMES.lmHead) && configJson.tie_word_embeddings !== false) {
     config.tieWordEmbeddings = true;
+  }
+  for (const { name } of requiredTensors(config)) {
+    const dtype = unloadable.get(name);
+    if (dtype !== undefined) throw new Error(`Tensor ${name} has dtype ${dtype}; only F32, F16 and BF16 tensors are supported`);
   }
   checkTensors(config, tensors);
   const tokenizer = createHfTokenizer({ tokenizerJson, tokenizerConfig, generationConfig, modelConfig: configJson });

@@ -200,7 +200,8 @@ export async function readGgufHeader(source: ByteSource, options: { chunkSize?: 
 
   const alignmentValue = metadata['general.alignment'];
   const alignment = alignmentValue === undefined ? 32 : Number(alignmentValue);
-  if (!Number.isInteger(alignment) || alignment <= 0 || alignment % 8 !== 0) {
+  // ggml's rule: a power of two.
+  if (!Number.isInteger(alignment) || alignment <= 0 || (alignment & (alignment - 1)) !== 0) {
     throw new Error(`${source.name}: invalid general.alignment ${String(alignmentValue)}`);
   }
 

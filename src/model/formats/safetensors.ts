@@ -4,11 +4,13 @@
 // model.safetensors.index.json (`weight_map`: tensor name -> shard file).
 import type { ByteSource, ModelFiles } from '../files.ts';
 
+/** The dtypes whose tensors the runtime can load. */
 export type SafetensorsDType = 'F32' | 'F16' | 'BF16';
 
 export interface SafetensorsTensorInfo {
   name: string;
-  dtype: SafetensorsDType;
+  /** Any of the format's dtypes: a checkpoint may hold tensors the model never uses (I64 buffers, F8 scales). */
+  dtype: string;
   /** Row-major shape ([rows, cols] for a matrix). */
   shape: number[];
   /** The shard file holding the tensor. */
@@ -26,7 +28,14 @@ export interface SafetensorsHeader {
   dataOffset: number;
 }
 
-const DTYPE_BYTES: Record<SafetensorsDType, number> = { F32: 4, F16: 2, BF16: 2 };
+/** Bytes per element of each dtype the format defines. */
+const DTYPE_BYTES: Record<string, number> = {
+  BOOL: 1, U8: 1, I8: 1, F8_E5M2: 1, F8_E4M3: 1, I16: 2, U16: 2, F16: 2, BF16: 2, I32: 4, U32: 4, F32: 4, I64: 8, U64: 8, F64: 8,
+};
+
+export function isLoadableDType(dtype: string): dtype is SafetensorsDType {
+  return dtype === 'F32' || dtype === 'F16' || dtype === 'BF16';
+}
 
 /** Headers over 100 MB are certainly not real (the format's own reference rejects them too). */
 const MAX_HEADER_BYTES = 100_000_000;
@@ -61,20 +70,18 @@ export async function readSafetensorsHeader(source: ByteSource): Promise<Safeten
       throw new Error(`${file}: malformed header entry for tensor ${name}`);
     }
     const dtype = entry.dtype;
-    if (!(dtype in DTYPE_BYTES)) {
-      throw new Error(`${file}: tensor ${name} has dtype ${dtype}; only F32, F16 and BF16 tensors are supported`);
-    }
+    if (!Object.hasOwn(DTYPE_BYTES, dtype)) throw new Error(`${file}: tensor ${name} has an unknown dtype ${dtype}`);
     const shape = entry.shape.map(Number);
     const [begin, end] = entry.data_offsets.map(Number);
     const elements = shape.reduce((a, b) => a * b, 1);
-    const byteLength = elements * DTYPE_BYTES[dtype as SafetensorsDType];
+    const byteLength = elements * DTYPE_BYTES[dtype];
     if (!(end - begin === byteLength) || begin < 0) {
       throw new Error(`${file}: tensor ${name} has data_offsets [${begin}, ${end}] that do not match ${dtype} ${JSON.stringify(shape)}`);
     }
     if (dataOffset + end > source.size) {
       throw new Error(`${file}: tensor ${name} lies past the end of the file (${source.size} bytes); is the file truncated?`);
     }
-    tensors.push({ name, dtype: dtype as SafetensorsDType, shape, file, offset: dataOffset + begin, byteLength });
+    tensors.push({ name, dtype, shape, file, offset: dataOffset + begin, byteLength });
   }
   return { file, metadata, tensors, dataOffset };
 }
