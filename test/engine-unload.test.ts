@@ -9,6 +9,7 @@ import { ApiError } from '../src/api/errors.ts';
 import { answerApiRequest, handleApiRequest, type ApiResponse } from '../src/api/handler.ts';
 import { LlamaGenerator } from '../src/engine/generator.ts';
 import { loadModelFromPath } from '../src/node/index.ts';
+import { trackRequests } from '../src/worker/tracked-engine.ts';
 import { FakeGenerator, type FakeGeneratorOptions } from './helpers/fake-generator.ts';
 import { STORIES_GGUF } from './helpers/model-files.ts';
 
@@ -218,6 +219,20 @@ describe('Engine.unload() with requests in flight (fake generator)', () => {
     expect(JSON.parse(response.body as string).choices.map((c: { index: number }) => c.index)).toEqual([0, 1]);
     expect(log).toEqual(['destroy']);
     await expect503Response(answerApiRequest(engine, { method: 'POST', url: '/v1/completions', body }));
+  });
+
+  it('worker and service-worker hosts (trackRequests) hold the model for every prompt of a batch too', async () => {
+    const { engine, generator, log } = fakeEngine({ delayMs: 2 });
+    const tracked = trackRequests(() => engine);
+    const body = JSON.stringify({ ...request(), prompt: ['Hello', 'Hi there'], max_tokens: 10 });
+    const pending = tracked.handle({ method: 'POST', url: '/v1/completions', body });
+    while (generator.active === 0) await tick();
+    void engine.unload();
+    const response = await pending;
+    expect(response.status).toBe(200);
+    expect(JSON.parse(response.body as string).choices.map((c: { index: number }) => c.index)).toEqual([0, 1]);
+    expect(log).toEqual(['destroy']);
+    expect(tracked.stats).toEqual({ inFlight: 0, completed: 1, aborted: 0 });
   });
 
   it('generate() through engine.generator counts from its first next() to its end', async () => {

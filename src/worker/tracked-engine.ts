@@ -2,7 +2,7 @@
 // counted from its start to the end of its response (a stream's last event, or its abort), so the
 // host can say how many requests are in flight and how many a departed client aborted.
 // Browser code: nothing here may import Node modules.
-import { handleApiRequest, type ApiEngine, type ApiRequest, type ApiResponse } from '../api/handler.ts';
+import { answerApiRequest, type ApiEngine, type ApiRequest, type ApiResponse } from '../api/handler.ts';
 import type { RequestHandlingEngine } from '../api/shim.ts';
 
 export interface RequestStats {
@@ -32,9 +32,11 @@ export function trackRequests(engine: () => ApiEngine | Promise<ApiEngine>): Tra
       stats.inFlight++;
       let response: ApiResponse;
       try {
-        response = await handleApiRequest(engine(), request, options);
+        // Through the engine's own handle() where it has one (Engine does): then unload() waits for
+        // the whole request, every prompt of a batch, and not only for the session running.
+        response = await answerApiRequest(engine(), request, options);
       } catch (err) {
-        finish(request); // handleApiRequest never throws; counted all the same
+        finish(request); // answerApiRequest never throws; counted all the same
         throw err;
       }
       if (typeof response.body === 'string') {
