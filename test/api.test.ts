@@ -9,6 +9,7 @@ import { handleApiRequest, parseRequestJson, type ApiEngine, type ApiResponse } 
 import { finiteLogprob, topLogprobsObject } from '../src/api/logprobs.ts';
 import { COMPLETION_PARAMS, validateCompletionRequest } from '../src/api/schema.ts';
 import { ChoiceText, StopStringMatcher } from '../src/api/stream.ts';
+import { mulberry32 } from './helpers/prng.ts';
 import { DEFAULT_STORY, EOS, FakeGenerator, fakeEngine, type FakeGeneratorOptions } from './helpers/fake-generator.ts';
 
 type Json = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -909,6 +910,56 @@ describe('StopStringMatcher', () => {
   it('passes everything through without stop strings', () => {
     const m = new StopStringMatcher([]);
     expect(m.push('abc')).toEqual({ text: 'abc', stopped: false });
+  });
+});
+
+/** The matcher's rules written out plainly (indexOf and endsWith over the held-back text at every piece). */
+class NaiveStopMatcher {
+  private pending = '';
+  private done = false;
+  armed = true;
+  constructor(private readonly stops: string[], private readonly includeStop: boolean) {}
+  push(text: string): { text: string; stopped: boolean } {
+    if (this.done) return { text: '', stopped: true };
+    this.pending += text;
+    if (this.armed) {
+      let first = -1;
+      let firstStop = '';
+      for (const stop of this.stops) {
+        const at = this.pending.indexOf(stop);
+        if (at >= 0 && (first < 0 || at < first || (at === first && stop.length > firstStop.length))) [first, firstStop] = [at, stop];
+      }
+      if (first >= 0) {
+        this.done = true;
+        return { text: this.pending.slice(0, this.includeStop ? first + firstStop.length : first), stopped: true };
+      }
+    }
+    let longest = 0;
+    for (const stop of this.stops) {
+      for (let k = Math.min(stop.length - 1, this.pending.length); k > longest; k--) if (this.pending.endsWith(stop.slice(0, k))) longest = k;
+    }
+    const out = this.pending.slice(0, this.pending.length - longest);
+    this.pending = this.pending.slice(this.pending.length - longest);
+    return { text: out, stopped: false };
+  }
+}
+
+describe('StopStringMatcher against the rules written out plainly', () => {
+  it('random texts over a small alphabet, random stops, pieces and arming: the same output', () => {
+    const rand = mulberry32(11);
+    const word = (max: number) => Array.from({ length: 1 + Math.floor(rand() * max) }, () => 'ab'[Math.floor(rand() * 2)] + (rand() < 0.1 ? 'c' : '')).join('');
+    for (let trial = 0; trial < 400; trial++) {
+      const stops = Array.from({ length: 1 + Math.floor(rand() * 3) }, () => word(5));
+      const includeStop = rand() < 0.5;
+      const fast = new StopStringMatcher(stops, { includeStop });
+      const naive = new NaiveStopMatcher(stops, includeStop);
+      const armAt = Math.floor(rand() * 6);
+      for (let piece = 0; piece < 12; piece++) {
+        fast.armed = naive.armed = piece >= armAt;
+        const text = word(4);
+        expect(fast.push(text), `stops ${JSON.stringify(stops)}, piece ${piece}`).toEqual(naive.push(text));
+      }
+    }
   });
 });
 

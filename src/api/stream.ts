@@ -20,18 +20,29 @@ import { finiteLogprob, topLogprobsObject, type LogprobEntry } from './logprobs.
  * emitted, however it is split across pieces. The stop string itself is emitted only with
  * `includeStop`. While not `armed` (min_tokens not reached yet), stop strings are not looked
  * for, but possible starts of one are still held back: a stop string completed once armed
- * counts, even if it began earlier.
+ * counts, even if it began earlier. Of the stop strings whole in the held-back text, the one
+ * that starts first wins (the longer one on a tie).
+ *
+ * Each stop string runs a Knuth-Morris-Pratt automaton over the text as it comes, so a piece
+ * costs its length times the number of stop strings, however long the stop strings and the
+ * held-back text grow (rescanning the held-back text with indexOf / endsWith at every piece was
+ * quadratic to cubic in it: a long stop string that keeps all text back could stall the engine).
  */
 export class StopStringMatcher {
   private pending = '';
+  /** Characters (UTF-16 units) pushed so far: pending starts at consumed - pending.length. */
+  private consumed = 0;
   private done = false;
+  private readonly automata: StopAutomaton[];
   /** Whether stop strings end the text now (false before min_tokens). */
   armed = true;
 
   constructor(
-    private readonly stops: readonly string[],
+    stops: readonly string[],
     private readonly options: { includeStop?: boolean } = {},
-  ) {}
+  ) {
+    this.automata = stops.filter((stop) => stop.length > 0).map((stop) => new StopAutomaton(stop));
+  }
 
   /** Whether a stop string was found. */
   get stopped(): boolean {
@@ -42,25 +53,32 @@ export class StopStringMatcher {
   push(text: string): { text: string; stopped: boolean } {
     if (this.done) return { text: '', stopped: true };
     this.pending += text;
-    if (this.stops.length === 0) return { text: this.take(this.pending.length), stopped: false };
+    if (this.automata.length === 0) return { text: this.take(this.pending.length), stopped: false };
+    for (const automaton of this.automata) automaton.feed(text, this.consumed);
+    this.consumed += text.length;
+    const pendingStart = this.consumed - this.pending.length;
     if (this.armed) {
-      let first = -1;
-      let firstStop = '';
-      for (const stop of this.stops) {
-        const at = this.pending.indexOf(stop);
-        if (at >= 0 && (first < 0 || at < first || (at === first && stop.length > firstStop.length))) {
-          first = at;
-          firstStop = stop;
-        }
+      let first: StopAutomaton | undefined;
+      let firstAt = -1;
+      for (const automaton of this.automata) {
+        const at = automaton.firstOccurrence(pendingStart);
+        if (at < 0) continue;
+        if (!first || at < firstAt || (at === firstAt && automaton.stop.length > first.stop.length)) [first, firstAt] = [automaton, at];
       }
-      if (first >= 0) {
-        const out = this.pending.slice(0, this.options.includeStop ? first + firstStop.length : first);
+      if (first) {
+        const at = firstAt - pendingStart;
+        const out = this.pending.slice(0, this.options.includeStop ? at + first.stop.length : at);
         this.pending = '';
         this.done = true;
         return { text: out, stopped: true };
       }
     }
-    return { text: this.take(this.pending.length - this.partialStopLength()), stopped: false };
+    // Hold back the longest end of the text that is a proper prefix of a stop string.
+    let partial = 0;
+    for (const automaton of this.automata) partial = Math.max(partial, automaton.state);
+    const out = this.take(this.pending.length - Math.min(partial, this.pending.length));
+    for (const automaton of this.automata) automaton.firstOccurrence(this.consumed - this.pending.length); // forget the emitted ones
+    return { text: out, stopped: false };
   }
 
   /** The held-back text, once no more text will come. */
@@ -68,24 +86,61 @@ export class StopStringMatcher {
     return this.done ? '' : this.take(this.pending.length);
   }
 
-  /** Length of the longest end of `pending` that is a proper prefix of a stop string. */
-  private partialStopLength(): number {
-    let longest = 0;
-    for (const stop of this.stops) {
-      for (let k = Math.min(stop.length - 1, this.pending.length); k > longest; k--) {
-        if (this.pending.endsWith(stop.slice(0, k))) {
-          longest = k;
-          break;
-        }
-      }
-    }
-    return longest;
-  }
-
   private take(n: number): string {
     const out = this.pending.slice(0, n);
     this.pending = this.pending.slice(n);
     return out;
+  }
+}
+
+/** One stop string's matcher over a stream of text (Knuth-Morris-Pratt). */
+class StopAutomaton {
+  /** fail[i]: the longest proper border of stop[0 .. i] (a prefix that is also a suffix). */
+  private readonly fail: Int32Array;
+  /** Length of the longest end of the text fed so far that is a proper prefix of the stop string. */
+  state = 0;
+  /**
+   * Where whole occurrences start (indices into all the text fed), in order, from `head` on. While
+   * the matcher is armed the first one ends it; unarmed, the text may go on past several.
+   */
+  private occurrences: number[] = [];
+  private head = 0;
+
+  constructor(readonly stop: string) {
+    const fail = new Int32Array(stop.length);
+    for (let i = 1, k = 0; i < stop.length; i++) {
+      while (k > 0 && stop.charCodeAt(i) !== stop.charCodeAt(k)) k = fail[k - 1];
+      if (stop.charCodeAt(i) === stop.charCodeAt(k)) k++;
+      fail[i] = k;
+    }
+    this.fail = fail;
+  }
+
+  /** Feeds `text`, which starts at index `offset` of all the text fed. */
+  feed(text: string, offset: number): void {
+    const { stop, fail } = this;
+    let k = this.state;
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      while (k > 0 && c !== stop.charCodeAt(k)) k = fail[k - 1];
+      if (c === stop.charCodeAt(k)) k++;
+      if (k === stop.length) {
+        this.occurrences.push(offset + i + 1 - stop.length);
+        k = fail[k - 1];
+      }
+    }
+    this.state = k;
+  }
+
+  /** The first occurrence that starts at `from` or later (-1: none); those before it are forgotten. */
+  firstOccurrence(from: number): number {
+    const list = this.occurrences;
+    while (this.head < list.length && list[this.head] < from) this.head++;
+    if (this.head > 1024 && this.head * 2 > list.length) {
+      this.occurrences = list.slice(this.head);
+      this.head = 0;
+    }
+    return this.head < this.occurrences.length ? this.occurrences[this.head] : -1;
   }
 }
 
