@@ -876,6 +876,22 @@ describe('IncrementalDetokenizer', () => {
     expect(left.flush()).toBe('');
   });
 
+  it('bounds the decode window when ids keep the text held back (lone continuation bytes, skipped special tokens)', () => {
+    let widest = 0;
+    const counting = Object.create(tokenizer, {
+      decode: { value: (ids: readonly number[], options?: { skipSpecialTokens?: boolean }) => ((widest = Math.max(widest, ids.length)), tokenizer.decode(ids, options)) },
+    }) as typeof tokenizer;
+    const prompt = tokenizer.encode('x');
+    const ids = [...Array(200).fill(tokenizer.id(0x80)), tokenizer.id('▁a'), ...Array(200).fill(EOS), tokenizer.id('▁a')];
+    const detok = new IncrementalDetokenizer(counting, prompt);
+    let text = '';
+    for (const id of ids) text += detok.push(id);
+    text += detok.flush();
+    expect(text).toBe(tokenizer.decode([...prompt, ...ids], { skipSpecialTokens: true }).slice(tokenizer.decode(prompt, { skipSpecialTokens: true }).length));
+    expect(text.endsWith(' a a')).toBe(true); // the space after the skipped run kept
+    expect(widest).toBeLessThan(40);
+  });
+
   it('holds back an incomplete UTF-8 sequence', () => {
     const detok = new IncrementalDetokenizer(tokenizer, tokenizer.encode('x'));
     expect(detok.push(tokenizer.id('▁a'))).toBe(' a');

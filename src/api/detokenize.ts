@@ -9,6 +9,13 @@ export const PROMPT_CONTEXT_TOKENS = 6;
 const REPLACEMENT = '\uFFFD';
 /** The most leading bytes of a UTF-8 character (4 bytes at most) a prompt can end with. */
 const MAX_CHARACTER_TAIL = 3;
+/**
+ * The most generated ids held back (text ending in U+FFFD, or no new text). A character takes at
+ * most 4 byte tokens, so past this what is held is final; without a bound, ids that keep the text
+ * held (a run of lone continuation bytes, special tokens skipped) would grow the decode window,
+ * and with it every step's work, without end.
+ */
+const MAX_HELD_IDS = 16;
 
 export interface DetokenizerOptions {
   /** Leave special tokens (BOS, EOS, ...) out of the text; default true. */
@@ -23,7 +30,8 @@ export interface DetokenizerOptions {
  * with the last few prompt tokens, so a decoder that strips the leading space of the first
  * token (SentencePiece `▁`) strips it from the prompt, not from the completion: " there" after
  * "Once upon a time" comes out with its space. Text ending in U+FFFD (a UTF-8 sequence split
- * across byte tokens) is held back until the sequence completes; `flush()` gives what is left.
+ * across byte tokens) is held back until the sequence completes, for at most MAX_HELD_IDS ids;
+ * `flush()` gives what is left.
  * Special tokens are skipped unless `skipSpecialTokens: false`.
  */
 export class IncrementalDetokenizer {
@@ -92,24 +100,31 @@ export class IncrementalDetokenizer {
     return ids.length === 0 ? '' : this.tokenizer.decode(ids, { skipSpecialTokens });
   }
 
-  private advance(final: boolean): string {
+  private advance(flushing: boolean): string {
     if (this.readOffset === this.ids.length) return '';
+    const final = flushing || this.ids.length - this.readOffset > MAX_HELD_IDS;
     const before = this.decode(this.ids.slice(this.prefixOffset, this.readOffset));
     const after = this.decode(this.ids.slice(this.prefixOffset));
     if (after.length <= before.length) {
-      if (final) this.readOffset = this.ids.length;
+      // Ids that add no text (special tokens skipped): dropped, so the window keeps its text (a
+      // window of only such ids would let a decoder strip the next token's leading space).
+      if (final) this.ids.length = this.readOffset;
       return '';
     }
     if (!final && after.endsWith(REPLACEMENT)) return '';
     // `after` extends `before` for every sane decoder; if not, trust the length like TGI does.
     const delta = this.withoutPromptTail(after.slice(before.length));
     this.promptTail = '';
+    this.release();
+    return delta;
+  }
+
+  /** Marks every id emitted: the next window starts at the last emitted text, the ids before it forgotten. */
+  private release(): void {
     this.prefixOffset = this.readOffset;
     this.readOffset = this.ids.length;
-    // Forget ids before the window.
     this.ids = this.ids.slice(this.prefixOffset);
     this.readOffset -= this.prefixOffset;
     this.prefixOffset = 0;
-    return delta;
   }
 }
