@@ -170,6 +170,19 @@ describe('installFetchShim', () => {
     setTimeout(() => viaRequest.abort(), 30);
     const request = new Request('https://page.example/v1/completions', { method: 'POST', body, signal: viaRequest.signal });
     await expect(target.fetch(request)).rejects.toMatchObject({ name: 'AbortError' });
+
+    // While the body is still being read (a streamed request body).
+    const whileReading = new AbortController();
+    const slowBody = new ReadableStream<Uint8Array>({
+      start(c) {
+        setTimeout(() => whileReading.abort(), 5);
+        setTimeout(() => (c.enqueue(new TextEncoder().encode(body)), c.close()), 30);
+      },
+    });
+    const sessions = engine.generator.sessions.length;
+    const init = { method: 'POST', body: slowBody, signal: whileReading.signal, duplex: 'half' } as RequestInit;
+    await expect(target.fetch('/v1/completions', init)).rejects.toMatchObject({ name: 'AbortError' });
+    expect(engine.generator.sessions.length).toBe(sessions);
   });
 
   it('aborting during a stream errors the body and ends the generation', async () => {

@@ -114,6 +114,8 @@ async function answer(
   try {
     const method = request.method.toUpperCase();
     const body = method === 'GET' || method === 'HEAD' ? null : await request.text();
+    // Aborted while the body was read: the listener below would never fire.
+    if (controller.signal.aborted) throw controller.signal.reason;
     const aborted = new Promise<never>((_, reject) => {
       controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true });
     });
