@@ -64,4 +64,27 @@ describe('RemoteEngine', () => {
       expect((caught as ApiError).status, JSON.stringify(error)).toBe(status);
     }
   });
+
+  it('a stream that ends before [DONE] throws: the abort reason when the signal ended it', async () => {
+    const chunk = sseEvent({ id: 'c', object: 'text_completion', created: 0, model: 'm', choices: [{ text: 'a', index: 0, logprobs: null, finish_reason: null }] });
+    const remote = new RemoteEngine(info, {
+      transport: async () => ({
+        status: 200,
+        headers: { 'content-type': 'text/event-stream' },
+        body: (async function* () {
+          yield chunk; // then the worker ends the events without [DONE]
+        })(),
+      }),
+      unload: async () => {},
+      stats,
+    });
+    const drain = async (chunks: AsyncIterable<unknown>) => {
+      for await (const _ of chunks) { /* read to the end */ }
+    };
+    const controller = new AbortController();
+    const aborted = await remote.complete({ model: 'm', prompt: 'x', stream: true }, { signal: controller.signal });
+    controller.abort();
+    await expect(drain(aborted)).rejects.toMatchObject({ name: 'AbortError' });
+    await expect(drain(await remote.complete({ model: 'm', prompt: 'x', stream: true }))).rejects.toThrow(/before its \[DONE\]/);
+  });
 });

@@ -47,7 +47,7 @@ export class RemoteEngine implements RequestHandlingEngine {
       body: JSON.stringify(request),
       ...(options.signal ? { signal: options.signal } : {}),
     });
-    if (typeof response.body !== 'string') return chunksOf(response.body);
+    if (typeof response.body !== 'string') return chunksOf(response.body, options.signal);
     if (response.status !== 200) throw errorOf(response.status, response.body, response.headers);
     return JSON.parse(response.body) as CompletionResponse;
   }
@@ -103,8 +103,12 @@ function streamErrorStatus(error: Partial<ApiErrorBody['error']>): number {
   }
 }
 
-/** The chunks of a server-sent event stream; an error event throws, with the status its type implies. */
-async function* chunksOf(events: AsyncIterable<string>): AsyncGenerator<CompletionChunk, void, void> {
+/**
+ * The chunks of a server-sent event stream; an error event throws, with the status its type
+ * implies. A stream that ends before its [DONE] throws too: the abort's reason when `signal`
+ * ended it (as Engine.complete's stream does), else an error saying so.
+ */
+async function* chunksOf(events: AsyncIterable<string>, signal: AbortSignal | undefined): AsyncGenerator<CompletionChunk, void, void> {
   for await (const event of events) {
     for (const line of event.split('\n')) {
       if (!line.startsWith('data: ')) continue;
@@ -115,4 +119,6 @@ async function* chunksOf(events: AsyncIterable<string>): AsyncGenerator<Completi
       yield value;
     }
   }
+  if (signal?.aborted) throw signal.reason;
+  throw new Error('the completion stream ended before its [DONE] event');
 }
