@@ -136,6 +136,18 @@ describe('GPU memory of a real-shape model, planned without loading (Llama-3.2-1
     expect(() => checkMemory(estimate, q4, limits256, 1.5 * GiB, { modelId: 'llama-3.2-1b', storage: 'q4_0', contextLength: 4096 })).not.toThrow();
   });
 
+  it("a layer's K or V cache buffer over the device's binding limit is refused, naming the contextLength that fits", () => {
+    // 1024-byte f16 rows: 131072 positions make 128 MiB a layer, twice what 64 MiB allows.
+    const small = { maxStorageBufferBindingSize: 64 * 2 ** 20, maxBufferSize: 2 ** 31 };
+    const q4 = planWeightStorage(config, tensors, 'q4_0', small);
+    const estimate = estimateMemory(config, q4, 131072);
+    expect(estimate.kvLayerBytes).toBe(131072 * 8 * 64 * 2);
+    expect(() => checkMemory(estimate, q4, small, undefined, { modelId: 'm', storage: 'q4_0', contextLength: 131072 })).toThrow(
+      /KV cache of 131072 positions needs 134217728 bytes \(128\.0 MiB\) per layer.*at most 67108864 bytes.*contextLength of at most 65536/,
+    );
+    expect(() => checkMemory(estimateMemory(config, q4, 65536), q4, small, undefined, { modelId: 'm', storage: 'q4_0', contextLength: 65536 })).not.toThrow();
+  });
+
   it("f16's 128k-token embedding is over a 256 MiB binding limit: planned as two buffers of whole rows", () => {
     const f16 = planWeightStorage(config, tensors, 'f16', limits256);
     // 4096-byte rows: 65536 of them fill 256 MiB exactly, the other 62720 go to a second buffer.

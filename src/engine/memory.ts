@@ -12,6 +12,8 @@ export interface MemoryEstimate {
   weightBytes: number;
   /** K and V of every layer for `contextLength` positions. */
   kvCacheBytes: number;
+  /** One layer's K (or V) buffer: a buffer, and a binding, of its own. */
+  kvLayerBytes: number;
   /**
    * Activation buffers of a prefill of `contextLength` tokens (residual stream, projections, FFN,
    * last-position logits and their readback). An estimate: prompts scored with every position's
@@ -33,14 +35,21 @@ export function estimateMemory(config: LlamaConfig, plan: WeightStoragePlan, con
   const weightBytes = plan.totalBytes;
   const kv = KvCache.byteSizeOf(config, contextLength, kvDType);
   const act = activationBytes(config, contextLength);
-  return { weightBytes, kvCacheBytes: kv, activationBytes: act, totalBytes: weightBytes + kv + act };
+  return {
+    weightBytes,
+    kvCacheBytes: kv,
+    kvLayerBytes: contextLength * KvCache.rowBytesOf(config, kvDType),
+    activationBytes: act,
+    totalBytes: weightBytes + kv + act,
+  };
 }
 
 const MiB = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
 /**
- * Throws before allocation when a tensor exceeds the device's buffer limits (naming tensor, size
- * and limit), or when the total exceeds `memoryBudgetBytes` (naming needed vs available). A plan
+ * Throws before allocation when a tensor or a layer's K/V cache buffer exceeds the device's buffer
+ * limits (naming what, its size and the limit), or when the total exceeds `memoryBudgetBytes`
+ * (naming needed vs available). A plan
  * made with the device's limits (planWeightStorage) splits large matrices into parts of whole rows,
  * counted in its totalBytes; only a matrix whose single row is over the limit is refused.
  */
@@ -52,6 +61,15 @@ export function checkMemory(
   what: { modelId: string; storage: string; contextLength: number },
 ): void {
   for (const [name, storage] of plan.tensors) checkTensorFits(name, storage, limits);
+  const maxBuffer = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
+  if (estimate.kvLayerBytes > maxBuffer) {
+    const positions = Math.floor((maxBuffer / estimate.kvLayerBytes) * what.contextLength);
+    throw new Error(
+      `Model ${what.modelId}: a KV cache of ${what.contextLength} positions needs ${estimate.kvLayerBytes} bytes (${MiB(estimate.kvLayerBytes)}) ` +
+        `per layer for K and for V; this device allows at most ${maxBuffer} bytes (${MiB(maxBuffer)}) per storage buffer. ` +
+        `Use a contextLength of at most ${positions}.`,
+    );
+  }
   if (memoryBudgetBytes === undefined) return;
   if (!(memoryBudgetBytes >= 0)) throw new Error(`memoryBudgetBytes must be a non-negative number, got ${memoryBudgetBytes}`);
   if (estimate.totalBytes > memoryBudgetBytes) {
