@@ -1,7 +1,7 @@
 // The generation engine (sessions, sequences, logprobs, sampling, scheduling) on a random-weight
 // model, against the CPU reference forward pass.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LlamaGenerator } from '../src/engine/generator.ts';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { DEFAULT_PREFILL_CHUNK_TOKENS, LlamaGenerator } from '../src/engine/generator.ts';
 import type { DecodeResources } from '../src/engine/decode-pipeline.ts';
 import { QueueFullError } from '../src/engine/scheduler.ts';
 import type { FinishReason, GeneratedToken, GenerationSession, ModelInfo, SamplingParams, SequenceOptions, SessionRequest } from '../src/engine/types.ts';
@@ -175,6 +175,23 @@ describe('sessions against the CPU reference', () => {
       expect((await run(g, { promptTokens: PROMPT, sampling: greedy, logprobs: 0 }, { maxTokens: 20 })).ids).toEqual(want.tokens);
     } finally {
       g.destroy();
+    }
+  });
+
+  it('a prompt longer than DEFAULT_PREFILL_CHUNK_TOKENS is prefilled in passes of at most that many tokens', async () => {
+    const long = new LlamaGenerator(model, new IdTokenizer(), info, model.createKvCache(DEFAULT_PREFILL_CHUNK_TOKENS + 100));
+    const passes: number[] = [];
+    const forward = model.forward.bind(model);
+    const spy = vi.spyOn(model, 'forward').mockImplementation(((tokens: readonly number[], ...rest: unknown[]) => {
+      passes.push(tokens.length);
+      return (forward as (...args: unknown[]) => Promise<Float32Array | null>)(tokens, ...rest);
+    }) as typeof model.forward);
+    try {
+      const prompt = Array.from({ length: DEFAULT_PREFILL_CHUNK_TOKENS + 50 }, (_, i) => 3 + (i % 90));
+      (await long.openSession({ promptTokens: prompt, sampling: greedy })).close();
+      expect(passes).toEqual([DEFAULT_PREFILL_CHUNK_TOKENS, 50]);
+    } finally {
+      spy.mockRestore();
     }
   });
 

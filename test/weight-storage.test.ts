@@ -131,7 +131,7 @@ describe('GPU memory of a real-shape model, planned without loading (Llama-3.2-1
     // f16 rows fill whole u32 words: an odd K/V row is refused (f32 takes it).
     expect(() => KvCache.rowBytesOf({ ...config, numKvHeads: 1, headDim: 3 })).toThrow(/even K\/V row/);
     expect(KvCache.rowBytesOf({ ...config, numKvHeads: 1, headDim: 3 }, 'f32')).toBe(12);
-    // Weights ~663 MiB, KV cache 128 MiB, activations of a 4096-token prefill ~562 MiB: fits in 1.5 GiB.
+    // Weights ~663 MiB, KV cache 128 MiB, activations of a 512-token prefill pass: fits in 1.5 GiB.
     expect(estimate.totalBytes).toBeLessThan(1.5 * GiB);
     expect(() => checkMemory(estimate, q4, limits256, 1.5 * GiB, { modelId: 'llama-3.2-1b', storage: 'q4_0', contextLength: 4096 })).not.toThrow();
   });

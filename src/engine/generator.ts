@@ -32,15 +32,22 @@ export interface LlamaGeneratorOptions {
   maxQueued?: number;
   /**
    * Most prompt tokens per prefill pass; longer prompts are prefilled in chunks (the same
-   * result: each chunk attends to the cache the chunks before it wrote). Default: what the
-   * device's buffer limits allow (and at most 64 MiB of logits per pass when every position's
-   * logits are needed, for prompt logprobs).
+   * result: each chunk attends to the cache the chunks before it wrote). Default:
+   * DEFAULT_PREFILL_CHUNK_TOKENS, or fewer where the device's buffer limits ask for it (and at
+   * most 64 MiB of logits per pass when every position's logits are needed, for prompt logprobs).
    */
   prefillChunkTokens?: number;
 }
 
 /** Bytes of logits one prefill pass may return when every position's logits are read back. */
 const MAX_ALL_LOGITS_BYTES = 64 * 1024 * 1024;
+/**
+ * Prompt tokens one prefill pass takes by default (llama.cpp's micro-batch): each dispatch's work
+ * grows with them, and a GPU watchdog (Windows' 2 s TDR, mobile drivers) loses the device when a
+ * single dispatch runs too long; a lost device is lost for the page. Past a few hundred tokens a
+ * matmul is as efficient in one pass as in chunks.
+ */
+export const DEFAULT_PREFILL_CHUNK_TOKENS = 512;
 
 export class LlamaGenerator implements TextGenerator {
   private readonly scheduler: Scheduler;
@@ -175,7 +182,7 @@ export class LlamaGenerator implements TextGenerator {
     const limits = this.model.ctx.limits;
     const maxBinding = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
     const widestRow = Math.max(c.hiddenSize, c.numHeads * c.headDim, c.intermediateSize) * 4;
-    let tokens = Math.floor(maxBinding / widestRow);
+    let tokens = Math.min(DEFAULT_PREFILL_CHUNK_TOKENS, Math.floor(maxBinding / widestRow));
     if (allLogits) tokens = Math.min(tokens, Math.floor(Math.min(maxBinding, MAX_ALL_LOGITS_BYTES) / (c.vocabSize * 4)));
     return Math.max(1, tokens);
   }

@@ -6,6 +6,7 @@ import type { LlamaConfig } from '../model/config.ts';
 import { KvCache, type KvDType } from '../model/kv-cache.ts';
 import { activationFloatsPerToken } from '../model/llama.ts';
 import { checkTensorFits, type WeightStoragePlan } from '../model/weights.ts';
+import { DEFAULT_PREFILL_CHUNK_TOKENS } from './generator.ts';
 
 export interface MemoryEstimate {
   /** Weight buffers, in their GPU storage. */
@@ -15,9 +16,9 @@ export interface MemoryEstimate {
   /** One layer's K (or V) buffer: a buffer, and a binding, of its own. */
   kvLayerBytes: number;
   /**
-   * Activation buffers of a prefill of `contextLength` tokens (residual stream, projections, FFN,
-   * last-position logits and their readback). An estimate: prompts scored with every position's
-   * logits (echo + logprobs) need T x vocab x 4 bytes more.
+   * Activation buffers of a prefill pass of up to DEFAULT_PREFILL_CHUNK_TOKENS tokens (residual
+   * stream, projections, FFN, last-position logits and their readback). An estimate: prompts
+   * scored with every position's logits (echo + logprobs) need T x vocab x 4 bytes more.
    */
   activationBytes: number;
   totalBytes: number;
@@ -34,7 +35,8 @@ export function activationBytes(config: LlamaConfig, tokens: number): number {
 export function estimateMemory(config: LlamaConfig, plan: WeightStoragePlan, contextLength: number, kvDType: KvDType = 'f16'): MemoryEstimate {
   const weightBytes = plan.totalBytes;
   const kv = KvCache.byteSizeOf(config, contextLength, kvDType);
-  const act = activationBytes(config, contextLength);
+  // Longer prompts are prefilled in passes of at most this many tokens (LlamaGenerator).
+  const act = activationBytes(config, Math.min(contextLength, DEFAULT_PREFILL_CHUNK_TOKENS));
   return {
     weightBytes,
     kvCacheBytes: kv,
