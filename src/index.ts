@@ -1,7 +1,7 @@
 // webgpu-llama, browser entry: load a Llama-family model onto WebGPU and answer OpenAI-style
 // completions in the page. Nothing here imports Node-only code (see src/node for the Node host).
 import { Engine } from './api/engine.ts';
-import { acquireDevice, type GpuContext } from './gpu/device.ts';
+import { acquireDevice, sharedGpuContext, type GpuContext } from './gpu/device.ts';
 import { loadGenerator, type LoadOptions } from './engine/load.ts';
 import { withWeightCache } from './model/cache.ts';
 import type { LoadProgress } from './model/weights.ts';
@@ -84,11 +84,11 @@ function isModelFiles(source: unknown): source is ModelFiles {
   return typeof (source as ModelFiles).open === 'function' && typeof (source as ModelFiles).id === 'string';
 }
 
-let pageGpu: Promise<GpuContext> | undefined;
+const pageGpu = sharedGpuContext(() => acquireDevice(globalThis.navigator?.gpu));
 
 /** Loads a model onto the page's GPU and returns an Engine that answers completions. */
 export async function loadModel(source: ModelSource, options: LoadModelOptions = {}): Promise<Engine> {
   const files = resolveModelSource(source, options);
-  const gpu = options.gpu ?? (await (pageGpu ??= acquireDevice(globalThis.navigator?.gpu)));
+  const gpu = options.gpu ?? (await pageGpu(undefined));
   return new Engine(await loadGenerator(gpu, files, options));
 }

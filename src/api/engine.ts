@@ -13,6 +13,17 @@ import { errorResponse, handleApiRequest, type ApiEngine, type ApiHandlerOptions
 /** A generator that can also give its GPU memory back. */
 export interface UnloadableGenerator extends TextGenerator {
   destroy?(): void;
+  /** Resolves, with what the driver said, if the generator's GPU device is lost: it can run nothing more. */
+  readonly deviceLost?: Promise<string>;
+}
+
+/** 503: a request to an engine whose GPU device was lost (a driver reset, a GPU process crash). */
+export function deviceLost(id: string, message: string): ApiError {
+  return new ApiError(503, `The GPU device of model '${id}' was lost (${message || 'no reason given'}); load the model again.`, {
+    type: 'service_unavailable',
+    code: 'device_lost',
+    headers: NO_RETRY,
+  });
 }
 
 /** 503: a request to an engine after its unload(). */
@@ -34,10 +45,13 @@ export class Engine implements ApiEngine {
   private inFlight = 0;
   private unloaded: Promise<void> | null = null;
   private destroyLoaded: (() => void) | null = null;
+  /** Set once the GPU device is lost: every request from then on gets the 503. */
+  private lostMessage: string | null = null;
 
   constructor(generator: UnloadableGenerator) {
     this.loaded = generator;
     this.generator = countingGenerator(generator, () => this.admit());
+    generator.deviceLost?.then((message) => (this.lostMessage = message));
   }
 
   get info(): ModelInfo {
@@ -123,9 +137,10 @@ export class Engine implements ApiEngine {
     return this.unloaded;
   }
 
-  /** Counts a request in; returns its release (idempotent). Throws the 503 after unload(). */
+  /** Counts a request in; returns its release (idempotent). Throws the 503 after unload() or a lost device. */
   private admit(): () => void {
     if (this.unloaded) throw modelUnloaded(this.loaded.info.id);
+    if (this.lostMessage !== null) throw deviceLost(this.loaded.info.id, this.lostMessage);
     this.inFlight++;
     let released = false;
     return () => {

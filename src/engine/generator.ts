@@ -176,6 +176,11 @@ export class LlamaGenerator implements TextGenerator {
     return promptLogprobs;
   }
 
+  /** Resolves with the driver's message once the model's GPU device is lost, for whatever reason: nothing more runs on it. */
+  get deviceLost(): Promise<string> {
+    return this.model.ctx.device.lost.then((info) => info.message || info.reason);
+  }
+
   private prefillChunk(allLogits: boolean): number {
     if (this.prefillChunkTokens !== undefined) return Math.max(1, Math.floor(this.prefillChunkTokens));
     const c = this.model.config;

@@ -59,6 +59,26 @@ const LIMIT_NAMES: (keyof GpuLimits)[] = [
   'minUniformBufferOffsetAlignment',
 ];
 
+/**
+ * A device shared by everything in a page or process, acquired on first use: the same context
+ * each call until its device is lost (a driver reset, a GPU process crash) or the acquisition
+ * fails, then a fresh one at the next call (with that call's options), so that a model loaded
+ * again runs on a live device.
+ */
+export function sharedGpuContext<O>(acquire: (options: O) => Promise<GpuContext>): (options: O) => Promise<GpuContext> {
+  let current: Promise<GpuContext> | undefined;
+  return (options) => {
+    if (current) return current;
+    const pending = acquire(options);
+    current = pending;
+    const forget = () => {
+      if (current === pending) current = undefined;
+    };
+    pending.then((ctx) => ctx.device.lost.then(forget), forget);
+    return pending;
+  };
+}
+
 /** Asks `gpu` (navigator.gpu in a page, Dawn in Node) for an adapter and a device with the adapter's best limits. */
 export async function acquireDevice(gpu: GPU | undefined, options: AcquireDeviceOptions = {}): Promise<GpuContext> {
   if (!gpu) throw new Error('WebGPU is not available here (navigator.gpu is missing).');

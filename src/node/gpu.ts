@@ -2,7 +2,7 @@
 // no Vulkan adapter; Debian's chromium ships SwiftShader (Vulkan on the CPU), which we then use.
 import { existsSync } from 'node:fs';
 import { create, globals } from 'webgpu';
-import { acquireDevice, type AcquireDeviceOptions, type GpuContext } from '../gpu/device.ts';
+import { acquireDevice, sharedGpuContext, type AcquireDeviceOptions, type GpuContext } from '../gpu/device.ts';
 
 export const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 
@@ -38,10 +38,13 @@ export async function createNodeGpu(options: { log?: (message: string) => void }
   );
 }
 
-let shared: Promise<GpuContext> | undefined;
+type NodeGpuOptions = AcquireDeviceOptions & { log?: (message: string) => void };
+const shared = sharedGpuContext((options: NodeGpuOptions) => createNodeGpu(options).then((gpu) => acquireDevice(gpu, options)));
 
-/** One device per process, shared by everything in it (tests, CLI, server). */
-export function nodeGpuContext(options: AcquireDeviceOptions & { log?: (message: string) => void } = {}): Promise<GpuContext> {
-  shared ??= createNodeGpu(options).then((gpu) => acquireDevice(gpu, options));
-  return shared;
+/**
+ * One device per process, shared by everything in it (tests, CLI, server); a new one once it is
+ * lost. `options` count when a device is acquired: at the first call, and after a loss.
+ */
+export function nodeGpuContext(options: NodeGpuOptions = {}): Promise<GpuContext> {
+  return shared(options);
 }
