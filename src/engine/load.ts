@@ -6,7 +6,7 @@ import type { ModelFiles } from '../model/files.ts';
 import type { KvDType } from '../model/kv-cache.ts';
 import { LlamaModel } from '../model/llama.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../model/open-model.ts';
-import { planWeightStorage, type WeightStorage } from '../model/weights.ts';
+import { planWeightStorage, type LlamaWeights, type WeightStorage } from '../model/weights.ts';
 import { LlamaGenerator } from './generator.ts';
 import { checkMemory, estimateMemory } from './memory.ts';
 import type { ModelInfo } from './types.ts';
@@ -71,14 +71,6 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const estimate = estimateMemory(config, plan, capacity, kvDType);
   const id = options.id ?? files.id;
   checkMemory(estimate, plan, ctx.limits, options.memoryBudgetBytes, { modelId: id, storage, contextLength: capacity });
-  const weights = await uploadLlamaWeights(ctx, opened, options.onProgress, { storage, onWarning: options.onWarning });
-  let model: LlamaModel;
-  try {
-    model = await LlamaModel.create(ctx, config, weights);
-  } catch (err) {
-    weights.destroy(); // a failed load leaves no GPU memory behind
-    throw err;
-  }
   const info: ModelInfo = {
     id,
     aliases: options.aliases ?? [],
@@ -94,5 +86,41 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
       ...estimate,
     },
   };
-  return new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity, kvDType), { maxQueued: options.maxQueued });
+  // The device's out-of-memory and validation errors during the load are caught here: WebGPU
+  // reports a buffer it could not allocate only through them, and everything written to or run
+  // on such a buffer would silently do nothing (a model that loads "fine" and answers garbage).
+  const device = ctx.device;
+  device.pushErrorScope('validation');
+  device.pushErrorScope('out-of-memory');
+  let weights: LlamaWeights | undefined;
+  let model: LlamaModel | undefined;
+  let generator: LlamaGenerator | undefined;
+  let failure: unknown;
+  try {
+    weights = await uploadLlamaWeights(ctx, opened, options.onProgress, { storage, onWarning: options.onWarning });
+    model = await LlamaModel.create(ctx, config, weights);
+    generator = new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity, kvDType), { maxQueued: options.maxQueued });
+  } catch (err) {
+    failure = err;
+  }
+  const outOfMemory = await device.popErrorScope();
+  const invalid = await device.popErrorScope();
+  if (!failure && (outOfMemory || invalid)) {
+    failure = outOfMemory
+      ? new Error(
+          `The GPU ran out of memory loading ${id}: it needs about ${MiB(estimate.totalBytes)} (weights ${MiB(estimate.weightBytes)}, ` +
+            `KV cache ${MiB(estimate.kvCacheBytes)} for ${capacity} positions). Try a smaller contextLength or weightStorage 'q4_0'. (${outOfMemory.message})`,
+        )
+      : new Error(`GPU validation error while loading ${id}: ${invalid!.message}`);
+  }
+  if (failure) {
+    // A failed load leaves no GPU memory behind.
+    if (generator) generator.destroy();
+    else if (model) model.destroy();
+    else weights?.destroy();
+    throw failure;
+  }
+  return generator!;
 }
+
+const MiB = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;

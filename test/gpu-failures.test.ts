@@ -1,11 +1,14 @@
-// A lost GPU device (a driver reset, a GPU process crash; here device.destroy()): the engine on it
-// answers every request with a 503 that says so, and the shared device of the process is acquired
-// afresh, so that the model loaded again runs.
+// What the GPU can fail at. A lost device (a driver reset, a GPU process crash; here
+// device.destroy()): the engine on it answers every request with a 503 that says so, and the
+// shared device of the process is acquired afresh, so that the model loaded again runs. A load the
+// device reports out of memory for: an error that says so, and no GPU memory left behind.
 import { describe, expect, it } from 'vitest';
 import { Engine } from '../src/api/engine.ts';
 import { ApiError } from '../src/api/errors.ts';
 import { loadModelFromPath } from '../src/node/index.ts';
 import { nodeGpuContext } from '../src/node/gpu.ts';
+import { loadGenerator } from '../src/engine/load.ts';
+import { filesFromPath } from '../src/node/files.ts';
 import { FakeGenerator } from './helpers/fake-generator.ts';
 import { STORIES_GGUF } from './helpers/model-files.ts';
 
@@ -42,5 +45,35 @@ describe('a lost GPU device', () => {
     const again = await loadModelFromPath(STORIES_GGUF);
     expect((await again.complete(request)).choices[0].text).toBe(want);
     await again.unload();
+  });
+
+  it('a load during which the device reports out of memory fails saying so, and frees what it made', async () => {
+    const ctx = await nodeGpuContext();
+    const real = ctx.device;
+    let scopes = 0;
+    const made: GPUBuffer[] = [];
+    const freed = new Set<GPUBuffer>();
+    const device = new Proxy(real, {
+      get(target, key) {
+        if (key === 'popErrorScope') {
+          // The inner scope (out-of-memory) pops first.
+          return async () => (await target.popErrorScope(), scopes++ === 0 ? { message: 'fake: allocation failed' } : null);
+        }
+        if (key === 'createBuffer') {
+          return (descriptor: GPUBufferDescriptor) => {
+            const buffer = target.createBuffer(descriptor);
+            const destroy = buffer.destroy.bind(buffer);
+            buffer.destroy = () => (freed.add(buffer), destroy());
+            made.push(buffer);
+            return buffer;
+          };
+        }
+        const value = Reflect.get(target, key, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    await expect(loadGenerator({ ...ctx, device }, filesFromPath(STORIES_GGUF))).rejects.toThrow(/ran out of memory loading stories260K.*fake: allocation failed/);
+    expect(made.length).toBeGreaterThan(0);
+    expect(made.filter((b) => !freed.has(b)).map((b) => b.label)).toEqual([]);
   });
 });
