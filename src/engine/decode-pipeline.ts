@@ -71,8 +71,9 @@ interface Batch {
   count: number;
   staging: GPUBuffer;
   mapped: Promise<void>;
-  /** The records' format: the sampler's, or the decode step's own greedy records. */
-  greedy: boolean;
+  /** Bytes of one of its records, and record j of a copy of the mapped bytes (the sampler's format, or the decode step's greedy one). */
+  recordBytes: number;
+  read(bytes: ArrayBuffer, j: number): GeneratedToken;
 }
 
 /**
@@ -131,23 +132,26 @@ export async function* decodeTokens(
         }
       }
     }
-    const fromStep = greedy !== undefined && submitted > 0;
-    let bytes = count * RECORD_BYTES;
-    if (fromStep) {
-      // The step at position p wrote record slot p mod slots: the batch's slots, wrapping at most once.
-      const { buffer, offset, bytes: recordBytes, slots } = greedy.records;
-      const firstSlot = (plan.promptLength + submitted - 1) % slots;
-      const head = Math.min(count, slots - firstSlot);
-      encoder.copyBufferToBuffer(buffer, offset + firstSlot * recordBytes, staging, 0, head * recordBytes);
-      if (head < count) encoder.copyBufferToBuffer(buffer, offset, staging, head * recordBytes, (count - head) * recordBytes);
-      bytes = count * recordBytes;
-    } else {
-      encoder.copyBufferToBuffer(sampler.records, 0, staging, 0, bytes);
-    }
+    const records = copyRecords(encoder, staging, count);
     device.queue.submit([encoder.finish()]);
-    inFlight.push({ count, staging, mapped: staging.mapAsync(GPUMapMode.READ, 0, bytes), greedy: fromStep });
+    inFlight.push({ count, staging, mapped: staging.mapAsync(GPUMapMode.READ, 0, count * records.recordBytes), ...records });
     submitted += count;
     batches++;
+  };
+
+  /** Copies the records of the `count` steps from `submitted` on to `staging`: the sampler's, or those the greedy steps wrote. */
+  const copyRecords = (encoder: GPUCommandEncoder, staging: GPUBuffer, count: number): Pick<Batch, 'recordBytes' | 'read'> => {
+    if (!greedy || submitted === 0) {
+      encoder.copyBufferToBuffer(sampler.records, 0, staging, 0, count * RECORD_BYTES);
+      return { recordBytes: RECORD_BYTES, read: (bytes, j) => readRecord(bytes, j, plan.logprobs) };
+    }
+    // The step at position p wrote record slot p mod slots: the batch's slots, wrapping at most once.
+    const { buffer, offset, bytes: recordBytes, slots } = greedy.records;
+    const firstSlot = (plan.promptLength + submitted - 1) % slots;
+    const head = Math.min(count, slots - firstSlot);
+    encoder.copyBufferToBuffer(buffer, offset + firstSlot * recordBytes, staging, 0, head * recordBytes);
+    if (head < count) encoder.copyBufferToBuffer(buffer, offset, staging, head * recordBytes, (count - head) * recordBytes);
+    return { recordBytes, read: (bytes, j) => readGreedyRecord(bytes, j, recordBytes) };
   };
 
   try {
@@ -167,12 +171,12 @@ export async function* decodeTokens(
         stepMs = stepMs === undefined ? measured : 0.5 * stepMs + 0.5 * measured;
       }
       lastResolved = now;
-      const bytes = batch.staging.getMappedRange(0, batch.count * (batch.greedy ? greedy!.records.bytes : RECORD_BYTES)).slice(0);
+      const bytes = batch.staging.getMappedRange(0, batch.count * batch.recordBytes).slice(0);
       batch.staging.unmap();
       // Queue the next batch before handing tokens on: the consumer's work overlaps the GPU's.
       const size = nextBatchSize();
       if (size > 0) submitBatch(size);
-      for (let j = 0; j < batch.count; j++) yield batch.greedy ? readGreedyRecord(bytes, j, greedy!.records.bytes) : readRecord(bytes, j, plan.logprobs);
+      for (let j = 0; j < batch.count; j++) yield batch.read(bytes, j);
     }
   } finally {
     // Batches past the end (a stop, an abort): wait for them so their staging buffers are unmapped.
