@@ -217,6 +217,17 @@ describe('tokenizer: GGUF byte-level BPE (gpt2 model)', () => {
     expect(() => tokenizerFromGguf(metadata('some-new-model'))).toThrow(/some-new-model/);
     expect(() => tokenizerFromGguf({ ...metadata('default'), 'tokenizer.ggml.model': 'bert' })).toThrow(/bert/);
   });
+
+  it('a piece listed twice encodes to its last id (as llama.cpp); both ids decode to it', () => {
+    const twice = [...tokens, 'Ġthe'];
+    const last = twice.length - 1;
+    const t = tokenizerFromGguf({ ...metadata('llama-bpe'), 'tokenizer.ggml.tokens': twice, 'tokenizer.ggml.token_type': [...types, 1] });
+    expect(t.encode(' the', { addBos: false })).toEqual([last]);
+    expect(t.decode([id('Ġa'), id('Ġthe')])).toBe(' a the');
+    expect(t.decode([id('Ġa'), last])).toBe(' a the');
+    expect(t.idToToken(id('Ġthe'))).toBe('Ġthe');
+    expect(t.vocabSize).toBe(twice.length);
+  });
 });
 
 // src/tokenizer/long-word-bpe.ts merges words of 256 characters and more in place of the library's

@@ -24,6 +24,8 @@ export interface GgufTokenizerParts {
   addBos: boolean;
   /** UNUSED tokens (converters' filler, e.g. Qwen2's [PADn]): llama.cpp decodes them to nothing. */
   unusedIds: number[];
+  /** Ids of a piece listed again later: they decode as its last id. */
+  aliasIds: Map<number, number>;
 }
 
 function stringArray(metadata: GgufMetadata, key: string): string[] {
@@ -166,10 +168,12 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
   let unkId = optionalId(metadata, 'tokenizer.ggml.unknown_token_id', n);
   const eosIds = [eosId, eotId, eomId].filter((id): id is number => id !== null);
 
-  // The vocabulary. A duplicate piece keeps its first id (a JSON object has one entry per key);
-  // its later ids decode as the unknown token.
+  // The vocabulary. A piece listed twice keeps its last id, as llama.cpp's token_to_id map and
+  // transformers' GGUF converter (a dict) do; its other ids decode as that piece (aliasIds).
   const vocab: Record<string, number> = Object.create(null); // '__proto__' is a plain key
-  for (let i = 0; i < n; i++) if (!Object.hasOwn(vocab, tokens[i])) vocab[tokens[i]] = i;
+  for (let i = 0; i < n; i++) vocab[tokens[i]] = i;
+  const aliasIds = new Map<number, number>();
+  for (let i = 0; i < n; i++) if (vocab[tokens[i]] !== i) aliasIds.set(i, vocab[tokens[i]]);
 
   // Special and user-defined tokens are "added tokens": matched whole in the text, never split.
   const addedTokens: Record<string, unknown>[] = [];
@@ -269,7 +273,7 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
     legacy: true,
   };
   const unusedIds = types.flatMap((t, i) => (t === TokenType.UNUSED ? [i] : []));
-  return { tokenizerJson, tokenizerConfig, bosId, eosIds: [...new Set(eosIds)], addBos, unusedIds };
+  return { tokenizerJson, tokenizerConfig, bosId, eosIds: [...new Set(eosIds)], addBos, unusedIds, aliasIds };
 }
 
 function bosTemplate(bosToken: string | null, bosId: number | null): unknown {
@@ -292,6 +296,6 @@ export function tokenizerFromGguf(metadata: GgufMetadata): HfTokenizer {
   const parts = ggufTokenizerParts(metadata);
   return new HfTokenizer(
     { tokenizerJson: parts.tokenizerJson, tokenizerConfig: parts.tokenizerConfig },
-    { addBos: parts.addBos, bosId: parts.bosId, eosIds: parts.eosIds, silentIds: parts.unusedIds },
+    { addBos: parts.addBos, bosId: parts.bosId, eosIds: parts.eosIds, silentIds: parts.unusedIds, aliasIds: parts.aliasIds },
   );
 }

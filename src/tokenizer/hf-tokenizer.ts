@@ -39,6 +39,11 @@ export interface HfTokenizerOverrides {
   eosIds?: readonly number[];
   /** Ids that decode to no text at all (a GGUF's UNUSED filler tokens, as llama.cpp decodes them). */
   silentIds?: readonly number[];
+  /**
+   * Ids that stand for another id's piece (a GGUF vocabulary that lists a piece twice: the
+   * tokenizer's vocabulary keeps one id per piece, and the others decode as that one).
+   */
+  aliasIds?: ReadonlyMap<number, number>;
 }
 
 /** Token texts that end generation when they are special tokens of the vocabulary. */
@@ -75,6 +80,7 @@ export class HfTokenizer implements TextTokenizer {
   private readonly tokenizer: Tokenizer;
   private readonly specialIds: Set<number>;
   private readonly silentIds: ReadonlySet<number>;
+  private readonly aliasIds: ReadonlyMap<number, number>;
 
   constructor(sources: HfTokenizerSources, overrides: HfTokenizerOverrides = {}) {
     const { tokenizerJson } = sources;
@@ -95,10 +101,12 @@ export class HfTokenizer implements TextTokenizer {
     const addedTokens = (json.added_tokens as { id: number; content: string; special?: boolean }[]) ?? [];
     this.specialIds = new Set(addedTokens.filter((t) => t.special).map((t) => t.id));
     this.silentIds = new Set(overrides.silentIds ?? []);
+    this.aliasIds = overrides.aliasIds ?? new Map();
 
     let maxId = -1;
     for (const [, id] of this.tokenizer.get_vocab(true)) if (id > maxId) maxId = id;
     for (const t of addedTokens) if (t.id > maxId) maxId = t.id;
+    for (const [id] of this.aliasIds) if (id > maxId) maxId = id;
     this.vocabSize = maxId + 1;
 
     const toId = (content: string | undefined): number | undefined =>
@@ -163,18 +171,19 @@ export class HfTokenizer implements TextTokenizer {
 
   decode(ids: readonly number[], options: { skipSpecialTokens?: boolean } = {}): string {
     let list = this.silentIds.size > 0 ? ids.filter((id) => !this.silentIds.has(id)) : [...ids];
+    if (this.aliasIds.size > 0) list = list.map((id) => this.aliasIds.get(id) ?? id);
     if (options.skipSpecialTokens) list = list.filter((id) => !this.specialIds.has(id));
     if (list.length === 0) return '';
     return this.tokenizer.decode(list, { skip_special_tokens: options.skipSpecialTokens ?? false, clean_up_tokenization_spaces: false });
   }
 
   isSpecial(id: number): boolean {
-    return this.specialIds.has(id);
+    return this.specialIds.has(this.aliasIds.get(id) ?? id);
   }
 
   /** The token string of an id (vocabulary piece), or undefined. */
   idToToken(id: number): string | undefined {
-    return this.tokenizer.id_to_token(id);
+    return this.tokenizer.id_to_token(this.aliasIds.get(id) ?? id);
   }
 
   /** The id of a token string, or undefined. */
