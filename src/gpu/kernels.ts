@@ -1502,6 +1502,19 @@ function assertFits(buffer: GPUBuffer, bytes: number, what: string): void {
 }
 
 /**
+ * The two matrices of a matmul.wgsl SECOND pass (matmulSwiglu, matmulPair), unsplit and of one
+ * shape (the callers check that): positive sizes, the storage's block shape, buffers that hold them.
+ */
+function checkSecondPassWeights(kernel: string, ...pair: [GpuMatrix, string][]): void {
+  for (const [W, what] of pair) {
+    assertCount(W.rows, `${kernel} ${what}.rows`);
+    assertCount(W.cols, `${kernel} ${what}.cols`);
+    checkWeightShape(W.dtype, W.rows, W.cols, `${kernel} ${what}`);
+    checkParts(W, `${kernel} ${what}`); // (unsplit: the one part is the whole buffer)
+  }
+}
+
+/**
  * The row ranges of a weight matrix (one for an unsplit matrix), checked: consecutive, covering
  * every row, each buffer holding its rows.
  */
@@ -1645,11 +1658,7 @@ export abstract class KernelRecorder {
       this.swiglu(out, scratch.gate, scratch.up, T * wGate.rows);
       return;
     }
-    for (const [W, what] of [[wGate, 'W_gate'], [wUp, 'W_up']] as const) {
-      assertCount(W.rows, `matmulSwiglu ${what}.rows`);
-      checkWeightShape(W.dtype, W.rows, W.cols, `matmulSwiglu ${what}`);
-      checkParts(W, `matmulSwiglu ${what}`); // (unsplit here: the one part is the whole buffer)
-    }
+    checkSecondPassWeights('matmulSwiglu', [wGate, 'W_gate'], [wUp, 'W_up']);
     assertDistinct(out, [x, wGate.buffer, wUp.buffer], 'matmulSwiglu');
     assertFits(out, T * wGate.rows * 4, 'matmulSwiglu out');
     assertFits(x, T * wGate.cols * 4, 'matmulSwiglu x');
@@ -1679,11 +1688,7 @@ export abstract class KernelRecorder {
       this.matmul(y2, x, W2, T, b2);
       return;
     }
-    for (const [W, what] of [[W1, 'W1'], [W2, 'W2']] as const) {
-      assertCount(W.rows, `matmulPair ${what}.rows`);
-      assertCount(W.cols, `matmulPair ${what}.cols`);
-      checkWeightShape(W.dtype, W.rows, W.cols, `matmulPair ${what}`);
-    }
+    checkSecondPassWeights('matmulPair', [W1, 'W1'], [W2, 'W2']);
     assertDistinct(y1, [y2, x, W1.buffer, W2.buffer, b1, b2], 'matmulPair');
     assertDistinct(y2, [x, W1.buffer, W2.buffer, b1, b2], 'matmulPair');
     assertFits(y1, T * W1.rows * 4, 'matmulPair y1');
