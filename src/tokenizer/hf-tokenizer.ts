@@ -90,13 +90,11 @@ export class HfTokenizer implements TextTokenizer {
     const json = libraryTokenizerJson(tokenizerJson);
     this.tokenizer = new Tokenizer(json, { ...tokenizerConfig });
     keepByteOrderMarks(this.tokenizer.decoder);
-    // With no pre-tokenizer, or a Metaspace one that does not split (SentencePiece style: newer
-    // Llama 2 / Mistral conversions), the whole prompt is one BPE word: long words take our merge
-    // loop (long-word-bpe.ts). Byte-level tokenizers split prompts into short words.
-    const pre = json.pre_tokenizer as { type?: unknown; split?: unknown } | null;
-    if (pre === null || (pre.type === 'Metaspace' && pre.split === false)) {
-      speedUpLongWords((this.tokenizer as unknown as { model: unknown }).model);
-    }
+    // Long BPE words take our merge loop (long-word-bpe.ts): with no pre-tokenizer, or a Metaspace
+    // one that does not split (SentencePiece style: Llama 2, Mistral), the whole prompt is one
+    // word; byte-level tokenizers split prompts into words, but a run of letters or digits with no
+    // space is one word however long (the library's loop took ~0.8 s for 100k letters).
+    speedUpLongWords((this.tokenizer as unknown as { model: unknown }).model);
 
     const addedTokens = (json.added_tokens as { id: number; content: string; special?: boolean }[]) ?? [];
     this.specialIds = new Set(addedTokens.filter((t) => t.special).map((t) => t.id));
