@@ -143,7 +143,9 @@ export function speedUpLongWords(model: unknown): boolean {
   if (!isLibraryBpeModel(model) || model.end_of_word_suffix || model.continuing_subword_suffix) return false;
   const own = model.bpe.bind(model);
   const cacheLimit = model.max_length_to_cache;
-  const fast = longWordBpe(model.merges);
-  model.bpe = (token: string) => (token.length < cacheLimit ? own(token) : fast(token));
+  // Built at the first long word: ~0.1 s and ~9 MB for Llama 2's 61K merges, more for the byte-level
+  // vocabularies' (Llama 3: 280K), which may never see one.
+  let fast: ((word: string) => string[]) | undefined;
+  model.bpe = (token: string) => (token.length < cacheLimit ? own(token) : (fast ??= longWordBpe(model.merges))(token));
   return true;
 }
