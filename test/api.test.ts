@@ -890,6 +890,11 @@ describe('IncrementalDetokenizer', () => {
     expect(text).toBe(tokenizer.decode([...prompt, ...ids], { skipSpecialTokens: true }).slice(tokenizer.decode(prompt, { skipSpecialTokens: true }).length));
     expect(text.endsWith(' a a')).toBe(true); // the space after the skipped run kept
     expect(widest).toBeLessThan(40);
+    // Skipped ids do not count towards the bound: a character after 16 of them comes out whole.
+    const after = new IncrementalDetokenizer(tokenizer, prompt);
+    let euro = '';
+    for (const id of [...Array(16).fill(EOS), tokenizer.id(0xe2), tokenizer.id(0x82), tokenizer.id(0xac)]) euro += after.push(id);
+    expect(euro + after.flush()).toBe('€');
   });
 
   it('holds back an incomplete UTF-8 sequence', () => {

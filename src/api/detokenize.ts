@@ -106,9 +106,10 @@ export class IncrementalDetokenizer {
     const before = this.decode(this.ids.slice(this.prefixOffset, this.readOffset));
     const after = this.decode(this.ids.slice(this.prefixOffset));
     if (after.length <= before.length) {
-      // Ids that add no text (special tokens skipped): dropped, so the window keeps its text (a
-      // window of only such ids would let a decoder strip the next token's leading space).
-      if (final) this.ids.length = this.readOffset;
+      // Ids that add no text (special tokens skipped) are dropped at once: they would count
+      // towards MAX_HELD_IDS, and a window of only such ids would let a decoder strip the next
+      // token's leading space.
+      this.ids.length = this.readOffset;
       return '';
     }
     if (!final && after.endsWith(REPLACEMENT)) return '';
