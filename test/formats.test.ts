@@ -158,24 +158,27 @@ describe('safetensors', () => {
     await expect(readSafetensorsCheckpoint(filesFromMemory('none', {}))).rejects.toThrow(/model\.safetensors/);
   });
 
-  it('reads tensors of every dtype of the format (checked sizes), and names a dtype it does not define', async () => {
+  it('reads tensors of every dtype of the format (sizes checked where the dtype is known)', async () => {
     const file = buildSafetensors([
       { name: 'ok', dtype: 'F32', shape: [1], data: new Uint8Array(4) },
       { name: 'model.position_ids', dtype: 'I64', shape: [1], data: new Uint8Array(8) },
     ]);
     const header = await readSafetensorsHeader(memorySource('model.safetensors', file));
     expect(header.tensors.map((t) => [t.name, t.dtype, t.byteLength])).toEqual([['ok', 'F32', 4], ['model.position_ids', 'I64', 8]]);
-    const odd = buildSafetensors([{ name: 'w', dtype: 'F12', shape: [1], data: new Uint8Array(2) }]);
-    await expect(readSafetensorsHeader(memorySource('model.safetensors', odd))).rejects.toThrow(/w.*unknown dtype F12/);
+    const newer = buildSafetensors([{ name: 'scale', dtype: 'F8_E8M0', shape: [4], data: new Uint8Array(4) }]);
+    expect((await readSafetensorsHeader(memorySource('model.safetensors', newer))).tensors[0]).toMatchObject({ dtype: 'F8_E8M0', byteLength: 4 });
+    const short = buildSafetensors([{ name: 'w', dtype: 'I64', shape: [2], data: new Uint8Array(8) }]);
+    await expect(readSafetensorsHeader(memorySource('model.safetensors', short))).rejects.toThrow(/w has data_offsets/);
   });
 
   it('a checkpoint may hold tensors of other dtypes that the model does not use; one it needs is named', async () => {
     const bytes = readBytes(`${STORIES_HF}/model.safetensors`);
     const header = await readSafetensorsHeader(memorySource('model.safetensors', bytes));
     const tensors = header.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, data: bytes.subarray(t.offset, t.offset + t.byteLength) }));
-    const folder = (list: typeof tensors) =>
+    const config = JSON.parse(new TextDecoder().decode(readBytes(`${STORIES_HF}/config.json`)));
+    const folder = (list: typeof tensors, configJson: Record<string, unknown> = config) =>
       filesFromMemory('hf', {
-        'config.json': readBytes(`${STORIES_HF}/config.json`),
+        'config.json': JSON.stringify(configJson),
         'tokenizer.json': readBytes(`${STORIES_HF}/tokenizer.json`),
         'model.safetensors': buildSafetensors(list),
       });
@@ -184,6 +187,11 @@ describe('safetensors', () => {
     expect(extra.tensors.size).toBe(tensors.length);
     const retyped = tensors.map((t) => (t.name === 'model.norm.weight' ? { ...t, dtype: 'I32' } : t));
     await expect(openModel(folder(retyped))).rejects.toThrow(/model\.norm\.weight has dtype I32/);
+    // Without tie_word_embeddings, a missing lm_head means tied; one it cannot load is named instead.
+    const { tie_word_embeddings: _, ...untold } = config;
+    expect((await openModel(folder(tensors, untold))).config.tieWordEmbeddings).toBe(true);
+    const lmHead = { name: 'lm_head.weight', dtype: 'I32', shape: [512, 64], data: new Uint8Array(512 * 64 * 4) };
+    await expect(openModel(folder([...tensors, lmHead], untold))).rejects.toThrow(/lm_head\.weight has dtype I32/);
   });
 });
 

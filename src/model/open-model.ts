@@ -124,7 +124,8 @@ async function openHfFolder(files: ModelFiles): Promise<OpenedModel> {
     });
   }
   // A missing lm_head means tied embeddings unless config.json says explicitly they are not.
-  if (!config.tieWordEmbeddings && !tensors.has(GLOBAL_TENSOR_NAMES.lmHead) && configJson.tie_word_embeddings !== false) {
+  const hasLmHead = tensors.has(GLOBAL_TENSOR_NAMES.lmHead) || unloadable.has(GLOBAL_TENSOR_NAMES.lmHead);
+  if (!config.tieWordEmbeddings && !hasLmHead && configJson.tie_word_embeddings !== false) {
     config.tieWordEmbeddings = true;
   }
   for (const { name } of requiredTensors(config)) {

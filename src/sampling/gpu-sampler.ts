@@ -253,7 +253,8 @@ export class GpuSampler {
   /**
    * Whether the current sequence's tokens are the argmax of the raw logits (the lowest id on
    * ties), with no top alternatives to record: then a decode step may pick them itself
-   * (DecodeStep.greedy) and give the same record (id and logprob).
+   * (DecodeStep.greedy), with the same id and the logprob up to rounding (its sum runs in
+   * another order).
    */
   get plainGreedy(): boolean {
     return this.shape?.plainGreedy ?? false;

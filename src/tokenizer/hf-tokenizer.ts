@@ -169,14 +169,15 @@ export class HfTokenizer implements TextTokenizer {
 
   decode(ids: readonly number[], options: { skipSpecialTokens?: boolean } = {}): string {
     let list = this.silentIds.size > 0 ? ids.filter((id) => !this.silentIds.has(id)) : [...ids];
-    if (this.aliasIds.size > 0) list = list.map((id) => this.aliasIds.get(id) ?? id);
     if (options.skipSpecialTokens) list = list.filter((id) => !this.specialIds.has(id));
+    // After the filters: an alias is special or not by its own type, as llama.cpp reads it.
+    if (this.aliasIds.size > 0) list = list.map((id) => this.aliasIds.get(id) ?? id);
     if (list.length === 0) return '';
     return this.tokenizer.decode(list, { skip_special_tokens: options.skipSpecialTokens ?? false, clean_up_tokenization_spaces: false });
   }
 
   isSpecial(id: number): boolean {
-    return this.specialIds.has(this.aliasIds.get(id) ?? id);
+    return this.specialIds.has(id);
   }
 
   /** The token string of an id (vocabulary piece), or undefined. */
