@@ -76,4 +76,22 @@ describe('a lost GPU device', () => {
     expect(made.length).toBeGreaterThan(0);
     expect(made.filter((b) => !freed.has(b)).map((b) => b.label)).toEqual([]);
   });
+
+  it('two loads on one device take turns with their error scopes (a scope catches only its own load)', async () => {
+    const ctx = await nodeGpuContext();
+    const calls: string[] = [];
+    const device = new Proxy(ctx.device, {
+      get(target, key) {
+        if (key === 'pushErrorScope') return (filter: GPUErrorFilter) => (calls.push('push'), target.pushErrorScope(filter));
+        if (key === 'popErrorScope') return () => (calls.push('pop'), target.popErrorScope());
+        const value = Reflect.get(target, key, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const shared = { ...ctx, device };
+    const [a, b] = await Promise.all([loadGenerator(shared, filesFromPath(STORIES_GGUF)), loadGenerator(shared, filesFromPath(STORIES_GGUF))]);
+    expect(calls).toEqual(['push', 'push', 'pop', 'pop', 'push', 'push', 'pop', 'pop']);
+    a.destroy();
+    b.destroy();
+  });
 });

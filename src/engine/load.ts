@@ -86,41 +86,63 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
       ...estimate,
     },
   };
-  // The device's out-of-memory and validation errors during the load are caught here: WebGPU
-  // reports a buffer it could not allocate only through them, and everything written to or run
-  // on such a buffer would silently do nothing (a model that loads "fine" and answers garbage).
-  const device = ctx.device;
-  device.pushErrorScope('validation');
-  device.pushErrorScope('out-of-memory');
-  let weights: LlamaWeights | undefined;
-  let model: LlamaModel | undefined;
-  let generator: LlamaGenerator | undefined;
-  let failure: unknown;
-  try {
-    weights = await uploadLlamaWeights(ctx, opened, options.onProgress, { storage, onWarning: options.onWarning });
-    model = await LlamaModel.create(ctx, config, weights);
-    generator = new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity, kvDType), { maxQueued: options.maxQueued });
-  } catch (err) {
-    failure = err;
-  }
-  const outOfMemory = await device.popErrorScope();
-  const invalid = await device.popErrorScope();
-  if (!failure && (outOfMemory || invalid)) {
-    failure = outOfMemory
-      ? new Error(
-          `The GPU ran out of memory loading ${id}: it needs about ${MiB(estimate.totalBytes)} (weights ${MiB(estimate.weightBytes)}, ` +
-            `KV cache ${MiB(estimate.kvCacheBytes)} for ${capacity} positions). Try a smaller contextLength or weightStorage 'q4_0'. (${outOfMemory.message})`,
-        )
-      : new Error(`GPU validation error while loading ${id}: ${invalid!.message}`);
-  }
-  if (failure) {
-    // A failed load leaves no GPU memory behind.
-    if (generator) generator.destroy();
-    else if (model) model.destroy();
-    else weights?.destroy();
-    throw failure;
-  }
-  return generator!;
+  return uploadOneAtATime(ctx.device, async () => {
+    // The device's out-of-memory and validation errors during the upload are caught here: WebGPU
+    // reports a buffer it could not allocate only through them, and everything written to or run
+    // on such a buffer would silently do nothing (a model that loads "fine" and answers garbage).
+    const device = ctx.device;
+    device.pushErrorScope('validation');
+    device.pushErrorScope('out-of-memory');
+    let weights: LlamaWeights | undefined;
+    let model: LlamaModel | undefined;
+    let generator: LlamaGenerator | undefined;
+    let failure: unknown;
+    try {
+      weights = await uploadLlamaWeights(ctx, opened, options.onProgress, { storage, onWarning: options.onWarning });
+      model = await LlamaModel.create(ctx, config, weights);
+      generator = new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity, kvDType), { maxQueued: options.maxQueued });
+    } catch (err) {
+      failure = err;
+    }
+    let outOfMemory: GPUError | null = null;
+    let invalid: GPUError | null = null;
+    try {
+      outOfMemory = await device.popErrorScope();
+      invalid = await device.popErrorScope();
+    } catch (err) {
+      failure ??= new Error(`The GPU device was lost while loading ${id}: ${(err as Error).message}`); // a lost device may reject pops
+    }
+    if (!failure && (outOfMemory || invalid)) {
+      failure = outOfMemory
+        ? new Error(
+            `The GPU ran out of memory loading ${id}: it needs about ${MiB(estimate.totalBytes)} (weights ${MiB(estimate.weightBytes)}, ` +
+              `KV cache ${MiB(estimate.kvCacheBytes)} for ${capacity} positions). Try a smaller contextLength or weightStorage 'q4_0'. (${outOfMemory.message})`,
+          )
+        : new Error(`GPU validation error while loading ${id}: ${invalid!.message}`);
+    }
+    if (failure) {
+      // A failed load leaves no GPU memory behind.
+      if (generator) generator.destroy();
+      else if (model) model.destroy();
+      else weights?.destroy();
+      throw failure;
+    }
+    return generator!;
+  });
+}
+
+/** The upload running on each device, if any: the next waits for it. */
+const uploads = new WeakMap<GPUDevice, Promise<unknown>>();
+
+/**
+ * Runs `upload` once the device's earlier uploads have ended. Error scopes belong to the device,
+ * not to an async call: two loads whose scopes interleaved would pop each other's, so one load's
+ * out-of-memory error could fail the other and leave its own model holding invalid buffers.
+ */
+function uploadOneAtATime<T>(device: GPUDevice, upload: () => Promise<T>): Promise<T> {
+  const result = (uploads.get(device) ?? Promise.resolve()).then(upload);
+  uploads.set(device, result.catch(() => {}));
+  return result;
 }
 
 const MiB = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
