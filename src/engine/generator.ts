@@ -9,6 +9,7 @@
 // holds the scheduler; nothing else is shared between sessions.
 import type { LlamaModel } from '../model/llama.ts';
 import type { KvCache } from '../model/kv-cache.ts';
+import { maxBufferBytes } from '../model/weights.ts';
 import { logSumExp, scoreToken } from '../sampling/logprobs.ts';
 import { randomSeed } from '../sampling/random.ts';
 import { GpuSampler, RECORD_BYTES } from '../sampling/gpu-sampler.ts';
@@ -185,7 +186,7 @@ export class LlamaGenerator implements TextGenerator {
     if (this.prefillChunkTokens !== undefined) return Math.max(1, Math.floor(this.prefillChunkTokens));
     const c = this.model.config;
     const limits = this.model.ctx.limits;
-    const maxBinding = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
+    const maxBinding = maxBufferBytes(limits);
     const widestRow = Math.max(c.hiddenSize, c.numHeads * c.headDim, c.intermediateSize) * 4;
     let tokens = Math.min(DEFAULT_PREFILL_CHUNK_TOKENS, Math.floor(maxBinding / widestRow));
     if (allLogits) tokens = Math.min(tokens, Math.floor(Math.min(maxBinding, MAX_ALL_LOGITS_BYTES) / (c.vocabSize * 4)));

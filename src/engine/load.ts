@@ -8,7 +8,7 @@ import { LlamaModel } from '../model/llama.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../model/open-model.ts';
 import { planWeightStorage, type LlamaWeights, type WeightStorage } from '../model/weights.ts';
 import { LlamaGenerator } from './generator.ts';
-import { checkMemory, estimateMemory } from './memory.ts';
+import { checkMemory, estimateMemory, MiB } from './memory.ts';
 import type { ModelInfo } from './types.ts';
 
 export interface LoadOptions {
@@ -144,5 +144,3 @@ function uploadOneAtATime<T>(device: GPUDevice, upload: () => Promise<T>): Promi
   uploads.set(device, result.catch(() => {}));
   return result;
 }
-
-const MiB = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;

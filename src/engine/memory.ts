@@ -5,7 +5,7 @@
 import type { LlamaConfig } from '../model/config.ts';
 import { KvCache, type KvDType } from '../model/kv-cache.ts';
 import { activationFloatsPerToken } from '../model/llama.ts';
-import { checkTensorFits, type WeightStoragePlan } from '../model/weights.ts';
+import { checkTensorFits, maxBufferBytes, type WeightStoragePlan } from '../model/weights.ts';
 import { DEFAULT_PREFILL_CHUNK_TOKENS } from './generator.ts';
 
 export interface MemoryEstimate {
@@ -46,14 +46,14 @@ export function estimateMemory(config: LlamaConfig, plan: WeightStoragePlan, con
   };
 }
 
-const MiB = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
+export const MiB = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
 /**
  * Throws before allocation when a tensor or a layer's K/V cache buffer exceeds the device's buffer
  * limits (naming what, its size and the limit), or when the total exceeds `memoryBudgetBytes`
- * (naming needed vs available). A plan
- * made with the device's limits (planWeightStorage) splits large matrices into parts of whole rows,
- * counted in its totalBytes; only a matrix whose single row is over the limit is refused.
+ * (naming needed vs available). A plan made with the device's limits (planWeightStorage) splits
+ * large matrices into parts of whole rows, counted in its totalBytes; only a matrix whose single
+ * row is over the limit is refused.
  */
 export function checkMemory(
   estimate: MemoryEstimate,
@@ -63,7 +63,7 @@ export function checkMemory(
   what: { modelId: string; storage: string; contextLength: number },
 ): void {
   for (const [name, storage] of plan.tensors) checkTensorFits(name, storage, limits);
-  const maxBuffer = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
+  const maxBuffer = maxBufferBytes(limits);
   if (estimate.kvLayerBytes > maxBuffer) {
     const positions = Math.floor((maxBuffer / estimate.kvLayerBytes) * what.contextLength);
     throw new Error(

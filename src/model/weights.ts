@@ -113,7 +113,8 @@ export function splitMatrixRows(dtype: WeightDType, rows: number, cols: number, 
   return parts;
 }
 
-const maxBufferBytes = (limits: BufferLimits) => Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
+/** The most bytes one storage buffer can hold and bind on a device with these limits. */
+export const maxBufferBytes = (limits: BufferLimits) => Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
 
 /** The storage of every tensor a model uploads, by canonical name, and the total bytes. */
 export interface WeightStoragePlan {
