@@ -559,8 +559,28 @@ describe('completions', () => {
     expect(await text(1)).not.toBe(await text(2));
   });
 
-  it('rejects an empty prompt for a model without BOS', async () => {
-    await expectError(post(fakeEngine({ addBos: false }), { model: 'fake-llama', prompt: '' }), 400, 'prompt');
+  it('gives every response, errors included, a request id of its own', async () => {
+    const engine = fakeEngine();
+    const responses = [
+      await post(engine, { model: 'fake-llama', prompt: PROMPT, max_tokens: 2 }),
+      await post(engine, { model: 'fake-llama', prompt: PROMPT, max_tokens: 2, stream: true }),
+      await post(engine, { model: 'nope', prompt: PROMPT }),
+    ];
+    const ids = responses.map((r) => r.headers['x-request-id']);
+    for (const id of ids) expect(id).toMatch(/^req_[A-Za-z0-9]{24}$/);
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+
+  it('starts an empty prompt from a new document: BOS, else EOS, else a 400', async () => {
+    const engine = fakeEngine({ addBos: false, script: 'there was' });
+    const body = json(await post(engine, { model: 'fake-llama', prompt: '', echo: true, logprobs: 0 }));
+    expect(body.usage.prompt_tokens).toBe(1);
+    expect(body.choices[0].text).toBe('there was'); // the EOS that starts the document prints nothing
+    expect(body.choices[0].logprobs.tokens[0]).toBe('');
+    expect(engine.generator.sessions.at(-1)?.promptTokens).toEqual([engine.generator.tokenizer.eosIds[0]]);
+    (engine.generator.tokenizer as { eosIds: readonly number[] }).eosIds = [];
+    const err = await expectError(post(engine, { model: 'fake-llama', prompt: '' }), 400, 'prompt', 'invalid_value');
+    expect(err.message).toMatch(/no BOS or EOS/);
   });
 
   it('ends the generation when aborted', async () => {

@@ -38,6 +38,8 @@ describe('startServer', () => {
     expect(r.status).toBe(200);
     expect(r.headers.get('content-type')).toContain('application/json');
     expect(r.headers.get('access-control-allow-origin')).toBe('*');
+    expect(r.headers.get('access-control-expose-headers')).toContain('x-request-id');
+    expect(r.headers.get('x-request-id')).toMatch(/^req_/);
     const body = await r.json();
     expect(body.object).toBe('text_completion');
     expect(body.choices[0].text).toBe(DEFAULT_STORY);

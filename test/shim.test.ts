@@ -257,6 +257,7 @@ describe('the openai client against the shim', () => {
       expect(completion.choices[0]!.text).toBe(DEFAULT_STORY);
       expect(completion.choices[0]!.finish_reason).toBe('stop');
       expect(completion.usage?.total_tokens).toBe(completion.usage!.prompt_tokens + completion.usage!.completion_tokens);
+      expect((completion as { _request_id?: string | null })._request_id).toMatch(/^req_[A-Za-z0-9]{24}$/);
     }
   });
 

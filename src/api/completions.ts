@@ -75,13 +75,18 @@ export function modelMatches(info: ModelInfo, model: string): boolean {
   return model === info.id || info.aliases.includes(model);
 }
 
-/** A fresh completion id: 'cmpl-' and 24 random alphanumerics. */
-export function newCompletionId(): string {
+/** `prefix` and `length` random alphanumerics. */
+export function randomId(prefix: string, length: number): string {
   const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
-  const bytes = crypto.getRandomValues(new Uint8Array(24));
-  let id = 'cmpl-';
+  const bytes = crypto.getRandomValues(new Uint8Array(length));
+  let id = prefix;
   for (const b of bytes) id += alphabet[b % alphabet.length];
   return id;
+}
+
+/** A fresh completion id: 'cmpl-' and 24 random alphanumerics. */
+export function newCompletionId(): string {
+  return randomId('cmpl-', 24);
 }
 
 /** Everything a validated request needs to run: prompts tokenized and checked, shared settings. */
@@ -125,6 +130,20 @@ export function samplingParams(params: CompletionParams): SamplingParams {
 }
 
 /**
+ * What an empty prompt (text that encodes to no token: no BOS is added) starts from: the
+ * beginning of a new document, as OpenAI's API documents it. That is BOS where the tokenizer has
+ * one, else its end-of-text token, which separates a model's training documents (Qwen2's
+ * <|endoftext|>, as GPT's).
+ */
+function documentStart(tokenizer: TextGenerator['tokenizer'], vocabSize: number, which: string): number[] {
+  const start = tokenizer.bosId ?? tokenizer.eosIds[0];
+  if (start === undefined || start >= vocabSize) {
+    throw invalidRequest(`The prompt${which} is empty, and the tokenizer has no BOS or EOS token to start a document from.`, 'prompt', 'invalid_value');
+  }
+  return [start];
+}
+
+/**
  * Prompts tokenized and checked against the vocabulary and the context (each prompt + max_tokens
  * must fit: 400 context_length_exceeded naming both numbers), logit_bias and stop_token_ids ids
  * checked against the vocabulary, and the settings the engine gets.
@@ -146,10 +165,8 @@ export function planCompletion(generator: TextGenerator, params: CompletionParam
       tokens = tokenizer.encode(input.text);
       checkVocabulary(tokens, vocabSize, 'prompt', `token id${which} (from the prompt's text)`);
     }
+    if (tokens.length === 0) tokens = documentStart(tokenizer, vocabSize, which);
     const n = tokens.length;
-    if (n === 0) {
-      throw invalidRequest(`The prompt${which} is empty and its tokenizer adds no BOS token to start from.`, 'prompt', 'invalid_value');
-    }
     let maxTokens: number;
     if (params.max_tokens === null) {
       if (n >= context) {

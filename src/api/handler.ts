@@ -2,7 +2,7 @@
 // request in, a plain response out — no fetch Request/Response, no node:http.
 // Browser code: nothing here may import Node modules.
 import type { TextGenerator } from '../engine/types.ts';
-import { createCompletion, modelMatches, type CompletionChunk } from './completions.ts';
+import { createCompletion, modelMatches, randomId, type CompletionChunk } from './completions.ts';
 import {
   ApiError,
   errorMessage,
@@ -77,13 +77,19 @@ export function normalizeBasePath(basePath: string): string {
  * Never throws: every failure is an OpenAI error response (the engine's queue full: 429; JSON
  * with NaN or Infinity in it, as Python writes them: a 400 naming the parameter). A stream that
  * fails after its first chunk ends with an error event, then `data: [DONE]`; one aborted by
- * `signal` just ends.
+ * `signal` just ends. Every response has an `x-request-id` ('req_…'), as OpenAI's do.
  */
 export async function handleApiRequest(
   engine: ApiEngine | Promise<ApiEngine>,
   request: ApiRequest,
   options: ApiHandlerOptions = {},
 ): Promise<ApiResponse> {
+  const response = await answerOrError(engine, request, options);
+  // OpenAI's clients keep it as the response's `_request_id`, for logs and bug reports.
+  return { ...response, headers: { 'x-request-id': randomId('req_', 24), ...response.headers } };
+}
+
+async function answerOrError(engine: ApiEngine | Promise<ApiEngine>, request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {
   try {
     return await route(engine, request, options);
   } catch (err) {

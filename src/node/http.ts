@@ -126,6 +126,8 @@ function corsHeaders(req: IncomingMessage): Record<string, string> {
     'access-control-allow-origin': '*',
     'access-control-allow-methods': 'GET, HEAD, POST, OPTIONS',
     'access-control-allow-headers': typeof requested === 'string' && requested ? requested : 'authorization, content-type',
+    // What OpenAI's clients read from a response: pages on another origin see them only if listed.
+    'access-control-expose-headers': 'x-request-id, retry-after, x-should-retry',
   };
 }
 
