@@ -82,7 +82,7 @@ function cpuGreedy(
   prompt: number[],
   steps: number,
   s: Partial<SamplingParams> = {},
-  reference: { config: LlamaConfig; weights: CpuLlamaWeights } = { config, weights: cpuWeights },
+  reference: { config: LlamaConfig; weights: CpuLlamaWeights; vocab?: number } = { config, weights: cpuWeights },
 ): { tokens: number[]; raws: Float32Array[] } {
   const cpu = new CpuLlama(reference.config, reference.weights, CAPACITY);
   let raw: Float32Array = cpu.forward(prompt, 0).slice((prompt.length - 1) * V);
@@ -96,7 +96,7 @@ function cpuGreedy(
     const counts = new Map<number, number>();
     for (const id of tokens) counts.set(id, (counts.get(id) ?? 0) + 1);
     for (const [id, c] of counts) x[id] -= c * (s.frequencyPenalty ?? 0) + (s.presencePenalty ?? 0);
-    const id = argmax(x);
+    const id = argmax(x.slice(0, reference.vocab ?? V));
     tokens.push(id);
     raws.push(raw);
     raw = cpu.forward([id], prompt.length + step);
@@ -173,6 +173,37 @@ describe('sessions against the CPU reference', () => {
       plain.tokens.forEach((t, i) => expect(Math.abs(t.logprob - logSoftmax(want.raws[i])[t.id])).toBeLessThan(1e-4));
       // logprobs 0 takes the sampler's dispatch: the same tokens.
       expect((await run(g, { promptTokens: PROMPT, sampling: greedy, logprobs: 0 }, { maxTokens: 20 })).ids).toEqual(want.tokens);
+    } finally {
+      g.destroy();
+    }
+  });
+
+  it('samples and scores only the ids its tokenizer knows, when the model has more logit rows (padding)', async () => {
+    const ctx = await testGpu();
+    const layered = tinyConfig({ vocabSize: 97, contextLength: 64, intermediateSize: 60 });
+    const built = buildRandomModel(ctx, layered, 'f32', 6);
+    const m = await LlamaModel.create(ctx, layered, built.gpu);
+    m.kernels.decodeLayerOverride = true;
+    const known = 48;
+    class FewerIds extends IdTokenizer {
+      override readonly vocabSize = known;
+    }
+    const g = new LlamaGenerator(m, new FewerIds(), info, m.createKvCache(CAPACITY));
+    const prompt = [1, 17, 42, 5, 23, 9];
+    const reference = { config: layered, weights: built.cpu };
+    try {
+      expect(cpuGreedy(prompt, 20, {}, reference).tokens.some((id) => id >= known)).toBe(true); // the padding rows would be picked
+      const want = cpuGreedy(prompt, 20, {}, { ...reference, vocab: known });
+      const plain = await run(g, { promptTokens: prompt, sampling: greedy }, { maxTokens: 20 });
+      expect(plain.ids).toEqual(want.tokens);
+      plain.tokens.forEach((t, i) => expect(Math.abs(t.logprob - logSoftmax(want.raws[i].slice(0, known))[t.id])).toBeLessThan(1e-4));
+      const sampled = await run(g, { promptTokens: prompt, sampling: { temperature: 2, topP: 1, seed: 3 } }, { maxTokens: 30 });
+      expect(Math.max(...sampled.ids)).toBeLessThan(known);
+      const scored = await run(g, { promptTokens: prompt, sampling: greedy, logprobs: 5, promptLogprobs: true }, { maxTokens: 3 });
+      const alternatives = [...scored.tokens, ...scored.session.promptLogprobs!.filter((t) => t !== null)].flatMap((t) => t.topLogprobs!);
+      expect(alternatives.length).toBeGreaterThan(0);
+      for (const a of alternatives) expect(a.id).toBeLessThan(known);
+      await expect(g.openSession({ promptTokens: [1, known], sampling: greedy })).rejects.toThrow(/outside the vocabulary/);
     } finally {
       g.destroy();
     }

@@ -88,8 +88,7 @@ export class LlamaGenerator implements TextGenerator {
    * released before the error is thrown.
    */
   async openSession(request: SessionRequest): Promise<GenerationSession> {
-    const vocabSize = this.model.config.vocabSize;
-    checkSessionRequest(request, vocabSize, this.cache.capacity);
+    checkSessionRequest(request, this.sampledVocab, this.cache.capacity);
     const { signal } = request;
     const release = await this.scheduler.acquire(signal);
     try {
@@ -132,13 +131,23 @@ export class LlamaGenerator implements TextGenerator {
     }
   }
 
+  /**
+   * The ids requests may use and tokens are sampled and scored among: those the model has a logit
+   * for and the tokenizer a piece for (a checkpoint's lm_head may have padding rows past the
+   * tokenizer's ids, or the reverse), as the API checks them (planCompletion).
+   */
+  private get sampledVocab(): number {
+    return Math.min(this.model.config.vocabSize, this.tokenizer.vocabSize);
+  }
+
   private decodeResources(): Promise<DecodeResources> {
     this.decode ??= (async () => {
       const { device } = this.model.ctx;
-      const sampler = await GpuSampler.create(this.model.ctx, this.model.config.vocabSize, { recordSlots: MAX_BATCH_STEPS });
+      const sampler = await GpuSampler.create(this.model.ctx, this.sampledVocab, { recordSlots: MAX_BATCH_STEPS });
       const staging = () =>
         device.createBuffer({ label: 'decode_records_readback', size: MAX_BATCH_STEPS * RECORD_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-      return { device, decodeStep: this.model.createDecodeStep(this.cache), sampler, staging: [staging(), staging()] as const };
+      const decodeStep = this.model.createDecodeStep(this.cache, { vocabRows: this.sampledVocab });
+      return { device, decodeStep, sampler, staging: [staging(), staging()] as const };
     })();
     // A failed creation is retried by the next request rather than remembered.
     this.decode.catch(() => (this.decode = undefined));
@@ -170,7 +179,7 @@ export class LlamaGenerator implements TextGenerator {
       for (let r = 0; r < part.length; r++) {
         const position = start + r;
         if (position + 1 >= P) break;
-        const row = logits.subarray(r * vocab, (r + 1) * vocab);
+        const row = logits.subarray(r * vocab, r * vocab + this.sampledVocab);
         promptLogprobs!.push(scoreToken(row, tokens[position + 1], request.logprobs, logSumExp(row)));
       }
     }

@@ -228,6 +228,12 @@ export interface DecodeStepOptions {
    * forward()'s unfused kernels instead (16 a layer), for benchmarks and tests.
    */
   fused?: boolean;
+  /**
+   * Ids the tokens may be chosen among: the first `vocabRows` logits (default all). A checkpoint's
+   * lm_head may have padding rows past its tokenizer's last id (Qwen2: 151936 rows, 151665 ids);
+   * the step's greedy pick (DecodeStep.greedy) chooses among all rows, so with fewer it is left out.
+   */
+  vocabRows?: number;
 }
 
 /** A layer's projections in the decode layer kernel's order (DECODE_LAYER_MATRICES). */
@@ -359,7 +365,7 @@ export class LlamaModel {
     let positionTarget: { buffer: GPUBuffer; offset: number };
     if (layered) {
       this.recordDecodeLayers(program, act, layered.state, cache, false);
-      if (this.decodeArena()?.lmHead) {
+      if (this.decodeArena()?.lmHead && (options.vocabRows ?? c.vocabSize) >= c.vocabSize) {
         greedyProgram = this.kernels.program('decode step, greedy');
         this.recordDecodeLayers(greedyProgram, act, layered.state, cache, true);
         greedyProgram.seal();
