@@ -2,7 +2,7 @@
 // detokenization, stop strings, sessions, logprobs, errors. The contract as seen from outside
 // (every parameter, over HTTP) is the conformance suite, test/conformance/.
 import { describe, expect, it } from 'vitest';
-import { createCompletion, type CompletionChunk, type CompletionResponse } from '../src/api/completions.ts';
+import { createCompletion, MIN_SAMPLING_TEMPERATURE, samplingParams, type CompletionChunk, type CompletionResponse } from '../src/api/completions.ts';
 import { IncrementalDetokenizer } from '../src/api/detokenize.ts';
 import { ApiError } from '../src/api/errors.ts';
 import { handleApiRequest, parseRequestJson, type ApiEngine, type ApiResponse } from '../src/api/handler.ts';
@@ -279,6 +279,15 @@ describe('validation', () => {
     expect(nulls.top_k).toBe(0);
     expect(nulls.service_tier).toBe('auto');
     expect(validateCompletionRequest({ model: 'm', stop: 'x' }).stop).toEqual(['x']);
+  });
+
+  it('samples greedily below the smallest sampling temperature (1/T would overflow f32 on the GPU)', () => {
+    const temperature = (t: number) => samplingParams(validateCompletionRequest({ model: 'm', temperature: t })).temperature;
+    expect(temperature(0)).toBe(0);
+    expect(temperature(1e-39)).toBe(0); // a subnormal f32, which some GPUs flush to 0
+    expect(temperature(MIN_SAMPLING_TEMPERATURE / 2)).toBe(0);
+    expect(temperature(MIN_SAMPLING_TEMPERATURE)).toBe(MIN_SAMPLING_TEMPERATURE);
+    expect(temperature(0.7)).toBe(0.7);
   });
 
   it('normalizes every prompt form to a list of prompts', () => {

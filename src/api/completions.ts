@@ -114,10 +114,16 @@ function checkVocabulary(ids: Iterable<number>, vocabSize: number, param: string
   }
 }
 
+/**
+ * Temperatures below this are greedy (vLLM's epsilon): 1/T would overflow f32 on the GPU, or a
+ * subnormal T be flushed to 0 by some GPUs and not others; the distribution is one-hot long before.
+ */
+export const MIN_SAMPLING_TEMPERATURE = 1e-5;
+
 /** The sampling parameters of the engine contract, from the request's. */
 export function samplingParams(params: CompletionParams): SamplingParams {
   return {
-    temperature: params.temperature,
+    temperature: params.temperature < MIN_SAMPLING_TEMPERATURE ? 0 : params.temperature,
     topP: params.top_p,
     ...(params.seed === null ? {} : { seed: params.seed }),
     topK: params.top_k > 0 ? params.top_k : 0,
