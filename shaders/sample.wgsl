@@ -289,10 +289,12 @@ fn prepare_chunk(c: u32) {
     let rk = raw_key4(raw);
     let finite = valid & (rk > vec4<u32>(1u));
     let m_new = select(m, max(m, raw), finite);
-    // exp(0) = 1 exactly where m stays or raw is the new m: no inf - inf (a component that has
-    // seen nothing yet, an infinite logit).
+    // exp(0) = 1 exactly where raw is the new m: no inf - inf (an infinite logit). s is rescaled
+    // only once it holds something, when m is finite: a component that has seen nothing yet keeps
+    // s = 0 without an exp(-inf), whose value WGSL does not promise.
     let term = select(exp(raw - m_new), vec4<f32>(1.0), raw == m_new);
-    s = s * exp(select(m - m_new, vec4<f32>(0.0), m == m_new)) + select(vec4<f32>(0.0), term, finite);
+    let rescaled = select(s * exp(select(m - m_new, vec4<f32>(0.0), m == m_new)), vec4<f32>(0.0), s == vec4<f32>(0.0));
+    s = rescaled + select(vec4<f32>(0.0), term, finite);
     m = m_new;
     vals[q] = keys;
     // The chunk's top-N raw logits: ids come in ascending order, so a tie never displaces.
