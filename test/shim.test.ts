@@ -79,6 +79,37 @@ describe('installFetchShim', () => {
     expect(passed).toHaveBeenCalledTimes(1);
   });
 
+  it('once uninstalled, passes every request on, also through references kept to it', async () => {
+    const { target, passed } = fakeGlobal('https://page.example/');
+    const remove = installFetchShim(fakeEngine(), { target });
+    const kept = target.fetch; // as the openai client keeps the fetch it was made with
+    expect((await kept('/v1/models')).status).toBe(200);
+    remove();
+    expect((await kept('/v1/models')).status).toBe(299);
+    expect(passed).toHaveBeenCalledTimes(1);
+  });
+
+  it('leaves a shim installed over it in place when uninstalled first', async () => {
+    const { target, passed } = fakeGlobal('https://page.example/');
+    const removeA = installFetchShim(fakeEngine({ id: 'a' }), { target });
+    const removeB = installFetchShim(fakeEngine({ id: 'b' }), { target, baseUrl: '/b/v1' });
+    removeA();
+    const models = async (path: string) => (await (await target.fetch(path)).json()) as { data: { id: string }[] };
+    expect((await models('/b/v1/models')).data[0]!.id).toBe('b');
+    expect((await target.fetch('/v1/models')).status).toBe(299); // A's path now reaches the network
+    removeB();
+    expect((await target.fetch('/b/v1/models')).status).toBe(299);
+    expect(passed).toHaveBeenCalledTimes(2);
+  });
+
+  it("resolves URLs against the document's base URL, as fetch does", async () => {
+    const { target } = fakeGlobal('about:srcdoc'); // a srcdoc frame: its base is its parent's URL
+    Object.assign(target, { document: { baseURI: 'https://page.example/app/' } });
+    uninstall = installFetchShim(fakeEngine(), { target, baseUrl: 'api/v1' });
+    expect((await target.fetch('https://page.example/app/api/v1/models')).status).toBe(200);
+    expect((await target.fetch('api/v1/models')).status).toBe(200);
+  });
+
   it('takes a base URL', async () => {
     const { target, passed } = fakeGlobal('https://page.example/');
     uninstall = installFetchShim(fakeEngine(), { target, baseUrl: '/llm/v1/' });

@@ -17,9 +17,10 @@ export type ShimEngine = ApiEngine | RequestHandlingEngine;
 
 export interface FetchShimOptions {
   /**
-   * Where the API lives; default '/v1' on the page's own origin. Relative URLs are resolved
-   * against `location.href` (the base once, at install; requests each time); where there is no
-   * location (Node), against 'http://localhost/'.
+   * Where the API lives; default '/v1' on the page's own origin. Relative URLs are resolved as
+   * fetch resolves them, against the document's base URL (`document.baseURI`: a `<base href>`, an
+   * `about:srcdoc` frame's parent), else `location.href` (a worker); the base once, at install,
+   * requests each time. Where there is neither (Node), against 'http://localhost/'.
    */
   baseUrl?: string;
   /** The global object whose `fetch` is patched; default globalThis. */
@@ -35,26 +36,28 @@ const FALLBACK_ORIGIN = 'http://localhost/';
  * Request) is under `baseUrl` are answered by the engine: a real `Response`, with the server-sent
  * events of a stream as its `body` stream. `init.signal` / `Request.signal` abort the generation,
  * as does cancelling the body. Other requests go to the previous fetch with the same arguments.
- * Returns a function that puts the previous fetch back. A rejected engine promise is answered with
- * 503 by every request (and is not an unhandled rejection).
+ * Returns a function that uninstalls the shim: from then on it passes every request on, so that
+ * callers that kept it (the openai client keeps the fetch it was made with) reach the previous
+ * fetch, and shims installed over it stay in place; `target.fetch` gets the previous fetch back
+ * when it is still this shim. A rejected engine promise is answered with 503 by every request
+ * (and is not an unhandled rejection).
  */
 export function installFetchShim(engine: ShimEngine | Promise<ShimEngine>, options: FetchShimOptions = {}): () => void {
   const target = options.target ?? globalThis;
   const previous = target.fetch;
   Promise.resolve(engine).catch(() => {}); // a load failure is answered per request with 503
-  const pageHref = (): string => {
-    const location = (target as { location?: { href?: string } }).location;
-    return typeof location?.href === 'string' ? location.href : FALLBACK_ORIGIN;
-  };
-  const base = new URL(options.baseUrl ?? DEFAULT_BASE_PATH, pageHref());
+  const base = new URL(options.baseUrl ?? DEFAULT_BASE_PATH, baseUrlOf(target));
   const basePath = normalizeBasePath(base.pathname);
+  let installed = true;
 
   const shim = function fetch(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
-    let url: URL | null;
-    try {
-      url = new URL(isRequest(input) ? input.url : String(input), pageHref());
-    } catch {
-      url = null; // not a URL we can read: not ours
+    let url: URL | null = null;
+    if (installed) {
+      try {
+        url = new URL(isRequest(input) ? input.url : String(input), baseUrlOf(target));
+      } catch {
+        // not a URL we can read: not ours
+      }
     }
     if (!url || !isUnder(url, base.origin, basePath)) {
       // eslint-disable-next-line prefer-rest-params
@@ -63,12 +66,18 @@ export function installFetchShim(engine: ShimEngine | Promise<ShimEngine>, optio
     return answer(engine, url, basePath, input, init, options);
   };
   target.fetch = shim as typeof fetch;
-  let installed = true;
   return () => {
     if (!installed) return;
     installed = false;
-    target.fetch = previous;
+    if (target.fetch === (shim as typeof fetch)) target.fetch = previous;
   };
+}
+
+/** The URL fetch resolves relative URLs against in `target`'s realm (see FetchShimOptions.baseUrl). */
+function baseUrlOf(target: typeof globalThis): string {
+  const { document, location } = target as { document?: { baseURI?: string }; location?: { href?: string } };
+  if (typeof document?.baseURI === 'string') return document.baseURI;
+  return typeof location?.href === 'string' ? location.href : FALLBACK_ORIGIN;
 }
 
 /** A Request, also one from another realm (an iframe's). */
