@@ -732,9 +732,11 @@ describe('streaming', () => {
     expect(logged).toHaveLength(2);
   });
 
-  it('answers a failure before the first chunk with a 500', async () => {
+  it('answers a failure before the first chunk with a 500 that clients should not retry', async () => {
     const engine = fakeEngine({ failAfter: 0 });
-    const error = await expectError(post(engine, { model: 'fake', prompt: PROMPT, stream: true }), 500, null);
+    const response = post(engine, { model: 'fake', prompt: PROMPT, stream: true });
+    expect((await response).headers['x-should-retry']).toBe('false'); // it would fail the same way again
+    const error = await expectError(response, 500, null);
     expect(error.type).toBe('server_error');
   });
 

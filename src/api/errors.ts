@@ -153,10 +153,15 @@ export function serverSideError(err: unknown): ApiError {
   return isAbortError(err) ? serverError(err) : toApiError(err);
 }
 
-/** 500: anything else that went wrong while answering. */
+/**
+ * 500: anything else that went wrong while answering. Marked not to be retried: the openai client
+ * retries 5xx twice by default, and here the same request on the same model and GPU fails the
+ * same way (a bug, a GPU error), three runs before the caller hears of it.
+ */
 function serverError(err: unknown): ApiError {
   return new ApiError(500, `The server had an error while processing your request: ${errorMessage(err)}`, {
     type: 'server_error',
+    headers: NO_RETRY,
     cause: err,
   });
 }
