@@ -3,8 +3,8 @@
 // external, and only the Node entries import them). Declarations come from tsc
 // (tsconfig.build.json) into dist/types/.
 //
-// Every file lands flat in dist/ so that the relative URLs the code computes at run time
-// (`new URL('./worker.js', import.meta.url)`, in src/worker/worker-url.ts) hold from any chunk.
+// Every file lands flat in dist/ so that the relative URL of the dedicated worker
+// (`new URL("./worker.js", import.meta.url)`, see src/worker/worker-url.ts) holds from any chunk.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { defineConfig, type Plugin } from 'vite';
@@ -22,12 +22,34 @@ function bundledLicenses(): Plugin {
   };
 }
 
+/**
+ * The default worker's start in dist: `new Worker(new URL("./worker.js", import.meta.url), ...)`,
+ * written out where src/worker/worker-url.ts computes the URL of its source entry. Applied to the
+ * output so that this build's own worker handling never sees the form; fails the build unless it
+ * applies exactly once.
+ */
+function distWorkerStart(): Plugin {
+  const from = 'new Worker(sourceWorkerUrl(), {';
+  const to = 'new Worker(new URL("./worker.js", import.meta.url), {';
+  let applied = 0;
+  return {
+    name: 'webgpu-llama:dist-worker-start',
+    renderChunk(code) {
+      const parts = code.split(from);
+      if (parts.length === 1) return null;
+      applied += parts.length - 1;
+      return { code: parts.join(to), map: null };
+    },
+    generateBundle() {
+      if (applied !== 1) this.error(`expected one "${from}" in the output, found ${applied}`);
+    },
+  };
+}
+
 export default defineConfig({
-  plugins: [bundledLicenses()],
+  plugins: [bundledLicenses(), distWorkerStart()],
   // No public/ copy (the models are not part of the package), no HTML.
   publicDir: false,
-  // src/worker/worker-url.ts: the dedicated worker's script in dist/ (the `worker` entry below).
-  define: { __WEBGPU_LLAMA_WORKER_FILE__: JSON.stringify('./worker.js') },
   build: {
     outDir: 'dist',
     emptyOutDir: true,

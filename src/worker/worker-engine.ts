@@ -18,7 +18,7 @@ import {
 } from './protocol.ts';
 import { RemoteEngine } from './remote-engine.ts';
 import type { RequestStats } from './tracked-engine.ts';
-import { defaultWorkerUrl } from './worker-url.ts';
+import { startDefaultWorker, WORKER_OPTIONS } from './worker-url.ts';
 
 export interface WorkerEngineOptions extends LoadOptions {
   /** Browser weight cache for URL and repo sources (default true), as loadModel's. */
@@ -45,7 +45,7 @@ export async function loadModelInWorker(source: WorkerModelSource, options: Work
   const transferable = transferableSource(source);
   const given = typeof Worker !== 'undefined' && workerOption instanceof Worker ? workerOption : null;
   const ownsWorker = given === null;
-  const worker = given ?? new Worker((workerOption as string | URL | undefined) ?? defaultWorkerUrl(), { type: 'module', name: 'webgpu-llama' });
+  const worker = given ?? (workerOption === undefined ? startDefaultWorker() : new Worker(workerOption as string | URL, WORKER_OPTIONS));
 
   const info = await new Promise<RemoteEngine['info']>((resolve, reject) => {
     // A worker script that fails to load or throws reports here, not on a port.

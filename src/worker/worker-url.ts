@@ -1,9 +1,18 @@
-// Where loadModelInWorker finds the worker script when it is given none. In dist/ every file sits
-// flat beside the worker entry, and vite.lib.config.ts defines its name; from source (the Vite dev
-// server, the tests) it is the entry's TypeScript beside this file.
-declare const __WEBGPU_LLAMA_WORKER_FILE__: string | undefined;
+// The worker loadModelInWorker starts when it is given none. From source (the Vite dev server,
+// the tests) it is the entry's TypeScript beside this file. In dist, vite.lib.config.ts rewrites
+// the call below to `new Worker(new URL("./worker.js", import.meta.url), { type: "module", ... })`:
+// the one form bundlers (Vite, webpack, Parcel) recognise as a worker, and bundle with its imports
+// into the application's build. Any other form (a URL computed apart from `new Worker`) they copy
+// as a lone asset whose imports are left behind, and the worker fails to start.
 
-export function defaultWorkerUrl(): URL {
-  const file = typeof __WEBGPU_LLAMA_WORKER_FILE__ === 'string' ? __WEBGPU_LLAMA_WORKER_FILE__ : './worker-entry.ts';
-  return new URL(file, import.meta.url);
+export const WORKER_OPTIONS: WorkerOptions = { type: 'module', name: 'webgpu-llama' };
+
+export function startDefaultWorker(): Worker {
+  // The options spelled out, not WORKER_OPTIONS: bundlers read `type: 'module'` from the literal.
+  return new Worker(sourceWorkerUrl(), { type: 'module', name: 'webgpu-llama' });
+}
+
+function sourceWorkerUrl(): URL {
+  const entry = './worker-entry.ts'; // not a literal in `new URL`: Vite would copy the .ts as an asset
+  return new URL(entry, import.meta.url);
 }

@@ -3,11 +3,14 @@
 // without a build step would serve it. Each page imports only dist/, by relative path (not by an
 // import map's bare name, which Vite's dependency scan of demo/ would fail to resolve): the main
 // thread streams a completion; loadModelInWorker finds dist/worker.js; a service worker imports
-// dist/service-worker.js and answers a page that installed nothing.
+// dist/service-worker.js and answers a page that installed nothing. And an application built by
+// Vite from `import ... from 'webgpu-llama'`: loadModelInWorker's default worker is bundled into
+// the application's build.
 import { execFileSync } from 'node:child_process';
-import { createReadStream, statSync } from 'node:fs';
+import { createReadStream, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
 import { extname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect, test, type Page } from '@playwright/test';
@@ -17,7 +20,13 @@ const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 let origin = 'http://127.0.0.1'; // and the port the OS gives the server
 const TYPES: Record<string, string> = { '.html': 'text/html', '.js': 'text/javascript', '.json': 'application/json' };
 
-/** /models/* from public/models, /dist/* and /demo/test-pages/dist-* from the repository; with byte ranges. */
+/** An application that imports the package by name, built by Vite for /app/ (its files, once built). */
+let appBuild: string | null = null;
+
+/**
+ * /models/* from public/models, /dist/* and /demo/test-pages/dist-* from the repository, /app/*
+ * from the application's build; with byte ranges.
+ */
 function staticServer(): Server {
   return createServer((request, response) => {
     const path = decodeURIComponent(new URL(request.url ?? '/', 'http://localhost').pathname);
@@ -25,7 +34,9 @@ function staticServer(): Server {
       ? join(repoRoot, 'public', normalize(path))
       : path.startsWith('/dist/') || path.startsWith('/demo/test-pages/dist-')
         ? join(repoRoot, normalize(path))
-        : null;
+        : path.startsWith('/app/') && appBuild
+          ? join(appBuild, normalize(path.slice('/app/'.length)))
+          : null;
     let size: number;
     try {
       if (!file) throw new Error('not served');
@@ -113,6 +124,36 @@ test.describe('the built package in a page with no bundler', () => {
     await open(page, '/demo/test-pages/dist-worker.html');
     expect(workers).toEqual(['/dist/worker.js']);
     expect(await complete(page)).toEqual({ status: 200, text: reference.completion_text });
+  });
+
+  test('an application built by Vite: the default worker is bundled with it and starts', async ({ page }) => {
+    const app = mkdtempSync(join(tmpdir(), 'webgpu-llama-vite-app-'));
+    try {
+      mkdirSync(join(app, 'node_modules'));
+      symlinkSync(repoRoot, join(app, 'node_modules', 'webgpu-llama')); // as installed: its package.json, its dist/
+      writeFileSync(join(app, 'package.json'), JSON.stringify({ type: 'module', private: true }));
+      writeFileSync(join(app, 'index.html'), '<!doctype html><title>app</title><script type="module" src="./main.js"></script>\n');
+      writeFileSync(
+        join(app, 'main.js'),
+        [
+          "import { loadModelInWorker, installFetchShim } from 'webgpu-llama';",
+          "const engine = loadModelInWorker('/models/stories260K/stories260K.gguf', { id: 'stories260K' });",
+          'installFetchShim(engine);',
+          'window.distReady = async () => (await engine).info.id;',
+        ].join('\n'),
+      );
+      execFileSync(process.execPath, [join(repoRoot, 'node_modules/vite/bin/vite.js'), 'build', '--base', '/app/', '--logLevel', 'warn'], { cwd: app, stdio: 'inherit' });
+      appBuild = join(app, 'dist');
+      const workers: string[] = [];
+      page.on('worker', (worker) => workers.push(new URL(worker.url()).pathname));
+      await open(page, '/app/index.html');
+      expect(workers).toHaveLength(1);
+      expect(workers[0]).toMatch(/^\/app\/assets\/.+\.js$/); // the application's own bundle of the worker
+      expect(await complete(page)).toEqual({ status: 200, text: reference.completion_text });
+    } finally {
+      appBuild = null;
+      rmSync(app, { recursive: true, force: true });
+    }
   });
 
   test('Service Worker: a sw.js that imports dist/service-worker.js answers every page', async ({ context }) => {
