@@ -1,7 +1,8 @@
 // What the GPU can fail at. A lost device (a driver reset, a GPU process crash; here
 // device.destroy()): the engine on it answers every request with a 503 that says so, and the
 // shared device of the process is acquired afresh, so that the model loaded again runs. A load the
-// device reports out of memory for: an error that says so, and no GPU memory left behind.
+// device reports out of memory for (the decode step's buffers included, made by the load): an
+// error that says so, and no GPU memory left behind.
 import { describe, expect, it } from 'vitest';
 import { Engine } from '../src/api/engine.ts';
 import { ApiError } from '../src/api/errors.ts';
@@ -74,6 +75,8 @@ describe('a lost GPU device', () => {
     });
     await expect(loadGenerator({ ...ctx, device }, filesFromPath(STORIES_GGUF))).rejects.toThrow(/ran out of memory loading stories260K.*fake: allocation failed/);
     expect(made.length).toBeGreaterThan(0);
+    // The decode step's, the sampler's and the read-back buffers too: made by the load, inside its scopes.
+    expect(made.map((b) => b.label)).toEqual(expect.arrayContaining(['decode_positions', 'decode_records_readback']));
     expect(made.filter((b) => !freed.has(b)).map((b) => b.label)).toEqual([]);
   });
 

@@ -53,7 +53,7 @@ export const DEFAULT_PREFILL_CHUNK_TOKENS = 512;
 export class LlamaGenerator implements TextGenerator {
   private readonly scheduler: Scheduler;
   private readonly prefillChunkTokens: number | undefined;
-  /** The decode step, sampler and staging buffers, made on first use and kept (one session at a time uses them). */
+  /** The decode step, sampler and staging buffers, made by prepare() (the loader) or on first use, and kept (one session at a time uses them). */
   private decode: Promise<DecodeResources> | undefined;
   /** The last prompt position's logits, left on the GPU by the prefill for the sequences' first step. */
   private readonly prefillLogits: GPUBuffer;
@@ -138,6 +138,15 @@ export class LlamaGenerator implements TextGenerator {
    */
   private get sampledVocab(): number {
     return Math.min(this.model.config.vocabSize, this.tokenizer.vocabSize);
+  }
+
+  /**
+   * Makes the decode step, sampler and staging buffers now rather than at the first request: the
+   * loader calls it inside its GPU error scopes, so that running out of memory for them fails the
+   * load with a clear error (a buffer WebGPU could not allocate is reported only there).
+   */
+  async prepare(): Promise<void> {
+    await this.decodeResources();
   }
 
   private decodeResources(): Promise<DecodeResources> {

@@ -101,6 +101,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
       weights = await uploadLlamaWeights(ctx, opened, options.onProgress, { storage, onWarning: options.onWarning });
       model = await LlamaModel.create(ctx, config, weights);
       generator = new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity, kvDType), { maxQueued: options.maxQueued });
+      await generator.prepare();
     } catch (err) {
       failure = err;
     }
