@@ -217,7 +217,7 @@ export const COMPLETION_PARAMS = {
     ...number({ min: 0, max: 2 }),
     nullable: true,
     default: 1,
-    doc: 'Sampling temperature; 0 = greedy (argmax).',
+    doc: 'Sampling temperature; 0 (or below 1e-5) = greedy (argmax).',
   }),
   top_p: row<number>({
     ...number({ min: 0, max: 1 }),
