@@ -109,8 +109,44 @@ describe('startServer', () => {
     const huge = JSON.stringify({ model: 'fake', prompt: 'a'.repeat(5 * 1024 * 1024) });
     const r = await fetch(`${url}/v1/completions`, { method: 'POST', body: huge });
     expect(r.status).toBe(413);
+    expect(r.headers.get('x-request-id')).toMatch(/^req_/); // every response has one, this one too
     expect((await r.json()).error.code).toBe('request_too_large');
     // The server is still fine.
+    expect((await fetch(`${url}/v1/models`)).status).toBe(200);
+  });
+
+  it('reads a body with a byte-order mark as the page does (Request.text() drops it)', async () => {
+    const { url } = await start(fakeEngine());
+    const json = JSON.stringify({ model: 'fake', prompt: PROMPT, max_tokens: 2 });
+    const r = await fetch(`${url}/v1/completions`, { method: 'POST', body: new Uint8Array([0xef, 0xbb, 0xbf, ...new TextEncoder().encode(json)]) });
+    expect(r.status).toBe(200);
+  });
+
+  it("answers HEAD with GET's headers, its content-length included, and no body", async () => {
+    const { url } = await start(fakeEngine());
+    const got = await fetch(`${url}/v1/models`);
+    const length = (await got.arrayBuffer()).byteLength;
+    expect(length).toBeGreaterThan(0);
+    const head = await fetch(`${url}/v1/models`, { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(head.headers.get('content-length')).toBe(String(length));
+    expect((await head.arrayBuffer()).byteLength).toBe(0);
+  });
+
+  it('logs nothing for a client that leaves while sending its body', async () => {
+    const { url, logged } = await start(fakeEngine());
+    const target = new URL(`${url}/v1/completions`);
+    await new Promise<void>((resolve) => {
+      const req = httpRequest({ host: target.hostname, port: target.port, path: target.pathname, method: 'POST', headers: { 'content-length': '100000' } });
+      req.on('error', () => resolve());
+      req.write('{"model": "fake", "prompt": "');
+      setTimeout(() => {
+        req.destroy();
+        resolve();
+      }, 50);
+    });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(logged).toEqual([]);
     expect((await fetch(`${url}/v1/models`)).status).toBe(200);
   });
 

@@ -53,9 +53,14 @@ export const DEFAULT_BASE_PATH = '/v1';
 const JSON_HEADERS = { 'content-type': 'application/json' } as const;
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' } as const;
 
+/** A response's own request id, as OpenAI's carry one ('req_…'; the openai client keeps it as `_request_id`). */
+function requestIdHeader(): { 'x-request-id': string } {
+  return { 'x-request-id': randomId('req_', 24) };
+}
+
 /** A JSON response. */
 export function jsonResponse(status: number, value: unknown, headers: Record<string, string> = {}): ApiResponse {
-  return { status, headers: { ...JSON_HEADERS, ...headers }, body: JSON.stringify(value) };
+  return { status, headers: { ...JSON_HEADERS, ...requestIdHeader(), ...headers }, body: JSON.stringify(value) };
 }
 
 /** The response for an error (any thrown value; see toApiError). */
@@ -84,12 +89,6 @@ export async function handleApiRequest(
   request: ApiRequest,
   options: ApiHandlerOptions = {},
 ): Promise<ApiResponse> {
-  const response = await answerOrError(engine, request, options);
-  // OpenAI's clients keep it as the response's `_request_id`, for logs and bug reports.
-  return { ...response, headers: { 'x-request-id': randomId('req_', 24), ...response.headers } };
-}
-
-async function answerOrError(engine: ApiEngine | Promise<ApiEngine>, request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {
   try {
     return await route(engine, request, options);
   } catch (err) {
@@ -170,9 +169,11 @@ function allowOnly(method: string, path: string, allowed: 'GET' | 'POST'): void 
   throw methodNotAllowed(method, path, allowed === 'GET' ? ['GET', 'HEAD'] : [allowed]);
 }
 
-/** A HEAD request's answer: the GET's status and headers, no body. */
+/** A HEAD request's answer: the GET's status and headers (its content-length too, as HTTP asks), no body. */
 function withoutBodyForHead(method: string, response: ApiResponse): ApiResponse {
-  return method === 'HEAD' ? { ...response, body: '' } : response;
+  if (method !== 'HEAD' || typeof response.body !== 'string') return response;
+  const length = new TextEncoder().encode(response.body).length;
+  return { ...response, headers: { ...response.headers, 'content-length': String(length) }, body: '' };
 }
 
 function modelObject(info: TextGenerator['info']) {
@@ -226,7 +227,7 @@ async function completions(generator: TextGenerator, request: ApiRequest, option
     await chunks.return?.();
     throw err;
   }
-  return { status: 200, headers: { ...SSE_HEADERS }, body: serverSentEvents(chunks, first, request.signal, options) };
+  return { status: 200, headers: { ...SSE_HEADERS, ...requestIdHeader() }, body: serverSentEvents(chunks, first, request.signal, options) };
 }
 
 const NON_FINITE = '\u0000webgpu-llama:';

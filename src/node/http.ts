@@ -73,6 +73,7 @@ export function startServer(engine: ApiEngine | Promise<ApiEngine>, options: Ser
     try {
       body = await readBody(req, maxBodyBytes);
     } catch (err) {
+      if (controller.signal.aborted) return; // the client left while sending its body: nobody to answer
       if (!(err instanceof BodyTooLarge)) throw err;
       send(res, { ...cors, connection: 'close' }, errorResponse(payloadTooLarge(maxBodyBytes)));
       return;
@@ -135,8 +136,8 @@ function send(res: ServerResponse, extraHeaders: Record<string, string>, respons
   const body = typeof response.body === 'string' ? response.body : '';
   res.writeHead(response.status, {
     ...extraHeaders,
-    ...response.headers,
     'content-length': String(Buffer.byteLength(body)),
+    ...response.headers, // a HEAD answer's content-length is its GET's
   });
   res.end(body);
 }
@@ -169,7 +170,9 @@ function readBody(req: IncomingMessage, limit: number): Promise<string> {
       }
       chunks.push(chunk);
     });
-    req.on('end', () => (tooLarge ? reject(new BodyTooLarge()) : resolve(Buffer.concat(chunks).toString('utf8'))));
+    // TextDecoder, as Request.text() in the page decodes: it drops a leading byte-order mark (a JSON
+    // file saved by Notepad and sent with curl -d @file), which Buffer.toString keeps.
+    req.on('end', () => (tooLarge ? reject(new BodyTooLarge()) : resolve(new TextDecoder().decode(Buffer.concat(chunks)))));
     req.on('error', reject);
   });
 }
