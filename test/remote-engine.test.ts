@@ -2,7 +2,8 @@
 // what it answers by itself, without the worker.
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../src/api/errors.ts';
-import { sseEvent, type ApiRequest, type ApiResponse } from '../src/api/handler.ts';
+import { errorResponse, sseEvent, type ApiRequest, type ApiResponse } from '../src/api/handler.ts';
+import { installFetchShim } from '../src/api/shim.ts';
 import type { ModelInfo } from '../src/engine/types.ts';
 import { RemoteEngine } from '../src/worker/remote-engine.ts';
 
@@ -29,6 +30,39 @@ describe('RemoteEngine', () => {
     expect(JSON.parse(response.body as string).error).toMatchObject({ type: 'service_unavailable', code: 'model_unloaded' });
     await expect(remote.complete({ model: 'm', prompt: 'x' })).rejects.toMatchObject({ status: 503, code: 'model_unloaded' });
     expect(sent).toHaveLength(0);
+  });
+
+  it('tells onError about every 5xx the engine answers (installFetchShim passes it on), as the handler does', async () => {
+    const failure = errorResponse(new ApiError(500, 'GPU out of memory', { type: 'server_error' }));
+    const stream = (type: string) => ({
+      status: 200,
+      headers: { 'content-type': 'text/event-stream' },
+      body: (async function* () {
+        yield sseEvent({ id: 'c', object: 'text_completion', created: 0, model: 'm', choices: [{ text: 'a', index: 0, logprobs: null, finish_reason: null }] });
+        yield sseEvent({ error: { message: `failed: ${type}`, type, param: null, code: null } });
+        yield sseEvent('[DONE]');
+      })(),
+    });
+    const answers: Record<string, () => ApiResponse> = {
+      '/v1/models': () => failure,
+      '/v1/completions': () => stream('server_error'),
+      '/v1/completions?bad': () => stream('invalid_request_error'),
+      '/v1/models/x': () => errorResponse(new ApiError(404, 'no such model', { code: 'model_not_found' })),
+    };
+    const remote = new RemoteEngine(info, { transport: async (request) => answers[request.url]!(), unload: async () => {}, stats });
+    const errors: ApiError[] = [];
+    const page = { fetch: async () => new Response('network'), location: { href: 'https://page.example/' } } as unknown as typeof globalThis;
+    installFetchShim(remote, { target: page, onError: (error) => errors.push(error) });
+
+    expect((await page.fetch('/v1/models')).status).toBe(500);
+    expect(await (await page.fetch('/v1/completions', { method: 'POST', body: '{}' })).text()).toContain('failed: server_error');
+    await (await page.fetch('/v1/completions?bad', { method: 'POST', body: '{}' })).text(); // a 4xx event: not told
+    expect((await page.fetch('/v1/models/x')).status).toBe(404); // not told
+    expect(errors.map((e) => [e.status, e.message])).toEqual([
+      [500, 'GPU out of memory'],
+      [500, 'failed: server_error'],
+    ]);
+    expect(errors[0]).toBeInstanceOf(ApiError);
   });
 
   it("gives a stream's error event the status its type implies", async () => {

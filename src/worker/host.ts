@@ -32,10 +32,16 @@ export interface CommandSource {
   addEventListener(type: 'message', listener: (event: MessageEvent) => void): void;
 }
 
-/** Serves the commands of src/worker/protocol.ts that arrive at `scope`; one model per worker. */
+/**
+ * Serves the commands of src/worker/protocol.ts that arrive at `scope`; one model at a time per
+ * worker. After an unload, or a load that failed, the worker takes a new load.
+ */
 export function serveEngineHost(scope: CommandSource, load: ModelLoader): { readonly stats: Readonly<RequestStats> } {
   let engine: Promise<Engine> | null = null;
-  const noModel = Promise.reject(new Error('No model is loaded in this worker yet.'));
+  // An unload's work (waiting for the requests in flight, then freeing the model): the next load
+  // waits for it, so that two models never share the GPU.
+  let unloading: Promise<void> = Promise.resolve();
+  const noModel = Promise.reject(new Error('No model is loaded in this worker.'));
   noModel.catch(() => {});
   // Requests sent while the model loads wait for it; before any load they get a 503.
   const tracked = trackRequests(() => engine ?? noModel);
@@ -48,28 +54,40 @@ export function serveEngineHost(scope: CommandSource, load: ModelLoader): { read
       case 'load': {
         const reply = (message: LoadReply) => port.postMessage(message);
         if (engine) {
-          reply({ type: 'failed', error: { name: 'Error', message: 'This worker has loaded a model already: create another worker.' } });
+          const message = 'This worker has a model loaded already: unload it first, or create another worker.';
+          reply({ type: 'failed', error: { name: 'Error', message } });
           port.close();
           return;
         }
         const { reportProgress, reportWarnings, ...options } = command.options;
-        engine = load(command.source, {
+        const loadOptions = {
           ...options,
           ...(reportProgress ? { onProgress: (progress: LoadProgress) => reply({ type: 'progress', progress }) } : {}),
           ...(reportWarnings ? { onWarning: (message: string) => reply({ type: 'warning', message }) } : {}),
-        });
-        engine.then(
+        };
+        const loading = unloading.then(() => load(command.source, loadOptions));
+        engine = loading;
+        loading.then(
           (loaded) => reply({ type: 'loaded', info: loaded.info }),
-          (err: unknown) => reply({ type: 'failed', error: serializeError(err) }),
+          (err: unknown) => {
+            // Nothing is loaded: the worker takes the next load (the failure may have been a network error).
+            if (engine === loading) engine = null;
+            reply({ type: 'failed', error: serializeError(err) });
+          },
         ).finally(() => port.close());
         return;
       }
       case 'request':
         void answer(tracked, command, port);
         return;
-      case 'unload':
-        void unloadAndReply(engine, port);
+      case 'unload': {
+        // From now on requests get the 503 of no model, and the worker takes a new load.
+        const unloaded = engine;
+        engine = null;
+        const done = unloadAndReply(unloaded, port);
+        unloading = done.catch(() => {});
         return;
+      }
       case 'stats':
         port.postMessage({ ...tracked.stats });
         port.close();

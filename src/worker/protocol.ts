@@ -37,11 +37,11 @@ export type HostCommand =
   | { type: 'request'; request: { method: string; url: string; body: string | null }; basePath?: string }
   | { type: 'unload' };
 
-/** Engine host → page, on a load's port. */
+/** Engine host → page, on a load's port; the service worker's 'loaded' says where it answers the API (`baseUrl`). */
 export type LoadReply =
   | { type: 'progress'; progress: LoadProgress }
   | { type: 'warning'; message: string }
-  | { type: 'loaded'; info: ModelInfo }
+  | { type: 'loaded'; info: ModelInfo; baseUrl?: string }
   | { type: 'failed'; error: SerializedError };
 
 /** Engine host → page, on a request's port: the head, then (for a stream) each event, then the end. */

@@ -1,14 +1,16 @@
 // registerServiceWorkerEngine: the page's side of the service-worker placement. It registers the
 // application's module service worker (which calls serveEngineFromServiceWorker), waits until it
 // controls the page, optionally tells it which model to load, and returns a RemoteEngine whose
-// requests are plain fetches to /v1 — answered by the service worker, as every other page's are.
+// requests are plain fetches to the worker's base URL (/v1 by default) — answered by the service
+// worker, as every other page's are.
 // Browser code: nothing here may import Node modules.
-import type { ApiRequest, ApiResponse } from '../api/handler.ts';
+import { routeNotFound } from '../api/errors.ts';
+import { errorResponse, normalizeBasePath, type ApiRequest, type ApiResponse } from '../api/handler.ts';
 import type { LoadOptions } from '../engine/load.ts';
 import { isHubSource, type HubSource } from '../model/hub.ts';
 import { deserializeError, SERVICE_WORKER_MESSAGE, type LoadReply, type UnloadReply } from './protocol.ts';
 import { RemoteEngine } from './remote-engine.ts';
-import type { ServiceWorkerCommand } from './service-worker.ts';
+import type { ClaimReply, ServiceWorkerCommand } from './service-worker.ts';
 import type { RequestStats } from './tracked-engine.ts';
 
 export interface ServiceWorkerRegistrationOptions extends Omit<LoadOptions, 'onWarning'> {
@@ -24,10 +26,14 @@ export interface ServiceWorkerRegistrationOptions extends Omit<LoadOptions, 'onW
   scope?: string;
 }
 
+/** How long an uncontrolled page waits for the worker to claim it (it takes a moment when it does). */
+const CLAIM_TIMEOUT_MS = 10_000;
+
 /**
  * Registers `scriptUrl` as a module service worker and resolves, once the model is loaded, with
  * a RemoteEngine (`info`, `complete()`, `handle()`, `unload()`). Every page and frame of the scope
- * then has `/v1/*` answered by the worker: no installFetchShim anywhere.
+ * then has `/v1/*` (the worker's base URL) answered by the worker: no installFetchShim anywhere.
+ * Rejects, saying what to do, when the worker does not take control of the page.
  */
 export async function registerServiceWorkerEngine(scriptUrl: string | URL, options: ServiceWorkerRegistrationOptions = {}): Promise<RemoteEngine> {
   const container = navigator.serviceWorker;
@@ -38,9 +44,7 @@ export async function registerServiceWorkerEngine(scriptUrl: string | URL, optio
   const registration = await container.register(scriptUrl, { type: 'module', ...(scope ? { scope } : {}) });
   const worker = await activeWorker(registration);
   // Pages in the scope come under the worker's control (it claims them); one outside never would.
-  if (!container.controller && location.href.startsWith(registration.scope)) {
-    await new Promise<void>((resolve) => container.addEventListener('controllerchange', () => resolve(), { once: true }));
-  }
+  if (location.href.startsWith(registration.scope)) await controlled(container, worker);
 
   const command: ServiceWorkerCommand =
     source === undefined
@@ -51,24 +55,55 @@ export async function registerServiceWorkerEngine(scriptUrl: string | URL, optio
           source: isHubSource(source) ? { ...source } : new URL(String(source), location.href).href,
           options: { ...loadOptions, reportProgress: !!onProgress },
         };
-  const info = await new Promise<RemoteEngine['info']>((resolve, reject) => {
+  const loaded = await new Promise<Extract<LoadReply, { type: 'loaded' }>>((resolve, reject) => {
     const port = post(worker, command);
     port.onmessage = (event: MessageEvent<LoadReply>) => {
       const reply = event.data;
       if (reply.type === 'progress') onProgress?.(reply.progress);
-      else if (reply.type === 'loaded') resolve(reply.info);
+      else if (reply.type === 'loaded') resolve(reply);
       else if (reply.type === 'failed') reject(deserializeError(reply.error));
     };
   });
+  const { info } = loaded;
+  // Where the worker answers the API (its serveEngineFromServiceWorker baseUrl).
+  const apiBase = loaded.baseUrl ?? new URL('/v1', location.href).href;
 
   return new RemoteEngine(info, {
-    transport: (request) => fetchTransport(fetchDirect, request),
+    transport: (request, basePath) => fetchTransport(fetchDirect, request, basePath, apiBase),
     unload: async () => {
-      const reply = await ask<UnloadReply>(worker, { type: SERVICE_WORKER_MESSAGE, command: 'unload' });
+      const reply = await ask<UnloadReply>(worker, { type: SERVICE_WORKER_MESSAGE, command: 'unload', id: info.id });
       if (reply.type === 'failed') throw deserializeError(reply.error);
     },
     stats: () => ask<RequestStats>(worker, { type: SERVICE_WORKER_MESSAGE, command: 'stats' }),
   });
+}
+
+/**
+ * Resolves once the worker controls the page. The worker claims open pages when it activates; a
+ * page it is already active for but does not control (one loaded with Shift+Reload, which passes
+ * the service worker by) asks it to. Rejects, saying what to do, when the worker declines (its
+ * claimClients is false) or does not take control in time (a script older than this code).
+ */
+async function controlled(container: ServiceWorkerContainer, worker: ServiceWorker): Promise<void> {
+  if (container.controller) return;
+  // Listening before asking: the claim's controllerchange may come before its reply.
+  const changed = new Promise<void>((resolve) => container.addEventListener('controllerchange', () => resolve(), { once: true }));
+  const claimed = ask<ClaimReply>(worker, { type: SERVICE_WORKER_MESSAGE, command: 'claim' }).then((reply) => {
+    if (reply.type === 'failed') throw deserializeError(reply.error);
+    return changed;
+  });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    const message =
+      `The service worker did not take control of this page within ${CLAIM_TIMEOUT_MS / 1000} s: reload the page ` +
+      "(a page loads under the worker's control), or update the worker script to this version of webgpu-llama.";
+    timer = setTimeout(() => reject(new Error(message)), CLAIM_TIMEOUT_MS);
+  });
+  try {
+    await Promise.race([changed, claimed, timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 async function activeWorker(registration: ServiceWorkerRegistration): Promise<ServiceWorker> {
@@ -103,9 +138,18 @@ function ask<T>(worker: ServiceWorker, command: ServiceWorkerCommand): Promise<T
   });
 }
 
-/** The request as a real fetch (the service worker answers it), its response read back into the handler's shape. */
-async function fetchTransport(fetchDirect: typeof fetch, request: ApiRequest): Promise<ApiResponse> {
-  const response = await fetchDirect(new URL(request.url, location.href), {
+/**
+ * The request as a real fetch to the worker's API (`apiBase`, where `basePath` was: the caller's
+ * base path), its response read back into the handler's shape.
+ */
+async function fetchTransport(fetchDirect: typeof fetch, request: ApiRequest, basePath: string, apiBase: string): Promise<ApiResponse> {
+  const url = new URL(request.url, location.href);
+  const base = normalizeBasePath(basePath);
+  // Not under the base path: the handler's 404, as every other host answers.
+  if (url.pathname !== base && !url.pathname.startsWith(base + '/')) {
+    return errorResponse(routeNotFound(request.method.toUpperCase(), url.pathname));
+  }
+  const response = await fetchDirect(new URL(apiBase + url.pathname.slice(base.length) + url.search), {
     method: request.method,
     ...(request.body !== null ? { body: request.body, headers: { 'content-type': 'application/json' } } : {}),
     ...(request.signal ? { signal: request.signal } : {}),

@@ -8,7 +8,7 @@
 import type { CompletionChunk, CompletionRequest, CompletionResponse } from '../api/completions.ts';
 import { ApiError, type ApiErrorBody } from '../api/errors.ts';
 import { modelUnloaded } from '../api/engine.ts';
-import { DEFAULT_BASE_PATH, errorResponse, type ApiRequest, type ApiResponse } from '../api/handler.ts';
+import { DEFAULT_BASE_PATH, errorResponse, type ApiHandlerOptions, type ApiRequest, type ApiResponse } from '../api/handler.ts';
 import type { RequestHandlingEngine } from '../api/shim.ts';
 import type { ModelInfo } from '../engine/types.ts';
 import type { RequestStats } from './tracked-engine.ts';
@@ -52,10 +52,20 @@ export class RemoteEngine implements RequestHandlingEngine {
     return JSON.parse(response.body) as CompletionResponse;
   }
 
-  /** Answers an HTTP-shaped request (`/v1/completions`, `/v1/models`) as every host does. */
-  handle(request: ApiRequest, options: { basePath?: string } = {}): Promise<ApiResponse> {
-    if (this.unloading) return Promise.resolve(errorResponse(modelUnloaded(this.info.id)));
-    return this.hooks.transport(request, options.basePath ?? DEFAULT_BASE_PATH);
+  /**
+   * Answers an HTTP-shaped request (`/v1/completions`, `/v1/models`) as every host does.
+   * `onError` is told about every 5xx the engine answers, a stream's error events included (the
+   * handler that made them runs in the other realm, where nobody listens).
+   */
+  async handle(request: ApiRequest, options: ApiHandlerOptions = {}): Promise<ApiResponse> {
+    // As an unloaded Engine answers: a 503 for the caller, not a server error to report.
+    if (this.unloading) return errorResponse(modelUnloaded(this.info.id));
+    const response = await this.hooks.transport(request, options.basePath ?? DEFAULT_BASE_PATH);
+    const { onError } = options;
+    if (!onError) return response;
+    if (typeof response.body !== 'string') return { ...response, body: reportingErrors(response.body, onError) };
+    if (response.status >= 500) onError(errorOf(response.status, response.body, response.headers));
+    return response;
   }
 
   /**
@@ -100,6 +110,19 @@ function streamErrorStatus(error: Partial<ApiErrorBody['error']>): number {
       return 429;
     default:
       return error.code === 'aborted' ? 499 : 400;
+  }
+}
+
+/** The events as they come, telling `onError` about each 5xx error event (as the handler's stream does). */
+async function* reportingErrors(events: AsyncIterable<string>, onError: (error: ApiError) => void): AsyncGenerator<string, void, void> {
+  for await (const event of events) {
+    // Only an error event starts so: chunks start with their id.
+    if (event.startsWith('data: {"error"')) {
+      const body = event.slice('data: '.length).trim();
+      const status = streamErrorStatus((JSON.parse(body) as ApiErrorBody).error);
+      if (status >= 500) onError(errorOf(status, body));
+    }
+    yield event;
   }
 }
 

@@ -10,13 +10,23 @@
 // target), so streaming, aborts and errors are the same in every placement. A client that goes
 // away mid-stream cancels the response body, which aborts the generation. The browser may stop an
 // idle service worker; the model then loads again (from the weight cache) on the next request.
+// After a page's unload() the worker answers 503 model_unloaded until a page loads again.
 // Browser code: nothing here may import Node modules.
-import type { Engine } from '../api/engine.ts';
+import { modelUnloaded, type Engine } from '../api/engine.ts';
+import { errorResponse, type RequestHandlingEngine } from '../api/handler.ts';
 import { installFetchShim } from '../api/shim.ts';
 import { loadModel, type LoadModelOptions } from '../index.ts';
 import type { HubSource } from '../model/hub.ts';
 import type { LoadProgress } from '../model/weights.ts';
-import { serializeError, SERVICE_WORKER_MESSAGE, unloadAndReply, type LoadReply, type TransferableLoadOptions, type UnloadReply } from './protocol.ts';
+import {
+  serializeError,
+  SERVICE_WORKER_MESSAGE,
+  unloadAndReply,
+  type LoadReply,
+  type SerializedError,
+  type TransferableLoadOptions,
+  type UnloadReply,
+} from './protocol.ts';
 import { trackRequests } from './tracked-engine.ts';
 
 export interface ServiceWorkerEngineOptions extends Omit<LoadModelOptions, 'gpu' | 'onProgress'> {
@@ -62,10 +72,16 @@ interface ExtendableMessageEvent extends ExtendableEvent {
 /** A message a page sends the service worker (see registerServiceWorkerEngine). */
 export type ServiceWorkerCommand =
   | { type: typeof SERVICE_WORKER_MESSAGE; command: 'load'; source: string | HubSource; options: TransferableLoadOptions }
-  | { type: typeof SERVICE_WORKER_MESSAGE; command: 'info' | 'stats' | 'unload' };
+  /** `id`: the model's, for the 503 that later requests get. */
+  | { type: typeof SERVICE_WORKER_MESSAGE; command: 'unload'; id: string }
+  | { type: typeof SERVICE_WORKER_MESSAGE; command: 'info' | 'stats' | 'claim' };
+
+/** The service worker → page, on a claim's port. */
+export type ClaimReply = { type: 'claimed' } | { type: 'failed'; error: SerializedError };
 
 const CONFIG_CACHE = 'webgpu-llama-service-worker-v1';
 const CONFIG_KEY = 'https://webgpu-llama.invalid/service-worker/load-config';
+const UNLOADED_KEY = 'https://webgpu-llama.invalid/service-worker/unloaded';
 
 /** Installs the service worker's listeners: call once, at the top level of the worker script. */
 export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions = {}): void {
@@ -107,8 +123,19 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
     if (!config) throw new Error('The service worker has no model: give it a source (serveEngineFromServiceWorker, ?model=, or registerServiceWorkerEngine).');
     return load(config);
   };
+  // The id of the model a page unloaded, until a page loads again (a load or info message): the
+  // requests in between get 503 model_unloaded, as the page's RemoteEngine answers, instead of
+  // loading the model again. Kept in Cache Storage, so that a restarted worker answers so too.
+  let unloadedId: Promise<string | null> = readUnloaded();
+  const setUnloaded = (id: string | null) => {
+    unloadedId = Promise.resolve(id);
+    void writeUnloaded(id);
+  };
 
-  const tracked = trackRequests(engineNow);
+  const tracked = trackRequests(async () => {
+    const unloaded = current ? null : await unloadedId;
+    return unloaded !== null ? unloadedEngine(unloaded) : engineNow();
+  });
   // The page's own fetch shim, on a private target: it answers what is under the base URL.
   const shimTarget = { fetch: (input: RequestInfo | URL, init?: RequestInit) => fetch(input, init), location: scope.location };
   installFetchShim(tracked, { target: shimTarget as unknown as typeof globalThis, ...(baseUrl ? { baseUrl } : {}) });
@@ -134,6 +161,7 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
     switch (message.command) {
       case 'load':
       case 'info': {
+        setUnloaded(null);
         const onProgress = (progress: LoadProgress) => reply({ type: 'progress', progress });
         if (message.command === 'load' && message.options.reportProgress) progressListeners.push(onProgress);
         const engine =
@@ -147,7 +175,8 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
         event.waitUntil(
           engine
             .then(
-              (loaded) => reply({ type: 'loaded', info: loaded.info }),
+              // Where the API is: the page's RemoteEngine sends its requests there.
+              (loaded) => reply({ type: 'loaded', info: loaded.info, baseUrl: base.origin + basePath }),
               (err: unknown) => reply({ type: 'failed', error: serializeError(err) }),
             )
             .finally(() => {
@@ -164,13 +193,42 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
       case 'unload': {
         const engine = current?.engine;
         current = null;
+        setUnloaded(message.id);
         const done = unloadAndReply(engine, port);
         unloading = done.catch(() => {});
         event.waitUntil(done);
         return;
       }
+      case 'claim': {
+        // A page in scope that the active worker does not control asks for it: one loaded past the
+        // worker (Shift+Reload). With claimClients: false the worker leaves open pages alone.
+        const claimReply = (data: ClaimReply) => port.postMessage(data);
+        if (!claimClients) {
+          const message =
+            'The service worker does not control this page and leaves open pages alone (claimClients: false): ' +
+            'reload the page to have it controlled.';
+          claimReply({ type: 'failed', error: { name: 'Error', message } });
+          port.close();
+          return;
+        }
+        event.waitUntil(
+          scope.clients
+            .claim()
+            .then(
+              () => claimReply({ type: 'claimed' }),
+              (err: unknown) => claimReply({ type: 'failed', error: serializeError(err) }),
+            )
+            .finally(() => port.close()),
+        );
+        return;
+      }
     }
   });
+}
+
+/** What answers requests after an unload: every one gets the 503 an unloaded Engine answers. */
+function unloadedEngine(id: string): RequestHandlingEngine {
+  return { handle: async () => errorResponse(modelUnloaded(id)) };
 }
 
 /** `sw.js?model=URL&id=NAME`: the model named at registration. */
@@ -188,6 +246,26 @@ async function readConfig(): Promise<LoadConfig | null> {
     return response ? ((await response.json()) as LoadConfig) : null;
   } catch {
     return null; // no Cache Storage: only the configured source
+  }
+}
+
+async function readUnloaded(): Promise<string | null> {
+  try {
+    const response = await (await caches.open(CONFIG_CACHE)).match(UNLOADED_KEY);
+    return response ? ((await response.json()) as { id: string }).id : null;
+  } catch {
+    return null; // no Cache Storage: a restarted worker loads its model again
+  }
+}
+
+/** Keeps the id of the model a page unloaded; null: a page loaded again. */
+async function writeUnloaded(id: string | null): Promise<void> {
+  try {
+    const cache = await caches.open(CONFIG_CACHE);
+    if (id === null) await cache.delete(UNLOADED_KEY);
+    else await cache.put(UNLOADED_KEY, new Response(JSON.stringify({ id }), { headers: { 'content-type': 'application/json' } }));
+  } catch {
+    // not kept: a restarted worker loads its model again
   }
 }
 

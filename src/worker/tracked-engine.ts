@@ -19,7 +19,7 @@ export interface TrackedEngine extends RequestHandlingEngine {
 }
 
 /** `engine` is asked for at each request (a host may load its model after it starts serving). */
-export function trackRequests(engine: () => ApiEngine | Promise<ApiEngine>): TrackedEngine {
+export function trackRequests(engine: () => ApiEngine | RequestHandlingEngine | Promise<ApiEngine | RequestHandlingEngine>): TrackedEngine {
   const stats: RequestStats = { inFlight: 0, completed: 0, aborted: 0 };
   const finish = (request: ApiRequest) => {
     stats.inFlight--;

@@ -75,14 +75,22 @@ export async function loadModelInWorker(source: WorkerModelSource, options: Work
     throw err;
   });
 
+  // Set when unload() ended the worker: it drops every message from then on, so nothing may wait for a reply.
+  let terminated = false;
   return new RemoteEngine(info, {
     transport: (request, basePath) => requestOverPort(worker, request, basePath),
     unload: async () => {
       const reply = await ask<UnloadReply>(worker, { type: 'unload' });
-      if (ownsWorker) worker.terminate();
+      if (ownsWorker) {
+        worker.terminate();
+        terminated = true;
+      }
       if (reply.type === 'failed') throw deserializeError(reply.error);
     },
-    stats: () => ask<RequestStats>(worker, { type: 'stats' }),
+    stats: async () => {
+      if (terminated) throw new Error('The model was unloaded and its worker ended: it has no request stats any more.');
+      return ask<RequestStats>(worker, { type: 'stats' });
+    },
   });
 }
 

@@ -2,11 +2,14 @@
 // answer `fetch('/v1/completions')` the same way: the reference completion, a stream of chunks,
 // an abort mid-stream after which the engine still answers, and a bad parameter as the OpenAI
 // 400 error. The service worker also answers pages that installed nothing (a second tab, an
-// iframe), and a tab closed mid-stream frees its request.
+// iframe), and a tab closed mid-stream frees its request. Then the placements' options and edge
+// cases: a page loaded past the service worker (Shift+Reload), claimClients: false, a worker's own
+// baseUrl, what an unload leaves, and a Worker the page gives.
 import { expect, test, type BrowserContext, type Page } from '@playwright/test';
 import { reference } from './reference.ts';
 
 const MODEL = 'stories260K';
+const SOURCE = '/models/stories260K/stories260K.gguf';
 const MAX_TOKENS = 32;
 
 /** What placement-client.ts puts on window. */
@@ -158,5 +161,143 @@ test.describe('engine placements', () => {
       .toEqual({ inFlight: 0, completed: before.completed, aborted: before.aborted + 1 });
     const after = await call(page, 'complete', reference.prompt, MAX_TOKENS);
     expect(after.body.choices[0].text).toBe(reference.completion_text);
+  });
+});
+
+test.describe('placement options and edge cases', () => {
+  const errors: string[] = [];
+  test.afterEach(() => {
+    expect(errors.splice(0)).toEqual([]);
+  });
+
+  /** placement-options.html: the library on window (placementLib), nothing started. */
+  async function openOptions(context: BrowserContext): Promise<Page> {
+    const page = await context.newPage();
+    page.on('pageerror', (error) => errors.push(`options: ${error.message}`));
+    await page.goto('/test-pages/placement-options.html');
+    await page.waitForFunction(() => 'placementLib' in window);
+    return page;
+  }
+
+  test('Service Worker: a page loaded past the worker (Shift+Reload) is claimed, not left waiting', async ({ context }) => {
+    const page = await openReady(context, '/test-pages/placement-sw.html', errors);
+    // A reload that bypasses the cache is Shift+Reload: the page loads past its service worker.
+    const cdp = await context.newCDPSession(page);
+    const loaded = page.waitForEvent('load');
+    await cdp.send('Page.reload', { ignoreCache: true });
+    await loaded;
+    await page.waitForFunction(() => 'placementReady' in window);
+    const state = await page.evaluate(async () => {
+      // No worker started for the navigation: the page was not controlled when it loaded.
+      const navigation = performance.getEntriesByType('navigation')[0] as PerformanceNavigationTiming;
+      const timeout = new Promise((resolve) => setTimeout(() => resolve('still waiting after 30 s'), 30_000));
+      const ready = await Promise.race([(window as any).placementReady(), timeout]);
+      return { workerStart: navigation.workerStart, ready, controlled: !!navigator.serviceWorker.controller };
+    });
+    expect(state).toEqual({ workerStart: 0, ready: MODEL, controlled: true });
+    const completion = await call(page, 'complete', reference.prompt, MAX_TOKENS);
+    expect(completion.body.choices[0].text).toBe(reference.completion_text);
+  });
+
+  test('Service Worker with claimClients: false: an uncontrolled page is refused, saying what to do; reloaded, it is served', async ({ context }) => {
+    const page = await openOptions(context);
+    const register = () =>
+      page.evaluate(async ({ source, id }) => {
+        const { registerServiceWorkerEngine } = (window as any).placementLib;
+        const timeout = new Promise((resolve) => setTimeout(() => resolve('still waiting after 30 s'), 30_000));
+        const registered = registerServiceWorkerEngine('./placement-sw-options-script.ts?claimClients=false', { source, id }).then(
+          (remote: any) => `loaded ${remote.info.id}`,
+          (err: Error) => err.message,
+        );
+        return Promise.race([registered, timeout]);
+      }, { source: SOURCE, id: MODEL });
+    expect(await register()).toMatch(/claimClients: false.*reload the page/);
+    // As the message says: the reloaded page loads under the worker's control.
+    await page.reload();
+    await page.waitForFunction(() => 'placementLib' in window);
+    expect(await register()).toBe(`loaded ${MODEL}`);
+    expect(await page.evaluate(async () => (await fetch('/v1/models')).status)).toBe(200);
+  });
+
+  test("Service Worker with its own baseUrl: complete() and handle() reach it; after unload() it answers 503 until a page registers again", async ({ context }) => {
+    const page = await openOptions(context);
+    const result = await page.evaluate(
+      async ({ source, id, prompt, maxTokens }) => {
+        const { registerServiceWorkerEngine, installFetchShim } = (window as any).placementLib;
+        const script = `./placement-sw-options-script.ts?baseUrl=${encodeURIComponent('/api/v1')}`;
+        const remote = await registerServiceWorkerEngine(script, { source, id });
+        const completion = await remote.complete({ model: id, prompt, max_tokens: maxTokens, temperature: 0 });
+        const models = await remote.handle({ method: 'GET', url: '/v1/models', body: null });
+        const plain = (await fetch('/api/v1/models')).status;
+        // A shim on the RemoteEngine at a base URL of its own reaches the worker's too.
+        const uninstall = installFetchShim(remote, { baseUrl: '/shim/v1' });
+        const shimmed = (await fetch('/shim/v1/models')).status;
+        uninstall();
+
+        await remote.unload();
+        const post = () => fetch('/api/v1/completions', { method: 'POST', body: JSON.stringify({ model: id, prompt, max_tokens: 4 }) });
+        const afterUnload = await post();
+        const unloadedError = (await afterUnload.json()).error;
+        // A page registering again (no source: the worker keeps the one it was given) loads the model again.
+        const again = await registerServiceWorkerEngine(script);
+        const reloaded = await post();
+        return {
+          text: completion.choices[0].text,
+          models: models.status,
+          plain,
+          shimmed,
+          afterUnload: afterUnload.status,
+          unloadedError,
+          again: again.info.id,
+          reloaded: reloaded.status,
+        };
+      },
+      { source: SOURCE, id: MODEL, prompt: reference.prompt, maxTokens: MAX_TOKENS },
+    );
+    expect(result).toEqual({
+      text: reference.completion_text,
+      models: 200,
+      plain: 200,
+      shimmed: 200,
+      afterUnload: 503,
+      unloadedError: expect.objectContaining({ type: 'service_unavailable', code: 'model_unloaded' }),
+      again: MODEL,
+      reloaded: 200,
+    });
+  });
+
+  test('dedicated Web Worker: requestStats() after unload() rejects; a Worker the page gives loads again after a failed load and after unload()', async ({ context }) => {
+    const page = await openOptions(context);
+    const result = await page.evaluate(
+      async ({ source, id, prompt, maxTokens }) => {
+        const { loadModelInWorker, workerEntryUrl } = (window as any).placementLib;
+        const settled = (promise: Promise<unknown>) =>
+          Promise.race([
+            promise.then(() => 'resolved', (err: Error) => err.message),
+            new Promise((resolve) => setTimeout(() => resolve('still waiting after 10 s'), 10_000)),
+          ]);
+        const request = { model: id, prompt, max_tokens: maxTokens, temperature: 0 };
+
+        const owned = await loadModelInWorker(source, { id });
+        await owned.unload();
+        const stats = await settled(owned.requestStats());
+
+        const worker = new Worker(workerEntryUrl, { type: 'module' });
+        const failed = await settled(loadModelInWorker('/models/no-such-model.gguf', { worker }));
+        const first = await loadModelInWorker(source, { worker, id });
+        const firstText = (await first.complete(request)).choices[0].text;
+        await first.unload();
+        const second = await loadModelInWorker(source, { worker, id });
+        const secondText = (await second.complete(request)).choices[0].text;
+        await second.unload();
+        worker.terminate();
+        return { stats, failed, firstText, secondText };
+      },
+      { source: SOURCE, id: MODEL, prompt: reference.prompt, maxTokens: MAX_TOKENS },
+    );
+    expect(result.stats).toMatch(/unloaded/);
+    expect(result.failed).toMatch(/no-such-model/);
+    expect(result.firstText).toBe(reference.completion_text);
+    expect(result.secondText).toBe(reference.completion_text);
   });
 });
