@@ -10,12 +10,14 @@
 //
 // Layout: cache FILES_CACHE holds each file's full 200 response under its URL; cache
 // MODELS_CACHE holds one JSON manifest per model under the model's URL: the files the loader
-// asked for, with sizes, and the files it found missing (so optional files such as
-// generation_config.json are not asked of the network again either).
+// asked for, with sizes, and the optional files it found missing (so that files such as
+// generation_config.json are not asked of the network again either). A file the model needs is
+// never recorded as missing: a 404 or an SPA's HTML page may be a server fixed since, and a
+// recorded absence would fail every later load without asking the network.
 //
 // Any cache failure (no quota, Cache Storage refused, a broken entry) falls back to loading from
 // the network uncached, with a console warning: the cache never makes a load fail.
-import { blobSource, urlLayout, type ByteSource, type ModelFiles } from './files.ts';
+import { blobSource, urlLayout, type ByteSource, type ModelFiles, type OpenOptions } from './files.ts';
 
 export const FILES_CACHE = 'webgpu-llama-files-v1';
 export const MODELS_CACHE = 'webgpu-llama-models-v1';
@@ -37,7 +39,7 @@ export interface CachedModel {
 interface Manifest {
   id: string;
   url: string;
-  /** name -> the cached file, or null: the model has no such file. */
+  /** name -> the cached file, or null: the model has no such file (trusted for optional files only). */
   files: Record<string, { url: string; size: number } | null>;
   updated: number;
 }
@@ -116,13 +118,14 @@ export function withWeightCache(
     console.warn(`webgpu-llama: the weight cache failed (${what}: ${describe(error)}); loading ${layout.url} from the network without it.`);
   };
 
-  async function fromCache(name: string): Promise<{ source: ByteSource | null } | null> {
+  async function fromCache(name: string, optional: boolean): Promise<{ source: ByteSource | null } | null> {
     const storage = cacheStorage()!;
     const models = await storage.open(MODELS_CACHE);
     const manifest = await readManifest(models, layout.url);
-    if (!manifest || !(name in manifest.files)) return null;
+    if (!manifest || !Object.hasOwn(manifest.files, name)) return null;
     const entry = manifest.files[name];
-    if (entry === null) return { source: null };
+    // A needed file recorded as missing (by an earlier version): ask the network again.
+    if (entry === null) return optional ? { source: null } : null;
     const cached = await (await storage.open(FILES_CACHE)).match(entry.url);
     if (!cached) return null; // evicted: fetch it again
     const blob = await cached.blob();
@@ -180,20 +183,21 @@ export function withWeightCache(
   return {
     id: files.id,
     ...(files.ggufFile !== undefined ? { ggufFile: files.ggufFile } : {}),
-    async open(name) {
+    async open(name, options?: OpenOptions) {
       const fileUrl = layout.fileUrl(name);
-      if (!cacheStorage() || fileUrl === null) return files.open(name);
+      if (!cacheStorage() || fileUrl === null) return files.open(name, options);
+      const optional = options?.optional === true;
       try {
-        const hit = await fromCache(name);
+        const hit = await fromCache(name, optional);
         if (hit) return hit.source;
       } catch (e) {
         warn('reading', e);
-        return files.open(name);
+        return files.open(name, options);
       }
-      const network = await files.open(name);
+      const network = await files.open(name, options);
       try {
         if (!network) {
-          await updateManifest(layout.id, layout.url, name, null);
+          if (optional) await updateManifest(layout.id, layout.url, name, null);
           return null;
         }
         return await store(name, fileUrl, network);

@@ -12,6 +12,16 @@ export interface ByteSource {
   stream(offset: number, length: number, chunkSize?: number): AsyncIterable<Uint8Array>;
 }
 
+/** How the loader asks for a file. */
+export interface OpenOptions {
+  /**
+   * The model may lack the file (tokenizer_config.json, model.safetensors.index.json, ...). A
+   * URL source then also reads HTTP 403 as "no such file" (S3 without ListBucket answers 403 for
+   * a missing key); for a file the model needs, 403 stays an error naming the file.
+   */
+  optional?: boolean;
+}
+
 /** The files of one model: a single GGUF file, or a Hugging Face folder (config.json, ...). */
 export interface ModelFiles {
   /** Default model id: the folder name, or the file name without `.gguf`. */
@@ -19,7 +29,7 @@ export interface ModelFiles {
   /** Set when the source is a single GGUF file: the name `open()` answers to. */
   readonly ggufFile?: string;
   /** The file `name` (relative to the folder), or null when it does not exist. */
-  open(name: string): Promise<ByteSource | null>;
+  open(name: string, options?: OpenOptions): Promise<ByteSource | null>;
 }
 
 export const DEFAULT_CHUNK_SIZE = 4 << 20;
@@ -32,15 +42,15 @@ export function checkRange(name: string, size: number, offset: number, length: n
 }
 
 /** A whole small file as text (config.json, tokenizer.json, ...), or null when it is missing. */
-export async function readTextFile(files: ModelFiles, name: string): Promise<string | null> {
-  const source = await files.open(name);
+export async function readTextFile(files: ModelFiles, name: string, options?: OpenOptions): Promise<string | null> {
+  const source = await files.open(name, options);
   if (!source) return null;
   return new TextDecoder().decode(await source.read(0, source.size));
 }
 
 /** A whole small JSON file, parsed, or null when it is missing; a parse error names the file. */
-export async function readJsonFile<T = unknown>(files: ModelFiles, name: string): Promise<T | null> {
-  const text = await readTextFile(files, name);
+export async function readJsonFile<T = unknown>(files: ModelFiles, name: string, options?: OpenOptions): Promise<T | null> {
+  const text = await readTextFile(files, name, options);
   if (text === null) return null;
   try {
     return JSON.parse(text) as T;
@@ -144,7 +154,7 @@ export function urlLayout(url: string): UrlLayout {
   }
   const path = resolved.pathname;
   if (isGgufName(path)) {
-    const fileName = decodeURIComponent(path.slice(path.lastIndexOf('/') + 1));
+    const fileName = decodeUrlPart(url, path.slice(path.lastIndexOf('/') + 1));
     const fileUrl = resolved.href;
     return { url: fileUrl, id: stripGguf(fileName), ggufFile: fileName, fileUrl: (name) => (name === fileName ? fileUrl : null) };
   }
@@ -154,9 +164,18 @@ export function urlLayout(url: string): UrlLayout {
   if (!folder.pathname.endsWith('/')) folder.pathname += '/';
   return {
     url: folder.href,
-    id: folderId(folder.pathname),
+    id: folderId(url, folder.pathname),
     fileUrl: (name) => new URL(name.split('/').map(encodeURIComponent).join('/'), folder).href,
   };
+}
+
+/** A percent-encoded part of `url`'s path, decoded (`%zz` is an error naming the URL, not a bare URIError). */
+function decodeUrlPart(url: string, part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new Error(`Not a valid model URL: ${url} (malformed percent-encoding in ${JSON.stringify(part)})`);
+  }
 }
 
 /** Sources over HTTP(S): sizes from HEAD (or a Range request's Content-Range), reads with Range headers. */
@@ -165,16 +184,16 @@ export function filesFromUrl(url: string, fetchImpl: typeof fetch = (...args) =>
   return {
     id: layout.id,
     ...(layout.ggufFile !== undefined ? { ggufFile: layout.ggufFile } : {}),
-    async open(name) {
+    async open(name, options) {
       const fileUrl = layout.fileUrl(name);
-      return fileUrl === null ? null : openUrl(fileUrl, name, fetchImpl);
+      return fileUrl === null ? null : openUrl(fileUrl, name, fetchImpl, options?.optional === true);
     },
   };
 }
 
 /** The model id of a folder URL; Hugging Face `.../org/name/resolve/<rev>/` gives `name`. */
-function folderId(pathname: string): string {
-  const parts = pathname.split('/').filter(Boolean).map((p) => decodeURIComponent(p));
+function folderId(url: string, pathname: string): string {
+  const parts = pathname.split('/').filter(Boolean).map((p) => decodeUrlPart(url, p));
   const resolveAt = parts.lastIndexOf('resolve');
   if (resolveAt >= 1) return parts[resolveAt - 1];
   return parts[parts.length - 1] ?? 'model';
@@ -191,22 +210,53 @@ function isHtmlFallback(response: Response, name: string): boolean {
   return /^text\/html/i.test(response.headers.get('content-type') ?? '') && !/\.html?$/i.test(name);
 }
 
-async function openUrl(url: string, name: string, fetchImpl: typeof fetch): Promise<ByteSource | null> {
+/**
+ * An HTML page where a file was asked for that is not an SPA's answer for a missing file: a
+ * Hugging Face `/blob/` or `/tree/` URL (a web page; `/resolve/` serves the files), or a weights file
+ * (.gguf, .safetensors: a page in their place means a wrong URL, not a file the model lacks).
+ */
+function htmlPageError(url: string, name: string): Error | null {
+  const page = new URL(url).pathname.match(/\/[^/]+\/[^/]+\/(blob|tree)\/[^/]+\//);
+  if (page) {
+    return new Error(`${name}: ${url} is a web page, not the file: use a '/resolve/' URL in place of '/${page[1]}/' (as the Hub's download links do)`);
+  }
+  if (/\.(gguf|safetensors)$/i.test(name)) {
+    return new Error(`${name}: the server answered ${url} with an HTML page, not the model file (is the URL right and the file there?)`);
+  }
+  return null;
+}
+
+/** A missing file: 404 or 410, or 403 for an optional one (S3 answers 403 for a missing key without ListBucket). */
+function isAbsent(status: number, optional: boolean): boolean {
+  return status === 404 || status === 410 || (optional && status === 403);
+}
+
+async function openUrl(url: string, name: string, fetchImpl: typeof fetch, optional = false): Promise<ByteSource | null> {
   let size: number | null = null;
+  let head: Response | null = null;
   try {
-    const head = await fetchImpl(url, { method: 'HEAD' });
-    if (head.status === 404 || head.status === 410) return null;
-    if (head.ok && isHtmlFallback(head, name)) return null;
-    const length = head.headers.get('content-length');
-    // A compressed response's Content-Length is not the file size: ask with a Range instead.
-    if (head.ok && length !== null && !head.headers.get('content-encoding')) size = Number(length);
+    head = await fetchImpl(url, { method: 'HEAD' });
   } catch {
     // HEAD not allowed (some CDNs, CORS): fall through to a ranged GET.
   }
+  if (head) {
+    if (head.status === 404 || head.status === 410) return null;
+    if (head.ok && isHtmlFallback(head, name)) {
+      const error = htmlPageError(url, name);
+      if (error) throw error;
+      return null;
+    }
+    const length = head.headers.get('content-length');
+    // A compressed response's Content-Length is not the file size: ask with a Range instead.
+    // Other failures (405, or 403 where a presigned URL signs GET only) fall through to a ranged GET.
+    if (head.ok && length !== null && !head.headers.get('content-encoding')) size = Number(length);
+  }
   if (size === null || !Number.isFinite(size)) {
     const response = await fetchImpl(url, { headers: { Range: 'bytes=0-0' } });
-    if (response.status === 404 || response.status === 410 || (response.ok && isHtmlFallback(response, name))) {
+    if (isAbsent(response.status, optional) || (response.ok && isHtmlFallback(response, name))) {
       await response.body?.cancel();
+      const error = response.ok ? htmlPageError(url, name) : null;
+      if (error) throw error;
       return null;
     }
     if (response.status === 416) {
@@ -223,17 +273,41 @@ async function openUrl(url: string, name: string, fetchImpl: typeof fetch): Prom
         await response.body?.cancel();
         throw new Error(`${name}: the server does not support HTTP Range requests, needed for large files (${url})`);
       }
-      const bytes = new Uint8Array(await response.arrayBuffer());
-      if (bytes.length > MAX_UNRANGED_BYTES) {
-        throw new Error(`${name}: the server does not support HTTP Range requests, needed for large files (${url})`);
-      }
-      return memorySource(name, bytes);
+      return memorySource(name, await readCapped(response, name, url));
     } else {
       await response.body?.cancel();
       throw new Error(`${name}: HTTP ${response.status} ${response.statusText} from ${url}`);
     }
   }
   return urlSource(url, name, size, fetchImpl);
+}
+
+/**
+ * A whole response body of at most MAX_UNRANGED_BYTES, read as it streams in: a body without a
+ * Content-Length is given up at the cap, not first held whole in memory.
+ */
+async function readCapped(response: Response, name: string, url: string): Promise<Uint8Array> {
+  if (!response.body) return new Uint8Array(await response.arrayBuffer());
+  const reader = response.body.getReader();
+  const pieces: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.length;
+    if (total > MAX_UNRANGED_BYTES) {
+      await reader.cancel().catch(() => {});
+      throw new Error(`${name}: the server does not support HTTP Range requests, needed for large files (${url})`);
+    }
+    pieces.push(value);
+  }
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const piece of pieces) {
+    out.set(piece, at);
+    at += piece.length;
+  }
+  return out;
 }
 
 function totalFromContentRange(header: string | null): number | null {

@@ -60,6 +60,11 @@ async function openGguf(files: ModelFiles, fileName: string): Promise<OpenedMode
   const ropeFreqs = header.tensors.find((t) => t.name === 'rope_freqs.weight');
   if (ropeFreqs) {
     if (ropeFreqs.ggmlType !== 0) throw new Error(`rope_freqs.weight has ggml type ${ropeFreqs.ggmlType}; only F32 is supported for it`);
+    // Its length from the header, before reading: a huge tensor under this name is not read whole.
+    const count = ropeFreqs.ne.reduce((a, b) => a * b, 1);
+    if (count !== config.headDim / 2) {
+      throw new Error(`rope_freqs.weight has ${count} values; head size ${config.headDim} needs ${config.headDim / 2}`);
+    }
     const bytes = await source.read(ropeFreqs.offset, ropeFreqs.byteLength);
     const factors = new Float32Array(ropeFreqs.byteLength / 4);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -101,8 +106,8 @@ async function openHfFolder(files: ModelFiles): Promise<OpenedModel> {
   const config = configFromHf(configJson);
   const tokenizerJson = await readJsonFile<Record<string, unknown>>(files, 'tokenizer.json');
   if (!tokenizerJson) throw new Error(`Missing tokenizer.json in ${files.id}`);
-  const tokenizerConfig = await readJsonFile<Record<string, unknown>>(files, 'tokenizer_config.json');
-  const generationConfig = await readJsonFile<Record<string, unknown>>(files, 'generation_config.json');
+  const tokenizerConfig = await readJsonFile<Record<string, unknown>>(files, 'tokenizer_config.json', { optional: true });
+  const generationConfig = await readJsonFile<Record<string, unknown>>(files, 'generation_config.json', { optional: true });
 
   const tensors = new Map<string, ModelTensor>();
   const sources = new Map<string, ByteSource>();
@@ -128,7 +133,7 @@ async function openHfFolder(files: ModelFiles): Promise<OpenedModel> {
   if (!config.tieWordEmbeddings && !hasLmHead && configJson.tie_word_embeddings !== false) {
     config.tieWordEmbeddings = true;
   }
-  for (const { name } of requiredTensors(config)) {
+  for (const { name } of requiredTensors(config, tensors.size + unloadable.size)) {
     const dtype = unloadable.get(name);
     if (dtype !== undefined) throw new Error(`Tensor ${name} has dtype ${dtype}; only F32, F16 and BF16 tensors are supported`);
   }

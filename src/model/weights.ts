@@ -234,11 +234,22 @@ class SplitSink implements TensorSink {
   }
 }
 
-/** The tensors a Llama model uses, with the shape each must have: [name, shape, kind]. */
-export function requiredTensors(config: LlamaConfig): { name: string; shape: number[]; optional?: boolean }[] {
+/**
+ * The tensors a Llama model uses, with the shape each must have: [name, shape, kind]. With
+ * `available` (how many tensors the file has), a config that needs more throws before the list
+ * is built: a layer count of 1e9 would otherwise build billions of entries first.
+ */
+export function requiredTensors(config: LlamaConfig, available?: number): { name: string; shape: number[]; optional?: boolean }[] {
   const { hiddenSize: h, intermediateSize: f, numHeads, numKvHeads, headDim, vocabSize } = config;
   const q = numHeads * headDim;
   const kv = numKvHeads * headDim;
+  const perLayer = config.attentionBias ? 12 : 9;
+  const needed = (config.tieWordEmbeddings ? 2 : 3) + config.numLayers * perLayer;
+  if (available !== undefined && needed > available) {
+    throw new Error(
+      `The model has ${available} tensors, fewer than the ${needed} that ${config.numLayers} layers need: is the layer count (num_hidden_layers, block_count) right?`,
+    );
+  }
   const out: { name: string; shape: number[]; optional?: boolean }[] = [
     { name: GLOBAL_TENSOR_NAMES.tokenEmbedding, shape: [vocabSize, h] },
     { name: GLOBAL_TENSOR_NAMES.outputNorm, shape: [h] },
@@ -268,7 +279,7 @@ export function requiredTensors(config: LlamaConfig): { name: string; shape: num
  * without them would give wrong text, not an error).
  */
 export function checkTensors(config: LlamaConfig, tensors: ReadonlyMap<string, ModelTensor>): void {
-  const required = requiredTensors(config);
+  const required = requiredTensors(config, tensors.size);
   for (const { name, shape } of required) {
     const t = tensors.get(name);
     if (!t) throw new Error(`The model has no tensor ${name}`);

@@ -63,6 +63,23 @@ const enum ValueType {
 
 const SCALAR_SIZE: Record<number, number> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
 
+/** The value types that hold integers (general.alignment must be one). */
+const INTEGER_TYPES = new Set<number>([ValueType.U8, ValueType.I8, ValueType.U16, ValueType.I16, ValueType.U32, ValueType.I32, ValueType.U64, ValueType.I64]);
+
+/** The fewest bytes one array item of a value type takes: a string is at least its u64 length, an array its type and length. */
+function minItemBytes(type: number): number | undefined {
+  if (type === ValueType.STRING) return 8;
+  if (type === ValueType.ARRAY) return 12;
+  return SCALAR_SIZE[type];
+}
+
+/** No real string (a token, a chat template) comes near this; a larger length is a broken file. */
+const MAX_STRING_BYTES = 64 << 20;
+/** Far more items than any vocabulary or merge list; JS arrays cannot reach 2^32 items anyway. */
+const MAX_ARRAY_ITEMS = 1 << 26;
+/** ggml uses 32; a larger power of two than this is not a real alignment. */
+const MAX_ALIGNMENT = 1 << 24;
+
 /** Reads a ByteSource front to back, fetching chunks as the parser asks for bytes. */
 class ChunkedReader {
   private buf = new Uint8Array(0);
@@ -76,6 +93,11 @@ class ChunkedReader {
 
   get offset(): number {
     return this.bufStart + this.pos;
+  }
+
+  /** Bytes of the file after the position. */
+  get left(): number {
+    return this.source.size - this.offset;
   }
 
   /** True when `n` bytes are buffered at the position. */
@@ -132,15 +154,28 @@ export async function readGgufHeader(source: ByteSource, options: { chunkSize?: 
   const magic = r.text(4);
   if (magic !== 'GGUF') throw new Error(`${source.name} is not a GGUF file (magic ${JSON.stringify(magic)})`);
   const version = r.u32();
+  // A big-endian file (written for s390x) has the version's bytes swapped: 3 reads as 50331648.
+  const swapped = ((version & 0xff) << 24 | (version & 0xff00) << 8 | (version >>> 8) & 0xff00 | version >>> 24) >>> 0;
+  if (version !== swapped && swapped >= 1 && swapped <= 3) {
+    throw new Error(`${source.name} is a big-endian GGUF file (version ${swapped}); only little-endian GGUF files are supported`);
+  }
   if (version !== 2 && version !== 3) {
     throw new Error(`${source.name}: GGUF version ${version} is not supported (only versions 2 and 3)`);
   }
   const tensorCount = r.u64('tensor count');
   const kvCount = r.u64('metadata count');
+  // Each entry takes at least a u64 name length and a u32 type (a tensor: also a u64 offset), so
+  // counts that cannot fit in the file are errors now, not loops that run until the file ends.
+  if (kvCount * 12 > r.left) throw new Error(`${source.name}: GGUF metadata count ${kvCount} does not fit in the file (${source.size} bytes); is it truncated?`);
+  if (tensorCount * 24 > r.left) throw new Error(`${source.name}: GGUF tensor count ${tensorCount} does not fit in the file (${source.size} bytes); is it truncated?`);
 
   const readString = async (what: string): Promise<string> => {
     if (!r.has(8)) await r.fill(8);
     const n = r.u64(`${what} length`);
+    if (n > r.left) {
+      throw new Error(`${source.name}: GGUF ${what} has a length of ${n} bytes, more than the ${r.left} left in the file; is it truncated?`);
+    }
+    if (n > MAX_STRING_BYTES) throw new Error(`${source.name}: GGUF ${what} has a length of ${n} bytes (at most ${MAX_STRING_BYTES} are allowed)`);
     if (!r.has(n)) await r.fill(n);
     return r.text(n);
   };
@@ -170,6 +205,13 @@ export async function readGgufHeader(source: ByteSource, options: { chunkSize?: 
       await r.need(12);
       const itemType = r.u32();
       const n = r.u64(`${key} array length`);
+      const minBytes = minItemBytes(itemType);
+      if (minBytes === undefined) throw new Error(`${source.name}: unknown GGUF value type ${itemType} for the items of key ${key}`);
+      // Before allocating: a length the rest of the file cannot hold is a broken file.
+      if (n * minBytes > r.left) {
+        throw new Error(`${source.name}: GGUF key ${key} has an array of ${n} items, more than the ${r.left} bytes left in the file can hold; is it truncated?`);
+      }
+      if (n > MAX_ARRAY_ITEMS) throw new Error(`${source.name}: GGUF key ${key} has an array of ${n} items (at most ${MAX_ARRAY_ITEMS} are allowed)`);
       const out: GgufValue[] = new Array(n);
       const size = SCALAR_SIZE[itemType];
       if (size !== undefined) {
@@ -180,7 +222,7 @@ export async function readGgufHeader(source: ByteSource, options: { chunkSize?: 
           for (let j = 0; j < run; j++) out[i++] = readScalar(itemType);
         }
       } else {
-        for (let i = 0; i < n; i++) out[i] = await readValue(itemType, key);
+        for (let i = 0; i < n; i++) out[i] = await readValue(itemType, `${key}[${i}]`);
       }
       return out;
     }
@@ -190,24 +232,26 @@ export async function readGgufHeader(source: ByteSource, options: { chunkSize?: 
     return readScalar(type);
   };
 
-  const metadata: GgufMetadata = {};
+  // No prototype: a key such as '__proto__' is stored as a key, not as the object's prototype.
+  const metadata: GgufMetadata = Object.create(null);
+  let alignmentType: number | undefined;
   for (let i = 0; i < kvCount; i++) {
     const key = await readString('metadata key');
+    // llama.cpp rejects a file with a key twice; here the second would silently win.
+    if (key in metadata) throw new Error(`${source.name}: GGUF metadata key ${key} appears twice`);
     await r.need(4);
     const type = r.u32();
+    if (key === 'general.alignment') alignmentType = type;
     metadata[key] = await readValue(type, key);
   }
-
-  const alignmentValue = metadata['general.alignment'];
-  const alignment = alignmentValue === undefined ? 32 : Number(alignmentValue);
-  // ggml's rule: a power of two.
-  if (!Number.isInteger(alignment) || alignment <= 0 || (alignment & (alignment - 1)) !== 0) {
-    throw new Error(`${source.name}: invalid general.alignment ${String(alignmentValue)}`);
-  }
+  const alignment = readAlignment(source.name, metadata['general.alignment'], alignmentType);
 
   const raw: { name: string; ne: number[]; ggmlType: number; relOffset: number }[] = [];
+  const names = new Set<string>();
   for (let i = 0; i < tensorCount; i++) {
     const name = await readString('tensor name');
+    if (names.has(name)) throw new Error(`${source.name}: GGUF tensor ${name} appears twice in the tensor table`);
+    names.add(name);
     await r.need(4);
     const nDims = r.u32();
     if (nDims > 4) throw new Error(`${source.name}: tensor ${name} has ${nDims} dimensions`);
@@ -241,6 +285,17 @@ export async function readGgufHeader(source: ByteSource, options: { chunkSize?: 
     return { name, ne, ggmlType, type: supported.type, offset, byteLength };
   });
   return { version, metadata, tensors, alignment, dataOffset };
+}
+
+/** general.alignment (default 32): an integer-typed power of two, as ggml requires, up to MAX_ALIGNMENT. */
+function readAlignment(file: string, value: GgufValue | undefined, type: number | undefined): number {
+  if (value === undefined) return 32;
+  const valid = type !== undefined && INTEGER_TYPES.has(type) && typeof value === 'number' && value >= 1 && value <= MAX_ALIGNMENT
+    && 2 ** Math.round(Math.log2(value)) === value;
+  if (!valid) {
+    throw new Error(`${file}: invalid general.alignment ${typeof value === 'string' ? JSON.stringify(value) : String(value)} (must be an integer power of two up to ${MAX_ALIGNMENT})`);
+  }
+  return value;
 }
 
 /** A metadata value as a number (throws naming the key when it is missing or not numeric, unless a fallback is given). */
