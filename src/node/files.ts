@@ -24,6 +24,31 @@ export function filesFromPath(path: string): ModelFiles {
   };
 }
 
+/**
+ * Throws unless `path` can be a model: an existing .gguf file, or an existing folder. The error
+ * names the absolute path. Loaders call it before they acquire the GPU, so that a mistyped path
+ * fails at once rather than after Dawn's start-up, or as "no adapter" on a machine without a GPU.
+ */
+export async function checkModelPath(path: string): Promise<void> {
+  const full = resolve(path);
+  let info: import('node:fs').Stats;
+  try {
+    info = await stat(full);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code !== 'ENOENT' && code !== 'ENOTDIR') throw e; // EACCES and the like name the path already
+    throw Object.assign(new Error(`no such file or directory: ${full}`), { code: 'ENOENT', path: full });
+  }
+  const gguf = /\.gguf$/i.test(full);
+  if (gguf && !info.isFile()) throw new Error(`${full} is ${info.isDirectory() ? 'a folder' : 'not a regular file'}, not a .gguf file`);
+  if (!gguf && !info.isDirectory()) {
+    throw new Error(
+      `${full} is neither a .gguf file nor a folder: a model is a .gguf file, or a Hugging Face folder ` +
+        '(config.json, tokenizer.json, *.safetensors)',
+    );
+  }
+}
+
 async function pathSource(path: string, name: string): Promise<ByteSource | null> {
   let size: number;
   try {
