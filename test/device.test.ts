@@ -22,15 +22,26 @@ describe('pipeline cache', () => {
     const messages: string[] = [];
     cache.onCompileError = (message) => messages.push(message);
     device.pushErrorScope('validation');
-    cache.get('broken kernel', () => broken);
+    cache.get('broken kernel, on first use', () => broken);
     expect(await device.popErrorScope()).not.toBeNull();
     await vi.waitFor(() => expect(messages).toHaveLength(1));
-    expect(messages[0]).toMatch(/^WGSL compile error in broken kernel:\n {2}1:\d+ /);
+    expect(messages[0]).toMatch(/^WGSL compile error in broken kernel, on first use:\n {2}1:\d+ /);
   });
 
   it('rejects a prepared pipeline that does not compile, with the same message', async () => {
     const { device } = await testGpu();
     const cache = new PipelineCache(device);
-    await expect(cache.prepare('broken kernel', () => broken)).rejects.toThrow(/^WGSL compile error in broken kernel:\n {2}1:\d+ /);
+    await expect(cache.prepare('broken kernel, prepared', () => broken)).rejects.toThrow(/^WGSL compile error in broken kernel, prepared:\n {2}1:\d+ /);
+  });
+
+  it('shares what it compiled with the other caches of the device (a model loaded again compiles nothing)', async () => {
+    const { device } = await testGpu();
+    const spec = { code: '@compute @workgroup_size(1) fn main() {}', entryPoint: 'main' };
+    const first = await new PipelineCache(device).prepare('empty kernel', () => spec);
+    const compile = vi.fn(() => spec);
+    const second = new PipelineCache(device);
+    expect(second.has('empty kernel')).toBe(true);
+    expect(second.get('empty kernel', compile)).toBe(first);
+    expect(compile).not.toHaveBeenCalled();
   });
 });

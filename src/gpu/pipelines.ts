@@ -1,8 +1,11 @@
-// Compute pipelines, compiled once per (kernel, variant) and cached.
+// Compute pipelines, compiled once per (device, kernel, variant) and cached.
 //
 // A key names what was compiled, e.g. 'rmsnorm' or 'matvec/f16/bias': the kernel plus whatever
 // was composed into its source (weight storage type, bias). Pipelines use `layout: 'auto'`, so a
-// bind group is made with `pipeline.getBindGroupLayout(0)`.
+// bind group is made with `pipeline.getBindGroupLayout(0)`. The caches of one device share what
+// they compiled: a key is the whole source, and a pipeline holds no model's data, so a model
+// loaded again, or another of the same shapes, compiles nothing (on SwiftShader the decode
+// step's pipelines alone take seconds).
 
 /** What to compile: the full WGSL module and its entry point. */
 export interface ShaderSpec {
@@ -15,9 +18,12 @@ export interface PipelineCacheOptions {
   async?: boolean;
 }
 
+/** What the caches of each device have compiled, and are compiling. */
+const compiledByDevice = new WeakMap<GPUDevice, { ready: Map<string, GPUComputePipeline>; pending: Map<string, Promise<GPUComputePipeline>> }>();
+
 export class PipelineCache {
-  private readonly ready = new Map<string, GPUComputePipeline>();
-  private readonly pending = new Map<string, Promise<GPUComputePipeline>>();
+  private readonly ready: Map<string, GPUComputePipeline>;
+  private readonly pending: Map<string, Promise<GPUComputePipeline>>;
   /** Whether prepare() uses createComputePipelineAsync. */
   readonly compilesAsync: boolean;
 
@@ -26,6 +32,13 @@ export class PipelineCache {
     options: PipelineCacheOptions = {},
   ) {
     this.compilesAsync = options.async ?? true;
+    let compiled = compiledByDevice.get(device);
+    if (!compiled) {
+      compiled = { ready: new Map(), pending: new Map() };
+      compiledByDevice.set(device, compiled);
+    }
+    this.ready = compiled.ready;
+    this.pending = compiled.pending;
   }
 
   /**
