@@ -34,14 +34,27 @@ describe('pipeline cache', () => {
     await expect(cache.prepare('broken kernel, prepared', () => broken)).rejects.toThrow(/^WGSL compile error in broken kernel, prepared:\n {2}1:\d+ /);
   });
 
-  it('shares what it compiled with the other caches of the device (a model loaded again compiles nothing)', async () => {
+  it('shares what it compiled with the other caches of the device, for the same source only', async () => {
     const { device } = await testGpu();
-    const spec = { code: '@compute @workgroup_size(1) fn main() {}', entryPoint: 'main' };
-    const first = await new PipelineCache(device).prepare('empty kernel', () => spec);
-    const compile = vi.fn(() => spec);
-    const second = new PipelineCache(device);
-    expect(second.has('empty kernel')).toBe(true);
-    expect(second.get('empty kernel', compile)).toBe(first);
-    expect(compile).not.toHaveBeenCalled();
+    const source = (body: string) => ({ code: `@compute @workgroup_size(1) fn main() {${body}}`, entryPoint: 'main' });
+    const first = await new PipelineCache(device).prepare('empty kernel', () => source(''));
+    // Another model's cache takes it (a model loaded again compiles nothing)...
+    expect(new PipelineCache(device).get('empty kernel', () => source(''))).toBe(first);
+    expect(await new PipelineCache(device).prepare('empty kernel', () => source(''))).toBe(first);
+    // ...but not under a key that misses a constant of the source: that one compiles its own.
+    const other = new PipelineCache(device).get('empty kernel', () => source(' let x = 1u; '));
+    expect(other).not.toBe(first);
+  });
+
+  it("does not share a pipeline whose source failed to compile: another cache's prepare() still reports it", async () => {
+    const { device } = await testGpu();
+    const first = new PipelineCache(device, { async: false });
+    const messages: string[] = [];
+    first.onCompileError = (message) => messages.push(message);
+    device.pushErrorScope('validation');
+    first.get('broken kernel, shared', () => broken);
+    await device.popErrorScope();
+    await vi.waitFor(() => expect(messages).toHaveLength(1));
+    await expect(new PipelineCache(device).prepare('broken kernel, shared', () => broken)).rejects.toThrow(/WGSL compile error/);
   });
 });

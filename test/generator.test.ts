@@ -104,6 +104,19 @@ function cpuGreedy(
   return { tokens, raws };
 }
 
+/**
+ * A random f32 model whose decode step takes decode_layer.wgsl (FFN 60: the shape fits, so the f32
+ * arena with the logits folded in), and its CPU reference.
+ */
+async function layeredModel(overrides: Partial<LlamaConfig> = {}, seed = 6): Promise<{ model: LlamaModel; reference: { config: LlamaConfig; weights: CpuLlamaWeights } }> {
+  const ctx = await testGpu();
+  const layered = tinyConfig({ vocabSize: 97, contextLength: 64, intermediateSize: 60, ...overrides });
+  const built = buildRandomModel(ctx, layered, 'f32', seed);
+  const model = await LlamaModel.create(ctx, layered, built.gpu);
+  model.kernels.decodeLayerOverride = true;
+  return { model, reference: { config: layered, weights: built.cpu } };
+}
+
 async function collect(
   seq: AsyncGenerator<GeneratedToken, FinishReason, void>,
 ): Promise<{ tokens: GeneratedToken[]; ids: number[]; finish: FinishReason }> {
@@ -157,17 +170,12 @@ describe('sessions against the CPU reference', () => {
   });
 
   it('a plain greedy sequence, picked by the decode step itself (no sampler dispatch), equals the CPU greedy decoding', async () => {
-    // FFN 60: decode_layer.wgsl takes the shape, so the f32 arena with the logits folded in.
-    const ctx = await testGpu();
-    const layered = tinyConfig({ vocabSize: 97, contextLength: 64, intermediateSize: 60 });
-    const built = buildRandomModel(ctx, layered, 'f32', 6);
-    const m = await LlamaModel.create(ctx, layered, built.gpu);
-    m.kernels.decodeLayerOverride = true;
+    const { model: m, reference } = await layeredModel();
     const g = new LlamaGenerator(m, new IdTokenizer(), info, m.createKvCache(CAPACITY));
     try {
       const { decodeStep } = await (g as unknown as { decodeResources(): Promise<DecodeResources> }).decodeResources();
       expect(decodeStep.greedy).toBeDefined();
-      const want = cpuGreedy(PROMPT, 20, {}, { config: layered, weights: built.cpu });
+      const want = cpuGreedy(PROMPT, 20, {}, reference);
       const plain = await run(g, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 20 });
       expect(plain.ids).toEqual(want.tokens);
       plain.tokens.forEach((t, i) => expect(Math.abs(t.logprob - logSoftmax(want.raws[i])[t.id])).toBeLessThan(1e-4));
@@ -178,19 +186,28 @@ describe('sessions against the CPU reference', () => {
     }
   });
 
+  it('two models whose last decode dispatches have the same shape but not the same layer count each pick their own greedy tokens (pipelines are shared per device)', async () => {
+    // 5 and 9 layers: the last dispatch runs one layer in both, but the greedy records sit past every layer's constants.
+    for (const numLayers of [5, 9, 5]) {
+      const { model: m, reference } = await layeredModel({ numLayers }, numLayers);
+      const g = new LlamaGenerator(m, new IdTokenizer(), info, m.createKvCache(CAPACITY));
+      try {
+        const plain = await run(g, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 12 });
+        expect(plain.ids, `${numLayers} layers`).toEqual(cpuGreedy(PROMPT, 12, {}, reference).tokens);
+      } finally {
+        g.destroy();
+      }
+    }
+  });
+
   it('samples and scores only the ids its tokenizer knows, when the model has more logit rows (padding)', async () => {
-    const ctx = await testGpu();
-    const layered = tinyConfig({ vocabSize: 97, contextLength: 64, intermediateSize: 60 });
-    const built = buildRandomModel(ctx, layered, 'f32', 6);
-    const m = await LlamaModel.create(ctx, layered, built.gpu);
-    m.kernels.decodeLayerOverride = true;
+    const { model: m, reference } = await layeredModel();
     const known = 48;
     class FewerIds extends IdTokenizer {
       override readonly vocabSize = known;
     }
     const g = new LlamaGenerator(m, new FewerIds(), info, m.createKvCache(CAPACITY));
     const prompt = [1, 17, 42, 5, 23, 9];
-    const reference = { config: layered, weights: built.cpu };
     try {
       expect(cpuGreedy(prompt, 20, {}, reference).tokens.some((id) => id >= known)).toBe(true); // the padding rows would be picked
       const want = cpuGreedy(prompt, 20, {}, { ...reference, vocab: known });

@@ -3,9 +3,10 @@
 // A key names what was compiled, e.g. 'rmsnorm' or 'matvec/f16/bias': the kernel plus whatever
 // was composed into its source (weight storage type, bias). Pipelines use `layout: 'auto'`, so a
 // bind group is made with `pipeline.getBindGroupLayout(0)`. The caches of one device share what
-// they compiled: a key is the whole source, and a pipeline holds no model's data, so a model
-// loaded again, or another of the same shapes, compiles nothing (on SwiftShader the decode
-// step's pipelines alone take seconds).
+// they compiled (a pipeline holds no model's data), so a model loaded again, or another of the
+// same shapes, compiles nothing: on SwiftShader the decode step's pipelines alone take seconds.
+// A key should name every constant composed into the source, but a shared pipeline is taken only
+// for the same source: a key that misses a constant costs a compile, never another model's kernel.
 
 /** What to compile: the full WGSL module and its entry point. */
 export interface ShaderSpec {
@@ -18,12 +19,20 @@ export interface PipelineCacheOptions {
   async?: boolean;
 }
 
-/** What the caches of each device have compiled, and are compiling. */
-const compiledByDevice = new WeakMap<GPUDevice, { ready: Map<string, GPUComputePipeline>; pending: Map<string, Promise<GPUComputePipeline>> }>();
+/** A pipeline and the source it was compiled from. */
+interface Compiled extends ShaderSpec {
+  pipeline: GPUComputePipeline;
+}
+
+/** What the caches of each device have compiled, by key. */
+const compiledByDevice = new WeakMap<GPUDevice, Map<string, Compiled>>();
 
 export class PipelineCache {
-  private readonly ready: Map<string, GPUComputePipeline>;
-  private readonly pending: Map<string, Promise<GPUComputePipeline>>;
+  /** This cache's pipelines: compiled here, or taken from the device's for the same source. */
+  private readonly ready = new Map<string, GPUComputePipeline>();
+  private readonly pending = new Map<string, Promise<GPUComputePipeline>>();
+  /** The device's, shared by its caches. */
+  private readonly shared: Map<string, Compiled>;
   /** Whether prepare() uses createComputePipelineAsync. */
   readonly compilesAsync: boolean;
 
@@ -32,13 +41,9 @@ export class PipelineCache {
     options: PipelineCacheOptions = {},
   ) {
     this.compilesAsync = options.async ?? true;
-    let compiled = compiledByDevice.get(device);
-    if (!compiled) {
-      compiled = { ready: new Map(), pending: new Map() };
-      compiledByDevice.set(device, compiled);
-    }
-    this.ready = compiled.ready;
-    this.pending = compiled.pending;
+    let shared = compiledByDevice.get(device);
+    if (!shared) compiledByDevice.set(device, (shared = new Map()));
+    this.shared = shared;
   }
 
   /**
@@ -50,9 +55,12 @@ export class PipelineCache {
     if (cached) return Promise.resolve(cached);
     let promise = this.pending.get(key);
     if (!promise) {
-      promise = this.compileChecked(key, spec()).then(
+      const source = spec();
+      const taken = this.fromDevice(key, source);
+      if (taken) return Promise.resolve(taken);
+      promise = this.compileChecked(key, source).then(
         (pipeline) => {
-          this.ready.set(key, pipeline);
+          this.keep(key, source, pipeline);
           this.pending.delete(key);
           return pipeline;
         },
@@ -75,19 +83,39 @@ export class PipelineCache {
   get(key: string, spec: () => ShaderSpec): GPUComputePipeline {
     let pipeline = this.ready.get(key);
     if (!pipeline) {
-      const { code, entryPoint } = spec();
-      const module = this.device.createShaderModule({ label: key, code });
+      const source = spec();
+      pipeline = this.fromDevice(key, source);
+      if (pipeline) return pipeline;
+      const module = this.device.createShaderModule({ label: key, code: source.code });
+      pipeline = this.device.createComputePipeline({ label: key, layout: 'auto', compute: { module, entryPoint: source.entryPoint } });
+      const made = pipeline;
+      this.keep(key, source, made);
       void module.getCompilationInfo?.().then(
         (info) => {
           const message = compileErrors(key, info);
-          if (message) this.onCompileError(message);
+          if (!message) return;
+          // Not offered to the device's other caches: their prepare() should report the errors too.
+          if (this.shared.get(key)?.pipeline === made) this.shared.delete(key);
+          this.onCompileError(message);
         },
         () => {}, // a lost device: nothing to report about the shader
       );
-      pipeline = this.device.createComputePipeline({ label: key, layout: 'auto', compute: { module, entryPoint } });
-      this.ready.set(key, pipeline);
     }
     return pipeline;
+  }
+
+  /** The device's pipeline for `key` when it was compiled from the same source (kept here from then on). */
+  private fromDevice(key: string, source: ShaderSpec): GPUComputePipeline | undefined {
+    const compiled = this.shared.get(key);
+    if (!compiled || compiled.code !== source.code || compiled.entryPoint !== source.entryPoint) return undefined;
+    this.ready.set(key, compiled.pipeline);
+    return compiled.pipeline;
+  }
+
+  /** Keeps a pipeline this cache compiled, and offers it to the device's other caches (unless one is there). */
+  private keep(key: string, source: ShaderSpec, pipeline: GPUComputePipeline): void {
+    this.ready.set(key, pipeline);
+    if (!this.shared.has(key)) this.shared.set(key, { ...source, pipeline });
   }
 
   /** Where get() reports the compiler's errors of a pipeline it compiled on first use. */
