@@ -34,6 +34,9 @@ function distWorkerStart(): Plugin {
   let applied = 0;
   return {
     name: 'webgpu-llama:dist-worker-start',
+    renderStart() {
+      applied = 0; // per build: `vite build --watch` runs several
+    },
     renderChunk(code) {
       const parts = code.split(from);
       if (parts.length === 1) return null;

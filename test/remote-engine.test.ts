@@ -2,6 +2,7 @@
 // what it answers by itself, without the worker.
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../src/api/errors.ts';
+import { modelUnloaded } from '../src/api/engine.ts';
 import { errorResponse, sseEvent, type ApiRequest, type ApiResponse } from '../src/api/handler.ts';
 import { installFetchShim } from '../src/api/shim.ts';
 import type { ModelInfo } from '../src/engine/types.ts';
@@ -48,6 +49,7 @@ describe('RemoteEngine', () => {
       '/v1/completions': () => stream('server_error'),
       '/v1/completions?bad': () => stream('invalid_request_error'),
       '/v1/models/x': () => errorResponse(new ApiError(404, 'no such model', { code: 'model_not_found' })),
+      '/v1/models/gone': () => errorResponse(modelUnloaded('m')), // another page unloaded it (a service worker)
     };
     const remote = new RemoteEngine(info, { transport: async (request) => answers[request.url]!(), unload: async () => {}, stats });
     const errors: ApiError[] = [];
@@ -58,6 +60,7 @@ describe('RemoteEngine', () => {
     expect(await (await page.fetch('/v1/completions', { method: 'POST', body: '{}' })).text()).toContain('failed: server_error');
     await (await page.fetch('/v1/completions?bad', { method: 'POST', body: '{}' })).text(); // a 4xx event: not told
     expect((await page.fetch('/v1/models/x')).status).toBe(404); // not told
+    expect((await page.fetch('/v1/models/gone')).status).toBe(503); // not told: as an unloaded Engine answers
     expect(errors.map((e) => [e.status, e.message])).toEqual([
       [500, 'GPU out of memory'],
       [500, 'failed: server_error'],

@@ -240,7 +240,7 @@ async function openUrl(url: string, name: string, fetchImpl: typeof fetch, optio
     // HEAD not allowed (some CDNs, CORS): fall through to a ranged GET.
   }
   if (head) {
-    if (head.status === 404 || head.status === 410) return null;
+    if (isAbsent(head.status, false)) return null; // a 403 on HEAD may be a presigned GET URL: ask with GET below
     if (head.ok && isHtmlFallback(head, name)) {
       const error = htmlPageError(url, name);
       if (error) throw error;

@@ -153,7 +153,7 @@ const OPTIONS = {
 function joinNegativeNumbers(argv: readonly string[]): string[] {
   const options = OPTIONS as Record<string, { type: string; short?: string }>;
   const takesValue = (arg: string) =>
-    Object.entries(options).some(([name, o]) => o.type === 'string' && (arg === `--${name}` || arg === `-${o.short}`));
+    Object.entries(options).some(([name, o]) => o.type === 'string' && (arg === `--${name}` || (o.short !== undefined && arg === `-${o.short}`)));
   const out: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;

@@ -64,7 +64,11 @@ export class RemoteEngine implements RequestHandlingEngine {
     const { onError } = options;
     if (!onError) return response;
     if (typeof response.body !== 'string') return { ...response, body: reportingErrors(response.body, onError) };
-    if (response.status >= 500) onError(errorOf(response.status, response.body, response.headers));
+    if (response.status >= 500) {
+      const error = errorOf(response.status, response.body, response.headers);
+      // As an in-page Engine: a model unloaded (by this page or, for a service worker, another) is not a server error.
+      if (error.code !== 'model_unloaded') onError(error);
+    }
     return response;
   }
 

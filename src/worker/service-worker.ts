@@ -13,7 +13,7 @@
 // After a page's unload() the worker answers 503 model_unloaded until a page loads again.
 // Browser code: nothing here may import Node modules.
 import { modelUnloaded, type Engine } from '../api/engine.ts';
-import { errorResponse, type RequestHandlingEngine } from '../api/handler.ts';
+import { errorResponse, normalizeBasePath, type RequestHandlingEngine } from '../api/handler.ts';
 import { installFetchShim } from '../api/shim.ts';
 import { loadModel, type LoadModelOptions } from '../index.ts';
 import type { HubSource } from '../model/hub.ts';
@@ -127,9 +127,13 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
   // requests in between get 503 model_unloaded, as the page's RemoteEngine answers, instead of
   // loading the model again. Kept in Cache Storage, so that a restarted worker answers so too.
   let unloadedId: Promise<string | null> = readUnloaded();
-  const setUnloaded = (id: string | null) => {
+  // The writes in order (an unload then a load: the delete after the put), each kept alive by the
+  // event that made it: a worker stopped in between would otherwise keep the wrong state.
+  let written: Promise<void> = Promise.resolve();
+  const setUnloaded = (id: string | null, event: ExtendableEvent) => {
     unloadedId = Promise.resolve(id);
-    void writeUnloaded(id);
+    written = written.then(() => writeUnloaded(id));
+    event.waitUntil(written);
   };
 
   const tracked = trackRequests(async () => {
@@ -140,7 +144,7 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
   const shimTarget = { fetch: (input: RequestInfo | URL, init?: RequestInit) => fetch(input, init), location: scope.location };
   installFetchShim(tracked, { target: shimTarget as unknown as typeof globalThis, ...(baseUrl ? { baseUrl } : {}) });
   const base = new URL(baseUrl ?? '/v1', scope.location.href);
-  const basePath = base.pathname.replace(/\/+$/, '');
+  const basePath = normalizeBasePath(base.pathname);
 
   scope.addEventListener('install', (event) => {
     if (claimClients) event.waitUntil(scope.skipWaiting());
@@ -161,7 +165,7 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
     switch (message.command) {
       case 'load':
       case 'info': {
-        setUnloaded(null);
+        setUnloaded(null, event);
         const onProgress = (progress: LoadProgress) => reply({ type: 'progress', progress });
         if (message.command === 'load' && message.options.reportProgress) progressListeners.push(onProgress);
         const engine =
@@ -193,7 +197,7 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
       case 'unload': {
         const engine = current?.engine;
         current = null;
-        setUnloaded(message.id);
+        setUnloaded(message.id, event);
         const done = unloadAndReply(engine, port);
         unloading = done.catch(() => {});
         event.waitUntil(done);

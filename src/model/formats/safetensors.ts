@@ -2,7 +2,7 @@
 // dtype, shape and byte range (relative to the end of the header), then the data. Only the header
 // is read here; tensor bytes are streamed later. Sharded checkpoints list their shards in
 // model.safetensors.index.json (`weight_map`: tensor name -> shard file).
-import type { ByteSource, ModelFiles } from '../files.ts';
+import { readJsonFile, type ByteSource, type ModelFiles } from '../files.ts';
 
 /** The dtypes whose tensors the runtime can load. */
 export type SafetensorsDType = 'F32' | 'F16' | 'BF16';
@@ -157,14 +157,8 @@ function shardName(tensor: string, shard: unknown): string {
  * sources it opens are added to `opened` when given (to stream from them later).
  */
 export async function readSafetensorsCheckpoint(files: ModelFiles, opened?: Map<string, ByteSource>): Promise<SafetensorsTensorInfo[]> {
-  const indexSource = await files.open(INDEX_FILE, { optional: true });
-  if (indexSource) {
-    let index: { weight_map?: unknown };
-    try {
-      index = JSON.parse(new TextDecoder().decode(await indexSource.read(0, indexSource.size)));
-    } catch (e) {
-      throw new Error(`${INDEX_FILE} is not valid JSON: ${(e as Error).message}`);
-    }
+  const index = await readJsonFile<{ weight_map?: unknown }>(files, INDEX_FILE, { optional: true });
+  if (index !== null) {
     const rawMap = index?.weight_map;
     if (!rawMap || typeof rawMap !== 'object' || Array.isArray(rawMap)) throw new Error(`${INDEX_FILE} has no weight_map`);
     const weightMap: Record<string, string> = Object.create(null);
