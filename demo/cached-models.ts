@@ -10,10 +10,18 @@ export interface CachedModelsActions {
 }
 
 export class CachedModelsList {
+  /** While a model loads, the Load buttons are off (one model loads at a time). */
+  private loadDisabled = false;
+
   constructor(
     private readonly container: HTMLElement,
     private readonly actions: CachedModelsActions,
   ) {}
+
+  setLoadDisabled(disabled: boolean): void {
+    this.loadDisabled = disabled;
+    for (const load of this.container.querySelectorAll<HTMLButtonElement>('button.cached-load')) load.disabled = disabled;
+  }
 
   async refresh(): Promise<void> {
     if (!weightCacheAvailable()) {
@@ -45,6 +53,8 @@ export class CachedModelsList {
     const size = Object.assign(document.createElement('span'), { className: 'cached-size', textContent: formatBytes(model.bytes) });
     size.title = model.files.join(', ');
     const load = button('Load', () => this.actions.load(model));
+    load.className = 'cached-load';
+    load.disabled = this.loadDisabled;
     const remove = button('Delete', async () => {
       remove.disabled = true;
       try {

@@ -8,16 +8,21 @@ interface ApiErrorBody {
   error: { message: string; type?: string; param?: string | null; code?: string | null };
 }
 
-/** An error answer of the API: its status and error object. */
+/**
+ * An error answer of the API: its status and error object. `inStream`: an error event in the
+ * middle of a stream, whose HTTP status (200) was sent before anything went wrong.
+ */
 export class ApiRequestError extends Error {
   constructor(
     readonly status: number,
     readonly body: ApiErrorBody | null,
+    readonly inStream = false,
   ) {
     const e = body?.error;
     const where = e?.param ? ` (param: ${e.param})` : '';
     const kind = [e?.type, e?.code].filter(Boolean).join(', ');
-    super(e ? `${status}${kind ? ` ${kind}` : ''}${where}: ${e.message}` : `HTTP ${status}`);
+    const head = inStream ? `Error event in the stream${kind ? ` (${kind})` : ''}` : `${status}${kind ? ` ${kind}` : ''}`;
+    super(e ? `${head}${where}: ${e.message}` : `HTTP ${status}`);
     this.name = 'ApiRequestError';
   }
 }
@@ -57,7 +62,7 @@ export async function runCompletion(body: Record<string, unknown>, signal: Abort
   for await (const chunk of sseJson<CompletionChunk & Partial<ApiErrorBody>>(response)) {
     listener.chunk?.(chunk);
     // An error in the middle of a stream comes as an event of its own.
-    if (chunk.error) throw new ApiRequestError(response.status, { error: chunk.error });
+    if (chunk.error) throw new ApiRequestError(response.status, { error: chunk.error }, true);
     if (chunk.usage) usage = chunk.usage;
     for (const choice of chunk.choices ?? []) {
       listener.text(choice.index, choice.text, choice.logprobs);

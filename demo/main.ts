@@ -2,6 +2,7 @@
 // fetch('/v1/completions') and server-sent events, exactly as code written for a server would.
 // The modules beside this one each do one part: the parameter panel, the token view, the cached
 // models list, the snippets; this file wires them to the page.
+import OpenAI from 'openai';
 import { acquireDevice, installFetchShim, loadModel, type CachedModel, type CompletionChunk, type Engine, type GpuContext, type ModelSource } from '../src/index.ts';
 import { CachedModelsList } from './cached-models.ts';
 import { ApiRequestError, LiveStats, runCompletion } from './completion-run.ts';
@@ -12,7 +13,7 @@ import { copyText, curlSnippet, openaiSnippet } from './snippets.ts';
 import { AlternativesPopover, ChoiceView } from './token-view.ts';
 
 // Page options: ?model=URL&id=NAME (the model loaded first), ?hub=HOST (a Hugging Face mirror for
-// repo ids), ?memoryBudgetMiB=N (the GPU memory a model may take).
+// repo ids: a host name or a URL), ?memoryBudgetMiB=N (the GPU memory a model may take).
 const query = new URLSearchParams(location.search);
 const DEFAULT_MODEL = '/models/stories260K/stories260K.gguf';
 const DEFAULT_ID = 'stories260K';
@@ -41,6 +42,11 @@ const requestView = $('request-json');
 const responseView = $('response-json');
 const responseNote = $('response-note');
 const copyStatus = $('copy-status');
+const loadNote = $('load-note');
+
+// "Copy as openai code" gives code to paste into this page's DevTools console, where there are no
+// imports: the client class is on window, as `import OpenAI from 'openai'` gives it in an app.
+Object.assign(window, { OpenAI });
 
 /** Phone width: one column, parameter groups closed until opened. */
 const narrow = matchMedia('(max-width: 60rem)');
@@ -81,12 +87,14 @@ addEventListener('unhandledrejection', (event) => showError(event.reason, 'reque
 /** The page's GPU, once: every model loads onto it. */
 async function pageGpu(): Promise<GpuContext> {
   if (!navigator.gpu) {
+    adapterLine.textContent = 'GPU: none (this browser has no WebGPU)';
     throw new Error(
       'This browser has no WebGPU (navigator.gpu is missing), so the model cannot run here. ' +
         'Try a recent Chrome or Edge (on Linux, Chromium with --enable-unsafe-webgpu), or Safari 26.',
     );
   }
   const gpu = await acquireDevice(navigator.gpu).catch((error) => {
+    adapterLine.textContent = 'GPU: none (WebGPU could not open a device)';
     throw new Error(`WebGPU is present but no GPU device could be opened: ${errorMessage(error)}`);
   });
   const { vendor, architecture, description } = gpu.adapter;
@@ -133,13 +141,30 @@ async function load(source: ModelSource, id: string | undefined, fromLocalFiles:
 /** `?memoryBudgetMiB=N`: refuse models that need more GPU memory than that (as a small device would). */
 function memoryBudgetBytes(): number | undefined {
   const mib = query.get('memoryBudgetMiB');
-  return mib === null ? undefined : Number(mib) * 1024 ** 2;
+  if (mib === null) return undefined;
+  const value = mib.trim() === '' ? NaN : Number(mib);
+  if (!Number.isFinite(value) || value < 0) {
+    throw new Error(`The page option ?memoryBudgetMiB= must be a number of MiB, 0 or more (e.g. ?memoryBudgetMiB=512), got ${JSON.stringify(mib)}.`);
+  }
+  return value * 1024 ** 2;
 }
+
+/** `?hub=HOST`: a host name (https:// is added) or a URL. */
+function hubHost(): string | undefined {
+  const hub = query.get('hub')?.trim();
+  if (!hub) return undefined;
+  return /^[a-z][a-z\d+.-]*:\/\//i.test(hub) ? hub : `https://${hub}`;
+}
+
+/** True while a model loads (or the old one is being unloaded): another waits for it. */
+let loadBusy = false;
 
 /** One model loads at a time: the ways to pick another wait for it. */
 function setLoadControlsDisabled(disabled: boolean): void {
+  loadBusy = disabled;
   localControls.disabled = disabled;
   sourceButton.disabled = disabled;
+  cachedModels.setLoadDisabled(disabled);
 }
 
 function start(source: ModelSource, id: string | undefined, label: string): void {
@@ -147,6 +172,7 @@ function start(source: ModelSource, id: string | undefined, label: string): void
   modelLine.textContent = `Model: ${label}`;
   button.disabled = true;
   setLoadControlsDisabled(true);
+  loadNote.hidden = true;
   progress.value = 0;
   const fromLocalFiles = typeof source !== 'string' && !(source instanceof URL) && !('repo' in source);
   enginePromise = load(source, id, fromLocalFiles);
@@ -172,7 +198,10 @@ function start(source: ModelSource, id: string | undefined, label: string): void
 
 /** Replaces the loaded model: stops the request in flight, frees the old model, loads the new one. */
 async function switchModel(source: ModelSource, id: string | undefined, label: string): Promise<void> {
-  if (document.body.dataset.state === 'loading') return;
+  if (loadBusy) return;
+  // From here on nothing else may start: no other model, no request for the old one.
+  setLoadControlsDisabled(true);
+  button.disabled = true;
   setState('loading', 'Unloading the current model…');
   // Let the request in flight end (as 'aborted') before its engine goes away.
   running?.abort();
@@ -190,7 +219,7 @@ start(initialUrl, query.get('id') ?? (query.has('model') ? undefined : DEFAULT_I
 sourceForm.addEventListener('submit', (event) => {
   event.preventDefault();
   try {
-    const { source, label } = parseModelSource(sourceInput.value, { hubHost: query.get('hub') ?? undefined });
+    const { source, label } = parseModelSource(sourceInput.value, { hubHost: hubHost() });
     void switchModel(source, undefined, label);
   } catch (error) {
     showError(error, 'model');
@@ -216,7 +245,13 @@ addEventListener('dragleave', () => document.body.classList.remove('dragging'));
 addEventListener('drop', (event) => {
   event.preventDefault(); // the browser would otherwise open the file
   document.body.classList.remove('dragging');
-  loadLocal([...(event.dataTransfer?.files ?? [])]);
+  const files = [...(event.dataTransfer?.files ?? [])];
+  if (files.length > 0 && loadBusy) {
+    loadNote.textContent = 'Ignored the dropped files: a model was loading. Drop them again once it is ready.';
+    loadNote.hidden = false;
+    return;
+  }
+  loadLocal(files);
 });
 
 // ---- the request, as it will be sent -----------------------------------------------------------
@@ -270,6 +305,9 @@ for (const [id, snippet] of [['copy-curl', curlSnippet], ['copy-openai', openaiS
 
 let running: AbortController | undefined;
 let generation: Promise<void> | undefined;
+/** The click that submits, as its click count: 2 for the second click of a double click, 0 for a key. */
+let submitClicks = 0;
+button.addEventListener('click', (event) => (submitClicks = event.detail));
 
 async function generate(): Promise<void> {
   clearError();
@@ -351,7 +389,7 @@ async function generate(): Promise<void> {
     } else {
       output.dataset.finish = 'error';
       if (error instanceof ApiRequestError && error.body) responseView.textContent = JSON.stringify(error.body, null, 2);
-      responseNote.textContent = error instanceof ApiRequestError ? `(HTTP ${error.status})` : '(failed)';
+      responseNote.textContent = !(error instanceof ApiRequestError) ? '(failed)' : error.inStream ? '(error event in the stream)' : `(HTTP ${error.status})`;
       setState('ready', 'The request failed.');
       showError(error, 'request');
     }
@@ -363,6 +401,12 @@ async function generate(): Promise<void> {
 
 form.addEventListener('submit', (event) => {
   event.preventDefault();
+  const clicks = submitClicks;
+  submitClicks = 0;
+  // Ctrl/Cmd+Enter submits too: nothing while the button is off (a model loading, or none loaded).
+  if (button.disabled) return;
+  // The second click of a double click on Generate is neither a Stop nor another Generate.
+  if (clicks > 1) return;
   if (running) {
     running.abort();
     return;
@@ -374,7 +418,8 @@ form.addEventListener('submit', (event) => {
 
 // Ctrl/Cmd+Enter in the prompt generates, as in most playgrounds.
 promptInput.addEventListener('keydown', (event) => {
-  if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) form.requestSubmit();
+  // Not the key's auto-repeat: held down, it would start and stop the completion.
+  if (event.key === 'Enter' && (event.ctrlKey || event.metaKey) && !event.repeat) form.requestSubmit();
 });
 
 updateRequestView();

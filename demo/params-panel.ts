@@ -72,6 +72,12 @@ function parseRange(range: string | undefined): { min?: number; max?: number } {
   return {};
 }
 
+/** Whether a row's range allows negative numbers (no lower bound, or a negative one). */
+function allowsNegatives(range: string | undefined): boolean {
+  const lower = /^(?:[[(]\s*|>=?\s*)(-?[\d.]+)/.exec(range ?? '');
+  return !lower || Number(lower[1]) < 0;
+}
+
 function kindOf(name: CompletionParamName, row: Row): 'number' | 'boolean' | 'choice' | 'text' | 'json' | 'include_usage' {
   if (name === 'stream_options') return 'include_usage';
   if (row.type === 'integer' || row.type === 'number') return 'number';
@@ -99,7 +105,10 @@ function createControl(name: CompletionParamName, row: Row): Control {
   switch (kindOf(name, row)) {
     case 'number': {
       const { min, max } = parseRange(row.range);
-      const input = el('input', { id, type: 'number', step: row.type === 'integer' ? '1' : '0.05', inputMode: 'decimal' });
+      const input = el('input', { id, type: 'number', step: row.type === 'integer' ? '1' : '0.05' });
+      // A touch keyboard's digit pad has no minus key: only where the range allows no negatives
+      // (elsewhere the number field's own keyboard, which has one).
+      if (!allowsNegatives(row.range)) input.inputMode = row.type === 'integer' ? 'numeric' : 'decimal';
       if (min !== undefined) input.min = String(min);
       if (max !== undefined) input.max = String(max);
       input.placeholder = row.default === null ? 'null' : String(row.default);
@@ -152,7 +161,9 @@ function controlRow(control: Control): HTMLElement {
   const label = el('label', { htmlFor: control.element.id, title: row.doc }, el('code', { textContent: name }));
   if (row.extension) label.append(el('span', { className: 'tag', textContent: 'vLLM', title: 'vLLM sampling extension (top level or in extra_body)' }));
   const facts = [row.range, defaultText(row), kindOf(name, row) === 'json' ? 'JSON' : ''].filter(Boolean).join(' · ');
-  const wrapper = el('div', { className: 'param', title: row.doc }, label, control.element, el('small', { className: 'hint', textContent: facts }));
+  // The doc is a hover title on a desktop; on a touch screen, tapping the facts line shows it.
+  const doc = el('details', { className: 'hint' }, el('summary', { textContent: facts }), el('p', { className: 'param-doc', textContent: row.doc }));
+  const wrapper = el('div', { className: 'param', title: row.doc }, label, control.element, doc);
   wrapper.dataset.param = name;
   if (control.element instanceof HTMLInputElement && control.element.type === 'checkbox') wrapper.classList.add('checkbox');
   return wrapper;

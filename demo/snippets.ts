@@ -1,6 +1,7 @@
 // "Copy as curl" and "copy as openai code": the request on screen as code that runs elsewhere.
-// The openai snippet runs in this page (the fetch shim answers /v1, so the client needs no
-// server); curl cannot reach a page, so its snippet targets the CLI's server
+// The openai snippet runs as copied in this page's DevTools console (the fetch shim answers /v1,
+// so the client needs no server; a console has no imports, so it takes the client class the page
+// puts on window); curl cannot reach a page, so its snippet targets the CLI's server
 // (`npx webgpu-llama serve`, 127.0.0.1:8080 by default) started with the same model and id.
 
 /** Where `webgpu-llama serve` listens unless told otherwise (README, CLI). */
@@ -24,17 +25,17 @@ export function curlSnippet(body: Record<string, unknown>): string {
 export function openaiSnippet(body: Record<string, unknown>): string {
   const request = JSON.stringify(body, null, 2).replaceAll('\n', '\n  ').trimEnd();
   const lines = [
-    `import OpenAI from 'openai';`,
-    ``,
-    `// In this page: the fetch shim answers /v1, so nothing leaves the tab.`,
-    `const client = new OpenAI({ baseURL: location.origin + '/v1', apiKey: 'unused', dangerouslyAllowBrowser: true });`,
+    `// Paste into the DevTools console of the demo page: its fetch shim answers /v1, so nothing leaves the tab.`,
+    `// The page puts the openai client on window; in an app: import OpenAI from 'openai';`,
+    `const client = new window.OpenAI({ baseURL: location.origin + '/v1', apiKey: 'unused', dangerouslyAllowBrowser: true });`,
   ];
   if (body.stream) {
     lines.push(
       `const stream = await client.completions.create(${request});`,
-      `let text = '';`,
-      `for await (const chunk of stream) for (const choice of chunk.choices) text += choice.text;`,
-      `console.log(text);`,
+      `// Each chunk names its choice: with n > 1 the choices' pieces come interleaved.`,
+      `const texts = [];`,
+      `for await (const chunk of stream) for (const choice of chunk.choices) texts[choice.index] = (texts[choice.index] ?? '') + choice.text;`,
+      `console.log(texts.join('\\n---\\n'));`,
     );
   } else {
     lines.push(`const completion = await client.completions.create(${request});`, `console.log(completion.choices.map((choice) => choice.text).join('\\n---\\n'));`);

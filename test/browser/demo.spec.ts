@@ -130,6 +130,19 @@ test('the panel has a control for every API parameter; changed parameters are se
   }
   await expect(param(page, 'temperature')).toHaveAttribute('min', '0');
   await expect(param(page, 'temperature')).toHaveAttribute('max', '2');
+  // Touch keyboards: digits only where the range allows neither negatives nor fractions, a minus
+  // key (the default keyboard of a number field) where it allows negatives.
+  await expect(param(page, 'max_tokens')).toHaveAttribute('inputmode', 'numeric');
+  await expect(param(page, 'temperature')).toHaveAttribute('inputmode', 'decimal');
+  for (const name of ['presence_penalty', 'frequency_penalty', 'top_k', 'seed']) {
+    await expect(param(page, name), name).not.toHaveAttribute('inputmode', /./, { timeout: 5_000 });
+  }
+  // What a parameter does is not only in a hover title: tapping its facts line shows it.
+  const doc = page.locator('[data-param="temperature"] .param-doc');
+  await expect(doc).toBeHidden();
+  await page.locator('[data-param="temperature"] summary').click();
+  await expect(doc).toBeVisible({ timeout: 5_000 });
+  await expect(doc).toHaveText(COMPLETION_PARAMS.temperature.doc);
 
   // Two sampled choices, not streamed, with a seed and a stop string.
   await page.locator('#prompt').fill(reference.prompt);
@@ -212,7 +225,43 @@ test('Stop ends a running completion, and the next one runs', async ({ page }) =
   expect(await completion(page).textContent()).toBe(reference.completion_text);
 });
 
-test('the openai snippet runs against the shim and gives the same text; the curl snippet targets the CLI server', async ({ page, context }) => {
+/** Runs a copied snippet as it is, as if pasted into the page's DevTools console (top-level await, `window`); returns what it logged. */
+async function runInConsole(page: Page, code: string): Promise<string[]> {
+  return page.evaluate(async (code) => {
+    const lines: string[] = [];
+    const AsyncFunction = (async () => {}).constructor as new (...args: string[]) => (...args: unknown[]) => Promise<void>;
+    await new AsyncFunction('console', code)({ log: (s: string) => lines.push(s) });
+    return lines;
+  }, code);
+}
+
+test('a double click on Generate starts one completion, and does not stop it at once', async ({ page }) => {
+  await readyWithDefaultModel(page);
+  await greedy(page, 32);
+  await page.locator('#generate').dblclick();
+  await expect(output(page)).toHaveAttribute('data-finish', /.+/, { timeout: 240_000 });
+  await expect(output(page)).toHaveAttribute('data-finish', 'length');
+  expect(await completion(page).textContent()).toBe(reference.completion_text);
+});
+
+test('an error event in the middle of a stream is reported as such, not as HTTP 200', async ({ page }) => {
+  await readyWithDefaultModel(page);
+  // The server side of a stream that fails after its first chunk: one chunk, an error event, [DONE].
+  await page.evaluate(() => {
+    const chunk = { id: 'cmpl-1', object: 'text_completion', created: 0, model: 'stories260K', choices: [{ index: 0, text: ' Once', logprobs: null, finish_reason: null }] };
+    const error = { error: { message: 'The GPU device was lost.', type: 'server_error', param: null, code: null } };
+    const sse = [chunk, error].map((event) => `data: ${JSON.stringify(event)}\n\n`).join('') + 'data: [DONE]\n\n';
+    window.fetch = async () => new Response(sse, { status: 200, headers: { 'Content-Type': 'text/event-stream' } });
+  });
+  await generate(page);
+  await expect(output(page)).toHaveAttribute('data-finish', 'error');
+  await expect(page.locator('#response-note')).toHaveText('(error event in the stream)');
+  await expect(errorBox(page)).toContainText('The GPU device was lost.');
+  await expect(errorBox(page)).toContainText('Error event in the stream (server_error): The GPU device was lost.');
+  await expect(errorBox(page)).not.toContainText('200');
+});
+
+test('the openai snippet runs as copied in the page and gives the same text; the curl snippet targets the CLI server', async ({ page, context }) => {
   await context.grantPermissions(['clipboard-read', 'clipboard-write']);
   await readyWithDefaultModel(page);
   await greedy(page, 12);
@@ -224,23 +273,28 @@ test('the openai snippet runs against the shim and gives the same text; the curl
   expect(curl).toContain('npx webgpu-llama serve --model PATH');
   expect(curl).toContain('"max_tokens": 12');
 
+  await expect(page.locator('.exchange .hint')).toContainText("this page's DevTools console");
   await page.locator('#copy-openai').click();
   await expect(page.locator('#copy-status')).toHaveText('Copied.');
   const snippet = await page.evaluate(() => navigator.clipboard.readText());
   expect(snippet).toBe(await page.getByTestId('openai-snippet').textContent());
-  expect(snippet).toContain("new OpenAI({ baseURL: location.origin + '/v1', apiKey: 'unused', dangerouslyAllowBrowser: true })");
+  expect(snippet).toContain("apiKey: 'unused', dangerouslyAllowBrowser: true })");
+  expect(snippet).toContain("import OpenAI from 'openai'"); // as a comment: what an app writes
+  // Unmodified, in the demo page itself.
+  expect(await runInConsole(page, snippet)).toEqual([text]);
 
-  // Run it as a page would: the test page has the openai client and the same model behind the shim.
-  await page.goto('/test-pages/openai.html');
-  await page.evaluate(() => (window as any).openaiReady());
-  const logged = await page.evaluate(async (code) => {
-    const lines: string[] = [];
-    const body = code.replace(/^import OpenAI from 'openai';$/m, '');
-    const AsyncFunction = (async () => {}).constructor as new (...args: string[]) => (...args: unknown[]) => Promise<void>;
-    await new AsyncFunction('OpenAI', 'console', body)((window as any).OpenAI, { log: (s: string) => lines.push(s) });
-    return lines;
-  }, snippet);
-  expect(logged).toEqual([text]);
+  // Streamed with n = 2: each choice's text on its own, as the page shows them.
+  await page.locator('summary', { hasText: 'Choices' }).click();
+  await param(page, 'n').fill('2');
+  await param(page, 'temperature').fill('0.9');
+  await param(page, 'seed').fill('7');
+  await generate(page);
+  const texts = await output(page).locator('.choice-text').allTextContents();
+  expect(texts).toHaveLength(2);
+  await page.locator('#copy-openai').click();
+  const streamed = await page.evaluate(() => navigator.clipboard.readText());
+  expect(streamed).toContain('"stream": true');
+  expect(await runInConsole(page, streamed)).toEqual([texts.join('\n---\n')]);
 });
 
 test('a URL or a Hugging Face repo id loads; the cached models list shows sizes and deletes', async ({ page, baseURL }) => {
@@ -280,6 +334,20 @@ test('a URL or a Hugging Face repo id loads; the cached models list shows sizes 
   expect(pageErrors).toEqual([]);
 });
 
+test('?hub= takes a bare host name (https:// is added)', async ({ page }) => {
+  const requested: string[] = [];
+  await page.route('https://hf-mirror.example/**', (route) => {
+    requested.push(route.request().url());
+    return route.abort();
+  });
+  await readyWithDefaultModel(page, '/?hub=hf-mirror.example');
+  await page.locator('#model-source').fill('test-org/tiny-stories');
+  await page.locator('#load-source').click();
+  await expect(body(page)).toHaveAttribute('data-state', 'error', { timeout: 120_000 });
+  expect(requested[0]).toMatch(/^https:\/\/hf-mirror\.example\/test-org\/tiny-stories\/resolve\/main\//);
+  await expect(errorBox(page)).not.toContainText('Not a valid hub host');
+});
+
 test('?model= loads the Hugging Face (safetensors) copy, which gives the same completion', async ({ page }) => {
   await readyWithDefaultModel(page, '/?model=/models/stories260K/hf/&id=stories260K');
   await expect(page.locator('#model-name')).toContainText('safetensors');
@@ -306,9 +374,28 @@ test.describe('errors are shown in the page', () => {
     await expectLoadError(page, '/?memoryBudgetMiB=0.5', /Model stories260K needs \d+ bytes .* of GPU memory but the budget allows 524288 bytes/);
   });
 
+  test('a ?memoryBudgetMiB= that is empty or not a number', async ({ page }) => {
+    for (const value of ['', 'lots', '-1']) {
+      await expectLoadError(page, `/?memoryBudgetMiB=${value}`, /\?memoryBudgetMiB= must be a number of MiB/);
+      await expect(errorBox(page)).toContainText(JSON.stringify(value));
+      await expect(errorBox(page)).not.toContainText('memoryBudgetBytes');
+    }
+  });
+
   test('a browser without WebGPU', async ({ page }) => {
     await page.addInitScript(() => Object.defineProperty(Navigator.prototype, 'gpu', { get: () => undefined }));
     await expectLoadError(page, '/', /no WebGPU/);
+    await expect(page.locator('#adapter')).toHaveText('GPU: none (this browser has no WebGPU)');
+  });
+
+  test('Ctrl+Enter sends nothing while Generate is disabled', async ({ page }) => {
+    await expectLoadError(page, '/?model=/models/does-not-exist.gguf', /does-not-exist|404/);
+    const loadError = await errorBox(page).textContent();
+    await page.locator('#prompt').press('Control+Enter');
+    await page.waitForTimeout(1000);
+    await expect(body(page)).toHaveAttribute('data-state', 'error');
+    await expect(output(page)).not.toHaveAttribute('data-finish');
+    expect(await errorBox(page).textContent()).toBe(loadError);
   });
 });
 
@@ -373,6 +460,34 @@ test('a file that is not a model is reported in the page, and a model can be loa
   await expect(page.locator('#generate')).toBeDisabled();
   await page.locator('#model-files').setInputFiles(`${MODEL_DIR}/stories260K.gguf`);
   await expectReferenceCompletion(page, 'gguf');
+});
+
+test('while a model loads, cached models cannot be loaded and a dropped file is ignored with a message', async ({ page }) => {
+  const pageErrors = watchPageErrors(page);
+  await readyWithDefaultModel(page);
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  await page.route('**/models/stories260K/hf/**', async (route) => {
+    await gate;
+    await route.continue();
+  });
+  await page.locator('#model-source').fill('/models/stories260K/hf/');
+  await page.locator('#load-source').click();
+  await expect(body(page)).toHaveAttribute('data-state', 'loading');
+  const cachedLoad = page.getByTestId('cached-model').getByRole('button', { name: /^Load / });
+  await expect(cachedLoad).toBeDisabled({ timeout: 5_000 });
+  await page.evaluate(async () => {
+    const transfer = new DataTransfer();
+    transfer.items.add(new File([await (await fetch('/models/stories260K/stories260K.gguf')).blob()], 'stories260K.gguf'));
+    document.body.dispatchEvent(new DragEvent('drop', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+  });
+  await expect(page.getByTestId('load-note')).toHaveText(/ignored .*a model was loading/i, { timeout: 5_000 });
+  release();
+  await expect(body(page)).toHaveAttribute('data-state', 'ready', { timeout: 240_000 });
+  await expect(page.locator('#model-name')).toContainText('(safetensors');
+  await expect(page.locator('#model-name')).not.toContainText('from local files');
+  await expect(cachedLoad.first()).toBeEnabled();
+  expect(pageErrors).toEqual([]);
 });
 
 test('loading a model while a completion streams stops it cleanly first', async ({ page }) => {
