@@ -5,7 +5,7 @@
 // Sampling order (the engine applies it; this layer maps the parameters onto SamplingParams):
 //   logit_bias -> repetition_penalty, presence_penalty, frequency_penalty -> temperature
 //   -> top_k -> top_p -> min_p -> draw        (temperature 0: greedy, the argmax)
-import type { FinishReason, ModelInfo, SamplingParams, TextGenerator } from '../engine/types.ts';
+import { usableVocabSize, type FinishReason, type ModelInfo, type SamplingParams, type TextGenerator } from '../engine/types.ts';
 import { ApiError, invalidRequest, modelNotFound } from './errors.ts';
 import { toLegacyLogprobs, type CompletionLogprobs, type LogprobEntry } from './logprobs.ts';
 import { validateCompletionRequest, type CompletionParams, type ServiceTier } from './schema.ts';
@@ -156,9 +156,7 @@ function documentStart(tokenizer: TextGenerator['tokenizer'], vocabSize: number,
  */
 export function planCompletion(generator: TextGenerator, params: CompletionParams): CompletionPlan {
   const { tokenizer } = generator;
-  // Ids the model has an embedding and a logit for, and the tokenizer a piece for: a checkpoint's
-  // tokenizer.json may have added tokens past config.json's vocab_size, or the reverse (padding).
-  const vocabSize = Math.min(tokenizer.vocabSize, generator.info.vocabSize);
+  const vocabSize = usableVocabSize(generator);
   const context = generator.info.contextLength;
   const batch = params.prompt.length > 1;
   const prompts = params.prompt.map((input, i): PromptPlan => {

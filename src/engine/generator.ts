@@ -16,16 +16,17 @@ import { GpuSampler, RECORD_BYTES } from '../sampling/gpu-sampler.ts';
 import { decodeTokens, MAX_BATCH_STEPS, type DecodeResources } from './decode-pipeline.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { Scheduler, abortError } from './scheduler.ts';
-import type {
-  FinishReason,
-  GeneratedToken,
-  GenerationRequest,
-  GenerationSession,
-  ModelInfo,
-  SamplingParams,
-  SequenceOptions,
-  SessionRequest,
-  TextGenerator,
+import {
+  usableVocabSize,
+  type FinishReason,
+  type GeneratedToken,
+  type GenerationRequest,
+  type GenerationSession,
+  type ModelInfo,
+  type SamplingParams,
+  type SequenceOptions,
+  type SessionRequest,
+  type TextGenerator,
 } from './types.ts';
 
 export interface LlamaGeneratorOptions {
@@ -67,6 +68,8 @@ export class LlamaGenerator implements TextGenerator {
     private readonly cache: KvCache,
     options: LlamaGeneratorOptions = {},
   ) {
+    // The sampler reads usableVocabSize(this) logits a row: no more than the model has.
+    if (info.vocabSize !== model.config.vocabSize) throw new Error(`info.vocabSize ${info.vocabSize} is not the model's ${model.config.vocabSize}`);
     this.scheduler = new Scheduler(options.maxQueued);
     this.prefillChunkTokens = options.prefillChunkTokens;
     this.prefillLogits = model.ctx.device.createBuffer({
@@ -131,13 +134,9 @@ export class LlamaGenerator implements TextGenerator {
     }
   }
 
-  /**
-   * The ids requests may use and tokens are sampled and scored among: those the model has a logit
-   * for and the tokenizer a piece for (a checkpoint's lm_head may have padding rows past the
-   * tokenizer's ids, or the reverse), as the API checks them (planCompletion).
-   */
+  /** The ids tokens are sampled and scored among, and requests may use (usableVocabSize). */
   private get sampledVocab(): number {
-    return Math.min(this.model.config.vocabSize, this.tokenizer.vocabSize);
+    return usableVocabSize(this);
   }
 
   /**

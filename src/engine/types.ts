@@ -41,6 +41,7 @@ export interface ModelInfo {
   aliases: readonly string[];
   architecture: string;
   contextLength: number;
+  /** The model's: rows of its embedding and lm_head (config.json vocab_size; see usableVocabSize). */
   vocabSize: number;
   format: 'gguf' | 'safetensors';
   /** Unix seconds when the model was loaded (GET /v1/models `created`). */
@@ -67,6 +68,16 @@ export interface ModelStorageInfo {
   activationBytes: number;
   /** weightBytes + kvCacheBytes + activationBytes: what memoryBudgetBytes is compared with. */
   totalBytes: number;
+}
+
+/**
+ * The ids requests may use and tokens are sampled and scored among: those the model has an
+ * embedding and a logit for and the tokenizer a piece for. A checkpoint's lm_head may have padding
+ * rows past its tokenizer's ids (Qwen2: 151936 rows, 151665 ids), or its tokenizer.json added
+ * tokens past config.json's vocab_size.
+ */
+export function usableVocabSize(generator: Pick<TextGenerator, 'info' | 'tokenizer'>): number {
+  return Math.min(generator.info.vocabSize, generator.tokenizer.vocabSize);
 }
 
 /**
