@@ -243,21 +243,15 @@ export function requiredTensors(config: LlamaConfig, available?: number): { name
   const { hiddenSize: h, intermediateSize: f, numHeads, numKvHeads, headDim, vocabSize } = config;
   const q = numHeads * headDim;
   const kv = numKvHeads * headDim;
-  const perLayer = config.attentionBias ? 12 : 9;
-  const needed = (config.tieWordEmbeddings ? 2 : 3) + config.numLayers * perLayer;
-  if (available !== undefined && needed > available) {
-    throw new Error(
-      `The model has ${available} tensors, fewer than the ${needed} that ${config.numLayers} layers need: is the layer count (num_hidden_layers, block_count) right?`,
-    );
-  }
-  const out: { name: string; shape: number[]; optional?: boolean }[] = [
+  type Required = { name: string; shape: number[]; optional?: boolean };
+  const global: Required[] = [
     { name: GLOBAL_TENSOR_NAMES.tokenEmbedding, shape: [vocabSize, h] },
     { name: GLOBAL_TENSOR_NAMES.outputNorm, shape: [h] },
   ];
-  if (!config.tieWordEmbeddings) out.push({ name: GLOBAL_TENSOR_NAMES.lmHead, shape: [vocabSize, h] });
-  for (let l = 0; l < config.numLayers; l++) {
+  if (!config.tieWordEmbeddings) global.push({ name: GLOBAL_TENSOR_NAMES.lmHead, shape: [vocabSize, h] });
+  const layer = (l: number): Required[] => {
     const n = layerTensorNames(l);
-    out.push(
+    const tensors: Required[] = [
       { name: n.attnNorm, shape: [h] },
       { name: n.wq, shape: [q, h] },
       { name: n.wk, shape: [kv, h] },
@@ -267,9 +261,18 @@ export function requiredTensors(config: LlamaConfig, available?: number): { name
       { name: n.wGate, shape: [f, h] },
       { name: n.wUp, shape: [f, h] },
       { name: n.wDown, shape: [h, f] },
+    ];
+    if (config.attentionBias) tensors.push({ name: n.bq, shape: [q] }, { name: n.bk, shape: [kv] }, { name: n.bv, shape: [kv] });
+    return tensors;
+  };
+  const needed = global.length + config.numLayers * layer(0).length;
+  if (available !== undefined && needed > available) {
+    throw new Error(
+      `The model has ${available} tensors, fewer than the ${needed} that ${config.numLayers} layers need: is the layer count (num_hidden_layers, block_count) right?`,
     );
-    if (config.attentionBias) out.push({ name: n.bq, shape: [q] }, { name: n.bk, shape: [kv] }, { name: n.bv, shape: [kv] });
   }
+  const out = [...global];
+  for (let l = 0; l < config.numLayers; l++) out.push(...layer(l));
   return out;
 }
 
