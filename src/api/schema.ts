@@ -3,124 +3,23 @@
 // in completions.ts. vLLM's sampling extensions (top_k, min_p, ...) are rows too: they are
 // accepted at the top level and inside `extra_body`, whose keys count as top-level parameters.
 // Browser code: nothing here may import Node modules.
-import { invalidRequest, notSupportedYet } from './errors.ts';
+import { invalidRequest } from './errors.ts';
+import {
+  boolean,
+  integer,
+  isPlainObject,
+  jsonType,
+  number,
+  row,
+  string,
+  tokenIdArray,
+  validateParams,
+  wrongType,
+  type ParamRow,
+  type TableParams,
+} from './params.ts';
 
-/** One parameter of the request body. */
-export interface ParamRow<T> {
-  /** JSON type, as error messages and docs say it ('integer', 'string or array of strings'). */
-  type: string;
-  /** Allowed range, as docs say it ('[0, 2]'); absent when any value of the type goes. */
-  range?: string;
-  /** Whether the field must be present (and not null). */
-  required?: boolean;
-  /** Whether `null` is accepted; it means `nullValue` (by default the default). */
-  nullable: boolean;
-  /** The value when the field is absent. */
-  default: T;
-  /** The value for an explicit `null`, where it differs from `default` (max_tokens: null = no limit). */
-  nullValue?: T;
-  /** Checks a present, non-null value and returns it normalized; throws a 400 ApiError naming `param`. */
-  parse(value: unknown, param: string): T;
-  /** Values this runtime implements; others are valid but answered with 400 "not supported yet". */
-  supported?: { test(value: T): boolean; only: string };
-  /** A vLLM sampling extension (OpenAI clients send it in `extra_body`; the top level works too). */
-  extension?: boolean;
-  /** What the parameter does. */
-  doc: string;
-}
-
-function row<T>(r: ParamRow<T>): ParamRow<T> {
-  return r;
-}
-
-// ---- value checks -------------------------------------------------------------------------------
-
-function jsonType(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  if (typeof value === 'number') return Number.isFinite(value) ? (Number.isInteger(value) ? 'an integer' : 'a decimal') : String(value);
-  if (typeof value === 'object') return 'an object';
-  return `a ${typeof value}`;
-}
-
-function wrongType(param: string, expected: string, value: unknown): never {
-  throw invalidRequest(`Invalid type for '${param}': expected ${expected}, but got ${jsonType(value)} instead.`, param, 'invalid_type');
-}
-
-interface Bounds {
-  min?: number;
-  max?: number;
-  /** min itself is not allowed. */
-  exclusiveMin?: boolean;
-}
-
-function rangeText(b: Bounds): string | undefined {
-  if (b.min !== undefined && b.max !== undefined) return `${b.exclusiveMin ? '(' : '['}${b.min}, ${b.max}]`;
-  if (b.min !== undefined) return `${b.exclusiveMin ? '>' : '>='} ${b.min}`;
-  if (b.max !== undefined) return `<= ${b.max}`;
-  return undefined;
-}
-
-function checkBounds(param: string, value: number, b: Bounds): number {
-  const low = b.min !== undefined && (b.exclusiveMin ? value <= b.min : value < b.min);
-  const high = b.max !== undefined && value > b.max;
-  if (low || high) {
-    throw invalidRequest(
-      `Invalid '${param}': ${value} is out of range; expected a value in ${rangeText(b)}.`,
-      param,
-      low ? 'value_below_minimum' : 'value_above_maximum',
-    );
-  }
-  return value;
-}
-
-function integer(b: Bounds = {}) {
-  return {
-    type: 'integer',
-    range: rangeText(b),
-    parse(value: unknown, param: string): number {
-      // Any JSON integer: clients send 64-bit seeds (beyond 2^53 they arrive rounded, as in any
-      // JavaScript JSON parser); each parameter's own range or later check bounds the rest.
-      if (typeof value !== 'number' || !Number.isInteger(value)) wrongType(param, 'an integer', value);
-      return checkBounds(param, value, b);
-    },
-  };
-}
-
-function number(b: Bounds = {}) {
-  return {
-    type: 'number',
-    range: rangeText(b),
-    parse(value: unknown, param: string): number {
-      if (typeof value !== 'number' || !Number.isFinite(value)) wrongType(param, 'a number', value);
-      return checkBounds(param, value, b);
-    },
-  };
-}
-
-function boolean() {
-  return {
-    type: 'boolean',
-    parse(value: unknown, param: string): boolean {
-      if (typeof value !== 'boolean') wrongType(param, 'a boolean', value);
-      return value;
-    },
-  };
-}
-
-function string() {
-  return {
-    type: 'string',
-    parse(value: unknown, param: string): string {
-      if (typeof value !== 'string') wrongType(param, 'a string', value);
-      return value;
-    },
-  };
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
+export type { ParamRow } from './params.ts';
 
 // ---- the table ----------------------------------------------------------------------------------
 
@@ -141,26 +40,6 @@ export const MAX_STOP_STRINGS = 4;
 export const MAX_LOGPROBS = 20;
 export const MAX_N = 128;
 export const MAX_BEST_OF = 20;
-
-function tokenId(value: unknown, param: string): number {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value)) wrongType(param, 'a token id (an integer >= 0)', value);
-  if (value < 0) throw invalidRequest(`Invalid '${param}': token id ${value} is negative.`, param, 'invalid_value');
-  return value;
-}
-
-function tokenIdArray(value: unknown, param: string, where: string): number[] {
-  if (!Array.isArray(value)) wrongType(param, 'an array of token ids', value);
-  return value.map((v, i) => {
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {
-      throw invalidRequest(
-        `Invalid '${param}': ${where}[${i}] must be a token id (an integer >= 0), but got ${jsonType(v)}${typeof v === 'number' ? ` (${v})` : ''}.`,
-        param,
-        'invalid_type',
-      );
-    }
-    return v;
-  });
-}
 
 /**
  * Every request body field of POST /v1/completions. A field not in this table is rejected (400).
@@ -203,7 +82,16 @@ export const COMPLETION_PARAMS = {
     ...string(),
     nullable: true,
     default: null,
-    supported: { test: (v) => v === null || v === '', only: 'only null or ""' },
+    supported: {
+      test: (v) => v === null || v === '',
+      only: 'only null or ""',
+      error: (param) =>
+        invalidRequest(
+          "Llama models have no fill-in-the-middle, so 'suffix' is not supported: send it empty or null, and put the text to complete in 'prompt'.",
+          param,
+          'unsupported_value',
+        ),
+    },
     doc: 'Text after the completion (fill-in-the-middle). Llama models have no fill-in-the-middle: only null or "" is accepted.',
   }),
   max_tokens: row<number | null>({
@@ -429,9 +317,7 @@ export const COMPLETION_PARAMS = {
 export type CompletionParamName = keyof typeof COMPLETION_PARAMS;
 
 /** A validated request: every parameter present, defaults filled in, values normalized (extra_body merged in). */
-export type CompletionParams = {
-  [K in CompletionParamName]: (typeof COMPLETION_PARAMS)[K] extends ParamRow<infer T> ? T : never;
-};
+export type CompletionParams = TableParams<typeof COMPLETION_PARAMS>;
 
 /** vLLM's sampling extensions, as a TypeScript caller writes them (top level or in extra_body). */
 export interface CompletionExtensions {
@@ -474,86 +360,14 @@ type SameKeys<A, B> = [Exclude<keyof A, keyof B>, Exclude<keyof B, keyof A>] ext
 const _requestMatchesTable: SameKeys<CompletionRequest, typeof COMPLETION_PARAMS> = true;
 void _requestMatchesTable;
 
-function sameJson(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
-}
-
 /**
- * Checks a parsed JSON body against COMPLETION_PARAMS and returns every parameter normalized.
- * `extra_body` is merged first: its keys count as top-level parameters (a key given in both
- * places with different values is a 400). Throws a 400 ApiError: body not an object, unknown
- * fields (all named; `extra_body.x` for one inside extra_body), a missing required field, a
- * wrong type / NaN / out-of-range value (`param` names the field, as given), a value not
- * supported, or a bad combination (stream_options without stream, best_of < n, best_of with
- * stream, min_tokens > max_tokens).
+ * Checks a parsed JSON body against COMPLETION_PARAMS (see validateParams) and returns every
+ * parameter normalized. Throws a 400 ApiError: anything validateParams refuses, or a bad
+ * combination (stream_options without stream, best_of < n, best_of with stream, min_tokens >
+ * max_tokens).
  */
 export function validateCompletionRequest(body: unknown): CompletionParams {
-  if (!isPlainObject(body)) {
-    throw invalidRequest(`The request body must be a JSON object, but got ${jsonType(body)}.`, null, 'invalid_body');
-  }
-  const unknown = Object.keys(body).filter((key) => !Object.hasOwn(COMPLETION_PARAMS, key));
-  if (unknown.length > 0) {
-    throw invalidRequest(
-      `Unrecognized request argument${unknown.length > 1 ? 's' : ''} supplied: ${unknown.join(', ')}.`,
-      unknown[0]!,
-      'unknown_parameter',
-    );
-  }
-  // extra_body: its keys join the top level; `where` remembers how to name them in errors.
-  const merged: Record<string, unknown> = { ...body };
-  const where: Record<string, string> = {};
-  const extra = body.extra_body;
-  if (extra !== undefined && extra !== null) {
-    COMPLETION_PARAMS.extra_body.parse(extra, 'extra_body');
-    const extraObject = extra as Record<string, unknown>;
-    const unknownExtra = Object.keys(extraObject).filter((key) => !Object.hasOwn(COMPLETION_PARAMS, key) || key === 'extra_body');
-    if (unknownExtra.length > 0) {
-      throw invalidRequest(
-        `Unrecognized argument${unknownExtra.length > 1 ? 's' : ''} in 'extra_body': ${unknownExtra.join(', ')}.`,
-        `extra_body.${unknownExtra[0]}`,
-        'unknown_parameter',
-      );
-    }
-    for (const [key, value] of Object.entries(extraObject)) {
-      if (value === undefined) continue;
-      if (body[key] !== undefined && !sameJson(body[key], value)) {
-        throw invalidRequest(
-          `'${key}' is given both at the top level and in 'extra_body', with different values.`,
-          `extra_body.${key}`,
-          'invalid_value',
-        );
-      }
-      merged[key] = value;
-      where[key] = `extra_body.${key}`;
-    }
-  }
-  const out: Record<string, unknown> = {};
-  for (const [name, spec] of Object.entries(COMPLETION_PARAMS) as [string, ParamRow<unknown>][]) {
-    const param = where[name] ?? name;
-    const present = Object.hasOwn(merged, name) && merged[name] !== undefined;
-    const value = present ? merged[name] : undefined;
-    let parsed: unknown;
-    if (!present || value === null) {
-      if (spec.required) throw invalidRequest(`Missing required parameter: '${name}'.`, param, 'missing_required_parameter');
-      if (value === null && !spec.nullable) throw wrongType(param, `${spec.type}`, null);
-      parsed = value === null && 'nullValue' in spec ? spec.nullValue : spec.default;
-    } else {
-      parsed = spec.parse(value, param);
-      if (spec.supported && !spec.supported.test(parsed)) {
-        throw name === 'suffix'
-          ? invalidRequest(
-              "Llama models have no fill-in-the-middle, so 'suffix' is not supported: send it empty or null, and put the text to complete in 'prompt'.",
-              param,
-              'unsupported_value',
-            )
-          : notSupportedYet(param, `${JSON.stringify(value)} was given; ${spec.supported.only} is accepted`);
-      }
-    }
-    // Defaults may be mutable (stop: []); hand out a fresh copy.
-    out[name] = Array.isArray(parsed) ? [...parsed] : parsed;
-  }
-  const params = out as CompletionParams;
-  const named = (name: CompletionParamName) => where[name] ?? name;
+  const { params, named } = validateParams(COMPLETION_PARAMS, body);
   if (params.stream_options !== null && !params.stream) {
     throw invalidRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.", named('stream_options'), 'invalid_value');
   }
