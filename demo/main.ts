@@ -15,7 +15,8 @@ import { AlternativesPopover, ChoiceView } from './token-view.ts';
 // Page options: ?model=URL&id=NAME (the model loaded first), ?hub=HOST (a Hugging Face mirror for
 // repo ids: a host name or a URL), ?memoryBudgetMiB=N (the GPU memory a model may take).
 const query = new URLSearchParams(location.search);
-const DEFAULT_MODEL = '/models/stories260K/stories260K.gguf';
+// Relative to the page: the built demo (npm run build:demo) may be served under any sub-path.
+const DEFAULT_MODEL = './models/stories260K/stories260K.gguf';
 const DEFAULT_ID = 'stories260K';
 /** How many of a stream's chunks the response panel keeps. */
 const LAST_CHUNKS = 3;
