@@ -121,7 +121,7 @@ function checkVocabulary(ids: Iterable<number>, vocabSize: number, param: string
 export const MIN_SAMPLING_TEMPERATURE = 1e-5;
 
 /** The sampling parameters of the engine contract, from the request's. */
-export function samplingParams(params: CompletionParams): SamplingParams {
+export function samplingParams(params: SharedSamplingParams): SamplingParams {
   return {
     temperature: params.temperature < MIN_SAMPLING_TEMPERATURE ? 0 : params.temperature,
     topP: params.top_p,
@@ -149,15 +149,87 @@ function documentStart(tokenizer: TextGenerator['tokenizer'], vocabSize: number,
   return [start];
 }
 
+/** How context errors name the prompt: completions' "your prompt (prompt 1)", chat's "your messages". */
+export interface PromptWording {
+  /** "your prompt is 12 tokens" / "your messages resulted in 12 tokens". */
+  size(tokens: number): string;
+  /** "in your prompt" / "in the messages". */
+  within: string;
+  /** The parameters a context error names: the prompt's, and the token limit's. */
+  promptParam: string;
+  maxTokensParam: string;
+}
+
 /**
- * Prompts tokenized and checked against the vocabulary and the context (each prompt + max_tokens
- * must fit: 400 context_length_exceeded naming both numbers), logit_bias and stop_token_ids ids
- * checked against the vocabulary, and the settings the engine gets.
+ * One prompt's plan: its tokens checked against the context (prompt + maxTokens must fit: 400
+ * context_length_exceeded naming both numbers). maxTokens null: the rest of the context.
+ */
+export function planPrompt(generator: TextGenerator, tokens: number[], text: string | null, maxTokens: number | null, wording: PromptWording): PromptPlan {
+  const context = generator.info.contextLength;
+  const n = tokens.length;
+  if (maxTokens === null) {
+    if (n >= context) {
+      throw contextExceeded(
+        `This model's maximum context length is ${context} tokens, however ${wording.size(n)}, which leaves no room for the completion. Please reduce the length of the ${wording.promptParam}.`,
+        wording.promptParam,
+      );
+    }
+    return { tokens, text, maxTokens: context - n };
+  }
+  if (n + maxTokens > context) {
+    throw contextExceeded(
+      `This model's maximum context length is ${context} tokens, however you requested ${n + maxTokens} tokens (${n} ${wording.within}; ${maxTokens} for the completion). Please reduce your ${wording.promptParam} or completion length.`,
+      wording.maxTokensParam,
+    );
+  }
+  return { tokens, text, maxTokens };
+}
+
+/** The request parameters every endpoint maps onto the engine's settings alike. */
+export type SharedSamplingParams = Pick<
+  CompletionParams,
+  | 'temperature' | 'top_p' | 'seed' | 'top_k' | 'min_p' | 'repetition_penalty' | 'presence_penalty' | 'frequency_penalty' | 'logit_bias'
+  | 'stop_token_ids' | 'ignore_eos' | 'min_tokens' | 'stop' | 'include_stop_str_in_output' | 'skip_special_tokens'
+>;
+
+/**
+ * The settings the engine gets, with logit_bias and stop_token_ids ids checked against the
+ * vocabulary. `sequences`: candidates per prompt; `logprobs`: alternatives per token, or null.
+ */
+export function choiceSettings(
+  generator: TextGenerator,
+  params: SharedSamplingParams,
+  run: { sequences: number; logprobs: number | null; echo: boolean },
+): ChoiceSettings {
+  const vocabSize = usableVocabSize(generator);
+  if (params.logit_bias) checkVocabulary(params.logit_bias.keys(), vocabSize, 'logit_bias', 'token id');
+  checkVocabulary(params.stop_token_ids, vocabSize, 'stop_token_ids', 'token id');
+  const stopTokenIds = [...new Set([...(params.ignore_eos ? [] : generator.tokenizer.eosIds), ...params.stop_token_ids])];
+  return {
+    sampling: samplingParams(params),
+    sequences: run.sequences,
+    stopTokenIds,
+    minTokens: params.min_tokens,
+    stop: params.stop,
+    includeStop: params.include_stop_str_in_output,
+    skipSpecialTokens: params.skip_special_tokens,
+    logprobs: run.logprobs,
+    echo: run.echo,
+  };
+}
+
+/** Token ids of a prompt outside the vocabulary: a 400 naming `param`. */
+export function checkPromptVocabulary(generator: TextGenerator, tokens: readonly number[], param: string, what: string): void {
+  checkVocabulary(tokens, usableVocabSize(generator), param, what);
+}
+
+/**
+ * Prompts tokenized and checked against the vocabulary and the context (see planPrompt), and the
+ * settings the engine gets.
  */
 export function planCompletion(generator: TextGenerator, params: CompletionParams): CompletionPlan {
   const { tokenizer } = generator;
   const vocabSize = usableVocabSize(generator);
-  const context = generator.info.contextLength;
   const batch = params.prompt.length > 1;
   const prompts = params.prompt.map((input, i): PromptPlan => {
     const which = batch ? ` (prompt ${i})` : '';
@@ -170,46 +242,19 @@ export function planCompletion(generator: TextGenerator, params: CompletionParam
       checkVocabulary(tokens, vocabSize, 'prompt', `token id${which} (from the prompt's text)`);
     }
     if (tokens.length === 0) tokens = documentStart(tokenizer, vocabSize, which);
-    const n = tokens.length;
-    let maxTokens: number;
-    if (params.max_tokens === null) {
-      if (n >= context) {
-        throw contextExceeded(
-          `This model's maximum context length is ${context} tokens, however your prompt${which} is ${n} tokens, which leaves no room for the completion. Please reduce the length of the prompt.`,
-          'prompt',
-        );
-      }
-      maxTokens = context - n;
-    } else {
-      if (n + params.max_tokens > context) {
-        throw contextExceeded(
-          `This model's maximum context length is ${context} tokens, however you requested ${n + params.max_tokens} tokens (${n} in your prompt${which}; ${params.max_tokens} for the completion). Please reduce your prompt or completion length.`,
-          'max_tokens',
-        );
-      }
-      maxTokens = params.max_tokens;
-    }
-    return { tokens, text: 'text' in input ? input.text : null, maxTokens };
+    return planPrompt(generator, tokens, 'text' in input ? input.text : null, params.max_tokens, {
+      size: (n) => `your prompt${which} is ${n} tokens`,
+      within: `in your prompt${which}`,
+      promptParam: 'prompt',
+      maxTokensParam: 'max_tokens',
+    });
   });
-  if (params.logit_bias) checkVocabulary(params.logit_bias.keys(), vocabSize, 'logit_bias', 'token id');
-  checkVocabulary(params.stop_token_ids, vocabSize, 'stop_token_ids', 'token id');
-  const stopTokenIds = [...new Set([...(params.ignore_eos ? [] : tokenizer.eosIds), ...params.stop_token_ids])];
   const bestOf = params.best_of ?? params.n;
   return {
     prompts,
     n: params.n,
     bestOf,
-    settings: {
-      sampling: samplingParams(params),
-      sequences: bestOf,
-      stopTokenIds,
-      minTokens: params.min_tokens,
-      stop: params.stop,
-      includeStop: params.include_stop_str_in_output,
-      skipSpecialTokens: params.skip_special_tokens,
-      logprobs: params.logprobs,
-      echo: params.echo,
-    },
+    settings: choiceSettings(generator, params, { sequences: bestOf, logprobs: params.logprobs, echo: params.echo }),
   };
 }
 

@@ -29,6 +29,12 @@ export interface LogprobEntry {
   top: Record<string, number> | null;
   /** Offset of the token's text in the choice's `text` (echo included). */
   offset: number;
+  /**
+   * The `logprobs` most likely tokens, most likely first, each with the text it would have added
+   * (chat's top_logprobs list; unlike `top`, two tokens of the same text stay two); absent for
+   * prompt tokens.
+   */
+  alternatives?: { token: string; logprob: number }[];
 }
 
 export interface CompletionLogprobs {

@@ -204,17 +204,24 @@ export class ChoiceText {
     if (this.finished) throw new Error('the choice is finished');
     const k = this.options.logprobs;
     let entry: LogprobEntry | null = null;
-    let alternatives: ((sampledText: string) => Record<string, number>) | null = null;
+    // Alternatives are read before the token joins the text: the text each would have added here.
+    const texts = new Map<number, string>();
     if (k !== null) {
-      // Alternatives are read before the token joins the text: the text each would have added here.
       const textOf = (id: number) => this.detokenizer.peek(id, this.tokenizer.isSpecial(id) ? { skipSpecialTokens: false } : {});
-      const texts = new Map<number, string>();
       for (const alt of (token.topLogprobs ?? []).slice(0, k)) if (alt.id !== token.id) texts.set(alt.id, textOf(alt.id));
-      alternatives = (sampledText) => topLogprobsObject(token, sampledText, token.topLogprobs, k, (id) => texts.get(id) ?? textOf(id));
     }
     const text = this.detokenizer.push(token.id);
-    if (alternatives) {
-      entry = { token: text, logprob: finiteLogprob(token.logprob), top: alternatives(text), offset: this.produced };
+    if (k !== null) {
+      entry = {
+        token: text,
+        logprob: finiteLogprob(token.logprob),
+        top: topLogprobsObject(token, text, token.topLogprobs, k, (id) => texts.get(id) ?? ''),
+        offset: this.produced,
+        alternatives: (token.topLogprobs ?? []).slice(0, k).map((alt) => ({
+          token: alt.id === token.id ? text : (texts.get(alt.id) ?? ''),
+          logprob: finiteLogprob(alt.logprob),
+        })),
+      };
       this.pending.push(entry);
     }
     this.produced += text.length;
