@@ -1,0 +1,118 @@
+// Tool calls parsed out of model output (src/api/tool-parsers.ts): each format's calls and
+// content, and the streaming invariant: however the output is split into pieces, the streamed
+// content joined and the streamed calls are the whole parse's.
+import { describe, expect, it } from 'vitest';
+import {
+  parseToolCalls,
+  ToolCallStream,
+  type ParsedToolCall,
+  type ToolCallFormat,
+  type ToolParse,
+} from '../src/api/tool-parsers.ts';
+import { mulberry32 } from './helpers/prng.ts';
+
+function call(name: string, args: unknown = {}): ParsedToolCall {
+  return { name, arguments: JSON.stringify(args) };
+}
+
+/** Streams `pieces` through one ToolCallStream, checking each piece's result on the way. */
+function stream(format: ToolCallFormat, pieces: readonly string[]): ToolParse {
+  const parser = new ToolCallStream(format);
+  const out: ToolParse = { content: '', calls: [] };
+  for (const piece of [...pieces.map((p) => parser.push(p)), parser.finish()]) {
+    out.content += piece.content;
+    out.calls.push(...piece.calls);
+  }
+  return out;
+}
+
+/** Cuts text at `cuts` random places (some pieces may be empty). */
+function randomSplit(text: string, next: () => number, cuts: number): string[] {
+  const at = Array.from({ length: cuts }, () => Math.floor(next() * (text.length + 1))).sort((a, b) => a - b);
+  const pieces: string[] = [];
+  let from = 0;
+  for (const to of at) {
+    pieces.push(text.slice(from, to));
+    from = to;
+  }
+  pieces.push(text.slice(from));
+  return pieces;
+}
+
+/** Every single-character split, random splits, and the whole text in one piece stream to parseToolCalls' result. */
+function expectSplitInvariant(format: ToolCallFormat, text: string, seed = 1): void {
+  const whole = parseToolCalls(format, text);
+  expect(stream(format, [text]), `one piece: ${JSON.stringify(text)}`).toEqual(whole);
+  expect(stream(format, [...text]), `characters: ${JSON.stringify(text)}`).toEqual(whole);
+  const next = mulberry32(seed);
+  for (let i = 0; i < 20; i++) {
+    const pieces = randomSplit(text, next, 1 + Math.floor(next() * 8));
+    expect(stream(format, pieces), `pieces: ${JSON.stringify(pieces)}`).toEqual(whole);
+  }
+}
+
+type Case = [input: string, content: string, calls: ParsedToolCall[]];
+
+function checkCases(format: ToolCallFormat, cases: readonly Case[]): void {
+  it.each(cases)('%j', (input, content, calls) => {
+    expect(parseToolCalls(format, input)).toEqual({ content, calls });
+    expectSplitInvariant(format, input);
+  });
+}
+
+const GET = '{"name": "get_weather", "arguments": {"city": "Paris"}}';
+const GOT = call('get_weather', { city: 'Paris' });
+
+describe('hermes', () => {
+  const block = (json: string) => `<tool_call>\n${json}\n</tool_call>`;
+  checkCases('hermes', [
+    ['', '', []],
+    ['Hello there.', 'Hello there.', []],
+    ['  Hello\n\n', '  Hello\n\n', []],
+    [block(GET), '', [GOT]],
+    [`\n${block(GET)}\n`, '', [GOT]],
+    [`<tool_call>${GET}</tool_call>`, '', [GOT]],
+    [`Let me check.\n${block(GET)}`, 'Let me check.', [GOT]],
+    [`Let me check.\n${block(GET)}\n${block('{"name": "time", "arguments": {}}')}\n`, 'Let me check.', [GOT, call('time')]],
+    [`${block(GET)}\n\n${block(GET)}`, '', [GOT, GOT]],
+    [`A\n${block(GET)}\nB`, 'A\n\nB', [GOT]],
+    [`${block(GET)}\nDone.`, 'Done.', [GOT]],
+    // Nested objects and arrays, re-serialized compactly.
+    [
+      block('{"name": "f", "arguments": {"a": {"b": [1, 2, {"c": null}]}, "d": true}}'),
+      '',
+      [call('f', { a: { b: [1, 2, { c: null }] }, d: true })],
+    ],
+    // Strings holding braces, the closing tag, quotes, escapes and unicode.
+    [
+      block('{"name": "echo", "arguments": {"s": "}}</tool_call>{\\"q\\": \\\\\\"", "u": "héllo \\u00e9 ✓ 🎉"}}'),
+      '',
+      [call('echo', { s: '}}</tool_call>{"q": \\"', u: 'héllo é ✓ 🎉' })],
+    ],
+    // Arguments as a JSON string of an object; missing arguments; key order.
+    [block('{"name": "f", "arguments": "{\\"x\\": 1}"}'), '', [call('f', { x: 1 })]],
+    [block('{"name": "f"}'), '', [call('f')]],
+    [block('{"arguments": {"x": 1}, "name": "f"}'), '', [call('f', { x: 1 })]],
+    // A last block cut off before </tool_call> is a call when its JSON is whole.
+    [`Sure.\n<tool_call>\n${GET}`, 'Sure.', [GOT]],
+    [`<tool_call>\n${GET}\n</tool_`, '', [GOT]],
+    [`${block(GET)}\n<tool_call>\n{"name": "f", "argu`, `<tool_call>\n{"name": "f", "argu`, [GOT]],
+    // Not calls: content, verbatim.
+    [block('{"name": 1, "arguments": {}}'), block('{"name": 1, "arguments": {}}'), []],
+    [block('{"arguments": {}}'), block('{"arguments": {}}'), []],
+    [block('{"name": "", "arguments": {}}'), block('{"name": "", "arguments": {}}'), []],
+    [block('{"name": "f", "arguments": [1]}'), block('{"name": "f", "arguments": [1]}'), []],
+    [block('{"name": "f", "arguments": "nope"}'), block('{"name": "f", "arguments": "nope"}'), []],
+    [block('{"name": "f", "arguments": {}, "extra": 1}'), block('{"name": "f", "arguments": {}, "extra": 1}'), []],
+    [block('{"name": "f", "arguments": {}, "parameters": {}}'), block('{"name": "f", "arguments": {}, "parameters": {}}'), []],
+    [block('{"name": "f", "arguments": {,}}'), block('{"name": "f", "arguments": {,}}'), []],
+    [block('{"name": "f", "arguments": {}'), block('{"name": "f", "arguments": {}'), []],
+    [block('not json'), block('not json'), []],
+    [block('{"name": "f"} trailing'), block('{"name": "f"} trailing'), []],
+    ['<tool_call>', '<tool_call>', []],
+    ['<tool_ca', '<tool_ca', []],
+    ['a < b <tool> </tool_call>', 'a < b <tool> </tool_call>', []],
+    [`${block('oops')}\n${block(GET)}`, block('oops'), [GOT]],
+    [`${block('{"name": "f", "arguments": {"s": "raw\nnewline"}}')}\n${block(GET)}`, block('{"name": "f", "arguments": {"s": "raw\nnewline"}}'), [GOT]],
+  ]);
+});
