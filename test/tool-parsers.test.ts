@@ -116,3 +116,46 @@ describe('hermes', () => {
     [`${block('{"name": "f", "arguments": {"s": "raw\nnewline"}}')}\n${block(GET)}`, block('{"name": "f", "arguments": {"s": "raw\nnewline"}}'), [GOT]],
   ]);
 });
+
+describe('llama3_json', () => {
+  const WEATHER = '{"name": "get_weather", "parameters": {"city": "Paris"}}';
+  checkCases('llama3_json', [
+    ['', '', []],
+    ['The weather is fine.', 'The weather is fine.', []],
+    [WEATHER, '', [GOT]],
+    [GET, '', [GOT]],
+    [`\n\n  ${WEATHER}\n`, '', [GOT]],
+    [`<|python_tag|>${WEATHER}`, '', [GOT]],
+    [`  <|python_tag|>\n${WEATHER}`, '', [GOT]],
+    // Several, separated by ';' (and whitespace).
+    [`${WEATHER}; {"name": "time", "parameters": {}}`, '', [GOT, call('time')]],
+    [`${WEATHER};{"name": "time"}\n;\n${GET}`, '', [GOT, call('time'), GOT]],
+    [`${WEATHER}\n${WEATHER}`, '', [GOT, GOT]],
+    // Nested objects, strings with braces, quotes, escapes and unicode; arguments as a string.
+    [
+      '{"name": "f", "parameters": {"q": "a } b { \\"c\\" \\\\", "n": {"m": [1, {"k": "é🎉"}]}}}',
+      '',
+      [call('f', { q: 'a } b { "c" \\', n: { m: [1, { k: 'é🎉' }] } })],
+    ],
+    ['{"name": "f", "parameters": "{\\"x\\": [1]}"}', '', [call('f', { x: [1] })]],
+    ['{"name": "f"}', '', [call('f')]],
+    // Text first: no call, however JSON-like the rest.
+    [`Here you go: ${WEATHER}`, `Here you go: ${WEATHER}`, []],
+    [`<|python_tag|>brave_search.call(query="paris")`, `<|python_tag|>brave_search.call(query="paris")`, []],
+    // JSON that is not a call, and broken JSON: content, verbatim.
+    ['{"answer": 42}', '{"answer": 42}', []],
+    ['{"name": "Alice", "age": 30}', '{"name": "Alice", "age": 30}', []],
+    ['  {"name": "f", "parameters": [1]}\n', '  {"name": "f", "parameters": [1]}\n', []],
+    ['{"name": "f", "parameters": {}', '{"name": "f", "parameters": {}', []],
+    ['{not json}', '{not json}', []],
+    ['{"name": "f", "parameters": {}, "arguments": {}}', '{"name": "f", "parameters": {}, "arguments": {}}', []],
+    ['<|python_tag|>', '<|python_tag|>', []],
+    ['<|python', '<|python', []],
+    ['<|eot_id|>', '<|eot_id|>', []],
+    // After a call, what is not another call is content, and so is all that follows.
+    [`${WEATHER}\nHope that helps.`, 'Hope that helps.', [GOT]],
+    [`${WEATHER}; {"answer": 42}; ${WEATHER}`, `; {"answer": 42}; ${WEATHER}`, [GOT]],
+    [`${WEATHER}; {"name": "f", "param`, '; {"name": "f", "param', [GOT]],
+    [`${WEATHER};`, ';', [GOT]],
+  ]);
+});

@@ -162,11 +162,34 @@ export class ToolCallStream {
       }
       case 'hermes-call':
         return this.hermesCall(s, final);
+      case 'llama-start': {
+        // Whitespace, perhaps <|python_tag|> and more whitespace, then a call object.
+        let start = skipSpace(s, 0);
+        const tag = literal(s, start, PYTHON_TAG);
+        if (tag === 'more') return 'more';
+        if (tag !== 'no') start = skipSpace(s, tag);
+        return this.callObject(s, start, 'llama-next', 'plain');
+      }
+      case 'llama-next': {
+        let start = skipSpace(s, 0);
+        if (s[start] === ';') start = skipSpace(s, start + 1);
+        return this.callObject(s, start, 'llama-next', 'plain');
+      }
       case 'plain':
         return { content: s.length, next: 'plain' };
       default:
         throw new Error(`ToolCallStream: no state ${this.state} in ${this.format}`);
     }
+  }
+
+  /** A call object at s[start]: the call, with all of s before it skipped, then `next`; or else content up to where it stops being one, then `otherwise`. */
+  private callObject(s: string, start: number, next: State, otherwise: State): Step {
+    if (start === s.length) return 'more';
+    if (s[start] !== '{') return { content: start, next: otherwise };
+    const object = this.json(s, start);
+    if (object === 'more') return 'more';
+    const call = toCall(object.value);
+    return call ? { call, skip: object.end, next } : { content: object.end, next: otherwise };
   }
 
   /** `<tool_call>` JSON `</tool_call>`; the end of the output may stand for `</tool_call>`. */
