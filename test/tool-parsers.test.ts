@@ -159,3 +159,45 @@ describe('llama3_json', () => {
     [`${WEATHER};`, ';', [GOT]],
   ]);
 });
+
+describe('mistral', () => {
+  const TIME = '{"name": "time", "arguments": {}}';
+  checkCases('mistral', [
+    ['', '', []],
+    ['No tools needed.', 'No tools needed.', []],
+    // v3 tokenizers: [TOOL_CALLS] and a JSON array.
+    [`[TOOL_CALLS][${GET}]`, '', [GOT]],
+    [`[TOOL_CALLS] [${GET}, ${TIME}]`, '', [GOT, call('time')]],
+    [`[TOOL_CALLS][\n  ${GET},\n  ${TIME}\n]\n`, '', [GOT, call('time')]],
+    [`Checking.[TOOL_CALLS][${GET}]`, 'Checking.', [GOT]],
+    [`Checking. [TOOL_CALLS][${GET}] Done.`, 'Checking.  Done.', [GOT]],
+    [`[TOOL_CALLS][{"name": "f", "arguments": "{\\"a\\": \\"]}\\"}", "id": "abc123XYZ"}]`, '', [call('f', { a: ']}' })]],
+    [`[TOOL_CALLS]${GET}`, '', [GOT]],
+    // An array cut off: the calls that finished are calls, the rest is content.
+    [`[TOOL_CALLS][${GET}, ${TIME}`, '', [GOT, call('time')]],
+    [`[TOOL_CALLS][${GET}, {"name": "ti`, ', {"name": "ti', [GOT]],
+    [`[TOOL_CALLS][${GET}, {"answer": 1}]`, ', {"answer": 1}]', [GOT]],
+    [`[TOOL_CALLS][${GET} oops]`, 'oops]', [GOT]],
+    [`[TOOL_CALLS][{"answer": 1}, ${GET}]`, `[TOOL_CALLS][{"answer": 1}, ${GET}]`, []],
+    ['[TOOL_CALLS][]', '[TOOL_CALLS][]', []],
+    // The newer form: [TOOL_CALLS]name[ARGS]{…}, repeated; also without [ARGS].
+    ['[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', '', [GOT]],
+    [
+      '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]time[ARGS]{}\n',
+      '',
+      [GOT, call('time')],
+    ],
+    ['Sure: [TOOL_CALLS]get_weather{"city": "Paris"}', 'Sure:', [GOT]],
+    ['[TOOL_CALLS]f[ARGS]{"s": "}{[ARGS]\\"", "n": {"m": [1]}}', '', [call('f', { s: '}{[ARGS]"', n: { m: [1] } })]],
+    ['[TOOL_CALLS]f[ARGS]{"s": ', '[TOOL_CALLS]f[ARGS]{"s": ', []],
+    ['[TOOL_CALLS]f[ARGS][1, 2]', '[TOOL_CALLS]f[ARGS][1, 2]', []],
+    ['[TOOL_CALLS]f[CALL_ID]x[ARGS]{}', '[TOOL_CALLS]f[CALL_ID]x[ARGS]{}', []],
+    ['[TOOL_CALLS]Sorry, I cannot.', '[TOOL_CALLS]Sorry, I cannot.', []],
+    ['[TOOL_CALLS]', '[TOOL_CALLS]', []],
+    ['[TOOL_CALLS] ', '[TOOL_CALLS] ', []],
+    ['[TOOL_CA', '[TOOL_CA', []],
+    ['[TOOL_CALLS]get_weather', '[TOOL_CALLS]get_weather', []],
+    [`[TOOL_CALLS]${GET.replace('"name": "get_weather"', '"name": 7')}`, `[TOOL_CALLS]${GET.replace('"name": "get_weather"', '"name": 7')}`, []],
+    ['x [TOOL] [TOOL_CALLS!', 'x [TOOL] [TOOL_CALLS!', []],
+  ]);
+});

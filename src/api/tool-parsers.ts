@@ -79,7 +79,10 @@ type State =
   | 'plain'; // content to the end
 
 /** What a state decides about the start of the undecided text: nothing yet, or some content, or a call (and the call syntax around it, skipped), then the next state. */
-type Step = 'more' | { content: number; next: State } | { call: ParsedToolCall; skip: number; next: State };
+type Step =
+  | 'more'
+  | { content: number; next: State }
+  | { call?: ParsedToolCall; skip: number; next: State };
 
 /** A JSON value being scanned, from `at` (counted from the start of the output). */
 interface Scan {
@@ -136,9 +139,11 @@ export class ToolCallStream {
         step = { content: this.pending.length, next: 'plain' };
       }
       let taken: number;
-      if ('call' in step) {
-        this.spacing.call();
-        out.calls.push(step.call);
+      if ('skip' in step) {
+        if (step.call) {
+          this.spacing.call();
+          out.calls.push(step.call);
+        }
         taken = step.skip;
       } else {
         out.content += this.spacing.content(this.pending.slice(0, step.content));
@@ -162,6 +167,16 @@ export class ToolCallStream {
       }
       case 'hermes-call':
         return this.hermesCall(s, final);
+      case 'mistral-calls':
+        return this.mistralCalls(s);
+      case 'mistral-array': {
+        // After an element: `]`, or `,` and the next element.
+        const at = skipSpace(s, 0);
+        if (at === s.length) return 'more';
+        if (s[at] === ']') return { skip: at + 1, next: 'text' };
+        if (s[at] !== ',') return { content: at, next: 'text' };
+        return this.callObject(s, skipSpace(s, at + 1), 'mistral-array', 'text');
+      }
       case 'llama-start': {
         // Whitespace, perhaps <|python_tag|> and more whitespace, then a call object.
         let start = skipSpace(s, 0);
@@ -208,6 +223,27 @@ export class ToolCallStream {
     return { call, skip: end, next: 'text' };
   }
 
+  /** `[TOOL_CALLS]` then an array of call objects, one call object, or `name[ARGS]{…}`. */
+  private mistralCalls(s: string): Step {
+    const start = skipSpace(s, MISTRAL_CALLS.length);
+    if (start === s.length) return 'more';
+    if (s[start] === '[') return this.callObject(s, skipSpace(s, start + 1), 'mistral-array', 'text');
+    if (s[start] === '{') return this.callObject(s, start, 'text', 'text');
+    let nameEnd = start;
+    while (nameEnd < s.length && NAME_CHARACTER.test(s[nameEnd]!)) nameEnd++;
+    if (nameEnd === s.length) return 'more';
+    if (nameEnd === start) return { content: start, next: 'text' };
+    const args = literal(s, nameEnd, MISTRAL_ARGS);
+    if (args === 'more') return 'more';
+    const open = skipSpace(s, args === 'no' ? nameEnd : args);
+    if (open === s.length) return 'more';
+    if (s[open] !== '{') return { content: open, next: 'text' };
+    const object = this.json(s, open);
+    if (object === 'more') return 'more';
+    const call = withArguments(s.slice(start, nameEnd), object.value);
+    return call ? { call, skip: object.end, next: 'text' } : { content: object.end, next: 'text' };
+  }
+
   /**
    * The JSON object or array at s[start]: where it ends and its value (undefined when it is not
    * JSON), or 'more'. Brackets are counted outside strings (with their escapes); the scan stops
@@ -239,6 +275,9 @@ export class ToolCallStream {
     return 'more';
   }
 }
+
+/** The characters of a function's name in mistral's `name[ARGS]{…}`. */
+const NAME_CHARACTER = /[A-Za-z0-9_.-]/;
 
 /** Characters JSON may have outside strings, brackets and quotes: whitespace, separators, numbers, true/false/null. */
 const JSON_OUTSIDE_STRINGS = /[ \t\n\r,:0-9A-Za-z.+-]/;
