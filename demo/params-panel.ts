@@ -1,37 +1,40 @@
-// The request parameter panel: one control per row of the API's own parameter table
-// (COMPLETION_PARAMS in src/api/schema.ts), grouped, each showing the API's default and range.
-// A parameter added to the table appears here by itself (in "Other").
+// The request parameter panel: one control per row of one of the API's own parameter tables
+// (COMPLETION_PARAMS in src/api/schema.ts by default; the Chat view passes the chat table),
+// grouped, each showing the API's default and range. A parameter added to the table appears here
+// by itself (in "Other").
 //
 // What gets sent: a number, text or JSON field when it is not empty; a checkbox or a choice when
 // it differs from the API's default. So the request shown beside the output holds exactly what
 // the user set, and an empty field means "the API's default". Values are sent as typed (no
 // clamping to the ranges): the API itself says what is wrong with them.
-import { COMPLETION_PARAMS, type CompletionParamName, type ParamRow } from '../src/api/schema.ts';
+import { COMPLETION_PARAMS, type ParamRow } from '../src/api/schema.ts';
 
 interface ParamGroup {
   title: string;
-  names: CompletionParamName[];
+  names: string[];
   open?: boolean;
 }
 
 const GROUPS: ParamGroup[] = [
   {
     title: 'Length and stop',
-    names: ['max_tokens', 'min_tokens', 'stop', 'stop_token_ids', 'ignore_eos', 'include_stop_str_in_output', 'skip_special_tokens'],
+    names: ['max_tokens', 'max_completion_tokens', 'min_tokens', 'stop', 'stop_token_ids', 'ignore_eos', 'include_stop_str_in_output', 'skip_special_tokens'],
     open: true,
   },
   { title: 'Sampling', names: ['temperature', 'top_p', 'top_k', 'min_p', 'seed'], open: true },
   { title: 'Penalties and bias', names: ['presence_penalty', 'frequency_penalty', 'repetition_penalty', 'logit_bias'] },
-  { title: 'Logprobs and echo', names: ['logprobs', 'echo'], open: true },
+  { title: 'Logprobs and echo', names: ['logprobs', 'top_logprobs', 'echo'], open: true },
   { title: 'Choices', names: ['n', 'best_of'] },
   { title: 'Streaming', names: ['stream', 'stream_options'] },
+  { title: 'Tools', names: ['tool_choice', 'parallel_tool_calls'] },
+  { title: 'Chat template', names: ['add_generation_prompt', 'continue_final_message', 'add_special_tokens', 'chat_template_kwargs'] },
 ];
 
 /** Set elsewhere on the page (model, prompt), or only a container for the others (extra_body). */
 const NOT_IN_PANEL = new Set<string>(['model', 'prompt', 'extra_body']);
 
 /** Where the demo starts, when it differs from the API's default (empty fields mean the default). */
-const DEMO_START: Partial<Record<CompletionParamName, string | boolean>> = {
+const DEMO_START: Record<string, string | boolean> = {
   max_tokens: '64',
   temperature: '0',
   logprobs: '5', // tokens tinted by probability, alternatives on hover
@@ -40,25 +43,39 @@ const DEMO_START: Partial<Record<CompletionParamName, string | boolean>> = {
 };
 
 /** Placeholders of the JSON fields: an example of what they take. */
-const JSON_EXAMPLES: Partial<Record<CompletionParamName, string>> = {
+const JSON_EXAMPLES: Record<string, string> = {
   stop: '["\\n\\n", "The end"]',
   logit_bias: '{"13": -100}',
   stop_token_ids: '[13]',
+  tool_choice: 'auto, none, or {"type": "function", …}',
+  chat_template_kwargs: '{"enable_thinking": false}',
 };
 
 type Row = ParamRow<unknown>;
+/** A table of request parameters, as src/api/schema.ts writes them. */
+export type ParamTable = Record<string, Row>;
+
+export interface ParamsPanelOptions {
+  /** Every group starts closed (on a phone, so that the output is near). */
+  collapsed?: boolean;
+  /** The table the controls come from; default COMPLETION_PARAMS. */
+  table?: ParamTable;
+  /** The controls' id prefix (default 'param-'): two panels on one page need different ones. */
+  idPrefix?: string;
+  /** More parameters left out (set elsewhere on the page, or not this endpoint's). */
+  omit?: string[];
+  /** Start values over the demo's own (a number field's text, a checkbox's state). */
+  start?: Record<string, string | boolean>;
+}
 
 interface Control {
-  name: CompletionParamName;
+  name: string;
   row: Row;
   /** The value to send, `undefined` for "leave it to the API's default"; throws on malformed JSON. */
   read(): unknown;
   element: HTMLInputElement | HTMLSelectElement;
 }
 
-function rows(): [CompletionParamName, Row][] {
-  return Object.entries(COMPLETION_PARAMS) as [CompletionParamName, Row][];
-}
 
 /** Numeric bounds from a row's range text ('[0, 2]', '(0, 1]', '>= 0', '> 0'), for the input's min and max. */
 function parseRange(range: string | undefined): { min?: number; max?: number } {
@@ -78,7 +95,7 @@ function allowsNegatives(range: string | undefined): boolean {
   return !lower || Number(lower[1]) < 0;
 }
 
-function kindOf(name: CompletionParamName, row: Row): 'number' | 'boolean' | 'choice' | 'text' | 'json' | 'include_usage' {
+function kindOf(name: string, row: Row): 'number' | 'boolean' | 'choice' | 'text' | 'json' | 'include_usage' {
   if (name === 'stream_options') return 'include_usage';
   if (row.type === 'integer' || row.type === 'number') return 'number';
   if (row.type === 'boolean') return 'boolean';
@@ -99,9 +116,7 @@ function el<K extends keyof HTMLElementTagNameMap>(tag: K, props: Partial<HTMLEl
   return node;
 }
 
-function createControl(name: CompletionParamName, row: Row): Control {
-  const id = `param-${name}`;
-  const start = DEMO_START[name];
+function createControl(name: string, row: Row, id: string, start: string | boolean | undefined): Control {
   switch (kindOf(name, row)) {
     case 'number': {
       const { min, max } = parseRange(row.range);
@@ -143,8 +158,11 @@ function createControl(name: CompletionParamName, row: Row): Control {
     case 'json': {
       const input = el('input', { id, type: 'text', placeholder: JSON_EXAMPLES[name] ?? 'JSON', spellcheck: false });
       input.classList.add('json');
+      // A row whose type starts with quoted words ('none', 'auto', ... or an object) takes them bare too.
+      const words = /^'/.test(row.type) ? [...row.type.matchAll(/'([^']+)'/g)].map((m) => m[1]) : [];
       const read = () => {
         if (input.value.trim() === '') return undefined;
+        if (words.includes(input.value.trim())) return input.value.trim();
         try {
           return JSON.parse(input.value);
         } catch (error) {
@@ -171,20 +189,23 @@ function controlRow(control: Control): HTMLElement {
 
 /** The panel: build it into `container`, then read the request's parameters from it. */
 export class ParamsPanel {
-  private readonly controls = new Map<CompletionParamName, Control>();
+  private readonly controls = new Map<string, Control>();
 
-  /** `collapsed`: every group starts closed (on a phone, so that the output is near). */
-  constructor(container: HTMLElement, options: { collapsed?: boolean } = {}) {
-    const groups = GROUPS.map((g) => ({ ...g, names: g.names.filter((n) => n in COMPLETION_PARAMS) }));
-    const others = rows()
-      .map(([name]) => name)
-      .filter((name) => !NOT_IN_PANEL.has(name) && !groups.some((g) => g.names.includes(name)));
+  constructor(container: HTMLElement, options: ParamsPanelOptions = {}) {
+    const table: ParamTable = options.table ?? COMPLETION_PARAMS;
+    // Rows that take only null (a parameter this runtime cannot honour) have nothing to set.
+    const unsettable = Object.keys(table).filter((name) => table[name]!.type === 'null');
+    const left = new Set([...NOT_IN_PANEL, ...unsettable, ...(options.omit ?? [])]);
+    const start = { ...DEMO_START, ...options.start };
+    const idPrefix = options.idPrefix ?? 'param-';
+    const groups = GROUPS.map((g) => ({ ...g, names: g.names.filter((n) => n in table && !left.has(n)) })).filter((g) => g.names.length > 0);
+    const others = Object.keys(table).filter((name) => !left.has(name) && !groups.some((g) => g.names.includes(name)));
     if (others.length > 0) groups.push({ title: 'Other', names: others });
     for (const group of groups) {
       const details = el('details', { open: !options.collapsed && (group.open ?? false) }, el('summary', { textContent: group.title }));
       const grid = el('div', { className: 'param-grid' });
       for (const name of group.names) {
-        const control = createControl(name, COMPLETION_PARAMS[name] as Row);
+        const control = createControl(name, table[name]!, `${idPrefix}${name}`, start[name]);
         this.controls.set(name, control);
         grid.append(controlRow(control));
       }
@@ -219,7 +240,7 @@ export class ParamsPanel {
   }
 
   /** The control of one parameter (the tint toggle fills in logprobs). */
-  control(name: CompletionParamName): HTMLInputElement | HTMLSelectElement | undefined {
+  control(name: string): HTMLInputElement | HTMLSelectElement | undefined {
     return this.controls.get(name)?.element;
   }
 }

@@ -108,9 +108,12 @@ export class ChoiceView {
   }
 }
 
+const tokenOf = (target: EventTarget | null) => (target instanceof HTMLElement ? target.closest<HTMLElement>('.tok') : null);
+
 /**
- * The popover of token alternatives, shared by every token under `root`: shown on hover,
- * keyboard focus and tap (click), hidden on leave, blur, Escape or a tap elsewhere.
+ * The popover of token alternatives, one per page, shared by every token under the roots it
+ * watches (the completion output, the chat's conversation): shown on hover, keyboard focus and
+ * tap (click), hidden on leave, blur, Escape or a tap elsewhere.
  */
 export class AlternativesPopover {
   readonly element: HTMLElement;
@@ -121,8 +124,17 @@ export class AlternativesPopover {
     this.element.setAttribute('role', 'tooltip');
     this.element.dataset.testid = 'token-popover';
     document.body.append(this.element);
+    this.watch(root);
+    document.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape') this.hide();
+    });
+    document.addEventListener('pointerdown', (e) => {
+      if (!tokenOf(e.target) && !this.element.contains(e.target as Node)) this.hide();
+    });
+  }
 
-    const tokenOf = (target: EventTarget | null) => (target instanceof HTMLElement ? target.closest<HTMLElement>('.tok') : null);
+  /** Shows the alternatives of the tokens under `root` too. */
+  watch(root: HTMLElement): void {
     root.addEventListener('pointerover', (e) => {
       const tok = tokenOf(e.target);
       if (tok) this.show(tok);
@@ -138,12 +150,6 @@ export class AlternativesPopover {
     root.addEventListener('click', (e) => {
       const tok = tokenOf(e.target);
       if (tok) this.show(tok);
-    });
-    document.addEventListener('keydown', (e) => {
-      if (e.key === 'Escape') this.hide();
-    });
-    document.addEventListener('pointerdown', (e) => {
-      if (!tokenOf(e.target) && !this.element.contains(e.target as Node)) this.hide();
     });
   }
 
