@@ -44,6 +44,7 @@ const responseView = $('response-json');
 const responseNote = $('response-note');
 const copyStatus = $('copy-status');
 const loadNote = $('load-note');
+const tokenInput = $<HTMLInputElement>('hf-token');
 
 // "Copy as openai code" gives code to paste into this page's DevTools console, where there are no
 // imports: the client class is on window, as `import OpenAI from 'openai'` gives it in an app.
@@ -117,9 +118,13 @@ let loadSeconds = 0;
 async function load(source: ModelSource, id: string | undefined, fromLocalFiles: boolean): Promise<Engine> {
   const gpu = await gpuPromise;
   const started = performance.now();
+  // The Hugging Face token goes with hub and URL loads only (local files need none); it is read
+  // from the field at each load and kept nowhere else.
+  const accessToken = fromLocalFiles ? '' : tokenInput.value.trim();
   const engine = await loadModel(source, {
     id,
     gpu,
+    ...(accessToken ? { accessToken } : {}),
     memoryBudgetBytes: memoryBudgetBytes(),
     onProgress({ loadedBytes, totalBytes, loadedTensors, totalTensors, phase }) {
       progress.max = totalBytes || 1;
