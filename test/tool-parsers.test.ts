@@ -2,8 +2,11 @@
 // content, and the streaming invariant: however the output is split into pieces, the streamed
 // content joined and the streamed calls are the whole parse's.
 import { describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
 import {
   parseToolCalls,
+  TOOL_CALL_FORMATS,
+  toolCallFormatOf,
   ToolCallStream,
   type ParsedToolCall,
   type ToolCallFormat,
@@ -200,4 +203,179 @@ describe('mistral', () => {
     [`[TOOL_CALLS]${GET.replace('"name": "get_weather"', '"name": 7')}`, `[TOOL_CALLS]${GET.replace('"name": "get_weather"', '"name": 7')}`, []],
     ['x [TOOL] [TOOL_CALLS!', 'x [TOOL] [TOOL_CALLS!', []],
   ]);
+});
+
+describe('toolCallFormatOf', () => {
+  const template = (family: string): string =>
+    JSON.parse(readFileSync(`node_modules/@lenml/tokenizer-${family}/models/tokenizer_config.json`, 'utf8')).chat_template;
+
+  it('reads the real Qwen2.5 and Llama 3.2 templates', () => {
+    expect(toolCallFormatOf(template('qwen2_5'))).toBe('hermes');
+    expect(toolCallFormatOf(template('llama3_2'))).toBe('llama3_json');
+  });
+
+  it.each([
+    ['{%- for tool_call in message.tool_calls %}{{- "\\n<tool_call>\\n" + tool_call | tojson + "\\n</tool_call>" }}{%- endfor %}', 'hermes'],
+    ['{%- if tools %}{{- "[AVAILABLE_TOOLS]" + tools | tojson + "[/AVAILABLE_TOOLS]" }}{%- endif %}', 'mistral'],
+    ['{%- if message.tool_calls %}{{- "[TOOL_CALLS]" + message.tool_calls | tojson + eos_token }}{%- endif %}', 'mistral'],
+    ['{%- if builtin_tools %}{{- "<|python_tag|>" + call.name + ".call(" }}{%- endif %}', 'llama3_json'],
+    [
+      '{{- "<|start_header_id|>ipython<|end_header_id|>\\n\\n" }}{{- \'Reply as {"name": function name, "parameters": an object}.\' }}',
+      'llama3_json',
+    ],
+    ['{%- for m in messages %}{{- "<|im_start|>" + m.role + "\\n" + m.content + "<|im_end|>\\n" }}{%- endfor %}', null],
+    ['{{- "parameters" }}', null],
+    ['', null],
+  ])('%s → %s', (source, format) => {
+    expect(toolCallFormatOf(source)).toBe(format);
+  });
+
+  it('names every format', () => {
+    expect([...TOOL_CALL_FORMATS].sort()).toEqual(['hermes', 'llama3_json', 'mistral']);
+  });
+});
+
+describe('streaming', () => {
+  it('holds back what may start a marker, and emits a hermes call at its </tool_call>', () => {
+    const parser = new ToolCallStream('hermes');
+    expect(parser.push('Let me check.\n<tool')).toEqual({ content: 'Let me check.', calls: [] });
+    expect(parser.push('_call>\n{"name": "f", "arguments": {"a": 1}}\n')).toEqual({ content: '', calls: [] });
+    expect(parser.push('</tool_call>')).toEqual({ content: '', calls: [call('f', { a: 1 })] });
+    expect(parser.push('\nAnd < more')).toEqual({ content: '\n\nAnd < more', calls: [] });
+    expect(parser.finish()).toEqual({ content: '', calls: [] });
+  });
+
+  it('lets through a < that cannot start <tool_call>', () => {
+    const parser = new ToolCallStream('hermes');
+    expect(parser.push('a <')).toEqual({ content: 'a', calls: [] });
+    expect(parser.push('b')).toEqual({ content: ' <b', calls: [] });
+  });
+
+  it('makes a hermes block cut off after whole JSON a call at finish', () => {
+    const parser = new ToolCallStream('hermes');
+    expect(parser.push('<tool_call>\n{"name": "f"}\n')).toEqual({ content: '', calls: [] });
+    expect(parser.finish()).toEqual({ content: '', calls: [call('f')] });
+  });
+
+  it('emits a llama3_json call when its braces balance, and content not starting with { at once', () => {
+    const parser = new ToolCallStream('llama3_json');
+    expect(parser.push('<|python_tag|>{"name": "f", "parameters": {"s": "}"')).toEqual({ content: '', calls: [] });
+    expect(parser.push('}}')).toEqual({ content: '', calls: [call('f', { s: '}' })] });
+    expect(parser.push('; {"name": "g"}')).toEqual({ content: '', calls: [call('g')] });
+    expect(parser.finish()).toEqual({ content: '', calls: [] });
+
+    const text = new ToolCallStream('llama3_json');
+    expect(text.push('  Hello')).toEqual({ content: '  Hello', calls: [] });
+    expect(text.push(' {"name": "f"}')).toEqual({ content: ' {"name": "f"}', calls: [] });
+  });
+
+  it('holds a llama3_json output that starts with { until it is known not to be a call', () => {
+    const parser = new ToolCallStream('llama3_json');
+    expect(parser.push('{"answer": ')).toEqual({ content: '', calls: [] });
+    expect(parser.push('42} and more')).toEqual({ content: '{"answer": 42} and more', calls: [] });
+  });
+
+  it('emits each element of a mistral array as it completes', () => {
+    const parser = new ToolCallStream('mistral');
+    expect(parser.push('Ok[TOOL_CALLS][{"name": "a"}')).toEqual({ content: 'Ok', calls: [call('a')] });
+    expect(parser.push(', {"name": "b", "arguments": {"x": [1]}}')).toEqual({ content: '', calls: [call('b', { x: [1] })] });
+    expect(parser.push(']')).toEqual({ content: '', calls: [] });
+    expect(parser.finish()).toEqual({ content: '', calls: [] });
+  });
+
+  it('refuses push() after finish(); a second finish() returns nothing', () => {
+    const parser = new ToolCallStream('hermes');
+    parser.push('<tool_');
+    expect(parser.finish()).toEqual({ content: '<tool_', calls: [] });
+    expect(parser.finish()).toEqual({ content: '', calls: [] });
+    expect(() => parser.push('x')).toThrow(/after finish/);
+  });
+});
+
+/** Pieces that random outputs are made of, per format: calls, near-calls, markers and parts of them, text, whitespace. */
+const FRAGMENTS: Record<ToolCallFormat, string[]> = {
+  hermes: [
+    `<tool_call>\n${GET}\n</tool_call>`,
+    '<tool_call>{"name": "f", "arguments": "{\\"s\\": \\"</tool_call>\\"}"}</tool_call>',
+    '<tool_call>\n{"name": "g"}',
+    '<tool_call>{"name": 1}</tool_call>',
+    '<tool_call>oops</tool_call>',
+    '<tool_call>',
+    '</tool_call>',
+    '<tool_',
+    '{"name": "f", "arguments": {}}',
+  ],
+  llama3_json: [
+    GET,
+    '{"name": "f", "parameters": {"s": "};{\\"x"}}',
+    '<|python_tag|>',
+    '<|pyth',
+    ';',
+    '; ',
+    '{"answer": 42}',
+    '{"name": "f", "param',
+    '{',
+    '}',
+  ],
+  mistral: [
+    `[TOOL_CALLS][${GET}]`,
+    `[TOOL_CALLS][${GET}, {"name": "t"}`,
+    '[TOOL_CALLS]f[ARGS]{"s": "]}[TOOL_CALLS]"}',
+    '[TOOL_CALLS]g{}',
+    '[TOOL_CALLS]',
+    '[TOOL_CA',
+    '[ARGS]',
+    'name',
+    ', {"name": "x"}]',
+    ']',
+  ],
+};
+const COMMON_FRAGMENTS = ['', ' ', '\n', ' \n\t', 'Hello', 'é 🎉', 'a < b', '"quoted \\" }', '[x]', '{"k": 1}'];
+
+function randomOutput(format: ToolCallFormat, next: () => number): string {
+  const fragments = [...FRAGMENTS[format], ...COMMON_FRAGMENTS];
+  const pick = () => fragments[Math.floor(next() * fragments.length)]!;
+  // Half start with one of the format's own pieces (a llama3_json call must come first).
+  let text = next() < 0.5 ? FRAGMENTS[format][Math.floor(next() * 3)]! : '';
+  for (let n = Math.floor(next() * 7); n > 0; n--) {
+    const fragment = pick();
+    // Now and then only part of a fragment, as a cut-off generation leaves it.
+    text += next() < 0.2 ? fragment.slice(0, Math.floor(next() * fragment.length)) : fragment;
+  }
+  return text;
+}
+
+/** Whether every character of a appears in b, in order. */
+function isSubsequence(a: string, b: string): boolean {
+  let j = 0;
+  for (const c of a) {
+    j = b.indexOf(c, j);
+    if (j < 0) return false;
+    j += c.length;
+  }
+  return true;
+}
+
+describe.each(TOOL_CALL_FORMATS)('random outputs in %s', (format) => {
+  const outputs = Array.from({ length: 300 }, (_, i) => randomOutput(format, mulberry32(1000 + i)));
+
+  it('stream to the whole parse, however they are split', () => {
+    outputs.forEach((text, i) => expectSplitInvariant(format, text, i));
+  });
+
+  it('keep their text: all of it without calls, in order with them; arguments are compact JSON objects', () => {
+    let withCalls = 0;
+    for (const text of outputs) {
+      const { content, calls } = parseToolCalls(format, text);
+      if (calls.length === 0) expect(content).toBe(text);
+      else withCalls++;
+      expect(isSubsequence(content, text), JSON.stringify(text)).toBe(true);
+      for (const { name, arguments: args } of calls) {
+        expect(name).not.toBe('');
+        expect(JSON.stringify(JSON.parse(args))).toBe(args);
+        expect(JSON.parse(args)).toBeTypeOf('object');
+      }
+    }
+    expect(withCalls).toBeGreaterThan(50);
+  });
 });
