@@ -92,6 +92,11 @@ describe('hermes', () => {
       '',
       [call('echo', { s: '}}</tool_call>{"q": \\"', u: 'héllo é ✓ 🎉' })],
     ],
+    [
+      `${block('{"name": "say", "arguments": {"text": "<tool_call>{\\"name\\": \\"x\\"}"}}')}\n${block(GET)}`,
+      '',
+      [call('say', { text: '<tool_call>{"name": "x"}' }), GOT],
+    ],
     // Arguments as a JSON string of an object; missing arguments; key order.
     [block('{"name": "f", "arguments": "{\\"x\\": 1}"}'), '', [call('f', { x: 1 })]],
     [block('{"name": "f"}'), '', [call('f')]],

@@ -97,8 +97,8 @@ interface Scan {
 /**
  * Incremental parse: push() the output's pieces as they are generated; each returns the content
  * that is safe to show now and the calls that completed. finish() returns what was held back: an
- * unfinished or invalid call becomes content (a hermes block without its `</tool_call>` is a
- * call). The pieces' content joined is parseToolCalls' content, and their calls its calls, for
+ * unfinished or invalid call becomes content (but a last hermes block whose JSON is whole is a
+ * call without its `</tool_call>`). The pieces' content joined is parseToolCalls' content, and their calls its calls, for
  * every split of the output. A call is emitted as soon as it is known to be one: at a hermes
  * `</tool_call>`, when a llama3_json or mistral object closes and parses.
  */
@@ -192,8 +192,6 @@ export class ToolCallStream {
       }
       case 'plain':
         return { content: s.length, next: 'plain' };
-      default:
-        throw new Error(`ToolCallStream: no state ${this.state} in ${this.format}`);
     }
   }
 
@@ -233,9 +231,9 @@ export class ToolCallStream {
     while (nameEnd < s.length && NAME_CHARACTER.test(s[nameEnd]!)) nameEnd++;
     if (nameEnd === s.length) return 'more';
     if (nameEnd === start) return { content: start, next: 'text' };
-    const args = literal(s, nameEnd, MISTRAL_ARGS);
-    if (args === 'more') return 'more';
-    const open = skipSpace(s, args === 'no' ? nameEnd : args);
+    const afterArgs = literal(s, nameEnd, MISTRAL_ARGS);
+    if (afterArgs === 'more') return 'more';
+    const open = skipSpace(s, afterArgs === 'no' ? nameEnd : afterArgs);
     if (open === s.length) return 'more';
     if (s[open] !== '{') return { content: open, next: 'text' };
     const object = this.json(s, open);
