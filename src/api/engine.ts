@@ -1,4 +1,4 @@
-// The object users hold: a loaded model that answers completions, in-process or through any host.
+// The object users hold: a loaded model that answers completions and chat, in-process or through any host.
 //
 // unload() may be called while other callers' requests still run on the model's GPU buffers (a
 // stream another script is reading, say), so the engine counts the requests in flight and frees
@@ -6,6 +6,7 @@
 // Hosts that take the engine as an ApiEngine (the fetch shim, the Node server) reach the model
 // through `engine.generator`, which counts each session and generation it opens the same way.
 import type { FinishReason, GenerationRequest, GenerationSession, ModelInfo, SessionRequest, TextGenerator } from '../engine/types.ts';
+import { createChatCompletion, type ChatCompletion, type ChatCompletionChunk, type ChatCompletionRequest } from './chat.ts';
 import { createCompletion, type CompletionChunk, type CompletionRequest, type CompletionResponse } from './completions.ts';
 import { ApiError, NO_RETRY } from './errors.ts';
 import { errorResponse, handleApiRequest, type ApiEngine, type ApiHandlerOptions, type ApiRequest, type ApiResponse } from './handler.ts';
@@ -72,17 +73,36 @@ export class Engine implements ApiEngine {
   complete(request: CompletionRequest & { stream?: false | null }, options?: { signal?: AbortSignal }): Promise<CompletionResponse>;
   complete(request: CompletionRequest & { stream: true }, options?: { signal?: AbortSignal }): Promise<AsyncIterable<CompletionChunk>>;
   complete(request: CompletionRequest, options?: { signal?: AbortSignal }): Promise<CompletionResponse | AsyncIterable<CompletionChunk>>;
-  async complete(request: CompletionRequest, options: { signal?: AbortSignal } = {}): Promise<CompletionResponse | AsyncIterable<CompletionChunk>> {
+  complete(request: CompletionRequest, options: { signal?: AbortSignal } = {}): Promise<CompletionResponse | AsyncIterable<CompletionChunk>> {
+    return this.run(createCompletion, request, options);
+  }
+
+  /**
+   * One chat completion, exactly as `POST /v1/chat/completions` would answer it (see complete()).
+   */
+  chat(request: ChatCompletionRequest & { stream?: false | null }, options?: { signal?: AbortSignal }): Promise<ChatCompletion>;
+  chat(request: ChatCompletionRequest & { stream: true }, options?: { signal?: AbortSignal }): Promise<AsyncIterable<ChatCompletionChunk>>;
+  chat(request: ChatCompletionRequest, options?: { signal?: AbortSignal }): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>>;
+  chat(request: ChatCompletionRequest, options: { signal?: AbortSignal } = {}): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>> {
+    return this.run(createChatCompletion, request, options);
+  }
+
+  /** Runs one request counted in flight: until it returns, or, for a stream, until the stream ends. */
+  private async run<R extends object, C>(
+    create: (generator: TextGenerator, body: unknown, options: { signal?: AbortSignal }) => Promise<R | AsyncIterable<C>>,
+    request: unknown,
+    options: { signal?: AbortSignal },
+  ): Promise<R | AsyncIterable<C>> {
     const release = this.admit();
-    let result: CompletionResponse | AsyncIterable<CompletionChunk>;
+    let result: R | AsyncIterable<C>;
     try {
       // The request as a whole is counted: its sessions use the generator directly.
-      result = await createCompletion(this.loaded, request, options);
+      result = await create(this.loaded, request, options);
     } catch (err) {
       release();
       throw err;
     }
-    if (isAsyncIterable(result)) return releaseWhenDone(result, release);
+    if (isAsyncIterable<C>(result)) return releaseWhenDone(result, release);
     release();
     return result;
   }

@@ -1,8 +1,9 @@
 // The one request handler every host uses (page fetch shim, Node HTTP server, workers): a plain
 // request in, a plain response out — no fetch Request/Response, no node:http.
 // Browser code: nothing here may import Node modules.
-import type { TextGenerator } from '../engine/types.ts';
-import { createCompletion, modelMatches, randomId, type CompletionChunk } from './completions.ts';
+import type { ModelInfo, TextGenerator } from '../engine/types.ts';
+import { createChatCompletion } from './chat.ts';
+import { createCompletion, modelMatches, randomId } from './completions.ts';
 import {
   ApiError,
   errorMessage,
@@ -15,6 +16,7 @@ import {
   serviceUnavailable,
   toApiError,
 } from './errors.ts';
+import { detokenize, tokenize } from './tokenize.ts';
 
 /**
  * What the handler needs of a loaded model: its generator (ids, aliases, context length and
@@ -105,20 +107,37 @@ export async function handleApiRequest(
  * RemoteEngine, src/worker: no `generator` in this realm), to which hosts hand each request as it is.
  */
 export interface RequestHandlingEngine {
+  /** The loaded model (routing by `model` among several engines reads it). */
+  readonly info?: ModelInfo;
   handle(request: ApiRequest, options?: ApiHandlerOptions): Promise<ApiResponse>;
 }
+
+/** One engine a host serves, or a promise of one (still loading). */
+export type HostedEngine = ApiEngine | RequestHandlingEngine | Promise<ApiEngine | RequestHandlingEngine>;
+/** What a host serves: one engine, or several, routed by each request's `model`. */
+export type ApiEngines = HostedEngine | readonly HostedEngine[];
 
 /**
  * What hosts call: an engine with its own handle() answers (an Engine counts the whole request in
  * flight, so that unload() waits for every prompt of a batch, not only the session running now;
  * a RemoteEngine answers in its realm); anything else goes through handleApiRequest. A promise
- * that rejects (a failed load) is handleApiRequest's 503.
+ * that rejects (a failed load) is handleApiRequest's 503. Several engines: see answerFromMany.
  */
-export async function answerApiRequest(
-  engine: ApiEngine | RequestHandlingEngine | Promise<ApiEngine | RequestHandlingEngine>,
-  request: ApiRequest,
-  options: ApiHandlerOptions = {},
-): Promise<ApiResponse> {
+export async function answerApiRequest(engines: ApiEngines, request: ApiRequest, options: ApiHandlerOptions = {}): Promise<ApiResponse> {
+  if (!isEngineList(engines)) return answerFromOne(engines, request, options);
+  if (engines.length === 1) return answerFromOne(engines[0]!, request, options);
+  try {
+    return await answerFromMany(engines, request, options);
+  } catch (err) {
+    return errorResponse(err);
+  }
+}
+
+function isEngineList(engines: ApiEngines): engines is readonly HostedEngine[] {
+  return Array.isArray(engines);
+}
+
+async function answerFromOne(engine: HostedEngine, request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {
   const resolved = await Promise.resolve(engine).catch(() => null);
   if (resolved && typeof (resolved as RequestHandlingEngine).handle === 'function') {
     return (resolved as RequestHandlingEngine).handle(request, options);
@@ -126,22 +145,92 @@ export async function answerApiRequest(
   return handleApiRequest(engine as ApiEngine | Promise<ApiEngine>, request, options);
 }
 
+/** The model an engine serves; null while it cannot tell (a failed load). */
+async function modelInfoOf(engine: HostedEngine): Promise<ModelInfo | null> {
+  const resolved = await Promise.resolve(engine).catch(() => null);
+  if (!resolved) return null;
+  if ('generator' in resolved && resolved.generator) return resolved.generator.info;
+  return (resolved as RequestHandlingEngine).info ?? null;
+}
+
+/**
+ * Several engines: GET /models lists every loaded model; GET /models/{id} and a POST naming a
+ * `model` go to the engine that serves it (404 model_not_found naming the served ids when none
+ * does). Anything else (a body without a model, a bad route) is answered by the first engine,
+ * which gives the error one engine would.
+ */
+async function answerFromMany(engines: readonly HostedEngine[], request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {
+  const method = request.method.toUpperCase();
+  const rest = routeOf(pathOf(request), normalizeBasePath(options.basePath ?? DEFAULT_BASE_PATH));
+  const infos = await Promise.all(engines.map(modelInfoOf));
+  const servedBy = (model: string) => engines.find((_, i) => infos[i] && modelMatches(infos[i]!, model));
+  if (rest === '/models' && (method === 'GET' || method === 'HEAD')) {
+    const answers = await Promise.all(engines.map((engine) => answerFromOne(engine, { ...request, method: 'GET' }, options)));
+    const listed = answers.filter((a) => a.status === 200 && typeof a.body === 'string');
+    if (listed.length === 0) return answers[0]!;
+    const data = listed.flatMap((a) => (JSON.parse(a.body as string) as { data: unknown[] }).data);
+    return withoutBodyForHead(method, jsonResponse(200, { object: 'list', data }));
+  }
+  if (rest?.startsWith('/models/') && (method === 'GET' || method === 'HEAD')) {
+    let id: string | null = null;
+    try {
+      id = decodeURIComponent(rest.slice('/models/'.length));
+    } catch {
+      // answered by the first engine as a bad route
+    }
+    const engine = id === null ? undefined : servedBy(id);
+    if (engine) return answerFromOne(engine, request, options);
+  } else if (method === 'POST' && request.body !== null) {
+    let model: unknown;
+    try {
+      model = (parseRequestJson(request.body) as { model?: unknown } | null)?.model;
+    } catch {
+      // not JSON: the first engine's 400 says so
+    }
+    if (typeof model === 'string') {
+      const engine = servedBy(model);
+      if (engine) return answerFromOne(engine, request, options);
+      const ids = infos.filter((info) => info !== null).map((info) => `'${info!.id}'`);
+      throw new ApiError(404, `The model '${model}' does not exist. This server serves ${ids.join(', ') || 'no loaded model'}.`, {
+        param: 'model',
+        code: 'model_not_found',
+      });
+    }
+  }
+  return answerFromOne(engines[0]!, request, options);
+}
+
 function abortedError(reason: unknown): unknown {
   return isAbortError(reason) ? reason : new DOMException(errorMessage(reason), 'AbortError');
 }
 
+/**
+ * The route of a path: under the base path (`/v1/completions` → '/completions'), or vLLM's
+ * `/tokenize` and `/detokenize` beside it (at the site root for the base '/v1'); null otherwise.
+ */
+function routeOf(path: string, base: string): string | null {
+  if (path === base || path.startsWith(base + '/')) return path.slice(base.length);
+  const parent = base.slice(0, base.lastIndexOf('/'));
+  const rest = path.slice(parent.length);
+  return path.startsWith(parent + '/') && (rest === '/tokenize' || rest === '/detokenize') ? rest : null;
+}
+
+function pathOf(request: ApiRequest): string {
+  const path = new URL(request.url, 'http://localhost').pathname;
+  return path.length > 1 ? path.replace(/\/+$/, '') : path;
+}
+
 async function route(engine: ApiEngine | Promise<ApiEngine>, request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {
   const method = request.method.toUpperCase();
-  const base = normalizeBasePath(options.basePath ?? DEFAULT_BASE_PATH);
-  let path = new URL(request.url, 'http://localhost').pathname;
-  if (path.length > 1) path = path.replace(/\/+$/, '');
-  if (path !== base && !path.startsWith(base + '/')) throw routeNotFound(method, path);
-  const rest = path.slice(base.length);
+  const path = pathOf(request);
+  const rest = routeOf(path, normalizeBasePath(options.basePath ?? DEFAULT_BASE_PATH));
+  if (rest === null) throw routeNotFound(method, path);
 
-  if (rest === '/completions') {
+  const post = POST_ROUTES[rest];
+  if (post) {
     allowOnly(method, path, 'POST');
     const generator = await resolveGenerator(engine, request.signal);
-    return completions(generator, request, options);
+    return postJson(generator, request, options, post);
   }
   if (rest === '/models') {
     allowOnly(method, path, 'GET');
@@ -163,6 +252,16 @@ async function route(engine: ApiEngine | Promise<ApiEngine>, request: ApiRequest
   throw routeNotFound(method, path);
 }
 
+/** What a POST route does with the parsed body: a JSON value, or an async iterable of stream chunks. */
+type PostRoute = (generator: TextGenerator, body: unknown, options: { signal?: AbortSignal }) => Promise<unknown> | unknown;
+
+const POST_ROUTES: Record<string, PostRoute | undefined> = {
+  '/completions': createCompletion,
+  '/chat/completions': createChatCompletion,
+  '/tokenize': tokenize,
+  '/detokenize': detokenize,
+};
+
 /** Throws 405 unless the request's method is `allowed` (HEAD goes wherever GET does, as in HTTP). */
 function allowOnly(method: string, path: string, allowed: 'GET' | 'POST'): void {
   if (method === allowed || (method === 'HEAD' && allowed === 'GET')) return;
@@ -176,8 +275,9 @@ function withoutBodyForHead(method: string, response: ApiResponse): ApiResponse 
   return { ...response, headers: { ...response.headers, 'content-length': String(length) }, body: '' };
 }
 
-function modelObject(info: TextGenerator['info']) {
-  return { id: info.id, object: 'model' as const, created: info.created, owned_by: 'webgpu-llama' };
+/** A model's entry in GET /models; `max_model_len` is the context it was loaded with (vLLM). */
+function modelObject(info: ModelInfo) {
+  return { id: info.id, object: 'model' as const, created: info.created, owned_by: 'webgpu-llama', max_model_len: info.contextLength };
 }
 
 /** Waits for the engine (503 if it failed to load), or for the abort of the request. */
@@ -203,7 +303,7 @@ function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
   });
 }
 
-async function completions(generator: TextGenerator, request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {
+async function postJson(generator: TextGenerator, request: ApiRequest, options: ApiHandlerOptions, run: PostRoute): Promise<ApiResponse> {
   let body: unknown;
   try {
     if (request.body === null || request.body.trim() === '') throw new Error('the body is empty');
@@ -215,12 +315,12 @@ async function completions(generator: TextGenerator, request: ApiRequest, option
       'invalid_json',
     );
   }
-  const result = await createCompletion(generator, body, request.signal ? { signal: request.signal } : {});
+  const result = await run(generator, body, request.signal ? { signal: request.signal } : {});
   if (!isAsyncIterable(result)) return jsonResponse(200, result);
 
   // Wait for the first chunk, so that a failure to start is a real error status, not a broken stream.
   const chunks = result[Symbol.asyncIterator]();
-  let first: IteratorResult<CompletionChunk>;
+  let first: IteratorResult<unknown>;
   try {
     first = await chunks.next();
   } catch (err) {
@@ -279,7 +379,7 @@ export function parseRequestJson(text: string): unknown {
   }
 }
 
-function isAsyncIterable(value: unknown): value is AsyncIterable<CompletionChunk> {
+function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {
   return typeof value === 'object' && value !== null && Symbol.asyncIterator in value;
 }
 
@@ -289,8 +389,8 @@ export function sseEvent(data: unknown): string {
 }
 
 async function* serverSentEvents(
-  chunks: AsyncIterator<CompletionChunk>,
-  first: IteratorResult<CompletionChunk>,
+  chunks: AsyncIterator<unknown>,
+  first: IteratorResult<unknown>,
   signal: AbortSignal | undefined,
   options: ApiHandlerOptions,
 ): AsyncGenerator<string, void, void> {

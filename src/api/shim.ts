@@ -6,6 +6,7 @@ import {
   DEFAULT_BASE_PATH,
   normalizeBasePath,
   type ApiEngine,
+  type ApiEngines,
   type ApiHandlerOptions,
   type RequestHandlingEngine,
 } from './handler.ts';
@@ -33,7 +34,9 @@ const FALLBACK_ORIGIN = 'http://localhost/';
 
 /**
  * Patches `target.fetch` (default globalThis) so that requests whose URL (a string, URL or
- * Request) is under `baseUrl` are answered by the engine: a real `Response`, with the server-sent
+ * Request) is under `baseUrl` (or is vLLM's `/tokenize` or `/detokenize` beside it) are answered
+ * by the engine — or by one of several engines, chosen by each request's `model` (GET /models
+ * lists them all): a real `Response`, with the server-sent
  * events of a stream as its `body` stream. `init.signal` / `Request.signal` abort the generation,
  * as does cancelling the body. Other requests go to the previous fetch with the same arguments.
  * Returns a function that uninstalls the shim: from then on it passes every request on, so that
@@ -42,10 +45,10 @@ const FALLBACK_ORIGIN = 'http://localhost/';
  * when it is still this shim. A rejected engine promise is answered with 503 by every request
  * (and is not an unhandled rejection).
  */
-export function installFetchShim(engine: ShimEngine | Promise<ShimEngine>, options: FetchShimOptions = {}): () => void {
+export function installFetchShim(engine: ApiEngines, options: FetchShimOptions = {}): () => void {
   const target = options.target ?? globalThis;
   const previous = target.fetch;
-  Promise.resolve(engine).catch(() => {}); // a load failure is answered per request with 503
+  for (const one of Array.isArray(engine) ? engine : [engine]) Promise.resolve(one).catch(() => {}); // a load failure is answered per request with 503
   const base = new URL(options.baseUrl ?? DEFAULT_BASE_PATH, baseUrlOf(target));
   const basePath = normalizeBasePath(base.pathname);
   let installed = true;
@@ -92,9 +95,12 @@ function isRequest(input: unknown): input is Request {
   );
 }
 
+/** Under the base path, or vLLM's /tokenize and /detokenize beside it (the site root's for '/v1'). */
 function isUnder(url: URL, origin: string, basePath: string): boolean {
   if (url.origin !== origin) return false;
-  return url.pathname === basePath || url.pathname.startsWith(basePath + '/');
+  if (url.pathname === basePath || url.pathname.startsWith(basePath + '/')) return true;
+  const parent = basePath.slice(0, basePath.lastIndexOf('/'));
+  return url.pathname === `${parent}/tokenize` || url.pathname === `${parent}/detokenize`;
 }
 
 function abortError(signal: AbortSignal): unknown {
@@ -102,7 +108,7 @@ function abortError(signal: AbortSignal): unknown {
 }
 
 async function answer(
-  engine: ShimEngine | Promise<ShimEngine>,
+  engine: ApiEngines,
   url: URL,
   basePath: string,
   input: RequestInfo | URL,

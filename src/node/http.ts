@@ -2,7 +2,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { payloadTooLarge, type ApiError } from '../api/errors.ts';
-import { answerApiRequest, DEFAULT_BASE_PATH, errorResponse, type ApiEngine, type ApiResponse } from '../api/handler.ts';
+import { answerApiRequest, DEFAULT_BASE_PATH, errorResponse, type ApiEngines, type ApiResponse } from '../api/handler.ts';
 
 /** Request bodies above this are answered with 413. */
 export const DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024;
@@ -30,18 +30,19 @@ export interface RunningServer {
 class BodyTooLarge extends Error {}
 
 /**
- * Serves the API over HTTP. Every request goes through answerApiRequest; a request whose
+ * Serves the API over HTTP: one engine, or several routed by each request's `model` (GET
+ * /v1/models lists them all). Every request goes through answerApiRequest; a request whose
  * connection closes before its response is done has its generation aborted. Bodies over
  * `maxBodyBytes` get 413. CORS is open (any origin; preflights answered, Private Network Access
  * included) so that a page on another origin can call it. Resolves once listening.
  */
-export function startServer(engine: ApiEngine | Promise<ApiEngine>, options: ServerOptions = {}): Promise<RunningServer> {
+export function startServer(engine: ApiEngines, options: ServerOptions = {}): Promise<RunningServer> {
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? 8080;
   const basePath = options.basePath ?? DEFAULT_BASE_PATH;
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   const log = options.log ?? ((message: string) => console.error(message));
-  Promise.resolve(engine).catch(() => {}); // a load failure is answered per request with 503
+  for (const one of Array.isArray(engine) ? engine : [engine]) Promise.resolve(one).catch(() => {}); // a load failure is answered per request with 503
   const onError = (error: ApiError) => log(`webgpu-llama: ${error.status} ${error.message}`);
 
   const server = createServer((req, res) => {

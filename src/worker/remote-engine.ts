@@ -1,10 +1,11 @@
 // The page's handle on an engine that runs in another realm (a dedicated Web Worker, or the
-// service worker): the same surface as Engine — `info`, `complete()`, `handle()`, `unload()` —
+// service worker): the same surface as Engine — `info`, `complete()`, `chat()`, `handle()`, `unload()` —
 // over a transport that carries one HTTP-shaped request and brings its response back.
 // installFetchShim accepts it (it has `handle` and no generator). complete() is handle() on
 // POST /v1/completions, read back into objects, so every placement validates, streams and fails
 // exactly as the handler does.
 // Browser code: nothing here may import Node modules.
+import type { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest } from '../api/chat.ts';
 import type { CompletionChunk, CompletionRequest, CompletionResponse } from '../api/completions.ts';
 import { ApiError, type ApiErrorBody } from '../api/errors.ts';
 import { modelUnloaded } from '../api/engine.ts';
@@ -40,20 +41,35 @@ export class RemoteEngine implements RequestHandlingEngine {
   complete(request: CompletionRequest & { stream?: false | null }, options?: { signal?: AbortSignal }): Promise<CompletionResponse>;
   complete(request: CompletionRequest & { stream: true }, options?: { signal?: AbortSignal }): Promise<AsyncIterable<CompletionChunk>>;
   complete(request: CompletionRequest, options?: { signal?: AbortSignal }): Promise<CompletionResponse | AsyncIterable<CompletionChunk>>;
-  async complete(request: CompletionRequest, options: { signal?: AbortSignal } = {}): Promise<CompletionResponse | AsyncIterable<CompletionChunk>> {
-    const response = await this.handle({
-      method: 'POST',
-      url: `${DEFAULT_BASE_PATH}/completions`,
-      body: JSON.stringify(request),
-      ...(options.signal ? { signal: options.signal } : {}),
-    });
-    if (typeof response.body !== 'string') return chunksOf(response.body, options.signal);
-    if (response.status !== 200) throw errorOf(response.status, response.body, response.headers);
-    return JSON.parse(response.body) as CompletionResponse;
+  complete(request: CompletionRequest, options: { signal?: AbortSignal } = {}): Promise<CompletionResponse | AsyncIterable<CompletionChunk>> {
+    return this.post('/completions', request, options.signal);
   }
 
   /**
-   * Answers an HTTP-shaped request (`/v1/completions`, `/v1/models`) as every host does.
+   * One chat completion, exactly as `POST /v1/chat/completions` would answer it (see complete()).
+   */
+  chat(request: ChatCompletionRequest & { stream?: false | null }, options?: { signal?: AbortSignal }): Promise<ChatCompletion>;
+  chat(request: ChatCompletionRequest & { stream: true }, options?: { signal?: AbortSignal }): Promise<AsyncIterable<ChatCompletionChunk>>;
+  chat(request: ChatCompletionRequest, options?: { signal?: AbortSignal }): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>>;
+  chat(request: ChatCompletionRequest, options: { signal?: AbortSignal } = {}): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>> {
+    return this.post('/chat/completions', request, options.signal);
+  }
+
+  /** POSTs a request to a route, read back as the response object, or the chunks of a stream. */
+  private async post<T, C>(route: string, request: unknown, signal: AbortSignal | undefined): Promise<T | AsyncIterable<C>> {
+    const response = await this.handle({
+      method: 'POST',
+      url: `${DEFAULT_BASE_PATH}${route}`,
+      body: JSON.stringify(request),
+      ...(signal ? { signal } : {}),
+    });
+    if (typeof response.body !== 'string') return chunksOf<C>(response.body, signal);
+    if (response.status !== 200) throw errorOf(response.status, response.body, response.headers);
+    return JSON.parse(response.body) as T;
+  }
+
+  /**
+   * Answers an HTTP-shaped request (`/v1/completions`, `/v1/chat/completions`, `/v1/models`, ...) as every host does.
    * `onError` is told about every 5xx the engine answers, a stream's error events included (the
    * handler that made them runs in the other realm, where nobody listens).
    */
@@ -135,17 +151,17 @@ async function* reportingErrors(events: AsyncIterable<string>, onError: (error: 
  * implies. A stream that ends before its [DONE] throws too: the abort's reason when `signal`
  * ended it (as Engine.complete's stream does), else an error saying so.
  */
-async function* chunksOf(events: AsyncIterable<string>, signal: AbortSignal | undefined): AsyncGenerator<CompletionChunk, void, void> {
+async function* chunksOf<C>(events: AsyncIterable<string>, signal: AbortSignal | undefined): AsyncGenerator<C, void, void> {
   for await (const event of events) {
     for (const line of event.split('\n')) {
       if (!line.startsWith('data: ')) continue;
       const data = line.slice('data: '.length);
       if (data === '[DONE]') return;
-      const value = JSON.parse(data) as CompletionChunk | ApiErrorBody;
-      if ('error' in value) throw errorOf(streamErrorStatus(value.error), JSON.stringify(value));
-      yield value;
+      const value = JSON.parse(data) as C | ApiErrorBody;
+      if (typeof value === 'object' && value !== null && 'error' in value) throw errorOf(streamErrorStatus(value.error), JSON.stringify(value));
+      yield value as C;
     }
   }
   if (signal?.aborted) throw signal.reason;
-  throw new Error('the completion stream ended before its [DONE] event');
+  throw new Error('the stream ended before its [DONE] event');
 }

@@ -1,0 +1,324 @@
+// POST /v1/chat/completions without the HTTP: a parsed JSON body in, an OpenAI chat completion (or
+// an async iterable of chat.completion.chunk objects) out. The messages become a prompt through the
+// model's chat template (chat-prompt.ts); from there the request runs exactly as a completion
+// does (the same planning, sampling settings and runPrompt), and each choice's text is split into
+// content and tool calls (tool-parsers.ts) in the model's own tool-call format.
+// Browser code: nothing here may import Node modules.
+import type { FinishReason, TextGenerator } from '../engine/types.ts';
+import type { TextTokenizer } from '../tokenizer/types.ts';
+import { validateChatRequest, type ChatParams } from './chat-schema.ts';
+import { renderChatPrompt, toolCallFormatFor, type ChatPromptInput } from './chat-prompt.ts';
+import {
+  checkPromptVocabulary,
+  choiceSettings,
+  modelMatches,
+  planPrompt,
+  randomId,
+  type CompletionUsage,
+} from './completions.ts';
+import { invalidRequest, modelNotFound } from './errors.ts';
+import type { LogprobEntry } from './logprobs.ts';
+import type { ServiceTier } from './schema.ts';
+import { runPrompt, type ChoiceSettings, type PromptPlan } from './stream.ts';
+import { parseToolCalls, ToolCallStream, type ParsedToolCall, type ToolCallFormat, type ToolParse } from './tool-parsers.ts';
+
+export type { ChatCompletionRequest, ChatMessage, ChatContentPart, ChatExtensions, ChatParams } from './chat-schema.ts';
+
+export type ChatFinishReason = FinishReason | 'tool_calls';
+
+export interface ChatTopLogprob {
+  token: string;
+  logprob: number;
+  /** The token's text as UTF-8 bytes. */
+  bytes: number[] | null;
+}
+
+/** One generated token's logprob: its text as it joins `content`, and the most likely alternatives. */
+export interface ChatTokenLogprob extends ChatTopLogprob {
+  top_logprobs: ChatTopLogprob[];
+}
+
+export interface ChatLogprobs {
+  content: ChatTokenLogprob[] | null;
+  refusal: null;
+}
+
+export interface ChatToolCall {
+  /** 'call_…' */
+  id: string;
+  type: 'function';
+  /** `arguments`: the JSON text of the arguments object. */
+  function: { name: string; arguments: string };
+}
+
+export interface ChatCompletionMessage {
+  role: 'assistant';
+  /** null when the reply is only tool calls. */
+  content: string | null;
+  refusal: null;
+  tool_calls?: ChatToolCall[];
+}
+
+export interface ChatCompletionChoice {
+  index: number;
+  message: ChatCompletionMessage;
+  logprobs: ChatLogprobs | null;
+  /** 'tool_calls' when the reply holds tool calls. */
+  finish_reason: ChatFinishReason;
+}
+
+export interface ChatCompletion {
+  /** 'chatcmpl-…' */
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  service_tier: ServiceTier;
+  system_fingerprint: string;
+  choices: ChatCompletionChoice[];
+  usage: CompletionUsage;
+}
+
+/** A piece of a tool call: the first of a call has id, type and name; the others add to arguments. */
+export interface ChatToolCallDelta {
+  index: number;
+  id?: string;
+  type?: 'function';
+  function: { name?: string; arguments: string };
+}
+
+export interface ChatDelta {
+  role?: 'assistant';
+  content?: string;
+  tool_calls?: ChatToolCallDelta[];
+}
+
+export interface ChatChunkChoice {
+  index: number;
+  delta: ChatDelta;
+  logprobs: ChatLogprobs | null;
+  finish_reason: ChatFinishReason | null;
+}
+
+/**
+ * One streamed chunk. Per choice: a first chunk with the role, content and tool-call deltas, a last
+ * one with finish_reason (choices come one after another); with stream_options.include_usage,
+ * every chunk has `usage: null` and one more follows with `choices: []` and the usage.
+ */
+export interface ChatCompletionChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  service_tier: ServiceTier;
+  system_fingerprint: string;
+  choices: ChatChunkChoice[];
+  usage?: CompletionUsage | null;
+}
+
+/** Where a tool-call format's marker token is special, special tokens must stay in the text for the parser to see it. */
+const FORMAT_MARKERS: Record<ToolCallFormat, string> = { hermes: '<tool_call>', llama3_json: '<|python_tag|>', mistral: '[TOOL_CALLS]' };
+
+function markerIsSpecial(tokenizer: TextTokenizer, format: ToolCallFormat): boolean {
+  const ids = tokenizer.encode(FORMAT_MARKERS[format], { addBos: false });
+  return ids.length === 1 && tokenizer.isSpecial(ids[0]!);
+}
+
+/** The same configuration gives the same fingerprint: the model and how it is stored. */
+function systemFingerprint(info: TextGenerator['info']): string {
+  const key = [info.id, info.format, info.contextLength, info.storage?.weightStorage ?? '', info.storage?.kvCacheDType ?? ''].join('|');
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 0x01000193) >>> 0;
+  return `fp_${hash.toString(16).padStart(8, '0')}`;
+}
+
+/** What a validated request runs with. */
+interface ChatPlan {
+  prompt: PromptPlan;
+  settings: ChoiceSettings;
+  n: number;
+  /** The tool-call format the output is parsed with; null: no tools, the text is all content. */
+  format: ToolCallFormat | null;
+  parallelToolCalls: boolean;
+  /** Content put before each choice's (echo of the continued assistant message). */
+  echo: string;
+}
+
+/** The template's input from a request: tool_choice 'none' leaves the tools out of the prompt (as vLLM). */
+export function chatPromptInput(params: Pick<ChatParams, 'messages' | 'tools' | 'tool_choice' | 'chat_template' | 'chat_template_kwargs' | 'add_generation_prompt' | 'continue_final_message' | 'add_special_tokens'>): ChatPromptInput {
+  return {
+    messages: params.messages,
+    tools: params.tool_choice === 'none' ? null : params.tools,
+    chatTemplate: params.chat_template,
+    templateKwargs: params.chat_template_kwargs,
+    addGenerationPrompt: params.add_generation_prompt,
+    continueFinalMessage: params.continue_final_message,
+    addSpecialTokens: params.add_special_tokens,
+  };
+}
+
+async function planChat(generator: TextGenerator, params: ChatParams): Promise<ChatPlan> {
+  const input = chatPromptInput(params);
+  const rendered = await renderChatPrompt(generator, input);
+  if (rendered.tokens.length === 0) throw invalidRequest("The messages rendered to an empty prompt: the chat template wrote nothing.", 'messages', 'invalid_value');
+  checkPromptVocabulary(generator, rendered.tokens, 'messages', 'token id (from the rendered messages)');
+  const limitParam = params.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+  const prompt = planPrompt(generator, rendered.tokens, rendered.text, params.max_completion_tokens ?? params.max_tokens, {
+    size: (n) => `your messages resulted in ${n} tokens`,
+    within: 'in the messages',
+    promptParam: 'messages',
+    maxTokensParam: limitParam,
+  });
+  const format = input.tools !== null && input.tools.length > 0 ? toolCallFormatFor(generator, rendered.template) : null;
+  const settings = choiceSettings(generator, params, {
+    sequences: params.n,
+    logprobs: params.logprobs ? (params.top_logprobs ?? 0) : null,
+    echo: false,
+  });
+  if (format !== null && markerIsSpecial(generator.tokenizer, format)) settings.skipSpecialTokens = false;
+  const last = params.messages.at(-1);
+  return {
+    prompt,
+    settings,
+    n: params.n,
+    format,
+    parallelToolCalls: params.parallel_tool_calls,
+    echo: params.echo && last?.role === 'assistant' ? (last.content ?? '') : '',
+  };
+}
+
+const encoder = new TextEncoder();
+
+function chatLogprob(entry: LogprobEntry): ChatTokenLogprob {
+  return {
+    token: entry.token,
+    logprob: entry.logprob ?? 0,
+    bytes: [...encoder.encode(entry.token)],
+    top_logprobs: (entry.alternatives ?? []).map((alt) => ({ token: alt.token, logprob: alt.logprob, bytes: [...encoder.encode(alt.token)] })),
+  };
+}
+
+function toolCall(call: ParsedToolCall): ChatToolCall {
+  return { id: randomId('call_', 24), type: 'function', function: { name: call.name, arguments: call.arguments } };
+}
+
+/**
+ * Creates a chat completion. `body` is the parsed JSON request body. Validation, the model check,
+ * rendering and tokenization happen before this resolves, so their errors (ApiError: 400, 404)
+ * reject it; generation errors reject it too (non-stream) or are thrown by the iterable (stream).
+ * With `stream: true` it resolves to an async iterable of chunks whose generation starts on the
+ * first next(); ending the iteration early ends the generation. `signal` aborts it at the next token.
+ */
+export async function createChatCompletion(
+  generator: TextGenerator,
+  body: unknown,
+  options: { signal?: AbortSignal } = {},
+): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>> {
+  const params = validateChatRequest(body);
+  const info = generator.info;
+  if (!modelMatches(info, params.model)) throw modelNotFound(params.model);
+  const plan = await planChat(generator, params);
+  const meta = {
+    id: randomId('chatcmpl-', 24),
+    created: Math.floor(Date.now() / 1000),
+    model: info.id,
+    service_tier: (params.service_tier === 'auto' ? 'default' : params.service_tier) as ServiceTier,
+    system_fingerprint: systemFingerprint(info),
+  };
+  const usage = (completionTokens: number): CompletionUsage => ({
+    prompt_tokens: plan.prompt.tokens.length,
+    completion_tokens: completionTokens,
+    total_tokens: plan.prompt.tokens.length + completionTokens,
+  });
+  if (params.stream) {
+    return streamChat(generator, plan, { ...meta, object: 'chat.completion.chunk' }, usage, params.stream_options?.include_usage ?? false, options.signal);
+  }
+
+  options.signal?.throwIfAborted();
+  const texts = Array.from({ length: plan.n }, () => ({ text: plan.echo, entries: [] as LogprobEntry[], finish: 'length' as FinishReason, tokens: 0 }));
+  for await (const piece of runPrompt(generator, plan.prompt, plan.settings, options.signal)) {
+    const choice = texts[piece.sequence]!;
+    choice.text += piece.text;
+    choice.entries.push(...piece.entries);
+    if (piece.end) [choice.finish, choice.tokens] = [piece.end.finishReason, piece.end.completionTokens];
+  }
+  const choices = texts.map((c, index): ChatCompletionChoice => {
+    const parsed = plan.format === null ? { content: c.text, calls: [] } : keepCalls(parseToolCalls(plan.format, c.text), plan.parallelToolCalls);
+    const message: ChatCompletionMessage = { role: 'assistant', content: parsed.content, refusal: null };
+    if (parsed.calls.length > 0) {
+      message.tool_calls = parsed.calls.map(toolCall);
+      if (parsed.content === '') message.content = null;
+    }
+    return {
+      index,
+      message,
+      logprobs: plan.settings.logprobs === null ? null : { content: c.entries.map(chatLogprob), refusal: null },
+      finish_reason: parsed.calls.length > 0 ? 'tool_calls' : c.finish,
+    };
+  });
+  const completionTokens = texts.reduce((sum, c) => sum + c.tokens, 0);
+  return { ...meta, object: 'chat.completion', choices, usage: usage(completionTokens) };
+}
+
+/** parallel_tool_calls false: the first call only. */
+function keepCalls(parse: ToolParse, parallel: boolean): ToolParse {
+  return parallel || parse.calls.length <= 1 ? parse : { content: parse.content, calls: parse.calls.slice(0, 1) };
+}
+
+type ChunkMeta = Omit<ChatCompletionChunk, 'choices' | 'usage'>;
+
+/** One choice's stream state: its parser, the calls sent so far, and logprobs not yet sent. */
+interface StreamedChoice {
+  parser: ToolCallStream | null;
+  calls: number;
+  entries: LogprobEntry[];
+}
+
+async function* streamChat(
+  generator: TextGenerator,
+  plan: ChatPlan,
+  meta: ChunkMeta,
+  usage: (completionTokens: number) => CompletionUsage,
+  includeUsage: boolean,
+  signal: AbortSignal | undefined,
+): AsyncGenerator<ChatCompletionChunk, void, void> {
+  const withLogprobs = plan.settings.logprobs !== null;
+  const chunk = (index: number, delta: ChatDelta, state: StreamedChoice | null, finish: ChatFinishReason | null = null): ChatCompletionChunk => {
+    const entries = state ? state.entries.splice(0) : [];
+    return {
+      ...meta,
+      choices: [{ index, delta, logprobs: withLogprobs && entries.length > 0 ? { content: entries.map(chatLogprob), refusal: null } : null, finish_reason: finish }],
+      ...(includeUsage ? { usage: null } : {}),
+    };
+  };
+  const states = new Map<number, StreamedChoice>();
+  let completionTokens = 0;
+  for await (const piece of runPrompt(generator, plan.prompt, plan.settings, signal)) {
+    const index = piece.sequence;
+    let state = states.get(index);
+    if (!state) {
+      state = { parser: plan.format === null ? null : new ToolCallStream(plan.format), calls: 0, entries: [] };
+      states.set(index, state);
+      yield chunk(index, { role: 'assistant', content: '' }, null);
+      if (plan.echo) yield chunk(index, { content: plan.echo }, null);
+    }
+    state.entries.push(...piece.entries);
+    const outs = [state.parser ? state.parser.push(piece.text) : { content: piece.text, calls: [] }];
+    if (piece.end && state.parser) outs.push(state.parser.finish());
+    for (const out of outs) {
+      if (out.content) yield chunk(index, { content: out.content }, state);
+      for (const call of out.calls) {
+        if (!plan.parallelToolCalls && state.calls > 0) continue;
+        const { id, type, function: fn } = toolCall(call);
+        yield chunk(index, { tool_calls: [{ index: state.calls, id, type, function: { name: fn.name, arguments: '' } }] }, null);
+        yield chunk(index, { tool_calls: [{ index: state.calls, function: { arguments: fn.arguments } }] }, state);
+        state.calls++;
+      }
+    }
+    if (piece.end) {
+      completionTokens += piece.end.completionTokens;
+      yield chunk(index, {}, state, state.calls > 0 ? 'tool_calls' : piece.end.finishReason);
+    }
+  }
+  if (includeUsage) yield { ...meta, choices: [], usage: usage(completionTokens) };
+}
