@@ -14,4 +14,15 @@ export interface TextTokenizer {
   decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string;
   /** Whether an id is a special/control token (BOS, EOS, ...). */
   isSpecial(id: number): boolean;
+  /**
+   * The model's chat templates by name ('default', 'tool_use', ...; see pickChatTemplate in
+   * chat-template.ts); absent or empty when the model has none.
+   */
+  readonly chatTemplates?: Readonly<Record<string, string>>;
+  /**
+   * transformers' special_tokens_map, the variables a chat template sees besides the conversation:
+   * bos_token, eos_token, unk_token, pad_token, ... as their text (those the model sets), and
+   * additional_special_tokens (a list) when the config has it.
+   */
+  readonly templateVariables?: Readonly<Record<string, unknown>>;
 }
