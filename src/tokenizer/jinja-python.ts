@@ -1,0 +1,355 @@
+// Python's way of turning values into text, for chat templates. Templates are written for Python
+// Jinja2 (transformers' apply_chat_template), where `{{ x }}` is str(x), a list prints as its repr,
+// tojson is json.dumps and strip() trims Python's whitespace; @huggingface/jinja prints values the
+// JavaScript way (`true`, JSON lists, `1e-5` as `0.00001`). chat-template.ts uses these functions
+// where the two differ, so a prompt renders to the bytes transformers produces.
+//
+// Values are @huggingface/jinja runtime values, read by their `type` name only.
+
+/** A @huggingface/jinja runtime value (IntegerValue, StringValue, ObjectValue, ...). */
+export interface JinjaValue {
+  type: string;
+  value: any; // each type holds its own kind of value
+  /** A list that Python holds as a tuple (dict items: an ArrayValue, so that `for k, v in` unpacks it). */
+  pyTuple?: boolean;
+}
+
+/** Python's str.isspace() characters: JavaScript's \s without U+FEFF, plus U+001C..U+001F and U+0085. */
+const PY_SPACE = '\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000';
+
+export function isPySpace(ch: string): boolean {
+  return PY_SPACE.includes(ch);
+}
+
+/** str.strip / lstrip / rstrip: `chars` null or undefined strips whitespace. */
+export function pyStrip(s: string, chars?: string | null, side: 'both' | 'left' | 'right' = 'both'): string {
+  const cps = Array.from(s);
+  const strip = chars == null ? isPySpace : (ch: string) => chars.includes(ch);
+  let start = 0;
+  let end = cps.length;
+  if (side !== 'right') while (start < end && strip(cps[start])) start++;
+  if (side !== 'left') while (end > start && strip(cps[end - 1])) end--;
+  return cps.slice(start, end).join('');
+}
+
+/** str.split(sep=None, maxsplit=-1). */
+export function pySplit(s: string, sep: string | null, maxsplit: number): string[] {
+  if (sep !== null) {
+    if (sep === '') throw new Error('empty separator');
+    const parts = s.split(sep);
+    return maxsplit >= 0 && parts.length > maxsplit + 1 ? [...parts.slice(0, maxsplit), parts.slice(maxsplit).join(sep)] : parts;
+  }
+  const cps = Array.from(s);
+  const out: string[] = [];
+  let i = 0;
+  for (;;) {
+    while (i < cps.length && isPySpace(cps[i])) i++;
+    if (i >= cps.length) return out;
+    if (maxsplit >= 0 && out.length === maxsplit) {
+      out.push(cps.slice(i).join(''));
+      return out;
+    }
+    const start = i;
+    while (i < cps.length && !isPySpace(cps[i])) i++;
+    out.push(cps.slice(start, i).join(''));
+  }
+}
+
+/** str.capitalize(): the first character upper case, the rest lower case. */
+export function pyCapitalize(s: string): string {
+  const [first = '', ...rest] = Array.from(s);
+  return first.toUpperCase() + rest.join('').toLowerCase();
+}
+
+/** str.title(): a cased letter after an uncased character upper case, other cased letters lower case. */
+export function pyTitle(s: string): string {
+  let out = '';
+  let previousCased = false;
+  for (const ch of s) {
+    const cased = /[\p{Lu}\p{Ll}\p{Lt}]/u.test(ch);
+    out += cased ? (previousCased ? ch.toLowerCase() : ch.toUpperCase()) : ch;
+    previousCased = cased;
+  }
+  return out;
+}
+
+/** Jinja2's `title` filter: words split at runs of -, whitespace and opening brackets. */
+export function jinjaTitleFilter(s: string): string {
+  return s
+    .split(/([-\s({[<]+)/u)
+    .filter((item) => item !== '')
+    .map((item) => {
+      const [first, ...rest] = Array.from(item);
+      return first.toUpperCase() + rest.join('').toLowerCase();
+    })
+    .join('');
+}
+
+/** Length in code points, as Python's len(str). */
+export function pyLength(s: string): number {
+  return [...s].length;
+}
+
+/** repr(float): the shortest digits that read back, exponent form below 1e-4 and from 1e16. */
+export function pyFloatRepr(x: number): string {
+  if (Number.isNaN(x)) return 'nan';
+  if (!Number.isFinite(x)) return x > 0 ? 'inf' : '-inf';
+  if (x === 0) return Object.is(x, -0) ? '-0.0' : '0.0';
+  const sign = x < 0 ? '-' : '';
+  const [mantissa, expText] = Math.abs(x).toExponential().split('e');
+  const digits = mantissa.replace('.', '');
+  const exp = Number(expText);
+  if (exp < -4 || exp >= 16) {
+    const m = digits.length > 1 ? `${digits[0]}.${digits.slice(1)}` : digits;
+    return `${sign}${m}e${exp < 0 ? '-' : '+'}${String(Math.abs(exp)).padStart(2, '0')}`;
+  }
+  if (exp < 0) return `${sign}0.${'0'.repeat(-exp - 1)}${digits}`;
+  return `${sign}${digits.slice(0, exp + 1).padEnd(exp + 1, '0')}.${digits.slice(exp + 1) || '0'}`;
+}
+
+/** str(int). Integers past 2^53 print the double's exact value (JSON numbers arrive as doubles). */
+export function pyIntStr(n: number): string {
+  if (Number.isSafeInteger(n)) return String(n);
+  return Number.isFinite(n) && Number.isInteger(n) ? BigInt(n).toString() : pyFloatRepr(n);
+}
+
+const NOT_PRINTABLE = /^[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}]$/u;
+
+/** repr(str): single quotes unless the text has ' and no ", escapes for what str.isprintable() rejects. */
+export function pyStringRepr(s: string): string {
+  const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
+  let out = quote;
+  for (const ch of s) {
+    if (ch === quote || ch === '\\') out += `\\${ch}`;
+    else if (ch === '\n') out += '\\n';
+    else if (ch === '\r') out += '\\r';
+    else if (ch === '\t') out += '\\t';
+    else if (ch !== ' ' && NOT_PRINTABLE.test(ch)) {
+      const cp = ch.codePointAt(0)!;
+      out += cp < 0x100 ? `\\x${hex(cp, 2)}` : cp < 0x10000 ? `\\u${hex(cp, 4)}` : `\\U${hex(cp, 8)}`;
+    } else out += ch;
+  }
+  return out + quote;
+}
+
+function hex(n: number, width: number): string {
+  return n.toString(16).padStart(width, '0');
+}
+
+function entries(v: JinjaValue): [string, JinjaValue][] {
+  return [...(v.value as Map<string, JinjaValue>).entries()];
+}
+
+function isMapping(v: JinjaValue): boolean {
+  return v.type === 'ObjectValue' || v.type === 'KeywordArgumentsValue';
+}
+
+/** repr(x) of a template value. */
+export function pyRepr(v: JinjaValue): string {
+  switch (v.type) {
+    case 'StringValue':
+      return pyStringRepr(v.value);
+    case 'NullValue':
+      return 'None';
+    case 'UndefinedValue':
+      return 'Undefined';
+    case 'BooleanValue':
+      return v.value ? 'True' : 'False';
+    case 'IntegerValue':
+      return pyIntStr(v.value);
+    case 'FloatValue':
+      return pyFloatRepr(v.value);
+    case 'ArrayValue':
+    case 'TupleValue': {
+      const items = (v.value as JinjaValue[]).map(pyRepr);
+      if (v.type === 'ArrayValue' && !v.pyTuple) return `[${items.join(', ')}]`;
+      return `(${items.join(', ')}${items.length === 1 ? ',' : ''})`;
+    }
+    case 'NamespaceValue':
+      return `<Namespace {${entries(v).map(([k, x]) => `${pyStringRepr(k)}: ${pyRepr(x)}`).join(', ')}}>`;
+    default:
+      if (isMapping(v)) return `{${entries(v).map(([k, x]) => `${pyStringRepr(k)}: ${pyRepr(x)}`).join(', ')}}`;
+      return `<${v.type}>`;
+  }
+}
+
+/** str(x) as Jinja2 prints it: strings as they are, undefined as nothing, the rest as repr. */
+export function pyStr(v: JinjaValue): string {
+  if (v.type === 'StringValue') return v.value;
+  if (v.type === 'UndefinedValue') return '';
+  return pyRepr(v);
+}
+
+/** Python's truth value of a template value. */
+export function pyTruthy(v: JinjaValue): boolean {
+  switch (v.type) {
+    case 'NullValue':
+    case 'UndefinedValue':
+      return false;
+    case 'ArrayValue':
+    case 'TupleValue':
+      return v.value.length > 0;
+    case 'ObjectValue':
+    case 'KeywordArgumentsValue':
+      return v.value.size > 0;
+    case 'NamespaceValue':
+    case 'FunctionValue':
+      return true;
+    default:
+      return Boolean(v.value);
+  }
+}
+
+function isNumberLike(v: JinjaValue): boolean {
+  return v.type === 'IntegerValue' || v.type === 'FloatValue' || v.type === 'BooleanValue';
+}
+
+/** Python's ==: numbers (and bools) by value, lists and dicts by contents, a list never equal to a tuple. */
+export function pyEquals(a: JinjaValue, b: JinjaValue): boolean {
+  if (isNumberLike(a) && isNumberLike(b)) return Number(a.value) === Number(b.value);
+  if (isMapping(a) && isMapping(b)) {
+    const x = a.value as Map<string, JinjaValue>;
+    const y = b.value as Map<string, JinjaValue>;
+    if (x.size !== y.size) return false;
+    for (const [k, v] of x) if (!y.has(k) || !pyEquals(v, y.get(k)!)) return false;
+    return true;
+  }
+  if (a.type !== b.type) return false;
+  if (a.type === 'ArrayValue' || a.type === 'TupleValue') {
+    const x = a.value as JinjaValue[];
+    const y = b.value as JinjaValue[];
+    return x.length === y.length && x.every((v, i) => pyEquals(v, y[i]));
+  }
+  if (a.type === 'NullValue' || a.type === 'UndefinedValue') return true;
+  return a.value === b.value;
+}
+
+export interface JsonDumpsOptions {
+  ensureAscii?: boolean;
+  /** null: one line; otherwise each level indented by this text (json.dumps indent=N is N spaces). */
+  indent?: string | null;
+  /** [item separator, key separator]; default [', ', ': '], or [',', ': '] with an indent. */
+  separators?: [string, string] | null;
+  sortKeys?: boolean;
+}
+
+/** Code point order (Python's string comparison), where JavaScript compares UTF-16 units. */
+function compareCodePoints(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x !== y) {
+      const fix = (c: number) => (c >= 0xd800 && c <= 0xdfff ? c + 0x2000 : c >= 0xe000 ? c - 0x800 : c);
+      return fix(x) - fix(y);
+    }
+  }
+  return a.length - b.length;
+}
+
+const JSON_ESCAPES: Record<string, string> = { '"': '\\"', '\\': '\\\\', '\n': '\\n', '\r': '\\r', '\t': '\\t', '\b': '\\b', '\f': '\\f' };
+
+function jsonString(s: string, ensureAscii: boolean): string {
+  let out = '"';
+  for (let i = 0; i < s.length; i++) {
+    const ch = s[i];
+    const code = s.charCodeAt(i);
+    const escape = JSON_ESCAPES[ch];
+    if (escape) out += escape;
+    else if (code < 0x20 || (ensureAscii && code > 0x7e)) out += `\\u${hex(code, 4)}`;
+    else out += ch;
+  }
+  return out + '"';
+}
+
+function pyTypeName(v: JinjaValue): string {
+  const names: Record<string, string> = { UndefinedValue: 'Undefined', NamespaceValue: 'Namespace', FunctionValue: 'function' };
+  return names[v.type] ?? v.type;
+}
+
+/** json.dumps(x, ensure_ascii=..., indent=..., separators=..., sort_keys=...). */
+export function pyJsonDumps(v: JinjaValue, options: JsonDumpsOptions = {}): string {
+  const indent = options.indent ?? null;
+  const [itemSep, keySep] = options.separators ?? (indent === null ? [', ', ': '] : [',', ': ']);
+  const ensureAscii = options.ensureAscii ?? false;
+  const encode = (x: JinjaValue, level: number): string => {
+    switch (x.type) {
+      case 'NullValue':
+        return 'null';
+      case 'BooleanValue':
+        return x.value ? 'true' : 'false';
+      case 'IntegerValue':
+        return pyIntStr(x.value);
+      case 'FloatValue':
+        if (Number.isNaN(x.value)) return 'NaN';
+        if (!Number.isFinite(x.value)) return x.value > 0 ? 'Infinity' : '-Infinity';
+        return pyFloatRepr(x.value);
+      case 'StringValue':
+        return jsonString(x.value, ensureAscii);
+    }
+    let items: string[];
+    let open: string;
+    let close: string;
+    if (x.type === 'ArrayValue' || x.type === 'TupleValue') {
+      items = (x.value as JinjaValue[]).map((item) => encode(item, level + 1));
+      [open, close] = ['[', ']'];
+    } else if (isMapping(x)) {
+      const pairs = entries(x);
+      if (options.sortKeys) pairs.sort(([a], [b]) => compareCodePoints(a, b));
+      items = pairs.map(([k, item]) => jsonString(k, ensureAscii) + keySep + encode(item, level + 1));
+      [open, close] = ['{', '}'];
+    } else {
+      throw new TypeError(`Object of type ${pyTypeName(x)} is not JSON serializable`);
+    }
+    if (items.length === 0) return open + close;
+    if (indent === null) return open + items.join(itemSep) + close;
+    const inner = '\n' + indent.repeat(level + 1);
+    return open + inner + items.join(itemSep + inner) + '\n' + indent.repeat(level) + close;
+  };
+  return encode(v, 0);
+}
+
+const DAYS = ['Sunday', 'Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday'];
+const MONTHS = ['January', 'February', 'March', 'April', 'May', 'June', 'July', 'August', 'September', 'October', 'November', 'December'];
+
+/**
+ * datetime.strftime in the C locale (English names), local time, for the directives chat templates
+ * use; glibc's `-` flag drops the padding. Other directives stay as written.
+ */
+export function pyStrftime(date: Date, format: string): string {
+  const pad = (n: number, width = 2, fill = '0') => String(n).padStart(width, fill);
+  const dayOfYear = Math.round((Date.UTC(date.getFullYear(), date.getMonth(), date.getDate()) - Date.UTC(date.getFullYear(), 0, 1)) / 86400000) + 1;
+  const hour12 = date.getHours() % 12 === 0 ? 12 : date.getHours() % 12;
+  return format.replace(/%(-?)([a-zA-Z%])/g, (whole, flag: string, d: string) => {
+    const num = (n: number, width = 2, fill = '0') => (flag ? String(n) : pad(n, width, fill));
+    switch (d) {
+      case 'a': return DAYS[date.getDay()].slice(0, 3);
+      case 'A': return DAYS[date.getDay()];
+      case 'b': case 'h': return MONTHS[date.getMonth()].slice(0, 3);
+      case 'B': return MONTHS[date.getMonth()];
+      case 'c': return pyStrftime(date, '%a %b %e %H:%M:%S %Y');
+      case 'd': return num(date.getDate());
+      case 'e': return num(date.getDate(), 2, ' ');
+      case 'H': return num(date.getHours());
+      case 'I': return num(hour12);
+      case 'j': return num(dayOfYear, 3);
+      case 'm': return num(date.getMonth() + 1);
+      case 'M': return num(date.getMinutes());
+      case 'p': return date.getHours() < 12 ? 'AM' : 'PM';
+      case 'S': return num(date.getSeconds());
+      case 'y': return num(date.getFullYear() % 100);
+      case 'Y': return String(date.getFullYear());
+      case 'u': return String(date.getDay() === 0 ? 7 : date.getDay());
+      case 'w': return String(date.getDay());
+      case 'D': case 'x': return pyStrftime(date, '%m/%d/%y');
+      case 'F': return pyStrftime(date, '%Y-%m-%d');
+      case 'T': case 'X': return pyStrftime(date, '%H:%M:%S');
+      case 'R': return pyStrftime(date, '%H:%M');
+      case 'Z': case 'z': return ''; // datetime.now() is naive: no zone
+      case 'n': return '\n';
+      case 't': return '\t';
+      case '%': return '%';
+      default: return whole;
+    }
+  });
+}
