@@ -10,6 +10,10 @@
 //
 // 'gpt2' (byte-level BPE, Llama 3, Qwen2, SmolLM): vocabulary and `tokenizer.ggml.merges`, with the
 // pre-tokenizer regex chosen by `tokenizer.ggml.pre`.
+//
+// The tokenizer_config built alongside carries the chat templates (`tokenizer.chat_template` as
+// 'default', `tokenizer.chat_template.<name>` by name) and the bos/eos/unk/pad tokens' pieces, so
+// templates see the same variables as from a Hugging Face folder.
 import type { GgufMetadata, GgufValue } from '../model/formats/gguf.ts';
 import { HfTokenizer } from './hf-tokenizer.ts';
 
@@ -166,6 +170,7 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
   const eotId = optionalId(metadata, 'tokenizer.ggml.eot_token_id', n);
   const eomId = optionalId(metadata, 'tokenizer.ggml.eom_token_id', n);
   let unkId = optionalId(metadata, 'tokenizer.ggml.unknown_token_id', n);
+  const padId = optionalId(metadata, 'tokenizer.ggml.padding_token_id', n);
   const eosIds = [eosId, eotId, eomId].filter((id): id is number => id !== null);
 
   // The vocabulary. A piece listed twice keeps its last id, as llama.cpp's token_to_id map and
@@ -269,11 +274,27 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
     bos_token: bosToken,
     eos_token: eosToken,
     unk_token: unkId !== null ? tokens[unkId] : null,
+    pad_token: padId !== null ? tokens[padId] : null,
     clean_up_tokenization_spaces: false,
     legacy: true,
   };
+  const chatTemplates = ggufChatTemplates(metadata);
+  if (chatTemplates.length > 0) tokenizerConfig.chat_template = chatTemplates;
   const unusedIds = types.flatMap((t, i) => (t === TokenType.UNUSED ? [i] : []));
   return { tokenizerJson, tokenizerConfig, bosId, eosIds: [...new Set(eosIds)], addBos, unusedIds, aliasIds };
+}
+
+const CHAT_TEMPLATE_KEY = 'tokenizer.chat_template';
+
+/** The GGUF's chat templates as tokenizer_config lists them: [{name, template}], 'default' first. */
+function ggufChatTemplates(metadata: GgufMetadata): { name: string; template: string }[] {
+  const out: { name: string; template: string }[] = [];
+  for (const [key, value] of Object.entries(metadata)) {
+    if (typeof value !== 'string') continue;
+    if (key === CHAT_TEMPLATE_KEY) out.unshift({ name: 'default', template: value });
+    else if (key.startsWith(`${CHAT_TEMPLATE_KEY}.`)) out.push({ name: key.slice(CHAT_TEMPLATE_KEY.length + 1), template: value });
+  }
+  return out;
 }
 
 function bosTemplate(bosToken: string | null, bosId: number | null): unknown {
@@ -291,11 +312,18 @@ function bosTemplate(bosToken: string | null, bosId: number | null): unknown {
   };
 }
 
-/** A TextTokenizer from GGUF metadata. */
-export function tokenizerFromGguf(metadata: GgufMetadata): HfTokenizer {
+/** A TextTokenizer from GGUF metadata; `chatTemplate` replaces the file's chat templates. */
+export function tokenizerFromGguf(metadata: GgufMetadata, options: { chatTemplate?: string } = {}): HfTokenizer {
   const parts = ggufTokenizerParts(metadata);
   return new HfTokenizer(
     { tokenizerJson: parts.tokenizerJson, tokenizerConfig: parts.tokenizerConfig },
-    { addBos: parts.addBos, bosId: parts.bosId, eosIds: parts.eosIds, silentIds: parts.unusedIds, aliasIds: parts.aliasIds },
+    {
+      addBos: parts.addBos,
+      bosId: parts.bosId,
+      eosIds: parts.eosIds,
+      silentIds: parts.unusedIds,
+      aliasIds: parts.aliasIds,
+      chatTemplate: options.chatTemplate,
+    },
   );
 }

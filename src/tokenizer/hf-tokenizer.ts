@@ -15,7 +15,12 @@
 //
 // Decoding never applies clean_up_tokenization_spaces (" ." -> "."), whatever tokenizer_config
 // says: decode(encode(text)) is text, and a GGUF decodes like its folder.
+//
+// Chat templates come from tokenizer_config `chat_template` (or the chatTemplate override), and
+// the variables a template sees besides the conversation from its special token entries, as
+// transformers' special_tokens_map holds them.
 import { Tokenizer } from '@huggingface/tokenizers';
+import { chatTemplatesFrom } from './chat-template.ts';
 import { speedUpLongWords } from './long-word-bpe.ts';
 import type { TextTokenizer } from './types.ts';
 
@@ -44,6 +49,8 @@ export interface HfTokenizerOverrides {
    * tokenizer's vocabulary keeps one id per piece, and the others decode as that one).
    */
   aliasIds?: ReadonlyMap<number, number>;
+  /** A Jinja chat template used instead of the model's own (chatTemplates becomes {default: it}). */
+  chatTemplate?: string;
 }
 
 /** Token texts that end generation when they are special tokens of the vocabulary. */
@@ -56,6 +63,28 @@ function tokenContent(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
   if (value && typeof value === 'object' && typeof (value as Json).content === 'string') return (value as Json).content as string;
   return undefined;
+}
+
+/** The special tokens transformers' special_tokens_map lists, in its order. */
+const SPECIAL_TOKEN_KEYS = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'];
+
+/**
+ * transformers' special_tokens_map from tokenizer_config: each special token that is set, as its
+ * text (the config holds a string, an AddedToken object {content, ...} or null), and
+ * additional_special_tokens when it lists any.
+ */
+export function specialTokensMap(tokenizerConfig: Json): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of SPECIAL_TOKEN_KEYS) {
+    const text = tokenContent(tokenizerConfig[key]);
+    if (text) out[key] = text;
+  }
+  const extra = tokenizerConfig.additional_special_tokens;
+  if (Array.isArray(extra)) {
+    const texts = extra.map(tokenContent).filter((t): t is string => t !== undefined);
+    if (texts.length > 0) out.additional_special_tokens = texts;
+  }
+  return out;
 }
 
 function idList(value: unknown): number[] {
@@ -77,6 +106,8 @@ export class HfTokenizer implements TextTokenizer {
   readonly bosId: number | null;
   readonly eosIds: readonly number[];
   readonly addBos: boolean;
+  readonly chatTemplates: Readonly<Record<string, string>>;
+  readonly templateVariables: Readonly<Record<string, unknown>>;
   private readonly tokenizer: Tokenizer;
   private readonly specialIds: Set<number>;
   private readonly silentIds: ReadonlySet<number>;
@@ -145,6 +176,10 @@ export class HfTokenizer implements TextTokenizer {
     this.eosIds = [...new Set([...eosIds, ...named])];
     for (const id of this.eosIds) this.specialIds.add(id);
     if (this.bosId !== null) this.specialIds.add(this.bosId);
+
+    this.chatTemplates =
+      overrides.chatTemplate !== undefined ? { default: overrides.chatTemplate } : chatTemplatesFrom(tokenizerConfig.chat_template);
+    this.templateVariables = specialTokensMap(tokenizerConfig);
   }
 
   /** Ids the tokenizer.json post_processor adds before the text of a single sequence. */
