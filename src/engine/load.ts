@@ -6,6 +6,7 @@ import type { ModelFiles } from '../model/files.ts';
 import type { KvDType } from '../model/kv-cache.ts';
 import { LlamaModel } from '../model/llama.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../model/open-model.ts';
+import { checkChatTemplate } from '../tokenizer/chat-template.ts';
 import { planWeightStorage, type LlamaWeights, type WeightStorage } from '../model/weights.ts';
 import { LlamaGenerator } from './generator.ts';
 import { checkMemory, estimateMemory, MiB } from './memory.ts';
@@ -42,12 +43,45 @@ export interface LoadOptions {
    * with an error naming needed vs available.
    */
   memoryBudgetBytes?: number;
+  /**
+   * A Jinja chat template that replaces the model's own (tokenizer_config.json `chat_template`,
+   * GGUF `tokenizer.chat_template`) for chat requests; rendered as transformers renders templates,
+   * with the same variables (messages, tools, add_generation_prompt, bos_token, eos_token, ...).
+   * A template that does not parse fails the load.
+   */
+  chatTemplate?: string;
+  /**
+   * Which tool-call format chat output is parsed with: 'hermes' (JSON calls in
+   * `<tool_call>...</tool_call>`: Qwen2.5, Hermes), 'llama3_json' (a JSON object with name and
+   * parameters: Llama 3.1 / 3.2), 'mistral' (`[TOOL_CALLS]` and a JSON list). Default: chosen from
+   * the chat template. `info.toolCallFormat` reports the option.
+   */
+  toolCallFormat?: ToolCallFormat;
   onProgress?: (progress: LoadProgress) => void;
   /** Load warnings (such as weights clamped to the f16 range); default console.warn. */
   onWarning?: (message: string) => void;
 }
 
 export const DEFAULT_MAX_CONTEXT = 4096;
+
+type ToolCallFormat = NonNullable<ModelInfo['toolCallFormat']>;
+const TOOL_CALL_FORMATS: readonly ToolCallFormat[] = ['hermes', 'llama3_json', 'mistral'];
+
+/** chatTemplate and toolCallFormat, checked before anything is read. */
+async function checkChatOptions(options: LoadOptions): Promise<void> {
+  const { chatTemplate, toolCallFormat } = options;
+  if (chatTemplate !== undefined) {
+    if (typeof chatTemplate !== 'string') throw new Error(`chatTemplate must be a string (a Jinja chat template), got ${typeof chatTemplate}`);
+    try {
+      await checkChatTemplate(chatTemplate);
+    } catch (err) {
+      throw new Error(`chatTemplate: ${(err as Error).message}`, { cause: err });
+    }
+  }
+  if (toolCallFormat !== undefined && !TOOL_CALL_FORMATS.includes(toolCallFormat)) {
+    throw new Error(`toolCallFormat must be one of ${TOOL_CALL_FORMATS.map((f) => `'${f}'`).join(', ')}, got ${JSON.stringify(toolCallFormat)}`);
+  }
+}
 
 /**
  * f16 (half the memory, as llama.cpp) on GPUs. On a CPU adapter f32: there the cache is host
@@ -59,7 +93,8 @@ function defaultKvCacheDType(ctx: GpuContext): KvDType {
 }
 
 export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options: LoadOptions = {}): Promise<LlamaGenerator> {
-  const opened = await openModel(files);
+  await checkChatOptions(options);
+  const opened = await openModel(files, { chatTemplate: options.chatTemplate });
   const config = opened.config;
   const capacity = options.contextLength ?? Math.min(config.contextLength, DEFAULT_MAX_CONTEXT);
   if (!Number.isInteger(capacity) || capacity < 1) throw new Error(`contextLength must be a positive integer, got ${capacity}`);
@@ -79,6 +114,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
     vocabSize: config.vocabSize,
     format: opened.format,
     created: Math.floor(Date.now() / 1000),
+    ...(options.toolCallFormat !== undefined ? { toolCallFormat: options.toolCallFormat } : {}),
     storage: {
       weightStorage: storage,
       kvCacheDType: kvDType,

@@ -48,6 +48,11 @@ export interface ModelInfo {
   created: number;
   /** How the weights are stored on the GPU and what the model takes there (set by loadGenerator). */
   storage?: ModelStorageInfo;
+  /**
+   * The tool-call format chat output is parsed with (LoadOptions.toolCallFormat); absent: chosen
+   * from the chat template.
+   */
+  toolCallFormat?: 'hermes' | 'llama3_json' | 'mistral';
 }
 
 export interface ModelStorageInfo {

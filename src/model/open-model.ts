@@ -39,12 +39,17 @@ const GGUF_DTYPES: Record<GgufTensorType, WeightDType> = {
 };
 const SAFETENSORS_DTYPES: Record<SafetensorsDType, WeightDType> = { F32: 'f32', F16: 'f16', BF16: 'bf16' };
 
-/** Reads the headers of a model: a single GGUF file, or a Hugging Face folder. */
-export async function openModel(files: ModelFiles): Promise<OpenedModel> {
-  return files.ggufFile !== undefined ? openGguf(files, files.ggufFile) : openHfFolder(files);
+export interface OpenModelOptions {
+  /** A Jinja chat template that replaces the model's own (the tokenizer's chatTemplates become {default: it}). */
+  chatTemplate?: string;
 }
 
-async function openGguf(files: ModelFiles, fileName: string): Promise<OpenedModel> {
+/** Reads the headers of a model: a single GGUF file, or a Hugging Face folder. */
+export async function openModel(files: ModelFiles, options: OpenModelOptions = {}): Promise<OpenedModel> {
+  return files.ggufFile !== undefined ? openGguf(files, files.ggufFile, options) : openHfFolder(files, options);
+}
+
+async function openGguf(files: ModelFiles, fileName: string, options: OpenModelOptions): Promise<OpenedModel> {
   const source = await files.open(fileName);
   if (!source) throw new Error(`Missing GGUF file ${fileName}`);
   const header = await readGgufHeader(source);
@@ -86,7 +91,7 @@ async function openGguf(files: ModelFiles, fileName: string): Promise<OpenedMode
     });
   }
   checkTensors(config, tensors);
-  const tokenizer = tokenizerFromGguf(metadata);
+  const tokenizer = tokenizerFromGguf(metadata, { chatTemplate: options.chatTemplate });
   return {
     id: files.id,
     format: 'gguf',
@@ -100,7 +105,7 @@ async function openGguf(files: ModelFiles, fileName: string): Promise<OpenedMode
   };
 }
 
-async function openHfFolder(files: ModelFiles): Promise<OpenedModel> {
+async function openHfFolder(files: ModelFiles, options: OpenModelOptions): Promise<OpenedModel> {
   const configJson = await readJsonFile<Record<string, unknown>>(files, 'config.json');
   if (!configJson) throw new Error(`Missing config.json in ${files.id} (a Hugging Face model folder needs config.json, tokenizer.json and model.safetensors)`);
   const config = configFromHf(configJson);
@@ -138,7 +143,10 @@ async function openHfFolder(files: ModelFiles): Promise<OpenedModel> {
     if (dtype !== undefined) throw new Error(`Tensor ${name} has dtype ${dtype}; only F32, F16 and BF16 tensors are supported`);
   }
   checkTensors(config, tensors);
-  const tokenizer = createHfTokenizer({ tokenizerJson, tokenizerConfig, generationConfig, modelConfig: configJson });
+  const tokenizer = createHfTokenizer(
+    { tokenizerJson, tokenizerConfig, generationConfig, modelConfig: configJson },
+    { chatTemplate: options.chatTemplate },
+  );
   return {
     id: files.id,
     format: 'safetensors',
