@@ -204,6 +204,8 @@ async function tokenizerKvs(dir: string, config: Json): Promise<Record<string, G
   if (eot !== undefined) kvs['tokenizer.ggml.eot_token_id'] = { type: 'u32', value: eot };
   kvs['tokenizer.ggml.add_bos_token'] = { type: 'bool', value: tokConfig.add_bos_token !== false };
   kvs['tokenizer.ggml.add_eos_token'] = { type: 'bool', value: tokConfig.add_eos_token === true };
+  // As llama.cpp's converter: the default chat template as tokenizer.chat_template.
+  if (typeof tokConfig.chat_template === 'string') kvs['tokenizer.chat_template'] = { type: 'string', value: tokConfig.chat_template };
   return kvs;
 }
 

@@ -8,7 +8,7 @@
 // for the Llama 2 / Mistral families the stories260K SentencePiece-style tokenizer (512 pieces),
 // grown with generated merges beyond 512; for Llama 3, SmolLM2 and Qwen2 a generated GPT-2 style
 // byte-level BPE vocabulary with the family's special tokens.
-import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, copyFileSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { mulberry32 } from './prng.ts';
@@ -377,6 +377,12 @@ export interface GenerateOptions {
   seed?: number;
   /** config.json keys replacing the shape's (e.g. wider tiny dims, so K-quant blocks of 256 fit a row). */
   overrides?: Json;
+  /**
+   * A real tokenizer instead of the generated one: the folder whose tokenizer.json and
+   * tokenizer_config.json (with its chat template) are copied, and the generation_config.json to
+   * write. `overrides.vocab_size` must then be the real model's.
+   */
+  tokenizer?: { dir: string; generationConfig: Json };
 }
 
 /** Writes a random-weight model folder; returns its config.json object. */
@@ -387,7 +393,13 @@ export function generateModel(options: GenerateOptions): Json {
   const config = familyConfig(family, shape);
   if (options.overrides) Object.assign(config, options.overrides);
   config.torch_dtype = (options.dtype ?? 'bf16') === 'f32' ? 'float32' : 'bfloat16';
-  const generationConfig = writeTokenizer(family, config.vocab_size as number, config, out);
+  let generationConfig: Json;
+  if (options.tokenizer) {
+    for (const file of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(options.tokenizer.dir, file), join(out, file));
+    generationConfig = options.tokenizer.generationConfig;
+  } else {
+    generationConfig = writeTokenizer(family, config.vocab_size as number, config, out);
+  }
   writeFileSync(join(out, 'config.json'), JSON.stringify(config, null, 2));
   writeFileSync(join(out, 'generation_config.json'), JSON.stringify(generationConfig, null, 2));
   writeRandomSafetensors(join(out, 'model.safetensors'), tensorPlan(config), options.dtype ?? 'bf16', options.seed ?? 1);
