@@ -2,11 +2,12 @@
 // what it answers by itself, without the worker.
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../src/api/errors.ts';
-import { modelUnloaded } from '../src/api/engine.ts';
+import { Engine, modelUnloaded } from '../src/api/engine.ts';
 import { errorResponse, sseEvent, type ApiRequest, type ApiResponse } from '../src/api/handler.ts';
 import { installFetchShim } from '../src/api/shim.ts';
 import type { ModelInfo } from '../src/engine/types.ts';
 import { RemoteEngine } from '../src/worker/remote-engine.ts';
+import { chatGenerator } from './helpers/chat-fakes.ts';
 
 const info: ModelInfo = { id: 'm', aliases: [], architecture: 'llama', contextLength: 64, vocabSize: 10, format: 'gguf', created: 0 };
 const stats = async () => ({ inFlight: 0, completed: 0, aborted: 0 });
@@ -123,5 +124,19 @@ describe('RemoteEngine', () => {
     controller.abort();
     await expect(drain(aborted)).rejects.toMatchObject({ name: 'AbortError' });
     await expect(drain(await remote.complete({ model: 'm', prompt: 'x', stream: true }))).rejects.toThrow(/before its \[DONE\]/);
+  });
+});
+
+describe('RemoteEngine.chat', () => {
+  it('answers chat as the engine in the other realm does, whole and streamed', async () => {
+    const engine = new Engine(chatGenerator({ script: ' Sure.' }));
+    const remote = new RemoteEngine(engine.info, { transport: (request) => engine.handle(request), unload: () => engine.unload(), stats });
+    const request = { model: 'fake-llama', messages: [{ role: 'user' as const, content: 'Hi' }], seed: 3 };
+    const [local, far] = [await engine.chat(request), await remote.chat(request)];
+    expect(far.choices).toEqual(local.choices);
+    let text = '';
+    for await (const chunk of await remote.chat({ ...request, stream: true })) text += chunk.choices[0]?.delta.content ?? '';
+    expect(text).toBe(' Sure.');
+    await expect(remote.chat({ ...request, messages: [] })).rejects.toMatchObject({ status: 400, param: 'messages' });
   });
 });
