@@ -5,7 +5,7 @@ import { acquireDevice, sharedGpuContext, type GpuContext } from './gpu/device.t
 import { loadGenerator, type LoadOptions } from './engine/load.ts';
 import { withWeightCache } from './model/cache.ts';
 import type { LoadProgress } from './model/weights.ts';
-import { filesFromFileList, filesFromUrl, type ModelFiles } from './model/files.ts';
+import { filesFromFileList, filesFromUrl, withAccessToken, type ModelFiles } from './model/files.ts';
 import { filesFromHub, hubUrl, isHubSource, type HubSource } from './model/hub.ts';
 
 export { Engine } from './api/engine.ts';
@@ -61,18 +61,28 @@ export interface LoadModelOptions extends LoadOptions {
    * Cache Storage (Node, insecure origins).
    */
   cache?: boolean;
+  /**
+   * An access token for URL and repo sources: a Hugging Face token (`hf_...`) for gated or
+   * private repos (Llama 3.2, ...). Every request for the model's files carries it as
+   * `Authorization: Bearer <token>`; it is not part of the weight cache (keyed by URL alone), nor
+   * kept by the engine. Unused for local files.
+   */
+  accessToken?: string;
 }
 
-export function resolveModelSource(source: ModelSource, options: Pick<LoadModelOptions, 'cache' | 'onProgress'> = {}): ModelFiles {
+export function resolveModelSource(source: ModelSource, options: Pick<LoadModelOptions, 'cache' | 'onProgress' | 'accessToken'> = {}): ModelFiles {
   let url: string;
   if (typeof source === 'string' || source instanceof URL) url = String(source);
   else if (isHubSource(source)) url = hubUrl(source);
   else if (isModelFiles(source)) return source;
   else return filesFromFileList(source);
-  const files = filesFromUrl(url);
+  const fetchImpl: typeof fetch = (...args) => fetch(...args);
+  const authorized = options.accessToken ? withAccessToken(fetchImpl, options.accessToken) : fetchImpl;
+  const files = filesFromUrl(url, authorized);
   if (options.cache === false) return files;
   const onProgress = options.onProgress;
   return withWeightCache(files, url, {
+    fetch: authorized,
     // A file downloading into the cache: reported as 'download' of that file's bytes.
     onDownload: onProgress
       ? (_name, loadedBytes, totalBytes) => onProgress({ loadedBytes, totalBytes, loadedTensors: 0, totalTensors: 0, phase: 'download' } satisfies LoadProgress)
@@ -88,7 +98,8 @@ const pageGpu = sharedGpuContext(() => acquireDevice(globalThis.navigator?.gpu))
 
 /** Loads a model onto the page's GPU and returns an Engine that answers completions. */
 export async function loadModel(source: ModelSource, options: LoadModelOptions = {}): Promise<Engine> {
+  const { accessToken: _token, ...loadOptions } = options; // the token stays with the files' fetches
   const files = resolveModelSource(source, options);
   const gpu = options.gpu ?? (await pageGpu(undefined));
-  return new Engine(await loadGenerator(gpu, files, options));
+  return new Engine(await loadGenerator(gpu, files, loadOptions));
 }

@@ -2,14 +2,17 @@
 // HTTP server that answers like the hub (`/{org}/{name}/resolve/{revision}/{file}`, HEAD and
 // Range requests). No test reaches the network: `host` points at the local server. Node has no
 // Cache Storage, so the weight cache is off here; its logic is also run against an in-memory
-// stand-in (the real one is tested in Chromium by test/browser/cache.spec.ts).
+// stand-in (the real one is tested in Chromium by test/browser/cache.spec.ts). A gated repo
+// answers 401 without the access token and redirects its weights to a "CDN" on another origin,
+// as the hub does: the token goes to the model's own URLs on the hub, and nowhere else.
 import { createReadStream, existsSync, readFileSync, statSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Engine } from '../src/api/engine.ts';
-import { hubUrl, isHubSource } from '../src/model/hub.ts';
+import { filesFromUrl } from '../src/model/files.ts';
+import { filesFromHub, hubUrl, isHubSource } from '../src/model/hub.ts';
 import { deleteCachedModel, listCachedModels, loadModel, resolveModelSource, weightCacheAvailable } from '../src/node/index.ts';
 
 const reference = JSON.parse(readFileSync(new URL('./fixtures/stories260K-reference.json', import.meta.url), 'utf8'));
@@ -18,49 +21,79 @@ const reference = JSON.parse(readFileSync(new URL('./fixtures/stories260K-refere
 const REPOS: Record<string, string> = {
   'org/stories260K': 'public/models/stories260K/hf',
   'org/stories260K-GGUF': 'public/models/stories260K',
+  'org/gated': 'public/models/stories260K/hf',
 };
+/** The token that opens org/gated. */
+const TOKEN = 'hf_FakeTokenForTests0123456789';
 
 let server: Server;
 let host: string;
-const requests: { method: string; path: string; range?: string }[] = [];
+const requests: { method: string; path: string; range?: string; authorization?: string }[] = [];
+/** The other origin org/gated's weights redirect to; it serves stories260K's files by name. */
+let cdn: Server;
+let cdnHost: string;
+const cdnRequests: { path: string; authorization?: string }[] = [];
+
+/** Answers `file` as a static file server does: HEAD, Range and plain GET requests. */
+function sendFile(req: IncomingMessage, res: ServerResponse, file: string | null): void {
+  if (!file || !existsSync(file) || !statSync(file).isFile()) {
+    res.writeHead(404, { 'content-type': 'text/plain' }).end('Entry not found');
+    return;
+  }
+  const size = statSync(file).size;
+  const range = req.headers.range?.match(/^bytes=(\d+)-(\d*)$/);
+  if (range) {
+    const start = Number(range[1]);
+    const end = range[2] ? Math.min(Number(range[2]), size - 1) : size - 1;
+    if (start >= size) {
+      res.writeHead(416, { 'content-range': `bytes */${size}` }).end();
+      return;
+    }
+    res.writeHead(206, { 'content-length': end - start + 1, 'content-range': `bytes ${start}-${end}/${size}`, 'accept-ranges': 'bytes' });
+    if (req.method === 'HEAD') res.end();
+    else createReadStream(file, { start, end }).pipe(res);
+    return;
+  }
+  res.writeHead(200, { 'content-length': size, 'accept-ranges': 'bytes' });
+  if (req.method === 'HEAD') res.end();
+  else createReadStream(file).pipe(res);
+}
 
 beforeAll(async () => {
   server = createServer((req, res) => {
     const path = decodeURIComponent(new URL(req.url!, 'http://x').pathname);
-    requests.push({ method: req.method!, path, range: req.headers.range });
+    requests.push({ method: req.method!, path, range: req.headers.range, authorization: req.headers.authorization });
     const m = path.match(/^\/([^/]+\/[^/]+)\/resolve\/([^/]+)\/(.+)$/);
     const dir = m && m[2] === 'main' ? REPOS[m[1]] : undefined;
     const file = dir && !m![3].split('/').includes('..') ? join(dir, m![3]) : null;
-    if (!file || !existsSync(file) || !statSync(file).isFile()) {
-      res.writeHead(404, { 'content-type': 'text/plain' }).end('Entry not found');
-      return;
-    }
-    const size = statSync(file).size;
-    const range = req.headers.range?.match(/^bytes=(\d+)-(\d*)$/);
-    if (range) {
-      const start = Number(range[1]);
-      const end = range[2] ? Math.min(Number(range[2]), size - 1) : size - 1;
-      if (start >= size) {
-        res.writeHead(416, { 'content-range': `bytes */${size}` }).end();
+    if (m?.[1] === 'org/gated') {
+      if (req.headers.authorization !== `Bearer ${TOKEN}`) {
+        res.writeHead(401, { 'content-type': 'application/json' }).end('{"error":"Access to model org/gated is restricted. You must have access to it and be authenticated to access it."}');
         return;
       }
-      res.writeHead(206, { 'content-length': end - start + 1, 'content-range': `bytes ${start}-${end}/${size}`, 'accept-ranges': 'bytes' });
-      if (req.method === 'HEAD') res.end();
-      else createReadStream(file, { start, end }).pipe(res);
-      return;
+      if (m[3] === 'model.safetensors') {
+        res.writeHead(302, { location: `${cdnHost}/hf/model.safetensors?signature=x` }).end();
+        return;
+      }
     }
-    res.writeHead(200, { 'content-length': size, 'accept-ranges': 'bytes' });
-    if (req.method === 'HEAD') res.end();
-    else createReadStream(file).pipe(res);
+    sendFile(req, res, file);
+  });
+  cdn = createServer((req, res) => {
+    const path = decodeURIComponent(new URL(req.url!, 'http://x').pathname);
+    cdnRequests.push({ path, authorization: req.headers.authorization });
+    sendFile(req, res, /^\/(hf\/)?[\w.]+$/.test(path) ? join('public/models/stories260K', path) : null);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => cdn.listen(0, '127.0.0.1', resolve));
   host = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  cdnHost = `http://127.0.0.1:${(cdn.address() as AddressInfo).port}`;
 });
 
 const engines: Engine[] = [];
 afterAll(async () => {
   engines.forEach((e) => e.unload());
   await new Promise((resolve) => server?.close(resolve));
+  await new Promise((resolve) => cdn?.close(resolve));
 });
 
 describe('hub sources', () => {
@@ -205,3 +238,79 @@ describe('the weight cache, where there is Cache Storage (a stand-in for the bro
     expect(String(warn.mock.calls[0][0])).toMatch(/simulated: refused/);
   });
 });
+
+describe('access tokens (gated repos)', () => {
+  afterEach(() => {
+    vi.unstubAllGlobals();
+    vi.restoreAllMocks();
+  });
+
+  it("go as Authorization: Bearer with every request for the model's files, and only there", async () => {
+    const seen: { url: string; method: string; authorization: string | null }[] = [];
+    const fake: typeof fetch = async (input, init) => {
+      seen.push({ url: String(input), method: init?.method ?? 'GET', authorization: new Headers(init?.headers).get('authorization') });
+      return new Response('{}', { status: 200, headers: { 'content-length': '2' } });
+    };
+    const hub = filesFromHub({ repo: 'meta-llama/Llama-3.2-1B' }, fake, { accessToken: TOKEN });
+    expect(new TextDecoder().decode(await (await hub.open('config.json'))!.read(0, 2))).toBe('{}');
+    // A single .gguf URL has no config.json: nothing is asked for it.
+    expect(await filesFromUrl('https://example.com/m.gguf', fake, { accessToken: TOKEN }).open('config.json')).toBeNull();
+    await filesFromUrl('https://example.com/m/', fake).open('config.json');
+    const config = 'https://huggingface.co/meta-llama/Llama-3.2-1B/resolve/main/config.json';
+    expect(seen).toEqual([
+      { url: config, method: 'HEAD', authorization: `Bearer ${TOKEN}` },
+      { url: config, method: 'GET', authorization: `Bearer ${TOKEN}` },
+      { url: 'https://example.com/m/config.json', method: 'HEAD', authorization: null },
+    ]);
+
+    // loadModel's sources, with and without the weight cache.
+    seen.length = 0;
+    vi.stubGlobal('fetch', fake);
+    await resolveModelSource({ repo: 'a/b' }, { accessToken: TOKEN, cache: false }).open('config.json');
+    vi.stubGlobal('caches', fakeCacheStorage());
+    await resolveModelSource('https://example.com/c/', { accessToken: TOKEN }).open('config.json');
+    await resolveModelSource('https://example.com/d/').open('config.json');
+    expect(seen.map((r) => [r.url, r.authorization])).toEqual([
+      ['https://huggingface.co/a/b/resolve/main/config.json', `Bearer ${TOKEN}`],
+      ['https://example.com/c/config.json', `Bearer ${TOKEN}`], // its size
+      ['https://example.com/c/config.json', `Bearer ${TOKEN}`], // the download into the cache
+      ['https://example.com/d/config.json', null],
+      ['https://example.com/d/config.json', null],
+    ]);
+  });
+
+  it('open a gated repo: the hub gets the token, the CDN it redirects the weights to does not', async () => {
+    requests.length = 0;
+    cdnRequests.length = 0;
+    const engine = await loadModel({ repo: 'org/gated', host }, { accessToken: TOKEN });
+    engines.push(engine);
+    expect(engine.info.id).toBe('gated');
+    expect(requests.length).toBeGreaterThan(0);
+    for (const r of requests) expect(r.authorization, r.path).toBe(`Bearer ${TOKEN}`);
+    expect(cdnRequests.length).toBeGreaterThan(0);
+    for (const r of cdnRequests) expect(r.authorization, r.path).toBeUndefined();
+
+    await expect(loadModel({ repo: 'org/gated', host })).rejects.toThrow(/config\.json: HTTP 401/);
+  });
+
+  it('are kept out of the weight cache: its keys, manifests and entries', async () => {
+    const storage = fakeCacheStorage();
+    vi.stubGlobal('caches', storage);
+    engines.push(await loadModel({ repo: 'org/gated', host }, { accessToken: TOKEN }));
+    let stored = '';
+    for (const [name, entries] of storage.stores) {
+      for (const [key, entry] of entries) stored += `${name} ${key} ${JSON.stringify([...entry.headers])} ${await entry.body.text()}\n`;
+    }
+    expect(stored).toContain(`${host}/org/gated/resolve/main/config.json`);
+    expect(stored).not.toContain(TOKEN);
+    expect((await listCachedModels()).map((m) => m.url)).toEqual([`${host}/org/gated/resolve/main/`]);
+  });
+
+  it('that could not be a header value are refused without being repeated', async () => {
+    const error = await loadModel({ repo: 'org/gated', host }, { accessToken: 'hf_secret with space\n' }).catch((e: Error) => e);
+    expect(error).toBeInstanceOf(Error);
+    expect((error as Error).message).toMatch(/access token/);
+    expect((error as Error).message).not.toContain('hf_secret');
+  });
+});
+

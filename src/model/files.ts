@@ -178,9 +178,32 @@ function decodeUrlPart(url: string, part: string): string {
   }
 }
 
+/** How URL sources fetch. */
+export interface UrlFetchOptions {
+  /**
+   * An access token (a Hugging Face token for a gated or private repo): every request for the
+   * model's files carries `Authorization: Bearer <token>`. Browsers and Node drop the header on
+   * a redirect to another origin (the hub's CDN), as the Fetch standard asks.
+   */
+  accessToken?: string;
+}
+
+/** `fetchImpl` with `Authorization: Bearer <token>` on every request it makes. */
+export function withAccessToken(fetchImpl: typeof fetch, token: string): typeof fetch {
+  // Checked here so that a bad token fails with a message that does not repeat it (a Headers
+  // error would quote the whole header value).
+  if (!/^[\x21-\x7e]+$/.test(token)) throw new Error('The access token must be printable ASCII without spaces or line breaks.');
+  return (input, init) => {
+    const headers = new Headers(init?.headers);
+    headers.set('authorization', `Bearer ${token}`);
+    return fetchImpl(input, { ...init, headers });
+  };
+}
+
 /** Sources over HTTP(S): sizes from HEAD (or a Range request's Content-Range), reads with Range headers. */
-export function filesFromUrl(url: string, fetchImpl: typeof fetch = (...args) => fetch(...args)): ModelFiles {
+export function filesFromUrl(url: string, fetchImpl: typeof fetch = (...args) => fetch(...args), options: UrlFetchOptions = {}): ModelFiles {
   const layout = urlLayout(url);
+  if (options.accessToken) fetchImpl = withAccessToken(fetchImpl, options.accessToken);
   return {
     id: layout.id,
     ...(layout.ggufFile !== undefined ? { ggufFile: layout.ggufFile } : {}),

@@ -1,7 +1,7 @@
 // Hugging Face repo ids as a model source: `{ repo: 'HuggingFaceTB/SmolLM2-135M' }` is the folder
 // at `{host}/{repo}/resolve/{revision}/`, and `{ repo, file: 'x.gguf' }` one GGUF file in it.
 // The host is configurable for mirrors (and for tests, which point it at a local server).
-import { filesFromUrl, type ModelFiles } from './files.ts';
+import { filesFromUrl, type ModelFiles, type UrlFetchOptions } from './files.ts';
 
 export const DEFAULT_HUB_HOST = 'https://huggingface.co';
 
@@ -46,7 +46,10 @@ export function hubUrl(source: HubSource): string {
   return folder + file.split('/').filter(Boolean).map(encodeURIComponent).join('/');
 }
 
-/** The files of a hub source, read with HTTP Range requests. */
-export function filesFromHub(source: HubSource, fetchImpl?: typeof fetch): ModelFiles {
-  return filesFromUrl(hubUrl(source), fetchImpl);
+/**
+ * The files of a hub source, read with HTTP Range requests; `options.accessToken` (a Hugging Face
+ * token) opens gated and private repos.
+ */
+export function filesFromHub(source: HubSource, fetchImpl?: typeof fetch, options: UrlFetchOptions = {}): ModelFiles {
+  return filesFromUrl(hubUrl(source), fetchImpl, options);
 }

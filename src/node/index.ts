@@ -22,8 +22,9 @@ export async function loadModelFromPath(path: string, options: LoadModelOptions 
 /**
  * Like the browser's loadModel (URLs, `{ repo, revision?, file?, host? }` Hugging Face sources), on
  * the process's Dawn GPU; a string that is not an http(s) URL is a path (see loadModelFromPath).
- * Node has no Cache Storage: the browser's weight cache is not used here, every load reads its
- * files again.
+ * `accessToken` (a Hugging Face token for gated repos) goes with the requests of URL and repo
+ * sources; paths do not use it. Node has no Cache Storage: the browser's weight cache is not used
+ * here, every load reads its files again.
  */
 export async function loadModel(source: ModelSource, options: LoadModelOptions = {}): Promise<Engine> {
   if (typeof source === 'string' && !/^https?:\/\//.test(source)) return loadModelFromPath(source, options);
