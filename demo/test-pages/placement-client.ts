@@ -99,6 +99,27 @@ export const placementClient = {
     return { texts, errorStatus: (error as { status?: number } | null)?.status ?? null, errorParam: (error as { param?: string } | null)?.param ?? null };
   },
 
+  /**
+   * A chat through the openai client (streamed, with a ChatML template in the request: the model
+   * has none), the prompt it ran (vLLM's /tokenize), and a completion of exactly that prompt.
+   */
+  async openaiChat(maxTokens: number) {
+    const client = new OpenAI({ baseURL: location.origin + '/v1', apiKey: 'unused', dangerouslyAllowBrowser: true });
+    const template = '{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}';
+    const messages = [{ role: 'user' as const, content: 'Tell me a story.' }];
+    const extra = { chat_template: template } as Record<string, unknown>;
+    const stream = await client.chat.completions.create({ model: MODEL, messages, max_tokens: maxTokens, temperature: 0, stream: true, ...extra });
+    const texts: string[] = [];
+    let finishReason: string | null = null;
+    for await (const chunk of stream) {
+      texts.push(chunk.choices[0]?.delta.content ?? '');
+      finishReason = chunk.choices[0]?.finish_reason ?? finishReason;
+    }
+    const tokenized = await (await fetch('/tokenize', { method: 'POST', body: JSON.stringify({ model: MODEL, messages, ...extra }) })).json();
+    const completion = await client.completions.create({ model: MODEL, prompt: tokenized.tokens, max_tokens: maxTokens, temperature: 0 });
+    return { texts, finishReason, completionText: completion.choices[0]!.text, promptTokens: tokenized.count as number };
+  },
+
   async badParameter() {
     const response = await post({ model: MODEL, prompt: 'Once upon a time', temperature: 5 });
     return { status: response.status, contentType: response.headers.get('content-type'), body: await response.json() };
