@@ -264,7 +264,8 @@ SYNTHETIC = {
     ),
     'values': (
         "{{ none }} {{ true }} {{ false }} {{ 1 }} {{ 1.0 }} {{ -0.0 }} {{ 1/3 }} {{ 10/4 }} {{ 6/3 }} {{ 0.00001 }} {{ 123456789.125 }} {{ data.tiny }} {{ data.small }} {{ data.third }}\n"
-        "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7.5 % 2 }} {{ 2 ** 10 }} {{ 2 * 1.5 }}\n"
+        "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7.5 % 2 }} {{ 2 ** 10 }} {{ 2 * 1.5 }} {{ -3.7 | int }} {{ 3.7 | int }}\n"
+        "{{ 'a' < 'b' }} {{ 'B' < 'a' }} {{ 'é' > 'z' }} {{ '\uffff' < '👋' }} {{ 'ab' <= 'ab' }} {{ 2 >= 1.5 }} {{ true > 0 }}\n"
         "{{ [1, 'a', none, true, 2.5] }} {{ {'k': 'v', 'n': none, 'b': false} }} {{ (1, 'two') }}\n"
         "{{ [\"it's\", 'say \"hi\"', 'both \\' and \"', 'back\\\\slash', 'new\\nline', 'é日👋', '\\u2028'] }}\n"
         "{{ data }}\n"
@@ -307,6 +308,7 @@ SYNTHETIC = {
         "{{ messages | first | tojson }} {{ (messages | last).content }} {{ [3, 1, 2] | sort }} {{ ['b', 'a'] | reverse | list }} {{ [1, 1, 2] | unique | list }}\n"
         "{{ data.nested | items | list }} {{ data.nested | dictsort }} {{ data.nested.keys() | list }} {{ data.nested.values() | list }} {{ data.get('nope', 'dflt') }}\n"
         "{{ '3' | int + 1 }} {{ 2 | float }} {{ -3 | abs }} {{ 'ab' | upper }} {{ 'line1\\nline2' | indent(2) }} {{ 'x' * 3 }}\n"
+        "{{ dict(a=1, b=[true]) }} {{ range(3) | list }} {% for i in range(1, 10, 4) %}{{ i }}{% endfor %} {{ messages[::-1] | map(attribute='role') | join(',') }}\n"
     ),
     'continue_lost': "{% for m in messages %}[{{ m.role }}]{% endfor %}",
     'syntax_error': "{% if messages %}unclosed",

@@ -234,7 +234,7 @@ export interface JsonDumpsOptions {
 }
 
 /** Code point order (Python's string comparison), where JavaScript compares UTF-16 units. */
-function compareCodePoints(a: string, b: string): number {
+export function compareCodePoints(a: string, b: string): number {
   const n = Math.min(a.length, b.length);
   for (let i = 0; i < n; i++) {
     const x = a.charCodeAt(i);
