@@ -9,7 +9,9 @@ import { loadGenerator } from '../src/engine/load.ts';
 import type { GpuContext } from '../src/gpu/device.ts';
 import type { ModelFiles } from '../src/model/files.ts';
 import type { GgufMetadata } from '../src/model/formats/gguf.ts';
-import { ChatTemplateError, chatTemplatesFrom, pickChatTemplate, renderChatTemplate, type ChatTemplateInput } from '../src/tokenizer/chat-template.ts';
+import {
+  ChatTemplateError, chatTemplatesFrom, pickChatTemplate, provideJinjaModule, renderChatTemplate, type ChatTemplateInput,
+} from '../src/tokenizer/chat-template.ts';
 import { tokenizerFromGguf } from '../src/tokenizer/gguf-tokenizer.ts';
 import { createHfTokenizer } from '../src/tokenizer/hf-tokenizer.ts';
 import { root } from './helpers/model-files.ts';
@@ -91,6 +93,11 @@ describe('renderChatTemplate', () => {
   it('sees JSON numbers as JavaScript does: a request\'s 1.0 is the integer 1 (Python would keep 1.0)', async () => {
     const input = { ...base, variables: { x: JSON.parse('1.0'), y: JSON.parse('0.5') } };
     expect(await renderChatTemplate('{{ x }} {{ x | tojson }} {{ y }} {{ x / 2 }}', input)).toBe('1 1 0.5 0.5');
+  });
+
+  it('renders with a module handed over by provideJinjaModule (service workers cannot import())', async () => {
+    provideJinjaModule(await import('@huggingface/jinja'));
+    expect(await renderChatTemplate('{{ messages[0].content }} {{ true }}', base)).toBe('hi True');
   });
 
   it('loads @huggingface/jinja only when a template renders (no static import in src)', () => {

@@ -10,9 +10,9 @@
 // rounded, and an object's integer-like keys ("1", "42") come first in ascending order (JavaScript
 // property order; Python keeps the request's order).
 import { pyStrip } from './jinja-python.ts';
-import { ChatTemplateError, parseJinja, renderJinja } from './jinja-runtime.ts';
+import { ChatTemplateError, parseJinja, provideJinjaModule, renderJinja } from './jinja-runtime.ts';
 
-export { ChatTemplateError };
+export { ChatTemplateError, provideJinjaModule };
 
 /** tokenizer_config.json `chat_template` (a string → {default: s}; a list of {name, template} → by name) → templates by name; anything else → {}. */
 export function chatTemplatesFrom(value: unknown): Record<string, string> {

@@ -1,5 +1,6 @@
 // The Jinja engine under chat-template.ts: @huggingface/jinja, imported on the first render (the
-// base bundle stays without it), set up as transformers sets up Python Jinja2 for chat templates
+// base bundle stays without it; a service worker, where import() is refused, hands it over with
+// provideJinjaModule), set up as transformers sets up Python Jinja2 for chat templates
 // (trim_blocks, lstrip_blocks, loop controls, raise_exception, strftime_now, tojson as json.dumps).
 //
 // Where the library behaves the JavaScript way and Python differs, the interpreter of each render
@@ -84,6 +85,14 @@ function loadRuntime(): Promise<Runtime> {
     },
   );
   return runtimePromise;
+}
+
+/**
+ * Hands the engine over where import() is refused (a service worker: its entry imports
+ * @huggingface/jinja statically and passes the module here before the first render).
+ */
+export function provideJinjaModule(jinja: JinjaModule): void {
+  runtimePromise = Promise.resolve({ jinja, kit: makeKit(jinja) });
 }
 
 function makeKit(jinja: JinjaModule): Kit {
