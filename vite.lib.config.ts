@@ -11,13 +11,15 @@ import { defineConfig, type Plugin } from 'vite';
 
 const src = (path: string) => fileURLToPath(new URL(`./src/${path}`, import.meta.url));
 
-/** The license of the one bundled dependency travels with it (Apache-2.0 asks for that). */
+/** The licenses of the bundled dependencies travel with them (Apache-2.0 and MIT ask for that). */
 function bundledLicenses(): Plugin {
   return {
     name: 'webgpu-llama:bundled-licenses',
     generateBundle() {
-      const license = readFileSync(new URL('./node_modules/@huggingface/tokenizers/LICENSE', import.meta.url), 'utf8');
-      this.emitFile({ type: 'asset', fileName: 'licenses/huggingface-tokenizers.LICENSE.txt', source: license });
+      for (const name of ['tokenizers', 'jinja']) {
+        const license = readFileSync(new URL(`./node_modules/@huggingface/${name}/LICENSE`, import.meta.url), 'utf8');
+        this.emitFile({ type: 'asset', fileName: `licenses/huggingface-${name}.LICENSE.txt`, source: license });
+      }
     },
   };
 }
@@ -80,7 +82,12 @@ export default defineConfig({
         // a page loads the same file whichever entry it starts from. Node-only code (src/node)
         // stays out of it: only dist/node.js and dist/cli.js reach `node:` modules and `webgpu`.
         codeSplitting: {
-          groups: [{ name: 'engine', test: /\/(shaders|node_modules)\/|\/src\/(?!node\/|worker\/(worker-entry|service-worker)\.ts$)/ }],
+          // @huggingface/jinja stays out of it: the chat template engine is its own chunk, loaded
+          // by a page's first chat request (import()), and imported by the service worker entry.
+          groups: [
+            { name: 'jinja', test: /\/node_modules\/@huggingface\/jinja\// },
+            { name: 'engine', test: /\/(shaders|node_modules\/(?!@huggingface\/jinja\/))|\/src\/(?!node\/|worker\/(worker-entry|service-worker)\.ts$)/ },
+          ],
         },
       },
     },

@@ -62,7 +62,7 @@ export function installFetchShim(engine: ApiEngines, options: FetchShimOptions =
         // not a URL we can read: not ours
       }
     }
-    if (!url || !isUnder(url, base.origin, basePath)) {
+    if (!url || !isApiUrl(url, base.origin, basePath)) {
       // eslint-disable-next-line prefer-rest-params
       return Reflect.apply(previous, undefined, arguments) as Promise<Response>;
     }
@@ -96,7 +96,7 @@ function isRequest(input: unknown): input is Request {
 }
 
 /** Under the base path, or vLLM's /tokenize and /detokenize beside it (the site root's for '/v1'). */
-function isUnder(url: URL, origin: string, basePath: string): boolean {
+export function isApiUrl(url: URL, origin: string, basePath: string): boolean {
   if (url.origin !== origin) return false;
   if (url.pathname === basePath || url.pathname.startsWith(basePath + '/')) return true;
   const parent = basePath.slice(0, basePath.lastIndexOf('/'));

@@ -12,9 +12,10 @@
 // idle service worker; the model then loads again (from the weight cache) on the next request.
 // After a page's unload() the worker answers 503 model_unloaded until a page loads again.
 // Browser code: nothing here may import Node modules.
+import * as jinja from '@huggingface/jinja';
 import { modelUnloaded, type Engine } from '../api/engine.ts';
 import { errorResponse, normalizeBasePath, type RequestHandlingEngine } from '../api/handler.ts';
-import { installFetchShim } from '../api/shim.ts';
+import { installFetchShim, isApiUrl } from '../api/shim.ts';
 import { loadModel, type LoadModelOptions } from '../index.ts';
 import type { HubSource } from '../model/hub.ts';
 import type { LoadProgress } from '../model/weights.ts';
@@ -27,7 +28,12 @@ import {
   type TransferableLoadOptions,
   type UnloadReply,
 } from './protocol.ts';
+import { provideJinjaModule } from '../tokenizer/chat-template.ts';
 import { trackRequests } from './tracked-engine.ts';
+
+// A service worker may not import() (the HTML spec refuses it), so the chat template engine, which
+// pages load on the first chat request, comes with the worker's own script.
+provideJinjaModule(jinja);
 
 export interface ServiceWorkerEngineOptions extends Omit<LoadModelOptions, 'gpu' | 'onProgress'> {
   /**
@@ -154,7 +160,7 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
   });
   scope.addEventListener('fetch', (event) => {
     const url = new URL(event.request.url);
-    if (url.origin !== base.origin || (url.pathname !== basePath && !url.pathname.startsWith(basePath + '/'))) return;
+    if (!isApiUrl(url, base.origin, basePath)) return;
     event.respondWith(shimTarget.fetch(event.request));
   });
   scope.addEventListener('message', (event) => {

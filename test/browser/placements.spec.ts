@@ -1,5 +1,5 @@
 // The three engine placements — the page's main thread, a dedicated Web Worker, a Service Worker —
-// answer `fetch('/v1/completions')` the same way: the reference completion, a stream of chunks,
+// answer `fetch('/v1/completions')` (and chat) the same way: the reference completion, a stream of chunks,
 // an abort mid-stream after which the engine still answers, and a bad parameter as the OpenAI
 // 400 error. The service worker also answers pages that installed nothing (a second tab, an
 // iframe), and a tab closed mid-stream frees its request. Then the placements' options and edge
@@ -27,6 +27,7 @@ type Client = {
   holdLongStream(): Promise<{ status: number; first: string }>;
   badParameter(): Promise<{ status: number; contentType: string | null; body: any }>;
   openaiStream(prompt: string, maxTokens: number): Promise<{ texts: string[]; errorStatus: number | null; errorParam: string | null }>;
+  openaiChat(maxTokens: number): Promise<{ texts: string[]; finishReason: string | null; completionText: string; promptTokens: number }>;
 };
 
 const call = <K extends keyof Client>(page: Page, name: K, ...args: Parameters<Client[K]>): Promise<Awaited<ReturnType<Client[K]>>> =>
@@ -76,6 +77,13 @@ async function expectAnsweredAsTheApiSays(page: Page): Promise<void> {
   expect(viaOpenai.texts.join('')).toBe(reference.completion_text);
   expect(viaOpenai).toMatchObject({ errorStatus: 400, errorParam: 'temperature' });
 
+  // Chat: the same tokens as a completion of the prompt the chat template rendered.
+  const chat = await call(page, 'openaiChat', MAX_TOKENS);
+  expect(chat.promptTokens).toBeGreaterThan(5);
+  expect(chat.texts.length).toBeGreaterThan(1);
+  expect(chat.texts.join('')).toBe(chat.completionText);
+  expect(chat.finishReason).not.toBeNull();
+
   const bad = await call(page, 'badParameter');
   expect(bad.status).toBe(400);
   expect(bad.contentType).toContain('application/json');
@@ -101,8 +109,9 @@ test.describe('engine placements', () => {
     expect(await page.evaluate(async () => 'generator' in (await (window as any).placementEngine))).toBe(false);
     await expectAnsweredAsTheApiSays(page);
     const stats = await page.evaluate(() => (window as any).placementStats());
-    // complete, stream, abort, complete, openai stream and error, bad parameter: the abort was seen in the worker.
-    expect(stats).toEqual({ inFlight: 0, completed: 6, aborted: 1 });
+    // complete, stream, abort, complete, openai stream and error, chat, tokenize and completion, bad
+    // parameter: the abort was seen in the worker.
+    expect(stats).toEqual({ inFlight: 0, completed: 9, aborted: 1 });
 
     // A local File loads in a worker too, and the RemoteEngine answers complete() as an Engine does.
     const direct = await page.evaluate(([prompt, max]) => (window as any).placementFileEngine(prompt, max), [reference.prompt, MAX_TOKENS] as const);
@@ -125,7 +134,7 @@ test.describe('engine placements', () => {
     expect(await page.evaluate(() => !!navigator.serviceWorker.controller)).toBe(true);
     await expectAnsweredAsTheApiSays(page);
     // The page's abort reached the service worker too.
-    expect(await page.evaluate(() => (window as any).placementStats())).toEqual({ inFlight: 0, completed: 6, aborted: 1 });
+    expect(await page.evaluate(() => (window as any).placementStats())).toEqual({ inFlight: 0, completed: 9, aborted: 1 });
 
     // A second tab that installs nothing: plain fetch, answered by the service worker.
     const other = await context.newPage();
