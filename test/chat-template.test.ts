@@ -3,7 +3,9 @@
 // templates of Llama 3.2 and Qwen2.5 and for small templates of single features
 // (scripts/chat-template-fixtures.py writes it). Each render must match byte for byte. Also: how
 // templates are picked, what the tokenizers carry for them, and the load options.
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadGenerator } from '../src/engine/load.ts';
 import type { GpuContext } from '../src/gpu/device.ts';
@@ -12,7 +14,10 @@ import type { GgufMetadata } from '../src/model/formats/gguf.ts';
 import {
   ChatTemplateError, chatTemplatesFrom, pickChatTemplate, provideJinjaModule, renderChatTemplate, type ChatTemplateInput,
 } from '../src/tokenizer/chat-template.ts';
+import { openModel } from '../src/model/open-model.ts';
+import { filesFromPath } from '../src/node/files.ts';
 import { tokenizerFromGguf } from '../src/tokenizer/gguf-tokenizer.ts';
+import { generateModel } from '../scripts/model-families.ts';
 import { createHfTokenizer } from '../src/tokenizer/hf-tokenizer.ts';
 import { root } from './helpers/model-files.ts';
 
@@ -100,8 +105,8 @@ describe('renderChatTemplate', () => {
     expect(await renderChatTemplate('{{ messages[0].content }} {{ true }}', base)).toBe('hi True');
   });
 
-  it('loads @huggingface/jinja only when a template renders (no static import in src)', () => {
-    const files = readdirSync(`${root}src`, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts'));
+  it('loads @huggingface/jinja only when a template renders (no static import in src but the service worker entry, which may not import())', () => {
+    const files = readdirSync(`${root}src`, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts') && f !== 'worker/service-worker.ts');
     for (const file of files) {
       expect(readFileSync(`${root}src/${file}`, 'utf8'), file).not.toMatch(/^\s*(import|export)\s[^;]*from\s+['"]@huggingface\/jinja['"]/m);
     }
@@ -228,5 +233,22 @@ describe('load options chatTemplate and toolCallFormat', () => {
 
   it('goes on to open the model when both are valid', async () => {
     await expect(loadGenerator(ctx, files, { chatTemplate: '{{ messages }}', toolCallFormat: 'hermes' })).rejects.toThrow(/opened/);
+  });
+});
+
+describe('a Hugging Face folder with chat_template.jinja', () => {
+  it('takes the file over tokenizer_config.json, and a template given at load over both', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'webgpu-llama-template-file-'));
+    try {
+      generateModel({ family: 'qwen2', shape: 'tiny', out: dir, seed: 1 });
+      const config = JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8'));
+      writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify({ ...config, chat_template: 'from the config' }));
+      expect((await openModel(filesFromPath(dir))).tokenizer.chatTemplates).toEqual({ default: 'from the config' });
+      writeFileSync(join(dir, 'chat_template.jinja'), '{{ messages[0].content }}\n');
+      expect((await openModel(filesFromPath(dir))).tokenizer.chatTemplates).toEqual({ default: '{{ messages[0].content }}\n' });
+      expect((await openModel(filesFromPath(dir), { chatTemplate: 'given' })).tokenizer.chatTemplates).toEqual({ default: 'given' });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -5,7 +5,7 @@ import type { TextTokenizer } from '../tokenizer/types.ts';
 import { createHfTokenizer } from '../tokenizer/hf-tokenizer.ts';
 import { tokenizerFromGguf } from '../tokenizer/gguf-tokenizer.ts';
 import { configFromGguf, configFromHf, withRopeFreqFactors, type LlamaConfig } from './config.ts';
-import { readJsonFile, type ByteSource, type ModelFiles } from './files.ts';
+import { readJsonFile, readTextFile, type ByteSource, type ModelFiles } from './files.ts';
 import { readGgufHeader, type GgufMetadata, type GgufTensorType } from './formats/gguf.ts';
 import { isLoadableDType, readSafetensorsCheckpoint, type SafetensorsDType } from './formats/safetensors.ts';
 import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf } from './tensor-names.ts';
@@ -113,6 +113,9 @@ async function openHfFolder(files: ModelFiles, options: OpenModelOptions): Promi
   if (!tokenizerJson) throw new Error(`Missing tokenizer.json in ${files.id}`);
   const tokenizerConfig = await readJsonFile<Record<string, unknown>>(files, 'tokenizer_config.json', { optional: true });
   const generationConfig = await readJsonFile<Record<string, unknown>>(files, 'generation_config.json', { optional: true });
+  // Newer folders keep the chat template in chat_template.jinja, which transformers prefers to
+  // tokenizer_config.json's; a template given at load wins over both.
+  const chatTemplate = options.chatTemplate ?? (await readTextFile(files, 'chat_template.jinja', { optional: true })) ?? undefined;
 
   const tensors = new Map<string, ModelTensor>();
   const sources = new Map<string, ByteSource>();
@@ -145,7 +148,7 @@ async function openHfFolder(files: ModelFiles, options: OpenModelOptions): Promi
   checkTensors(config, tensors);
   const tokenizer = createHfTokenizer(
     { tokenizerJson, tokenizerConfig, generationConfig, modelConfig: configJson },
-    { chatTemplate: options.chatTemplate },
+    { chatTemplate },
   );
   return {
     id: files.id,
