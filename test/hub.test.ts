@@ -4,7 +4,8 @@
 // Cache Storage, so the weight cache is off here; its logic is also run against an in-memory
 // stand-in (the real one is tested in Chromium by test/browser/cache.spec.ts). A gated repo
 // answers 401 without the access token and redirects its weights to a "CDN" on another origin,
-// as the hub does: the token goes to the model's own URLs on the hub, and nowhere else.
+// as the hub does: the token goes to the model's own URLs on the hub, and nowhere else (the CLI
+// reads it from HF_TOKEN).
 import { createReadStream, existsSync, readFileSync, statSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -13,6 +14,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import type { Engine } from '../src/api/engine.ts';
 import { filesFromUrl } from '../src/model/files.ts';
 import { filesFromHub, hubUrl, isHubSource } from '../src/model/hub.ts';
+import { runCli } from '../src/node/cli.ts';
 import { deleteCachedModel, listCachedModels, loadModel, resolveModelSource, weightCacheAvailable } from '../src/node/index.ts';
 
 const reference = JSON.parse(readFileSync(new URL('./fixtures/stories260K-reference.json', import.meta.url), 'utf8'));
@@ -314,3 +316,41 @@ describe('access tokens (gated repos)', () => {
   });
 });
 
+describe('the CLI on the hub', () => {
+  function cli(env: Record<string, string>) {
+    const out: string[] = [];
+    const err: string[] = [];
+    const io = { stdout: { write: (s: string) => out.push(s) }, stderr: { write: (s: string) => err.push(s) }, env };
+    return { out, err, io };
+  }
+  const greedy = ['--prompt', 'Once upon a time', '--max-tokens', '5', '--temperature', '0'];
+
+  it('reads hf:org/name from $HF_ENDPOINT, with $HF_TOKEN', async () => {
+    requests.length = 0;
+    cdnRequests.length = 0;
+    const t = cli({ HF_TOKEN: TOKEN, HF_ENDPOINT: host });
+    expect(await runCli(['complete', '--model', 'hf:org/gated', ...greedy], t.io)).toBe(0);
+    expect(t.err.join('')).toBe('');
+    const text = t.out.join('').replace(/\n$/, '');
+    expect(text.length).toBeGreaterThan(0);
+    expect(reference.completion_text.startsWith(text)).toBe(true);
+    for (const r of requests) expect(r.authorization, r.path).toBe(`Bearer ${TOKEN}`);
+    for (const r of cdnRequests) expect(r.authorization, r.path).toBeUndefined();
+    expect(t.out.join('') + t.err.join('')).not.toContain(TOKEN);
+  });
+
+  it('says what to do when a gated repo answers 401', async () => {
+    const t = cli({ HF_ENDPOINT: host });
+    expect(await runCli(['complete', '--model', `${host}/org/gated`, ...greedy], t.io)).toBe(1);
+    expect(t.err.join('')).toMatch(/failed to load .*org\/gated: config\.json: HTTP 401 .*set HF_TOKEN/);
+  });
+
+  it('sends HF_TOKEN to the hub only: a model URL elsewhere gets none', async () => {
+    cdnRequests.length = 0;
+    const t = cli({ HF_TOKEN: TOKEN, HF_ENDPOINT: host });
+    expect(await runCli(['complete', '--model', `${cdnHost}/stories260K.gguf`, ...greedy], t.io)).toBe(0);
+    expect(reference.completion_text.startsWith(t.out.join('').replace(/\n$/, ''))).toBe(true);
+    expect(cdnRequests.length).toBeGreaterThan(0);
+    for (const r of cdnRequests) expect(r.authorization, r.path).toBeUndefined();
+  });
+});

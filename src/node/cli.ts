@@ -1,32 +1,65 @@
-// The `webgpu-llama` command (bin/webgpu-llama.mjs runs this file, from source or from dist/cli.js).
-//   webgpu-llama serve --model PATH [--id NAME] [--weight-storage TYPE] [--host 127.0.0.1] [--port 8080]
-//   webgpu-llama complete --model PATH --prompt TEXT|- [--max-tokens N] [--temperature T] [--top-p P] [--seed S]
-//                         [--stop TEXT]... [--top-k K] [--min-p P] [--repetition-penalty R]
-//                         [--presence-penalty P] [--frequency-penalty F] [--logit-bias ID=BIAS]...
-//                         [--ignore-eos] [--json BODY]
+// The `webgpu-llama` command (bin/webgpu-llama.mjs runs this file, from source or from dist/cli.js):
+// `serve` (one model or several over HTTP), `chat` (a conversation in the terminal) and
+// `complete` (one completion to stdout). The flags are in cli-args.ts, model loading in
+// cli-load.ts, and the commands with state of their own in cli-serve.ts and cli-chat.ts.
 import { realpathSync } from 'node:fs';
-import { constants } from 'node:os';
+import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { createCompletion, type CompletionChunk, type CompletionResponse } from '../api/completions.ts';
 import { errorMessage } from '../api/errors.ts';
-import type { ApiEngine } from '../api/handler.ts';
+import { validateChatRequest } from '../api/chat-schema.ts';
 import { validateCompletionRequest } from '../api/schema.ts';
+import { TOOL_CALL_FORMATS, type ToolCallFormat } from '../api/tool-parsers.ts';
 import { WEIGHT_STORAGES, type WeightStorage } from '../model/weights.ts';
-import { checkModelPath } from './files.ts';
-import { startServer, type RunningServer } from './http.ts';
+import { given, numberOption, parseCommandLine, perModel, refuseFlags, SAMPLING_FLAGS, samplingParams, UsageError, type Values } from './cli-args.ts';
+import { chat } from './cli-chat.ts';
+import {
+  accessTokenFor,
+  defaultLoader,
+  loadFailureHint,
+  parseModelSource,
+  type CliEngine,
+  type CliEnv,
+  type CliLoadOptions,
+  type CliModelSource,
+  type ModelLoader,
+} from './cli-load.ts';
+import { serve, type ServedModel } from './cli-serve.ts';
+import type { RunningServer } from './http.ts';
+
+export { loadDawn, parseModelSource, type CliEngine, type CliLoadOptions, type ModelLoader } from './cli-load.ts';
+
+const SAMPLING_USAGE = `[--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--stop TEXT]...
+                  [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty P]
+                  [--frequency-penalty F] [--logit-bias ID=BIAS]... [--ignore-eos] [--json BODY]`;
 
 export const USAGE = `Usage:
-  webgpu-llama serve --model PATH [--id NAME] [--weight-storage TYPE] [--host HOST] [--port PORT]
-      Load the model and serve the OpenAI-style API (POST /v1/completions, GET /v1/models)
-      over HTTP. Defaults: --host 127.0.0.1 --port 8080. CORS is open to any origin: any web
-      page you visit can call the server (and, with --host 0.0.0.0, anyone on your network).
-      Ctrl-C (SIGINT) or SIGTERM stops it (exit code 130 or 143).
+  webgpu-llama serve --model PATH [--model PATH]... [--id NAME]... [--weight-storage TYPE]
+                     [--chat-template FILE]... [--tool-call-format FORMAT]...
+                     [--host HOST] [--port PORT]
+      Load the models and serve the OpenAI-style API over HTTP: POST /v1/chat/completions,
+      POST /v1/completions, GET /v1/models, and vLLM's POST /tokenize and POST /detokenize.
+      Each request is answered by the model its "model" names. With several --model, give
+      --id once per model, or not at all (each model's id comes from its file or folder name;
+      two models cannot share an id). Defaults: --host 127.0.0.1 --port 8080. CORS is open to
+      any origin: any web page you visit can call the server (and, with --host 0.0.0.0,
+      anyone on your network). Ctrl-C (SIGINT) or SIGTERM stops it (exit code 130 or 143).
+  webgpu-llama chat --model PATH [--system TEXT] [--chat-template FILE] [--id NAME]
+                    [--weight-storage TYPE]
+                  ${SAMPLING_USAGE}
+      Chat with the model in the terminal. Each line read is a user message; the whole
+      conversation goes to the model (POST /v1/chat/completions, streamed) and the reply is
+      printed as it is generated. /reset clears the conversation (the --system prompt stays);
+      /exit or the end of input (Ctrl-D) ends the chat: lines may be piped in. Ctrl-C stops a
+      reply (the part shown stays in the conversation); at the prompt it ends the chat (exit
+      code 130). An error of one turn (the conversation no longer fits the context) is
+      printed and that turn dropped; one that every turn would hit (a model without a chat
+      template, found before the first turn: give --chat-template) ends the chat with exit
+      code 1. --max-tokens caps each
+      reply (default: until the end of the turn). --json takes further
+      /v1/chat/completions parameters (not messages, stream or n).
   webgpu-llama complete --model PATH --prompt TEXT|- [--id NAME] [--weight-storage TYPE]
-                        [--max-tokens N] [--temperature T] [--top-p P] [--seed S]
-                        [--stop TEXT]... [--top-k K] [--min-p P] [--repetition-penalty R]
-                        [--presence-penalty P] [--frequency-penalty F]
-                        [--logit-bias ID=BIAS]... [--ignore-eos] [--json BODY]
+                  ${SAMPLING_USAGE}
       Load the model, complete the prompt and print the completion to stdout as it is
       generated. --prompt - reads the prompt from stdin (less one trailing newline).
       Defaults: --max-tokens 16 --temperature 1 (0 = greedy) --top-p 1.
@@ -37,20 +70,25 @@ export const USAGE = `Usage:
   webgpu-llama --help
       Show this help.
 
---model is a model file or folder (GGUF file, or a Hugging Face folder with config.json,
-*.safetensors and tokenizer.json). --id is the name the model answers to in requests
-(default: derived from the path). --weight-storage f16|f32|source|q8_0|q4_0 sets how a Hugging
-Face model's weights are kept on the GPU (default f16; GGUF files keep their types).
-Numbers are plain decimals (integers for --port, --max-tokens, --seed, --top-k).
+PATH is a GGUF file or a Hugging Face model folder on disk (config.json, *.safetensors,
+tokenizer.json), the http(s) URL of either, or a Hugging Face repo: hf:org/name,
+hf:org/name@REVISION or hf:org/name/FILE.gguf (the repo's page URL,
+https://huggingface.co/org/name, works too). Repos are read from $HF_ENDPOINT when it is set (a
+mirror), else from huggingface.co. HF_TOKEN, when set, is sent as the access token
+(Authorization: Bearer) for the files of models on the hub, and nowhere else: it opens gated and
+private repos (Llama 3.2, ...).
+--id is the name the model answers to in requests (default: derived from PATH).
+--weight-storage f16|f32|source|q8_0|q4_0 sets how a Hugging Face model's weights are kept on the
+GPU (default f16; GGUF files keep their types). --chat-template FILE is a Jinja chat template
+used in place of the model's own (for a model that has none, or to change it).
+--tool-call-format hermes|llama3_json|mistral is how the model writes the tool calls that chat
+completions return (default: what its chat template shows). In serve, --weight-storage applies
+to every model; --chat-template and --tool-call-format are given once (every model) or once per
+--model, in the same order. Numbers are plain decimals (integers for --port, --max-tokens,
+--seed, --top-k).
 `;
 
-/** What the CLI loads: the Engine's API, and its unload() when it has one (serve frees the GPU on exit). */
-export type CliEngine = ApiEngine & { unload?(): Promise<void> };
-
-/** How the CLI loads a model (src/node/index.ts loadModelFromPath by default). */
-export type ModelLoader = (path: string, options: { id?: string; weightStorage?: WeightStorage }) => Promise<CliEngine>;
-
-/** Where the CLI writes. A stream's `error` events (EPIPE: the reader has gone) stop `complete`. */
+/** Where the CLI writes. A stream's `error` events (EPIPE: the reader has gone) stop `complete` and `chat`. */
 export interface CliOutput {
   write(text: string): unknown;
   on?(event: 'error', listener: (err: Error) => void): unknown;
@@ -58,11 +96,14 @@ export interface CliOutput {
 }
 
 export interface CliIo {
+  /** How a model is loaded (default: src/node/index.ts on Dawn, see cli-load.ts). */
   loadModel?: ModelLoader;
   stdout?: CliOutput;
   stderr?: { write(text: string): unknown };
-  /** Read for `--prompt -` (default: process.stdin). */
+  /** Read for `--prompt -`, and for chat's lines (default: process.stdin; a terminal gets line editing). */
   stdin?: AsyncIterable<string | Uint8Array>;
+  /** The environment: HF_TOKEN, HF_ENDPOINT (default: process.env). */
+  env?: CliEnv;
   /**
    * Stops `serve` (default: SIGINT / SIGTERM). An abort whose reason is a signal's name
    * ('SIGINT') exits as that signal does (130); any other reason exits 0.
@@ -70,161 +111,66 @@ export interface CliIo {
   signal?: AbortSignal;
   /** Told the server once it listens (tests). */
   onListening?: (server: RunningServer) => void;
+  /** Subscribes to chat's Ctrl-C; returns the unsubscribe (default: SIGINT, and readline's on a terminal). */
+  onInterrupt?: (listener: () => void) => () => void;
 }
 
-class UsageError extends Error {}
-
-const DAWN_PACKAGE = 'webgpu@0.6.2';
-
-/**
- * Imports Dawn (the `webgpu` package) so that its failure is one clear line: the package
- * missing, or its native binary failing to load (no build for this platform, a missing shared
- * library), which would otherwise surface as a stack trace from deep inside the load.
- */
-export async function loadDawn(importDawn: () => Promise<unknown> = () => import('webgpu')): Promise<void> {
-  try {
-    await importDawn();
-  } catch (err) {
-    const message = errorMessage(err);
-    if ((err as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' && /['"]webgpu['"]/.test(message)) {
-      throw new Error(`the Node host needs the \`webgpu\` package (Dawn): npm install ${DAWN_PACKAGE}`);
-    }
-    // Node's "Cannot find module" message goes on with the require stack: the first line says it.
-    throw new Error(
-      `the \`webgpu\` package (Dawn) failed to load: ${message.split('\n')[0]} ` +
-        `(reinstall it, npm install ${DAWN_PACKAGE}, on a platform it has a build for: linux, macOS or Windows, x64 or arm64)`,
-    );
-  }
-}
-
-const defaultLoader: ModelLoader = async (path, options) => {
-  // The path before Dawn and the GPU: a typo is reported at once, whatever the machine.
-  await checkModelPath(path);
-  await loadDawn();
-  const { loadModelFromPath } = await import('./index.ts');
-  return loadModelFromPath(path, options);
-};
-
-// Plain decimals only: Number() also takes '0x1F90', '0b11', ' 8 ' and, for an integer, '1e3'.
-const INTEGER = /^[+-]?\d+$/;
-const DECIMAL = /^[+-]?(\d+(\.\d+)?|\.\d+)(e[+-]?\d+)?$/i;
-
-/** `value` as a number, or undefined when it is not a plain decimal (an integer one if `integer`). */
-function parseDecimal(value: string, integer: boolean): number | undefined {
-  const n = Number(value);
-  if (!(integer ? INTEGER : DECIMAL).test(value) || !Number.isFinite(n) || (integer && !Number.isSafeInteger(n))) return undefined;
-  return n;
-}
-
-function numberOption(name: string, value: string | undefined, integer: boolean): number | undefined {
-  if (value === undefined) return undefined;
-  const n = parseDecimal(value, integer);
-  if (n === undefined) throw new UsageError(`--${name} must be ${integer ? 'an integer' : 'a number'}, got '${value}'`);
-  return n;
-}
-
-const OPTIONS = {
-  help: { type: 'boolean', short: 'h' },
-  model: { type: 'string', short: 'm' },
-  id: { type: 'string' },
-  'weight-storage': { type: 'string' },
-  host: { type: 'string' },
-  port: { type: 'string' },
-  prompt: { type: 'string', short: 'p' },
-  'max-tokens': { type: 'string' },
-  temperature: { type: 'string' },
-  'top-p': { type: 'string' },
-  seed: { type: 'string' },
-  stop: { type: 'string', multiple: true },
-  'top-k': { type: 'string' },
-  'min-p': { type: 'string' },
-  'repetition-penalty': { type: 'string' },
-  'presence-penalty': { type: 'string' },
-  'frequency-penalty': { type: 'string' },
-  'logit-bias': { type: 'string', multiple: true },
-  'ignore-eos': { type: 'boolean' },
-  json: { type: 'string' },
-} as const;
-
-/**
- * parseArgs refuses `--presence-penalty -0.5` (a value that starts with a dash reads as a
- * forgotten one); a negative number after a flag that takes a value is that value.
- */
-function joinNegativeNumbers(argv: readonly string[]): string[] {
-  const options = OPTIONS as Record<string, { type: string; short?: string }>;
-  const takesValue = (arg: string) =>
-    Object.entries(options).some(([name, o]) => o.type === 'string' && (arg === `--${name}` || (o.short !== undefined && arg === `-${o.short}`)));
-  const out: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === '--') return [...out, ...argv.slice(i)];
-    const next = argv[i + 1];
-    if (next !== undefined && /^-\.?\d/.test(next) && takesValue(arg)) {
-      out.push(arg.startsWith('--') ? `${arg}=${next}` : arg + next); // -p-1: a short option's inline value
-      i++;
-    } else {
-      out.push(arg);
-    }
-  }
-  return out;
-}
-
-type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true; strict: true }>>['values'];
+const COMMANDS = ['serve', 'chat', 'complete'] as const;
+type Command = (typeof COMMANDS)[number];
 
 /** Runs the CLI on `argv` (without node and script); resolves to the exit code. */
 export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<number> {
   const stdout = io.stdout ?? process.stdout;
   const stderr = io.stderr ?? process.stderr;
-  const loadModel = io.loadModel ?? defaultLoader;
+  const env = io.env ?? process.env;
+  const loadModel = io.loadModel ?? defaultLoader(env);
   try {
-    const { values, positionals } = parseArgs({ args: joinNegativeNumbers(argv), allowPositionals: true, strict: true, options: OPTIONS });
+    const { values, positionals } = parseCommandLine(argv);
     if (values.help) {
       stdout.write(USAGE);
       return 0;
     }
     const [command, ...extra] = positionals;
-    if (!command) throw new UsageError('a command is required (serve or complete)');
+    if (!command) throw new UsageError('a command is required (serve, chat or complete)');
     if (extra.length > 0) throw new UsageError(`unexpected argument '${extra[0]}'`);
-    if (command !== 'serve' && command !== 'complete') throw new UsageError(`unknown command '${command}'`);
-    const modelPath = values.model;
-    if (!modelPath) throw new UsageError('--model PATH is required');
-    const weightStorage = values['weight-storage'];
-    if (weightStorage !== undefined && !(WEIGHT_STORAGES as readonly string[]).includes(weightStorage)) {
-      throw new UsageError(`--weight-storage must be one of ${WEIGHT_STORAGES.join(', ')}, got '${weightStorage}'`);
-    }
-    const loadOptions = {
-      ...(values.id === undefined ? {} : { id: values.id }),
-      ...(weightStorage === undefined ? {} : { weightStorage: weightStorage as WeightStorage }),
-    };
-
-    const completeOnly = [
-      'prompt', 'max-tokens', 'temperature', 'top-p', 'seed', 'stop', 'top-k', 'min-p', 'repetition-penalty',
-      'presence-penalty', 'frequency-penalty', 'logit-bias', 'ignore-eos', 'json',
-    ] as const;
-    if (command === 'serve') {
-      for (const name of completeOnly) {
-        if (values[name] !== undefined) throw new UsageError(`--${name} is for 'complete', not 'serve'`);
+    if (!(COMMANDS as readonly string[]).includes(command)) throw new UsageError(`unknown command '${command}'`);
+    checkFlagsOf(command as Command, values);
+    const models = values.model ?? [];
+    if (models.length === 0) throw new UsageError('--model PATH is required');
+    const resolved = models.map((model) => {
+      try {
+        return parseModelSource(model, env);
+      } catch (err) {
+        throw new UsageError(errorMessage(err));
       }
+    });
+    const loadOptions = await modelLoadOptions(values, resolved, env);
+
+    if (command === 'serve') {
       const port = numberOption('port', values.port, true) ?? 8080;
       if (port < 0 || port > 65535) throw new UsageError(`--port must be in 0..65535, got ${port}`);
-      return await serve(loadModel, modelPath, loadOptions, values.host ?? '127.0.0.1', port, stdout, stderr, io);
+      const served: ServedModel[] = models.map((model, i) => ({ model, resolved: resolved[i]!, options: loadOptions[i]! }));
+      return await serve(loadModel, served, values.host ?? '127.0.0.1', port, stdout, stderr, io);
     }
 
-    for (const name of ['host', 'port'] as const) {
-      if (values[name] !== undefined) throw new UsageError(`--${name} is for 'serve', not 'complete'`);
+    if (command === 'chat') {
+      const params = chatParams(values);
+      const engine = await load(loadModel, models[0]!, resolved[0]!, loadOptions[0]!);
+      try {
+        return await chat(engine, { system: values.system, params }, { stdout, stderr, stdin: io.stdin, onInterrupt: io.onInterrupt });
+      } finally {
+        await engine.unload?.();
+      }
     }
+
     if (values.prompt === undefined) throw new UsageError('--prompt TEXT is required (--prompt - reads it from stdin)');
     const prompt = values.prompt === '-' ? await readPrompt(io.stdin ?? process.stdin) : values.prompt;
-    const request = completionRequest(prompt, values);
+    const request: Record<string, unknown> = { prompt, ...samplingParams(values) };
+    if (given(request, 'stream') === undefined) request.stream = !wantsBestOf(request);
     // Checked before the load: a bad parameter should not wait for a multi-GB model. (The
     // model's own limits, the context length and vocabulary, are checked once it is loaded.)
     const { stream } = validateCompletionRequest({ ...request, model: 'placeholder' });
-    let engine: CliEngine;
-    try {
-      engine = await loadModel(modelPath, loadOptions);
-    } catch (err) {
-      throw new Error(`failed to load ${modelPath}: ${errorMessage(err)}`, { cause: err });
-    }
+    const engine = await load(loadModel, models[0]!, resolved[0]!, loadOptions[0]!);
     return await complete(engine, request, stream, stdout);
   } catch (err) {
     stderr.write(`webgpu-llama: ${errorMessage(err)}\n`);
@@ -235,6 +181,98 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
   }
 }
 
+/** Refuses the flags that belong to other commands, and more than one model outside serve. */
+function checkFlagsOf(command: Command, values: Values): void {
+  const forServe = () => "for 'serve'";
+  if (command === 'serve') {
+    refuseFlags(values, ['prompt'], command, () => "for 'complete'");
+    refuseFlags(values, ['system'], command, () => "for 'chat'");
+    refuseFlags(values, SAMPLING_FLAGS, command, () => "for 'complete' and 'chat'");
+    return;
+  }
+  refuseFlags(values, ['host', 'port', 'tool-call-format'], command, forServe);
+  if (command === 'complete') {
+    refuseFlags(values, ['system'], command, () => "for 'chat'");
+    refuseFlags(values, ['chat-template'], command, () => "for 'serve' and 'chat' (complete sends no messages)");
+  } else {
+    refuseFlags(values, ['prompt'], command, () => "for 'complete' (chat reads its messages from stdin)");
+  }
+  for (const name of ['model', 'id', 'chat-template'] as const) {
+    const count = values[name]?.length ?? 0;
+    if (count > 1) throw new UsageError(`'${command}' takes one --${name} (serve takes several)`);
+  }
+}
+
+/** Each model's load options: --id, --weight-storage, the --chat-template file's text, --tool-call-format, HF_TOKEN. */
+async function modelLoadOptions(values: Values, models: readonly CliModelSource[], env: CliEnv): Promise<CliLoadOptions[]> {
+  const count = models.length;
+  const weightStorage = values['weight-storage'];
+  if (weightStorage !== undefined && !(WEIGHT_STORAGES as readonly string[]).includes(weightStorage)) {
+    throw new UsageError(`--weight-storage must be one of ${WEIGHT_STORAGES.join(', ')}, got '${weightStorage}'`);
+  }
+  for (const format of values['tool-call-format'] ?? []) {
+    if (!(TOOL_CALL_FORMATS as readonly string[]).includes(format)) {
+      throw new UsageError(`--tool-call-format must be one of ${TOOL_CALL_FORMATS.join(', ')}, got '${format}'`);
+    }
+  }
+  const ids = values.id;
+  if (ids !== undefined && ids.length !== count) {
+    throw new UsageError(`--id is given ${ids.length} times for ${count} models: give one --id per --model, or none (ids from the file names)`);
+  }
+  const seen = new Map<string, number>();
+  models.forEach((model, i) => {
+    const id = ids?.[i] ?? model.defaultId;
+    if (seen.has(id)) throw new UsageError(`two models would answer to '${id}' (--model ${seen.get(id)! + 1} and ${i + 1}): give each its own --id`);
+    seen.set(id, i);
+  });
+  const templateFiles = perModel('chat-template', values['chat-template'], count);
+  const texts = new Map<string, string>();
+  for (const file of new Set(templateFiles)) {
+    if (file === undefined) continue;
+    try {
+      texts.set(file, await readFile(file, 'utf8'));
+    } catch (err) {
+      throw new Error(`cannot read the --chat-template file: ${errorMessage(err)}`, { cause: err });
+    }
+  }
+  const formats = perModel('tool-call-format', values['tool-call-format'], count);
+  return models.map((model, i) => {
+    const accessToken = accessTokenFor(model, env);
+    const chatTemplate = templateFiles[i] === undefined ? undefined : texts.get(templateFiles[i]!);
+    return {
+      ...(ids === undefined ? {} : { id: ids[i]! }),
+      ...(weightStorage === undefined ? {} : { weightStorage: weightStorage as WeightStorage }),
+      ...(chatTemplate === undefined ? {} : { chatTemplate }),
+      ...(formats[i] === undefined ? {} : { toolCallFormat: formats[i] as ToolCallFormat }),
+      ...(accessToken === undefined ? {} : { accessToken }),
+    };
+  });
+}
+
+/** Loads one model; a failure names it (and says what a 401 from the hub may mean). */
+async function load(loadModel: ModelLoader, model: string, resolved: CliModelSource, options: CliLoadOptions): Promise<CliEngine> {
+  try {
+    return await loadModel(model, options);
+  } catch (err) {
+    throw new Error(`failed to load ${model}: ${errorMessage(err)}${loadFailureHint(resolved, options.accessToken !== undefined, err)}`, { cause: err });
+  }
+}
+
+/** Chat's request parameters from the sampling flags and --json (the conversation and `stream` are chat's own). */
+function chatParams(values: Values): Record<string, unknown> {
+  const params = samplingParams(values, 'max_completion_tokens');
+  for (const name of ['model', 'messages']) {
+    if (given(params, name) !== undefined) throw new UsageError(`--json cannot set '${name}' for chat: it sends the conversation to the loaded model`);
+  }
+  const stream = given(params, 'stream');
+  if (stream !== undefined && stream !== true) throw new UsageError("chat always streams: --json cannot set 'stream'");
+  const n = given(params, 'n');
+  if (n !== undefined && n !== null && n !== 1) throw new UsageError('chat shows one reply: --json cannot set n above 1');
+  // Checked before the load, as complete's are (the context length is checked each turn).
+  validateChatRequest({ ...params, model: 'placeholder', messages: [{ role: 'user', content: 'Hello' }], stream: true });
+  return params;
+}
+
 /** All of stdin as text, less the one trailing newline that `echo` and heredocs add. */
 async function readPrompt(stdin: AsyncIterable<string | Uint8Array>): Promise<string> {
   const decoder = new TextDecoder();
@@ -243,55 +281,6 @@ async function readPrompt(stdin: AsyncIterable<string | Uint8Array>): Promise<st
   return (text + decoder.decode()).replace(/\r?\n$/, '');
 }
 
-/** The /v1/completions body the flags and --json ask for (without `model`). */
-function completionRequest(prompt: string, values: Values): Record<string, unknown> {
-  const request: Record<string, unknown> = { prompt };
-  const numeric: [string, keyof Values, boolean][] = [
-    ['max_tokens', 'max-tokens', true],
-    ['temperature', 'temperature', false],
-    ['top_p', 'top-p', false],
-    ['seed', 'seed', true],
-    ['top_k', 'top-k', true],
-    ['min_p', 'min-p', false],
-    ['repetition_penalty', 'repetition-penalty', false],
-    ['presence_penalty', 'presence-penalty', false],
-    ['frequency_penalty', 'frequency-penalty', false],
-  ];
-  for (const [param, flag, integer] of numeric) {
-    const value = numberOption(flag, values[flag] as string | undefined, integer);
-    if (value !== undefined) request[param] = value;
-  }
-  if (values.stop) request.stop = values.stop;
-  if (values['ignore-eos']) request.ignore_eos = true;
-  if (values['logit-bias']) {
-    const bias: Record<string, number> = {};
-    for (const pair of values['logit-bias']) {
-      const m = /^(\d+)=(.+)$/.exec(pair);
-      const value = m ? parseDecimal(m[2]!, false) : undefined;
-      if (!m || value === undefined) throw new UsageError(`--logit-bias takes ID=BIAS (e.g. 13=-100), got '${pair}'`);
-      bias[m[1]!] = value;
-    }
-    request.logit_bias = bias;
-  }
-  if (values.json !== undefined) {
-    let extra: unknown;
-    try {
-      extra = JSON.parse(values.json);
-    } catch (err) {
-      throw new UsageError(`--json must be a JSON object: ${errorMessage(err)}`);
-    }
-    if (typeof extra !== 'object' || extra === null || Array.isArray(extra)) throw new UsageError('--json must be a JSON object');
-    Object.assign(request, extra);
-  }
-  if (given(request, 'stream') === undefined) request.stream = !wantsBestOf(request);
-  return request;
-}
-
-/** A parameter as validation sees it: at the top level, or in `extra_body`. */
-function given(request: Record<string, unknown>, name: string): unknown {
-  const extra = request.extra_body;
-  return request[name] ?? (typeof extra === 'object' && extra !== null ? (extra as Record<string, unknown>)[name] : undefined);
-}
 
 /** best_of > n: the best choices are known only once all are done, so the CLI does not stream then. */
 function wantsBestOf(request: Record<string, unknown>): boolean {
@@ -342,62 +331,6 @@ async function complete(engine: CliEngine, request: Record<string, unknown>, str
   }
   if (output.error && output.error.code !== 'EPIPE') throw new Error(`cannot write the completion: ${errorMessage(output.error)}`);
   return 0;
-}
-
-/** The exit code for a stop: 128 + the signal's number when `reason` names one (SIGINT 130, SIGTERM 143), else 0. */
-function exitCodeFor(reason: unknown): number {
-  const signals: Partial<Record<string, number>> = constants.signals;
-  const number = typeof reason === 'string' && Object.hasOwn(signals, reason) ? signals[reason] : undefined;
-  return number === undefined ? 0 : 128 + number;
-}
-
-async function serve(
-  loadModel: ModelLoader,
-  modelPath: string,
-  loadOptions: { id?: string },
-  host: string,
-  port: number,
-  stdout: CliOutput,
-  stderr: NonNullable<CliIo['stderr']>,
-  io: CliIo,
-): Promise<number> {
-  // Listen at once: requests wait for the model while it loads.
-  const engine = loadModel(modelPath, loadOptions);
-  engine.catch(() => {});
-  const server = await startServer(engine, { host, port, log: (message) => stderr.write(message + '\n') });
-  stderr.write(`webgpu-llama: loading ${modelPath} ...\n`);
-  io.onListening?.(server);
-  let stop: (reason: unknown) => void = () => {};
-  const stopped = new Promise<unknown>((resolve) => (stop = resolve));
-  const onSignal = (signal: NodeJS.Signals) => stop(signal);
-  const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM'];
-  const { signal } = io;
-  if (signal) {
-    if (signal.aborted) stop(signal.reason);
-    else signal.addEventListener('abort', () => stop(signal.reason), { once: true });
-  } else {
-    // `once`: a second Ctrl-C, while the model is being unloaded, ends the process at once.
-    for (const s of signals) process.once(s, onSignal);
-  }
-  let loaded: CliEngine | null = null;
-  try {
-    try {
-      loaded = await Promise.race([engine, stopped.then(() => null)]);
-      if (loaded) {
-        stdout.write(`webgpu-llama: serving '${loaded.generator.info.id}' at ${server.url}/v1 (POST /v1/completions, GET /v1/models)\n`);
-      }
-    } catch (err) {
-      stderr.write(`webgpu-llama: failed to load ${modelPath}: ${errorMessage(err)}\n`);
-      return 1;
-    }
-    return exitCodeFor(await stopped);
-  } finally {
-    if (!signal) for (const s of signals) process.off(s, onSignal);
-    await server.close();
-    // Closing the server aborted its generations; unload() frees the GPU memory once they end.
-    // (Stopped while the model was still loading, there is nothing to free yet: the exit frees it.)
-    await loaded?.unload?.();
-  }
 }
 
 /** Whether `script` (process.argv[1]) is the module at `moduleUrl`, by its real path (links resolved). */
