@@ -1,10 +1,12 @@
 // The demo: load a model onto the GPU, install the fetch shim, then talk to it with plain
-// fetch('/v1/completions') and server-sent events, exactly as code written for a server would.
-// The modules beside this one each do one part: the parameter panel, the token view, the cached
-// models list, the snippets; this file wires them to the page.
+// fetch('/v1/completions') (the Completions view) or fetch('/v1/chat/completions') (the Chat
+// view, chat.ts) and server-sent events, exactly as code written for a server would. The modules
+// beside this one each do one part: the parameter panel, the token view, the cached models list,
+// the snippets, the chat; this file loads the model both views share and wires the page.
 import OpenAI from 'openai';
 import { acquireDevice, installFetchShim, loadModel, type CachedModel, type CompletionChunk, type Engine, type GpuContext, type ModelSource } from '../src/index.ts';
 import { CachedModelsList } from './cached-models.ts';
+import { ChatView } from './chat.ts';
 import { ApiRequestError, LiveStats, runCompletion } from './completion-run.ts';
 import { errorMessage, formatBytes } from './format.ts';
 import { parseModelSource } from './model-source.ts';
@@ -13,7 +15,8 @@ import { copyText, curlSnippet, openaiSnippet } from './snippets.ts';
 import { AlternativesPopover, ChoiceView } from './token-view.ts';
 
 // Page options: ?model=URL&id=NAME (the model loaded first), ?hub=HOST (a Hugging Face mirror for
-// repo ids: a host name or a URL), ?memoryBudgetMiB=N (the GPU memory a model may take).
+// repo ids: a host name or a URL), ?memoryBudgetMiB=N (the GPU memory a model may take); #chat
+// opens the Chat view.
 const query = new URLSearchParams(location.search);
 // Relative to the page: the built demo (npm run build:demo) may be served under any sub-path.
 const DEFAULT_MODEL = './models/stories260K/stories260K.gguf';
@@ -54,10 +57,38 @@ Object.assign(window, { OpenAI });
 const narrow = matchMedia('(max-width: 60rem)');
 const params = new ParamsPanel($('params'), { collapsed: narrow.matches });
 const popover = new AlternativesPopover(output);
+const chat = new ChatView({
+  popover,
+  narrow: narrow.matches,
+  setState: (state, status) => setState(state, status),
+  completionRunning: () => running !== undefined,
+});
 const cachedModels = new CachedModelsList($('cached-models'), {
   load: (model: CachedModel) => void switchModel(model.url, model.id, model.id),
   error: (message) => showError(message, 'model'),
 });
+
+// ---- the two views: Completions and Chat, one model -------------------------------------------
+
+type View = 'completions' | 'chat';
+
+function showView(view: View): void {
+  document.body.dataset.view = view;
+  for (const button of document.querySelectorAll<HTMLButtonElement>('nav.views button')) {
+    button.setAttribute('aria-pressed', String(button.dataset.view === view));
+  }
+  popover.hide();
+}
+
+for (const button of document.querySelectorAll<HTMLButtonElement>('nav.views button')) {
+  button.addEventListener('click', () => {
+    const view = button.dataset.view as View;
+    showView(view);
+    // The view is in the address (#chat), so that a reload or a shared link opens it.
+    history.replaceState(null, '', view === 'chat' ? '#chat' : location.pathname + location.search);
+  });
+}
+showView(location.hash === '#chat' ? 'chat' : 'completions');
 
 // ---- page state and errors -------------------------------------------------------------------
 
@@ -177,6 +208,7 @@ function start(source: ModelSource, id: string | undefined, label: string): void
   setState('loading', 'Loading model…');
   modelLine.textContent = `Model: ${label}`;
   button.disabled = true;
+  chat.modelLoading();
   setLoadControlsDisabled(true);
   loadNote.hidden = true;
   progress.value = 0;
@@ -190,6 +222,7 @@ function start(source: ModelSource, id: string | undefined, label: string): void
         setState('ready', `Ready (loaded in ${loadSeconds.toFixed(1)} s).`);
         button.disabled = false;
         updateRequestView(engine.info.id);
+        chat.modelReady(engine.info.id);
       },
       (error) => {
         setState('error', 'Could not load the model.');
@@ -208,10 +241,12 @@ async function switchModel(source: ModelSource, id: string | undefined, label: s
   // From here on nothing else may start: no other model, no request for the old one.
   setLoadControlsDisabled(true);
   button.disabled = true;
+  chat.modelLoading();
   setState('loading', 'Unloading the current model…');
-  // Let the request in flight end (as 'aborted') before its engine goes away.
+  // Let the requests in flight end (as 'aborted') before their engine goes away.
   running?.abort();
   await generation;
+  await chat.stop();
   uninstallShim();
   const old = await enginePromise.catch(() => undefined);
   old?.unload();
@@ -318,6 +353,10 @@ button.addEventListener('click', (event) => (submitClicks = event.detail));
 async function generate(): Promise<void> {
   clearError();
   popover.hide();
+  if (chat.generating) {
+    showError(new Error('A chat reply is streaming in the Chat view: stop it first (the page runs one request at a time).'), 'request');
+    return;
+  }
   let body: Record<string, unknown>;
   try {
     body = requestBody();

@@ -123,7 +123,7 @@ test('the panel has a control for every API parameter; changed parameters are se
   // that only wrap others (extra_body), has a control showing its default (and range).
   for (const [name, row] of Object.entries(COMPLETION_PARAMS)) {
     if (['model', 'prompt', 'extra_body'].includes(name)) continue;
-    const control = page.locator(`[data-param="${name}"]`);
+    const control = page.locator(`#params [data-param="${name}"]`);
     await expect(control, name).toHaveCount(1);
     await expect(control.locator('.hint'), name).toContainText('default');
     if (row.range) await expect(control.locator('.hint'), name).toContainText(row.range);
@@ -138,9 +138,9 @@ test('the panel has a control for every API parameter; changed parameters are se
     await expect(param(page, name), name).not.toHaveAttribute('inputmode', /./, { timeout: 5_000 });
   }
   // What a parameter does is not only in a hover title: tapping its facts line shows it.
-  const doc = page.locator('[data-param="temperature"] .param-doc');
+  const doc = page.locator('#params [data-param="temperature"] .param-doc');
   await expect(doc).toBeHidden();
-  await page.locator('[data-param="temperature"] summary').click();
+  await page.locator('#params [data-param="temperature"] summary').click();
   await expect(doc).toBeVisible({ timeout: 5_000 });
   await expect(doc).toHaveText(COMPLETION_PARAMS.temperature.doc);
 
@@ -148,9 +148,9 @@ test('the panel has a control for every API parameter; changed parameters are se
   await page.locator('#prompt').fill(reference.prompt);
   await param(page, 'max_tokens').fill('6');
   await param(page, 'temperature').fill('0.9');
-  await page.locator('summary', { hasText: 'Choices' }).click();
+  await page.locator('#params summary', { hasText: 'Choices' }).click();
   await param(page, 'n').fill('2');
-  await page.locator('summary', { hasText: 'Streaming' }).click();
+  await page.locator('#params summary', { hasText: 'Streaming' }).click();
   await param(page, 'stream').uncheck();
   await expect(param(page, 'stream_options')).toBeDisabled();
   await param(page, 'seed').fill('7');
@@ -193,7 +193,7 @@ test('a bad parameter shows the API error message in the page', async ({ page })
 
   // A field that is not JSON is caught before anything is sent, and named.
   await param(page, 'temperature').fill('0');
-  await page.locator('summary', { hasText: 'Penalties' }).click();
+  await page.locator('#params summary', { hasText: 'Penalties' }).click();
   await param(page, 'logit_bias').fill('{13: -100}');
   await page.locator('#generate').click();
   await expect(errorBox(page)).toContainText('logit_bias must be JSON');
@@ -284,7 +284,7 @@ test('the openai snippet runs as copied in the page and gives the same text; the
   expect(await runInConsole(page, snippet)).toEqual([text]);
 
   // Streamed with n = 2: each choice's text on its own, as the page shows them.
-  await page.locator('summary', { hasText: 'Choices' }).click();
+  await page.locator('#params summary', { hasText: 'Choices' }).click();
   await param(page, 'n').fill('2');
   await param(page, 'temperature').fill('0.9');
   await param(page, 'seed').fill('7');
@@ -516,8 +516,8 @@ for (const [name, viewport] of [
     if (name === 'phone') {
       // At phone width the parameter groups start closed, so that the output is near the prompt.
       await expect(page.locator('#params details[open]')).toHaveCount(0);
-      await page.locator('summary', { hasText: 'Length and stop' }).click();
-      await page.locator('summary', { hasText: 'Sampling' }).click();
+      await page.locator('#params summary', { hasText: 'Length and stop' }).click();
+      await page.locator('#params summary', { hasText: 'Sampling' }).click();
     }
     await greedy(page, 16);
     await generate(page);
