@@ -1,5 +1,5 @@
 // webgpu-llama, browser entry: load a Llama-family model onto WebGPU and answer OpenAI-style
-// completions in the page. Nothing here imports Node-only code (see src/node for the Node host).
+// completions and chat in the page. Nothing here imports Node-only code (see src/node for the Node host).
 import { Engine } from './api/engine.ts';
 import { acquireDevice, sharedGpuContext, type GpuContext } from './gpu/device.ts';
 import { loadGenerator, type LoadOptions } from './engine/load.ts';
@@ -24,6 +24,25 @@ export type {
   CompletionExtensions,
   ServiceTier,
 } from './api/completions.ts';
+export type {
+  ChatCompletion,
+  ChatCompletionChunk,
+  ChatCompletionChoice,
+  ChatCompletionMessage,
+  ChatCompletionRequest,
+  ChatChunkChoice,
+  ChatContentPart,
+  ChatDelta,
+  ChatExtensions,
+  ChatFinishReason,
+  ChatLogprobs,
+  ChatMessage,
+  ChatTokenLogprob,
+  ChatToolCall,
+  ChatToolCallDelta,
+} from './api/chat.ts';
+export type { TokenizeResponse } from './api/tokenize.ts';
+export type { ToolCallFormat } from './api/tool-parsers.ts';
 export type { LoadOptions } from './engine/load.ts';
 export type { ModelInfo, ModelStorageInfo } from './engine/types.ts';
 export type { MemoryEstimate } from './engine/memory.ts';
@@ -35,7 +54,7 @@ export type { HubSource } from './model/hub.ts';
 export { listCachedModels, deleteCachedModel, weightCacheAvailable, type CachedModel } from './model/cache.ts';
 export { gpuCounters, counterDelta, type GpuCounters } from './gpu/counters.ts';
 export type { FetchShimOptions, RequestHandlingEngine, ShimEngine } from './api/shim.ts';
-export type { ApiEngine, ApiHandlerOptions } from './api/handler.ts';
+export type { ApiEngine, ApiEngines, ApiHandlerOptions, HostedEngine } from './api/handler.ts';
 export type { ApiErrorBody, ApiErrorObject } from './api/errors.ts';
 export type { CompletionParams } from './api/completions.ts';
 export type { FinishReason } from './engine/types.ts';
