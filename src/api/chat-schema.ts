@@ -6,7 +6,7 @@
 // Browser code: nothing here may import Node modules.
 import { invalidRequest, notSupportedYet } from './errors.ts';
 import { parseMessages, parseTools, type ChatTool, type TemplateMessage } from './messages.ts';
-import { boolean, integer, isPlainObject, row, string, validateParams, wrongType, type ParamRow, type TableParams } from './params.ts';
+import { boolean, integer, isPlainObject, object, row, string, validateParams, wrongType, type ParamRow, type TableParams } from './params.ts';
 import { COMPLETION_PARAMS, MAX_LOGPROBS, type CompletionExtensions, type RequestServiceTier } from './schema.ts';
 
 export type { ChatTool, TemplateMessage } from './messages.ts';
@@ -181,14 +181,10 @@ export const CHAT_PARAMS = {
   }),
   chat_template: chatTemplateRow("A Jinja chat template for this request, in place of the model's own (vLLM)."),
   chat_template_kwargs: row<Record<string, unknown> | null>({
-    type: 'object',
+    ...object(),
     nullable: true,
     default: null,
     extension: true,
-    parse(value, param) {
-      if (!isPlainObject(value)) wrongType(param, 'an object', value);
-      return value;
-    },
     doc: 'Extra variables for the chat template (vLLM), e.g. {"enable_thinking": false}.',
   }),
   add_generation_prompt: row<boolean>({

@@ -122,6 +122,16 @@ export function string() {
   };
 }
 
+export function object() {
+  return {
+    type: 'object',
+    parse(value: unknown, param: string): Record<string, unknown> {
+      if (!isPlainObject(value)) wrongType(param, 'an object', value);
+      return value;
+    },
+  };
+}
+
 export function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }

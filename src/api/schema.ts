@@ -10,6 +10,7 @@ import {
   isPlainObject,
   jsonType,
   number,
+  object,
   row,
   string,
   tokenIdArray,
@@ -246,13 +247,10 @@ export const COMPLETION_PARAMS = {
     doc: "The tier; every tier runs the same way. The response names it ('auto' answers 'default').",
   }),
   extra_body: row<Record<string, unknown> | null>({
+    ...object(),
     type: 'object of further parameters',
     nullable: true,
     default: null,
-    parse(value, param) {
-      if (!isPlainObject(value)) wrongType(param, 'an object', value);
-      return value;
-    },
     doc: 'Its keys are treated as top-level parameters (top_k, min_p, ...); unknown keys are a 400.',
   }),
   top_k: row<number>({
