@@ -778,7 +778,7 @@ describe('routes', () => {
     expect(r.status).toBe(200);
     expect(json(r)).toEqual({
       object: 'list',
-      data: [{ id: 'org/fake-llama', object: 'model', created: 1_700_000_123, owned_by: 'webgpu-llama' }],
+      data: [{ id: 'org/fake-llama', object: 'model', created: 1_700_000_123, owned_by: 'webgpu-llama', max_model_len: 64 }],
     });
   });
 
@@ -786,7 +786,7 @@ describe('routes', () => {
     for (const url of ['/v1/models/org%2Ffake-llama', '/v1/models/org/fake-llama', '/v1/models/fake']) {
       const r = await get(engine, url);
       expect(r.status, url).toBe(200);
-      expect(json(r)).toEqual({ id: 'org/fake-llama', object: 'model', created: 1_700_000_123, owned_by: 'webgpu-llama' });
+      expect(json(r)).toEqual({ id: 'org/fake-llama', object: 'model', created: 1_700_000_123, owned_by: 'webgpu-llama', max_model_len: 64 });
     }
     await expectError(get(engine, '/v1/models/other'), 404, null, 'model_not_found');
   });
@@ -798,12 +798,17 @@ describe('routes', () => {
   });
 
   it('answers other paths with 404 and wrong methods with 405', async () => {
-    await expectError(get(engine, '/v1/chat/completions'), 404, null, 'not_found');
+    await expectError(get(engine, '/v1/embeddings'), 404, null, 'not_found');
     await expectError(get(engine, '/v1'), 404, null, 'not_found');
     await expectError(get(engine, '/v2/models'), 404, null, 'not_found');
     const r = await get(engine, '/v1/completions');
     await expectError(Promise.resolve(r), 405, null, 'method_not_allowed');
     expect(r.headers.allow).toBe('POST');
+    for (const path of ['/v1/chat/completions', '/tokenize', '/v1/detokenize']) {
+      const other = await get(engine, path);
+      await expectError(Promise.resolve(other), 405, null, 'method_not_allowed');
+      expect(other.headers.allow).toBe('POST');
+    }
     const m = await post(engine, {}, '/v1/models');
     await expectError(Promise.resolve(m), 405, null, 'method_not_allowed');
     expect(m.headers.allow).toBe('GET, HEAD');
