@@ -267,6 +267,9 @@ test('Stop ends a reply; what streamed stays in the conversation, and the next t
   await page.getByTestId('chat-send').click();
   await expect(replyText(page, 0)).not.toHaveText('', { timeout: 120_000 });
   await expect(page.getByTestId('chat-send')).toHaveText('Stop');
+  // A click within the double-click time of Send would count as its second click, which the
+  // page ignores (a double click sends once and does not stop at once): wait that out.
+  await page.waitForTimeout(600);
   await page.getByTestId('chat-send').click();
   await expect(log(page)).toHaveAttribute('data-finish', 'aborted');
   await expect(page.locator('#status')).toHaveText('Stopped.');

@@ -212,6 +212,9 @@ test('Stop ends a running completion, and the next one runs', async ({ page }) =
   await page.locator('#generate').click();
   await expect(completion(page)).not.toHaveText('', { timeout: 120_000 }); // some text has streamed in
   await expect(page.locator('#generate')).toHaveText('Stop');
+  // A click within the double-click time of Generate would count as its second click, which the
+  // page ignores: wait that out.
+  await page.waitForTimeout(600);
   await page.locator('#generate').click();
   await expect(output(page)).toHaveAttribute('data-finish', 'aborted');
   await expect(page.locator('#status')).toHaveText('Stopped.');
