@@ -217,7 +217,8 @@ add('models', 'GET /models lists the model in the OpenAI shape', async (api) => 
   eq(body.object, 'list', 'object');
   const model = body.data.find((m: Json) => m.id === api.profile.model);
   ok(model, `the list names ${api.profile.model}: ${JSON.stringify(body.data)}`);
-  keys(model, ['created', 'id', 'object', 'owned_by'], 'model');
+  keys(model, ['created', 'id', 'max_model_len', 'object', 'owned_by'], 'model');
+  ok(Number.isInteger(model.max_model_len) && model.max_model_len > 0, 'max_model_len is a positive integer');
   eq(model.object, 'model', 'model.object');
   ok(Number.isInteger(model.created), 'model.created is an integer');
   ok(typeof model.owned_by === 'string', 'owned_by is a string');
