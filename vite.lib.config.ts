@@ -82,11 +82,12 @@ export default defineConfig({
         // a page loads the same file whichever entry it starts from. Node-only code (src/node)
         // stays out of it: only dist/node.js and dist/cli.js reach `node:` modules and `webgpu`.
         codeSplitting: {
-          // @huggingface/jinja stays out of it: the chat template engine is its own chunk, loaded
-          // by a page's first chat request (import()), and imported by the service worker entry.
+          // The chat template engine (jinja-runtime.ts with @huggingface/jinja) stays out of it: its
+          // own chunk, loaded by a page's first chat request (import()), and imported by the
+          // service worker entry.
           groups: [
-            { name: 'jinja', test: /\/node_modules\/@huggingface\/jinja\// },
-            { name: 'engine', test: /\/(shaders|node_modules\/(?!@huggingface\/jinja\/))|\/src\/(?!node\/|worker\/(worker-entry|service-worker)\.ts$)/ },
+            { name: 'jinja', test: /\/node_modules\/@huggingface\/jinja\/|\/src\/tokenizer\/jinja-(runtime|python)\.ts$/ },
+            { name: 'engine', test: /\/(shaders|node_modules\/(?!@huggingface\/jinja\/))|\/src\/(?!node\/|worker\/(worker-entry|service-worker)\.ts$|tokenizer\/jinja-(runtime|python)\.ts$)/ },
           ],
         },
       },

@@ -12,7 +12,7 @@ import type { GpuContext } from '../src/gpu/device.ts';
 import type { ModelFiles } from '../src/model/files.ts';
 import type { GgufMetadata } from '../src/model/formats/gguf.ts';
 import {
-  ChatTemplateError, chatTemplatesFrom, pickChatTemplate, provideJinjaModule, renderChatTemplate, type ChatTemplateInput,
+  ChatTemplateError, chatTemplatesFrom, pickChatTemplate, provideJinjaRuntime, renderChatTemplate, type ChatTemplateInput,
 } from '../src/tokenizer/chat-template.ts';
 import { openModel } from '../src/model/open-model.ts';
 import { filesFromPath } from '../src/node/files.ts';
@@ -100,17 +100,17 @@ describe('renderChatTemplate', () => {
     expect(await renderChatTemplate('{{ x }} {{ x | tojson }} {{ y }} {{ x / 2 }}', input)).toBe('1 1 0.5 0.5');
   });
 
-  it('renders with a module handed over by provideJinjaModule (service workers cannot import())', async () => {
-    provideJinjaModule(await import('@huggingface/jinja'));
+  it('renders with an engine handed over by provideJinjaRuntime (service workers cannot import())', async () => {
+    provideJinjaRuntime(await import('../src/tokenizer/jinja-runtime.ts'));
     expect(await renderChatTemplate('{{ messages[0].content }} {{ true }}', base)).toBe('hi True');
   });
 
-  it('loads @huggingface/jinja only when a template renders (no static import in src but the service worker entry, which may not import())', () => {
-    const files = readdirSync(`${root}src`, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts') && f !== 'worker/service-worker.ts');
-    for (const file of files) {
-      expect(readFileSync(`${root}src/${file}`, 'utf8'), file).not.toMatch(/^\s*(import|export)\s[^;]*from\s+['"]@huggingface\/jinja['"]/m);
-    }
-    expect(readFileSync(`${root}src/tokenizer/jinja-runtime.ts`, 'utf8')).toContain("import('@huggingface/jinja')");
+  it('loads the engine only when a template renders: only the service worker entry imports it statically', () => {
+    const files = readdirSync(`${root}src`, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts'));
+    const engine = /^\s*(import|export)\s[^;]*from\s+['"](@huggingface\/jinja|\.{1,2}\/(tokenizer\/)?jinja-(runtime|python)\.ts)['"]/m;
+    const importers = files.filter((file) => engine.test(readFileSync(`${root}src/${file}`, 'utf8')));
+    expect(importers.sort()).toEqual(['tokenizer/jinja-runtime.ts', 'worker/service-worker.ts']);
+    expect(readFileSync(`${root}src/tokenizer/chat-template.ts`, 'utf8')).toContain("import('./jinja-runtime.ts')");
   });
 });
 

@@ -9,10 +9,26 @@
 // 1 (Python keeps the float 1.0: `{{ x }}` prints 1, tojson writes 1), integers past 2^53 are
 // rounded, and an object's integer-like keys ("1", "42") come first in ascending order (JavaScript
 // property order; Python keeps the request's order).
-import { pyStrip } from './jinja-python.ts';
-import { ChatTemplateError, parseJinja, provideJinjaModule, renderJinja } from './jinja-runtime.ts';
+import { ChatTemplateError } from './template-error.ts';
 
-export { ChatTemplateError, provideJinjaModule };
+export { ChatTemplateError };
+
+type JinjaRuntime = typeof import('./jinja-runtime.ts');
+let runtime: Promise<JinjaRuntime> | undefined;
+
+/** The template engine (jinja-runtime.ts, with @huggingface/jinja), loaded on the first render: the base bundle stays without it. */
+function loadRuntime(): Promise<JinjaRuntime> {
+  runtime ??= import('./jinja-runtime.ts').catch((err: unknown) => {
+    runtime = undefined; // a failed chunk load may succeed on a later try
+    throw err;
+  });
+  return runtime;
+}
+
+/** Hands the engine over where import() is refused: a service worker's entry imports jinja-runtime.ts statically. */
+export function provideJinjaRuntime(module: JinjaRuntime): void {
+  runtime = Promise.resolve(module);
+}
 
 /** tokenizer_config.json `chat_template` (a string → {default: s}; a list of {name, template} → by name) → templates by name; anything else → {}. */
 export function chatTemplatesFrom(value: unknown): Record<string, string> {
@@ -74,17 +90,18 @@ export async function renderChatTemplate(template: string, input: ChatTemplateIn
     documents: null,
     add_generation_prompt: input.addGenerationPrompt,
   };
-  const rendered = await renderJinja(template, variables, input.now ?? new Date());
-  return input.continueFinalMessage ? cutAfterFinalMessage(rendered, input.messages) : rendered;
+  const { renderJinja, pyStrip } = await loadRuntime();
+  const rendered = renderJinja(template, variables, input.now ?? new Date());
+  return input.continueFinalMessage ? cutAfterFinalMessage(rendered, input.messages, pyStrip) : rendered;
 }
 
 /** Throws a ChatTemplateError when `template` does not parse (to refuse a bad template at load). */
 export async function checkChatTemplate(template: string): Promise<void> {
-  await parseJinja(template);
+  (await loadRuntime()).parseJinja(template);
 }
 
 /** transformers' continue_final_message: cut after the final message's text (trimmed if the template trimmed it). */
-function cutAfterFinalMessage(rendered: string, messages: readonly Record<string, unknown>[]): string {
+function cutAfterFinalMessage(rendered: string, messages: readonly Record<string, unknown>[], pyStrip: JinjaRuntime['pyStrip']): string {
   if (messages.length === 0) throw new ChatTemplateError('continue_final_message is set but there is no final message');
   let final = messages[messages.length - 1].content;
   if (Array.isArray(final)) {

@@ -1,6 +1,5 @@
-// The Jinja engine under chat-template.ts: @huggingface/jinja, imported on the first render (the
-// base bundle stays without it; a service worker, where import() is refused, hands it over with
-// provideJinjaModule), set up as transformers sets up Python Jinja2 for chat templates
+// The Jinja engine under chat-template.ts: @huggingface/jinja, set up as transformers sets up
+// Python Jinja2 for chat templates
 // (trim_blocks, lstrip_blocks, loop controls, raise_exception, strftime_now, tojson as json.dumps).
 //
 // Where the library behaves the JavaScript way and Python differs, the interpreter of each render
@@ -9,19 +8,21 @@
 // whitespace in strip/split/trim, string methods, the filters length, join, items, list, first,
 // last, int, title, capitalize, the tests iterable and number, iterating an undefined value (no
 // iterations), strftime_now (C locale). The library's own parser and lexer are used as they are.
+//
+// chat-template.ts loads this module (and with it the library) on the first render, so the base
+// bundle stays without both.
+import * as jinjaModule from '@huggingface/jinja';
 import {
   compareCodePoints, jinjaTitleFilter, pyCapitalize, pyEquals, pyJsonDumps, pyLength, pySplit, pyStr, pyStrftime, pyStrip, pyTitle, pyTruthy,
   type JinjaValue,
 } from './jinja-python.ts';
+import { ChatTemplateError } from './template-error.ts';
 
-/** Bad template syntax, raise_exception(msg) (message kept), continue_final_message problems, anything the renderer throws. */
-export class ChatTemplateError extends Error {
-  override name = 'ChatTemplateError';
-}
+export { pyStrip } from './jinja-python.ts';
 
 /** Renders `source` with `variables` (strftime_now reports `now`); every failure is a ChatTemplateError. */
-export async function renderJinja(source: string, variables: Readonly<Record<string, unknown>>, now: Date): Promise<string> {
-  const runtime = await loadRuntime();
+export function renderJinja(source: string, variables: Readonly<Record<string, unknown>>, now: Date): string {
+  const runtime = loadRuntime();
   const program = compile(runtime, source);
   try {
     return createInterpreter(runtime, templateEnvironment(runtime, variables, now)).run(program).value;
@@ -32,8 +33,8 @@ export async function renderJinja(source: string, variables: Readonly<Record<str
 }
 
 /** Throws a ChatTemplateError when `source` does not parse. */
-export async function parseJinja(source: string): Promise<void> {
-  compile(await loadRuntime(), source);
+export function parseJinja(source: string): void {
+  compile(loadRuntime(), source);
 }
 
 type JinjaModule = typeof import('@huggingface/jinja');
@@ -74,25 +75,11 @@ interface Runtime {
   kit: Kit;
 }
 
-let runtimePromise: Promise<Runtime> | undefined;
+let runtime: Runtime | undefined;
 
-function loadRuntime(): Promise<Runtime> {
-  runtimePromise ??= import('@huggingface/jinja').then(
-    (jinja) => ({ jinja, kit: makeKit(jinja) }),
-    (err) => {
-      runtimePromise = undefined; // a failed chunk load may succeed on a later try
-      throw err;
-    },
-  );
-  return runtimePromise;
-}
-
-/**
- * Hands the engine over where import() is refused (a service worker: its entry imports
- * @huggingface/jinja statically and passes the module here before the first render).
- */
-export function provideJinjaModule(jinja: JinjaModule): void {
-  runtimePromise = Promise.resolve({ jinja, kit: makeKit(jinja) });
+function loadRuntime(): Runtime {
+  runtime ??= { jinja: jinjaModule, kit: makeKit(jinjaModule) };
+  return runtime;
 }
 
 function makeKit(jinja: JinjaModule): Kit {

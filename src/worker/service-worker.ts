@@ -12,7 +12,6 @@
 // idle service worker; the model then loads again (from the weight cache) on the next request.
 // After a page's unload() the worker answers 503 model_unloaded until a page loads again.
 // Browser code: nothing here may import Node modules.
-import * as jinja from '@huggingface/jinja';
 import { modelUnloaded, type Engine } from '../api/engine.ts';
 import { errorResponse, normalizeBasePath, type RequestHandlingEngine } from '../api/handler.ts';
 import { installFetchShim, isApiUrl } from '../api/shim.ts';
@@ -28,12 +27,13 @@ import {
   type TransferableLoadOptions,
   type UnloadReply,
 } from './protocol.ts';
-import { provideJinjaModule } from '../tokenizer/chat-template.ts';
+import { provideJinjaRuntime } from '../tokenizer/chat-template.ts';
+import * as jinjaRuntime from '../tokenizer/jinja-runtime.ts';
 import { trackRequests } from './tracked-engine.ts';
 
 // A service worker may not import() (the HTML spec refuses it), so the chat template engine, which
 // pages load on the first chat request, comes with the worker's own script.
-provideJinjaModule(jinja);
+provideJinjaRuntime(jinjaRuntime);
 
 export interface ServiceWorkerEngineOptions extends Omit<LoadModelOptions, 'gpu' | 'onProgress'> {
   /**
