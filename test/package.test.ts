@@ -65,7 +65,7 @@ describe('the npm package', () => {
     }
     // Service workers may not call import(): the service worker's graph has only static imports,
     // but for the chat template engine's, which the service worker entry imports statically and
-    // hands over (provideJinjaModule) before anything could call it.
+    // hands over (provideJinjaRuntime) before anything could call it.
     const worker = importGraph(join(dist, 'service-worker.js'));
     const jinja = /\bfrom\s*["'](\.\/jinja-[\w-]+\.js)["']/.exec(readFileSync(join(dist, 'service-worker.js'), 'utf8'))?.[1];
     expect(jinja, 'the service worker imports the template engine statically').toBeDefined();
