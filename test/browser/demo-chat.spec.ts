@@ -261,14 +261,15 @@ test('Stop ends a reply; what streamed stays in the conversation, and the next t
   const pageErrors = watchPageErrors(page);
   await openChat(page);
   await recordChatRequests(page);
-  await chatParam(page, 'max_completion_tokens').fill('400');
+  await chatParam(page, 'max_completion_tokens').fill('1500');
   await chatParam(page, 'ignore_eos').check();
   await page.getByTestId('chat-input').fill('Go on forever.');
   await page.getByTestId('chat-send').click();
   await expect(replyText(page, 0)).not.toHaveText('', { timeout: 120_000 });
   await expect(page.getByTestId('chat-send')).toHaveText('Stop');
   // A click within the double-click time of Send would count as its second click, which the
-  // page ignores (a double click sends once and does not stop at once): wait that out.
+  // page ignores (a double click sends once and does not stop at once): wait that out. The
+  // reply is long enough (1500 tokens) to be still streaming then.
   await page.waitForTimeout(600);
   await page.getByTestId('chat-send').click();
   await expect(log(page)).toHaveAttribute('data-finish', 'aborted');

@@ -207,13 +207,13 @@ test('a bad parameter shows the API error message in the page', async ({ page })
 
 test('Stop ends a running completion, and the next one runs', async ({ page }) => {
   await readyWithDefaultModel(page);
-  await param(page, 'max_tokens').fill('400');
+  await param(page, 'max_tokens').fill('1500');
   await param(page, 'ignore_eos').check(); // it cannot end by itself before Stop
   await page.locator('#generate').click();
   await expect(completion(page)).not.toHaveText('', { timeout: 120_000 }); // some text has streamed in
   await expect(page.locator('#generate')).toHaveText('Stop');
   // A click within the double-click time of Generate would count as its second click, which the
-  // page ignores: wait that out.
+  // page ignores: wait that out. The completion is long enough (1500 tokens) to be still streaming then.
   await page.waitForTimeout(600);
   await page.locator('#generate').click();
   await expect(output(page)).toHaveAttribute('data-finish', 'aborted');
