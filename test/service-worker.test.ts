@@ -11,10 +11,11 @@ import { registerServiceWorkerEngine } from '../src/worker/register.ts';
 import { serveEngineFromServiceWorker, type ServiceWorkerEngineOptions } from '../src/worker/service-worker.ts';
 import { FakeGenerator } from './helpers/fake-generator.ts';
 
-const loads = vi.hoisted(() => ({ count: 0 }));
+const loads = vi.hoisted(() => ({ count: 0, tokens: [] as (string | undefined)[] }));
 vi.mock('../src/index.ts', () => ({
-  loadModel: async () => {
+  loadModel: async (_source: unknown, options: { accessToken?: string } = {}) => {
     loads.count++;
+    loads.tokens.push(options.accessToken);
     return new Engine(new FakeGenerator({ script: ' Once upon a time there was a robot.' }));
   },
 }));
@@ -34,7 +35,7 @@ function memoryCaches() {
     put: async (key: string, response: Response) => void stored.set(key, await response.text()),
     delete: async (key: string) => stored.delete(key),
   };
-  return { open: async () => cache };
+  return { open: async () => cache, stored };
 }
 
 /**
@@ -94,9 +95,12 @@ async function settled<T>(promise: Promise<T>, ms = 1000): Promise<{ value: T } 
   return Promise.race([promise.then((value) => ({ value }), (error: unknown) => ({ error })), timeout]);
 }
 
+let storage: ReturnType<typeof memoryCaches>;
 beforeEach(() => {
   loads.count = 0;
-  vi.stubGlobal('caches', memoryCaches());
+  loads.tokens = [];
+  storage = memoryCaches();
+  vi.stubGlobal('caches', storage);
 });
 afterEach(() => {
   vi.useRealTimers();
@@ -172,5 +176,16 @@ describe('registerServiceWorkerEngine with serveEngineFromServiceWorker', () => 
     expect(again.info.id).toBe('fake-llama');
     expect(loads.count).toBe(2);
     expect((await fetch('/v1/models')).status).toBe(200);
+  });
+
+  it('uses a page\'s access token for its load and stores it nowhere', async () => {
+    const { start } = browser({}, { controlled: true });
+    await registerServiceWorkerEngine('/sw.js', { source: SOURCE, accessToken: 'hf_secret' });
+    expect(loads.tokens).toEqual(['hf_secret']);
+    await vi.waitFor(() => expect(storage.stored.size).toBeGreaterThan(0));
+    for (const value of storage.stored.values()) expect(value).not.toContain('hf_secret');
+    start(); // restarted, the worker loads from what it kept: without the token
+    await registerServiceWorkerEngine('/sw.js');
+    expect(loads.tokens.at(-1)).toBeUndefined();
   });
 });

@@ -16,6 +16,8 @@ export type TransferableModelSource = string | HubSource | File[];
 /** LoadOptions without the callbacks (they become progress and warning messages). */
 export type TransferableLoadOptions = Omit<LoadOptions, 'onProgress' | 'onWarning'> & {
   cache?: boolean;
+  /** A Hugging Face token for the model's files (loadModel's); a service worker never stores it. */
+  accessToken?: string;
   /** Whether the page listens for progress / warnings (so that the worker sends them). */
   reportProgress?: boolean;
   reportWarnings?: boolean;

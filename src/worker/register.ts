@@ -15,6 +15,11 @@ import type { RequestStats } from './tracked-engine.ts';
 
 export interface ServiceWorkerRegistrationOptions extends Omit<LoadOptions, 'onWarning'> {
   /**
+   * A Hugging Face token for gated repos, as loadModel's. The worker uses it for this load only and
+   * never stores it: a restarted worker reloads from the weight cache, where the first load put the files.
+   */
+  accessToken?: string;
+  /**
    * The model the service worker should load: a URL (relative to the page) or a Hub repo. Omit it
    * when the worker script names its model itself (or with `?model=` in its URL); it is kept by
    * the worker across restarts. Local Files cannot be used here (the worker outlives the page).

@@ -281,7 +281,8 @@ async function writeUnloaded(id: string | null): Promise<void> {
 
 async function writeConfig(config: LoadConfig): Promise<void> {
   try {
-    const { reportProgress: _p, reportWarnings: _w, ...options } = config.options;
+    // The access token is not kept: Cache Storage is readable by every script of the origin.
+    const { reportProgress: _p, reportWarnings: _w, accessToken: _t, ...options } = config.options;
     const body = JSON.stringify({ source: config.source, options });
     await (await caches.open(CONFIG_CACHE)).put(CONFIG_KEY, new Response(body, { headers: { 'content-type': 'application/json' } }));
   } catch {

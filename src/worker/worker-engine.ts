@@ -21,6 +21,8 @@ import type { RequestStats } from './tracked-engine.ts';
 import { startDefaultWorker, WORKER_OPTIONS } from './worker-url.ts';
 
 export interface WorkerEngineOptions extends LoadOptions {
+  /** A Hugging Face token for gated repos, as loadModel's (sent to the model's own URLs only). */
+  accessToken?: string;
   /** Browser weight cache for URL and repo sources (default true), as loadModel's. */
   cache?: boolean;
   /**
