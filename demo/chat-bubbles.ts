@@ -2,7 +2,8 @@
 // assistant's replies growing with each streamed delta. A reply's text is a ChoiceView (the
 // completions view's token view: tokens tinted by probability, alternatives on hover); its tool
 // calls are shown below the text, name and arguments, as their pieces arrive.
-import type { ChatLogprobEntry, ChatMessage, ChatToolCall, ToolCallDelta } from './chat-run.ts';
+import type { ChatTokenLogprob, ChatToolCall, ChatToolCallDelta } from '../src/index.ts';
+import type { ChatMessage } from './chat-run.ts';
 import { ChatLogprobsReader } from './chat-logprobs.ts';
 import { ChoiceView } from './token-view.ts';
 
@@ -25,7 +26,7 @@ class ToolCallsView {
   readonly calls: ChatToolCall[] = [];
   private readonly rows: HTMLElement[] = [];
 
-  add(delta: ToolCallDelta): void {
+  add(delta: ChatToolCallDelta): void {
     let call = this.calls[delta.index];
     if (!call) {
       call = { id: '', type: 'function', function: { name: '', arguments: '' } };
@@ -72,12 +73,12 @@ export class AssistantBubble {
     return count;
   }
 
-  content(index: number, text: string, logprobs: ChatLogprobEntry[] | null): void {
+  content(index: number, text: string, logprobs: ChatTokenLogprob[] | null): void {
     const parts = this.choice(index);
     parts.view.append(text, logprobs ? parts.logprobs.read(logprobs) : null);
   }
 
-  toolCall(index: number, delta: ToolCallDelta): void {
+  toolCall(index: number, delta: ChatToolCallDelta): void {
     this.choice(index).tools.add(delta);
   }
 

@@ -3,8 +3,7 @@
 // entries carry no offsets: each token's place in the content is where the bytes of the tokens
 // before it end. A character split over byte tokens belongs to the token that completes it (the
 // ones before it show nothing), as in the completions view.
-import type { CompletionLogprobs } from '../src/index.ts';
-import type { ChatLogprobEntry } from './chat-run.ts';
+import type { ChatTokenLogprob, CompletionLogprobs } from '../src/index.ts';
 
 const utf8 = new TextEncoder();
 
@@ -14,7 +13,7 @@ export class ChatLogprobsReader {
   /** Characters of the content the tokens read so far spell. */
   private offset = 0;
 
-  read(entries: readonly ChatLogprobEntry[]): CompletionLogprobs {
+  read(entries: readonly ChatTokenLogprob[]): CompletionLogprobs {
     const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
     for (const entry of entries) {
       const bytes = entry.bytes ?? [...utf8.encode(entry.token)];
@@ -31,7 +30,7 @@ export class ChatLogprobsReader {
 }
 
 /** The alternatives keyed by their text; the chosen token under the text it adds here. */
-function topObject(entry: ChatLogprobEntry, text: string): Record<string, number> {
+function topObject(entry: ChatTokenLogprob, text: string): Record<string, number> {
   const top = new Map<string, number>();
   for (const alternative of entry.top_logprobs ?? []) {
     const key = alternative.token === entry.token ? text : alternative.token;

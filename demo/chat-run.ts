@@ -1,84 +1,37 @@
 // One request to /v1/chat/completions as any client sends it: plain fetch, server-sent
 // `chat.completion.chunk` events for a stream, the OpenAI error object for a failure. The page's
-// fetch shim answers it. The shapes below are OpenAI's chat API, written out for the demo.
+// fetch shim answers it.
+import type { ChatCompletion, ChatCompletionChunk, ChatTokenLogprob, ChatToolCall, ChatToolCallDelta, CompletionUsage } from '../src/index.ts';
 import { ApiRequestError } from './completion-run.ts';
 import { sseJson } from './sse.ts';
 
-export interface ChatToolCall {
-  id: string;
-  type: 'function';
-  function: { name: string; arguments: string };
-}
-
-/** A piece of a tool call in a stream: the first piece of a call has its id, type and name. */
-export interface ToolCallDelta {
-  index: number;
-  id?: string;
-  type?: 'function';
-  function?: { name?: string; arguments?: string };
-}
-
-export interface ChatTopLogprob {
-  token: string;
-  logprob: number;
-  /** The token's UTF-8 bytes (null where a token has no byte form). */
-  bytes: number[] | null;
-}
-
-export interface ChatLogprobEntry extends ChatTopLogprob {
-  top_logprobs: ChatTopLogprob[];
-}
-
-export interface ChatUsage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-}
-
-/** A message of the conversation, as the API takes it (and gives the assistant's). */
+/** A message of the conversation as the demo keeps it (the API takes more forms). */
 export interface ChatMessage {
-  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
+  role: 'system' | 'user' | 'assistant' | 'tool';
   content: string | null;
   tool_calls?: ChatToolCall[];
   tool_call_id?: string;
 }
 
-interface ChatChunkChoice {
-  index: number;
-  delta: { role?: string; content?: string | null; tool_calls?: ToolCallDelta[]; refusal?: string | null };
-  logprobs?: { content: ChatLogprobEntry[] | null } | null;
-  finish_reason: string | null;
-}
-
-export interface ChatChunk {
-  id: string;
-  object: 'chat.completion.chunk';
-  choices: ChatChunkChoice[];
-  usage?: ChatUsage | null;
-  error?: { message: string; type?: string; param?: string | null; code?: string | null };
-}
-
-export interface ChatResponse {
-  id: string;
-  object: 'chat.completion';
-  choices: { index: number; message: ChatMessage; logprobs?: { content: ChatLogprobEntry[] | null } | null; finish_reason: string }[];
-  usage: ChatUsage;
+/** The OpenAI error object, as the API sends it (in a stream: an event of its own). */
+interface ApiErrorBody {
+  error: { message: string; type?: string; param?: string | null; code?: string | null };
 }
 
 export interface ChatListener {
   /** A piece of one choice's content, with its tokens' logprobs (null without logprobs). */
-  content(index: number, text: string, logprobs: ChatLogprobEntry[] | null): void;
+  content(index: number, text: string, logprobs: ChatTokenLogprob[] | null): void;
   /** A piece of one of a choice's tool calls (a whole call when the response is not streamed). */
-  toolCall(index: number, delta: ToolCallDelta): void;
+  toolCall(index: number, delta: ChatToolCallDelta): void;
   finish(index: number, reason: string): void;
   /** Each streamed chunk, as it came. */
-  chunk?(chunk: ChatChunk): void;
+  chunk?(chunk: ChatCompletionChunk): void;
 }
 
 export interface ChatResult {
   /** The response object (not streamed). */
-  response?: ChatResponse;
-  usage?: ChatUsage;
+  response?: ChatCompletion;
+  usage?: CompletionUsage;
 }
 
 export async function runChat(body: Record<string, unknown>, signal: AbortSignal, listener: ChatListener): Promise<ChatResult> {
@@ -90,7 +43,7 @@ export async function runChat(body: Record<string, unknown>, signal: AbortSignal
   });
   if (!response.ok) throw new ApiRequestError(response.status, await response.json().catch(() => null));
   if (!body.stream) {
-    const completion = (await response.json()) as ChatResponse;
+    const completion = (await response.json()) as ChatCompletion;
     for (const choice of completion.choices) {
       const { content, tool_calls } = choice.message;
       listener.content(choice.index, content ?? '', choice.logprobs?.content ?? null);
@@ -99,8 +52,8 @@ export async function runChat(body: Record<string, unknown>, signal: AbortSignal
     }
     return { response: completion, usage: completion.usage };
   }
-  let usage: ChatUsage | undefined;
-  for await (const chunk of sseJson<ChatChunk>(response)) {
+  let usage: CompletionUsage | undefined;
+  for await (const chunk of sseJson<ChatCompletionChunk & Partial<ApiErrorBody>>(response)) {
     listener.chunk?.(chunk);
     // An error in the middle of a stream comes as an event of its own.
     if (chunk.error) throw new ApiRequestError(response.status, { error: chunk.error }, true);

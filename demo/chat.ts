@@ -4,10 +4,11 @@
 // the parts: the bubbles (chat-bubbles.ts), the request body (chat-request.ts), the request
 // itself (chat-run.ts), the rendered prompt (chat-prompt.ts). The model is the page's (main.ts).
 import { CHAT_PARAMS } from '../src/api/chat-schema.ts';
+import type { ChatCompletionChunk } from '../src/index.ts';
 import { AssistantBubble, messageBubble } from './chat-bubbles.ts';
 import { renderPrompt } from './chat-prompt.ts';
 import { CHATML_TEMPLATE, chatBody, parseTools, pendingToolCalls, TOOLS_EXAMPLE } from './chat-request.ts';
-import { runChat, type ChatChunk, type ChatMessage } from './chat-run.ts';
+import { runChat, type ChatMessage } from './chat-run.ts';
 import { ApiRequestError, LiveStats } from './completion-run.ts';
 import { errorMessage } from './format.ts';
 import { ParamsPanel, type ParamTable } from './params-panel.ts';
@@ -269,7 +270,7 @@ export class ChatView {
     bubble.element.scrollIntoView({ block: 'nearest' });
 
     const live = new LiveStats();
-    const lastChunks: ChatChunk[] = [];
+    const lastChunks: ChatCompletionChunk[] = [];
     let chunkCount = 0;
     const finishes: string[] = [];
     this.stats.textContent = live.describe();
