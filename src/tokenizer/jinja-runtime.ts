@@ -174,17 +174,53 @@ function templateEnvironment({ jinja, kit }: Runtime, variables: Readonly<Record
 }
 
 /** An interpreter for one render, its JavaScript-flavoured steps replaced by Python's. */
+/**
+ * Bounds on one render, so that a template (a request may send one) cannot hold the thread or
+ * exhaust memory: real templates take a few thousand steps for a long conversation with tools.
+ */
+export const RENDER_LIMITS = {
+  /** Expressions, statements and loop passes evaluated (about a second of work). */
+  steps: 500_000,
+  /** Characters of any string a render makes, its output included. */
+  stringLength: 8 * 1024 * 1024,
+  /** Items of any list a render makes. */
+  listLength: 1_000_000,
+};
+
+function tooMuch(what: string): ChatTemplateError {
+  return new ChatTemplateError(`Chat template rendering stopped: ${what} (a template may not do more than a chat prompt needs).`);
+}
+
+function checkSize(value: Value): Value {
+  if (value.type === 'StringValue' && (value.value as string).length > RENDER_LIMITS.stringLength) {
+    throw tooMuch(`a string of over ${RENDER_LIMITS.stringLength} characters`);
+  }
+  if ((value.type === 'ArrayValue' || value.type === 'TupleValue') && (value.value as Value[]).length > RENDER_LIMITS.listLength) {
+    throw tooMuch(`a list of over ${RENDER_LIMITS.listLength} items`);
+  }
+  return value;
+}
+
 function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpreter {
   const interp = new jinja.Interpreter(env) as unknown as Interpreter;
   const base = jinja.Interpreter.prototype as unknown as Interpreter;
 
+  // Every evaluation counts against the step budget, and every value it makes against the sizes.
+  let steps = 0;
+  interp.evaluate = (node, scope) => {
+    if (++steps > RENDER_LIMITS.steps) throw tooMuch(`more than ${RENDER_LIMITS.steps} steps`);
+    return checkSize(base.evaluate.call(interp, node, scope));
+  };
+
   // Output: str() of each value; a None printed by an expression is "None" (set, macro and comment print nothing).
   interp.evaluateBlock = (statements, scope) => {
+    if (++steps > RENDER_LIMITS.steps) throw tooMuch(`more than ${RENDER_LIMITS.steps} steps`); // a loop's every pass, even an empty one
     let out = '';
     for (const statement of statements) {
       const value = interp.evaluate(statement, scope);
       if (value.type !== 'NullValue') out += pyStr(value);
       else if (statement.type !== 'Set' && statement.type !== 'Macro' && statement.type !== 'Comment') out += 'None';
+      if (out.length > RENDER_LIMITS.stringLength) throw tooMuch(`an output of over ${RENDER_LIMITS.stringLength} characters`);
     }
     return kit.str(out);
   };
@@ -206,8 +242,13 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
     if (op === '!=') return kit.bool(!pyEquals(left, right));
     if (op === '*') {
       const [text, times] = left.type === 'StringValue' ? [left, right] : [right, left];
-      if (text.type === 'StringValue' && times.type === 'IntegerValue') return kit.str(text.value.repeat(Math.max(0, times.value)));
+      // Sizes are checked before the repeat is made: 'x' * 10**9 must not allocate.
+      if (text.type === 'StringValue' && times.type === 'IntegerValue') {
+        if (text.value.length * times.value > RENDER_LIMITS.stringLength) throw tooMuch(`a string of over ${RENDER_LIMITS.stringLength} characters`);
+        return kit.str(text.value.repeat(Math.max(0, times.value)));
+      }
       if (isSequence(left) && right.type === 'IntegerValue') {
+        if ((left.value as Value[]).length * right.value > RENDER_LIMITS.listLength) throw tooMuch(`a list of over ${RENDER_LIMITS.listLength} items`);
         return kit.array(Array.from({ length: Math.max(0, right.value) }, () => left.value as Value[]).flat());
       }
     }
