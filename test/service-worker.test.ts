@@ -187,5 +187,9 @@ describe('registerServiceWorkerEngine with serveEngineFromServiceWorker', () => 
     start(); // restarted, the worker loads from what it kept: without the token
     await registerServiceWorkerEngine('/sw.js');
     expect(loads.tokens.at(-1)).toBeUndefined();
+    // A page that sends its token again asks for the same model: nothing loads again.
+    const count = loads.count;
+    await registerServiceWorkerEngine('/sw.js', { source: SOURCE, accessToken: 'hf_secret' });
+    expect(loads.count).toBe(count);
   });
 });

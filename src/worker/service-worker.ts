@@ -101,9 +101,9 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
   let unloading: Promise<void> = Promise.resolve();
   let progressListeners: ((progress: LoadProgress) => void)[] = [];
   const load = (config: LoadConfig): Promise<Engine> => {
-    const { reportProgress: _p, reportWarnings: _w, ...rest } = config.options;
-    // The model and how it loads, not who listens: a page with onProgress and one without, or a
-    // restarted worker reading the stored config, ask for the same model.
+    const { reportProgress: _p, reportWarnings: _w, accessToken: _t, ...rest } = config.options;
+    // The model and how it loads, not who listens or with which token: a page with onProgress and
+    // one without, or a restarted worker reading the stored config (no token), ask for the same model.
     const key = JSON.stringify({ source: config.source, options: rest });
     if (current?.key === key) return current.engine;
     const previous = current?.engine;
@@ -112,7 +112,8 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
       // One model at a time: the previous one gives its GPU memory back first.
       await unloaded;
       if (previous) await previous.then((e) => e.unload(), () => {});
-      return loadModel(config.source, { ...rest, onProgress: (p) => progressListeners.forEach((listener) => listener(p)) });
+      const token = config.options.accessToken ? { accessToken: config.options.accessToken } : {};
+      return loadModel(config.source, { ...rest, ...token, onProgress: (p) => progressListeners.forEach((listener) => listener(p)) });
     })();
     // A failed load is answered with 503 to the requests that waited for it; the next one loads
     // again (the failure may have been a network error).
