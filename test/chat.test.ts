@@ -207,6 +207,17 @@ describe('chat tool calls', () => {
     }
   });
 
+  it('parses only what the model wrote, after an echoed continued message, whole and streamed alike', async () => {
+    const generator = chatGenerator({ script: call });
+    const messages = [{ role: 'user', content: 'Weather?' }, { role: 'assistant', content: 'Sure: ' }];
+    const request = { model: 'fake-llama', messages, tools: [WEATHER_TOOL], continue_final_message: true, add_generation_prompt: false, echo: true };
+    const whole = await json(generator, request);
+    expect(whole.body.choices[0]).toMatchObject({ message: { content: 'Sure: ', tool_calls: [{ function: { name: 'get_weather' } }] }, finish_reason: 'tool_calls' });
+    const chunks = await events(generator, request);
+    expect(chunks.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe('Sure: ');
+    expect(chunks.at(-1).choices[0].finish_reason).toBe('tool_calls');
+  });
+
   it('round-trips: the call and its result go back into the next prompt', async () => {
     const generator = chatGenerator({ script: call });
     const first = await json(generator, { ...hello, tools: [WEATHER_TOOL] });
@@ -244,6 +255,11 @@ describe('chat request errors', () => {
     ['a logit_bias id outside the vocabulary', { ...hello, logit_bias: { 99999: 1 } }, 400, { param: 'logit_bias' }],
     ['stream_options without stream', { ...hello, stream_options: { include_usage: true } }, 400, { param: 'stream_options' }],
     ['another model', { ...hello, model: 'gpt-4o' }, 404, { param: 'model', code: 'model_not_found' }],
+    ['tool_choice without tools', { ...hello, tool_choice: 'auto' }, 400, { param: 'tool_choice', code: 'invalid_value' }],
+    ['parallel_tool_calls without tools', { ...hello, extra_body: { parallel_tool_calls: false } }, 400, { param: 'extra_body.parallel_tool_calls' }],
+    ['max_completion_tokens 0', { ...hello, max_completion_tokens: 0 }, 400, { param: 'max_completion_tokens', code: 'value_below_minimum' }],
+    ['tool_calls on a user message', { model: 'fake-llama', messages: [{ role: 'user', content: 'x', tool_calls: 'zzz' }] }, 400, { param: 'messages[0].tool_calls' }],
+    ['a tool call without an id', { model: 'fake-llama', messages: [{ role: 'assistant', content: null, tool_calls: [{ type: 'function', function: { name: 'f', arguments: '{}' } }] }] }, 400, { param: 'messages[0].tool_calls[0].id', code: 'missing_required_parameter' }],
     ['a temperature in extra_body out of range', { ...hello, extra_body: { temperature: 3 } }, 400, { param: 'extra_body.temperature' }],
   ];
   for (const [what, body, status, error] of cases) {
@@ -254,6 +270,19 @@ describe('chat request errors', () => {
       expect(response.body.error.message).toEqual(expect.any(String));
     });
   }
+
+  it('answers a value nested too deeply to compare with a 400, not a 500', async () => {
+    const deep = '['.repeat(200_000) + ']'.repeat(200_000);
+    const body = `{"model": "fake-llama", "messages": [{"role": "user", "content": "x"}], "metadata": ${deep}, "extra_body": {"metadata": ${deep}}}`;
+    const response = await handleApiRequest({ generator }, { method: 'POST', url: '/v1/chat/completions', body });
+    expect(response.status).toBe(400);
+  });
+
+  it('takes tool_choice none without tools, and continues any final message', async () => {
+    expect((await json(generator, { ...hello, tool_choice: 'none' })).status).toBe(200);
+    const user = await json(generator, { model: 'fake-llama', messages: [{ role: 'user', content: 'Hi' }], continue_final_message: true, add_generation_prompt: false });
+    expect(user.status).toBe(200);
+  });
 
   it('accepts what it can honour and ignores what it may', async () => {
     const ok = await json(generator, { ...hello, store: true, metadata: { a: 'b' }, user: 'u', modalities: ['text'], response_format: { type: 'text' }, service_tier: 'auto', prompt_cache_key: 'k', safety_identifier: 's', audio: null });

@@ -51,11 +51,12 @@ export const CHAT_PARAMS = {
   }),
   max_tokens: row<number | null>({
     ...completionMaxTokens,
+    ...integer({ min: 1 }),
     default: null,
     doc: 'Deprecated in OpenAI\'s API for max_completion_tokens, which wins when both are given. Most tokens to generate per choice; null (the default) = until the end of the turn or the context is full.',
   }),
   max_completion_tokens: row<number | null>({
-    ...integer({ min: 0 }),
+    ...integer({ min: 1 }),
     nullable: true,
     default: null,
     doc: 'Most tokens to generate per choice; null (the default) = until the end of the turn or the context is full. The prompt plus this must fit the context.',
@@ -124,13 +125,13 @@ export const CHAT_PARAMS = {
       }
       return { name: fn.name };
     },
-    doc: "'none': no call (the tools are left out of the prompt); 'auto' (the default with tools): the model decides. 'required' and a named function need constrained decoding, which is not supported yet.",
+    doc: "'none': no call (the tools are left out of the prompt, as vLLM's --exclude-tools-when-tool-choice-none); 'auto' (the default with tools): the model decides. 'required' and a named function need constrained decoding, which is not supported yet.",
   }),
-  parallel_tool_calls: row<boolean>({
+  parallel_tool_calls: row<boolean | null>({
     ...boolean(),
     nullable: true,
-    default: true,
-    doc: 'Whether a reply may hold several tool calls; false keeps the first.',
+    default: null,
+    doc: 'Whether a reply may hold several tool calls (default true); false keeps the first.',
   }),
   response_format: row<'text'>({
     type: "object {type: 'text'}",
@@ -286,12 +287,27 @@ type SameKeys<A, B> = [Exclude<keyof A, keyof B>, Exclude<keyof B, keyof A>] ext
 const _requestMatchesTable: SameKeys<Omit<ChatCompletionRequest, never>, typeof CHAT_PARAMS> = true;
 void _requestMatchesTable;
 
+/** continue_final_message and add_generation_prompt exclude each other (chat and /tokenize). */
+export function checkTemplateFlags(
+  params: { continue_final_message: boolean; add_generation_prompt: boolean },
+  named: (name: 'continue_final_message') => string,
+): void {
+  if (params.continue_final_message && params.add_generation_prompt) {
+    throw invalidRequest(
+      "'continue_final_message' and 'add_generation_prompt' cannot both be true: set add_generation_prompt to false to continue the last message.",
+      named('continue_final_message'),
+      'invalid_value',
+    );
+  }
+}
+
 /**
  * Checks a parsed JSON body against CHAT_PARAMS and returns every parameter normalized (messages
  * ready for the template). Throws a 400 ApiError: anything validateParams refuses, a message or
  * tool that is not valid, or a bad combination (stream_options without stream, top_logprobs
- * without logprobs, add_generation_prompt with continue_final_message, a named tool_choice for
- * a tool not given, min_tokens over the token limit). tool_choice 'required' or a named function
+ * without logprobs, add_generation_prompt with continue_final_message, tool_choice or
+ * parallel_tool_calls without tools, a named tool_choice for a tool not given, min_tokens over
+ * the token limit). tool_choice 'required' or a named function
  * is a 400 until constrained decoding exists.
  */
 export function validateChatRequest(body: unknown): ChatParams {
@@ -305,23 +321,15 @@ export function validateChatRequest(body: unknown): ChatParams {
   if (params.messages.length === 0) {
     throw invalidRequest("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.", named('messages'), 'empty_array');
   }
-  if (params.continue_final_message && params.add_generation_prompt) {
-    throw invalidRequest(
-      "'continue_final_message' and 'add_generation_prompt' cannot both be true: set add_generation_prompt to false to continue the last message.",
-      named('continue_final_message'),
-      'invalid_value',
-    );
-  }
-  if (params.continue_final_message && params.messages.at(-1)?.role !== 'assistant') {
-    throw invalidRequest("'continue_final_message' needs the last message to be an assistant message.", named('continue_final_message'), 'invalid_value');
+  checkTemplateFlags(params, named);
+  if (params.tools === null || params.tools.length === 0) {
+    const given = params.parallel_tool_calls !== null ? 'parallel_tool_calls' : params.tool_choice !== null && params.tool_choice !== 'none' ? 'tool_choice' : null;
+    if (given) throw invalidRequest(`Invalid value for '${given}': '${given}' is only allowed when 'tools' are specified.`, named(given), 'invalid_value');
   }
   const choice = params.tool_choice;
   if (choice !== null && choice !== 'none' && choice !== 'auto') {
     if (typeof choice === 'object' && !params.tools?.some((t) => t.function.name === choice.name)) {
       throw invalidRequest(`Invalid 'tool_choice': no tool named '${choice.name}' was given in 'tools'.`, named('tool_choice'), 'invalid_value');
-    }
-    if (choice === 'required' && (params.tools === null || params.tools.length === 0)) {
-      throw invalidRequest("Invalid 'tool_choice': 'required' needs 'tools'.", named('tool_choice'), 'invalid_value');
     }
     throw notSupportedYet(
       named('tool_choice'),

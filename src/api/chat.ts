@@ -20,7 +20,7 @@ import { invalidRequest, modelNotFound } from './errors.ts';
 import type { LogprobEntry } from './logprobs.ts';
 import type { ServiceTier } from './schema.ts';
 import { runPrompt, type ChoiceSettings, type PromptPlan } from './stream.ts';
-import { parseToolCalls, ToolCallStream, type ParsedToolCall, type ToolCallFormat, type ToolParse } from './tool-parsers.ts';
+import { parseToolCalls, TOOL_CALL_MARKERS, ToolCallStream, type ParsedToolCall, type ToolCallFormat, type ToolParse } from './tool-parsers.ts';
 
 export type { ChatCompletionRequest, ChatMessage, ChatContentPart, ChatExtensions, ChatParams } from './chat-schema.ts';
 
@@ -116,11 +116,9 @@ export interface ChatCompletionChunk {
   usage?: CompletionUsage | null;
 }
 
-/** Where a tool-call format's marker token is special, special tokens must stay in the text for the parser to see it. */
-const FORMAT_MARKERS: Record<ToolCallFormat, string> = { hermes: '<tool_call>', llama3_json: '<|python_tag|>', mistral: '[TOOL_CALLS]' };
-
+/** Where a tool-call format's marker is a special token, special tokens must stay in the text for the parser to see it. */
 function markerIsSpecial(tokenizer: TextTokenizer, format: ToolCallFormat): boolean {
-  const ids = tokenizer.encode(FORMAT_MARKERS[format], { addBos: false });
+  const ids = tokenizer.encode(TOOL_CALL_MARKERS[format], { addBos: false });
   return ids.length === 1 && tokenizer.isSpecial(ids[0]!);
 }
 
@@ -182,7 +180,7 @@ async function planChat(generator: TextGenerator, params: ChatParams): Promise<C
     settings,
     n: params.n,
     format,
-    parallelToolCalls: params.parallel_tool_calls,
+    parallelToolCalls: params.parallel_tool_calls ?? true,
     echo: params.echo && last?.role === 'assistant' ? (last.content ?? '') : '',
   };
 }
@@ -235,7 +233,7 @@ export async function createChatCompletion(
   }
 
   options.signal?.throwIfAborted();
-  const texts = Array.from({ length: plan.n }, () => ({ text: plan.echo, entries: [] as LogprobEntry[], finish: 'length' as FinishReason, tokens: 0 }));
+  const texts = Array.from({ length: plan.n }, () => ({ text: '', entries: [] as LogprobEntry[], finish: 'length' as FinishReason, tokens: 0 }));
   for await (const piece of runPrompt(generator, plan.prompt, plan.settings, options.signal)) {
     const choice = texts[piece.sequence]!;
     choice.text += piece.text;
@@ -243,11 +241,12 @@ export async function createChatCompletion(
     if (piece.end) [choice.finish, choice.tokens] = [piece.end.finishReason, piece.end.completionTokens];
   }
   const choices = texts.map((c, index): ChatCompletionChoice => {
+    // The echo is content before what the model wrote; only the latter is parsed for calls (as the stream does).
     const parsed = plan.format === null ? { content: c.text, calls: [] } : keepCalls(parseToolCalls(plan.format, c.text), plan.parallelToolCalls);
-    const message: ChatCompletionMessage = { role: 'assistant', content: parsed.content, refusal: null };
+    const message: ChatCompletionMessage = { role: 'assistant', content: plan.echo + parsed.content, refusal: null };
     if (parsed.calls.length > 0) {
       message.tool_calls = parsed.calls.map(toolCall);
-      if (parsed.content === '') message.content = null;
+      if (message.content === '') message.content = null;
     }
     return {
       index,

@@ -2,7 +2,7 @@
 // reads: content as one string (text parts joined with newlines, as vLLM joins them), 'developer'
 // as 'system', and each tool call's `arguments` (a JSON string in the API) parsed into a value,
 // since templates write it with `tojson`. Fields this API does not define are passed on to the
-// template untouched (as vLLM does), so templates that read extra fields still see them.
+// template untouched, so templates that read extra fields (reasoning_content, ...) still see them.
 // Browser code: nothing here may import Node modules.
 import { invalidRequest } from './errors.ts';
 import { isPlainObject, wrongType } from './params.ts';
@@ -75,6 +75,7 @@ function contentText(value: unknown, param: string, role: string): string | null
 function parseToolCall(value: unknown, param: string): TemplateToolCall {
   if (!isPlainObject(value)) wrongType(param, 'an object', value);
   const id = value.id;
+  if (id === undefined) throw invalidRequest(`Missing required parameter: '${param}.id'.`, `${param}.id`, 'missing_required_parameter');
   if (typeof id !== 'string') wrongType(`${param}.id`, 'a string', id);
   if (value.type !== undefined && value.type !== 'function') {
     throw invalidRequest(`Invalid '${param}.type': only 'function' tool calls are supported.`, `${param}.type`, 'invalid_value');
@@ -126,8 +127,11 @@ function parseMessage(value: unknown, param: string): TemplateMessage {
     if (out.content === null && !out.tool_calls?.length) {
       throw invalidRequest(`Invalid '${param}': an assistant message needs 'content', 'tool_calls' or 'refusal'.`, `${param}.content`, 'invalid_value');
     }
-  } else if (out.content === null) {
-    throw invalidRequest(`Missing required parameter: '${param}.content'.`, `${param}.content`, 'missing_required_parameter');
+  } else {
+    if (out.content === null) throw invalidRequest(`Missing required parameter: '${param}.content'.`, `${param}.content`, 'missing_required_parameter');
+    if (value.tool_calls !== undefined && value.tool_calls !== null) {
+      throw invalidRequest(`Invalid '${param}.tool_calls': only assistant messages have tool calls.`, `${param}.tool_calls`, 'invalid_value');
+    }
   }
   if (role === 'tool') {
     const id = value.tool_call_id;

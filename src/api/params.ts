@@ -40,6 +40,7 @@ export function row<T>(r: ParamRow<T>): ParamRow<T> {
 // ---- value checks -------------------------------------------------------------------------------
 
 export function jsonType(value: unknown): string {
+  if (value === undefined) return 'nothing';
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';
   if (typeof value === 'number') return Number.isFinite(value) ? (Number.isInteger(value) ? 'an integer' : 'a decimal') : String(value);
@@ -150,8 +151,13 @@ export function tokenIdArray(value: unknown, param: string, where: string): numb
   });
 }
 
-function sameJson(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
+/** Whether two JSON values are the same; a value nested too deeply to compare is a 400. */
+function sameJson(a: unknown, b: unknown, param: string): boolean {
+  try {
+    return JSON.stringify(a) === JSON.stringify(b);
+  } catch {
+    throw invalidRequest(`Invalid '${param}': the value is nested too deeply.`, param, 'invalid_value');
+  }
 }
 
 /** The parameters of a table, validated: each row's value type. */
@@ -201,7 +207,7 @@ export function validateParams<Table extends Record<string, ParamRow<unknown>>>(
     }
     for (const [key, value] of Object.entries(extraObject)) {
       if (value === undefined) continue;
-      if (body[key] !== undefined && !sameJson(body[key], value)) {
+      if (body[key] !== undefined && !sameJson(body[key], value, `extra_body.${key}`)) {
         throw invalidRequest(
           `'${key}' is given both at the top level and in 'extra_body', with different values.`,
           `extra_body.${key}`,

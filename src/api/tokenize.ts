@@ -3,7 +3,7 @@
 // code as /v1/chat/completions: chat-prompt.ts); /detokenize turns ids back into text.
 // Browser code: nothing here may import Node modules.
 import { usableVocabSize, type TextGenerator } from '../engine/types.ts';
-import { CHAT_PARAMS } from './chat-schema.ts';
+import { CHAT_PARAMS, checkTemplateFlags } from './chat-schema.ts';
 import { chatPromptInput } from './chat.ts';
 import { renderChatPrompt } from './chat-prompt.ts';
 import { modelMatches } from './completions.ts';
@@ -73,9 +73,7 @@ export async function tokenize(generator: TextGenerator, body: unknown): Promise
   let tokens: number[];
   if (params.messages !== null) {
     if (params.prompt !== null) throw invalidRequest("Give either 'prompt' or 'messages', not both.", named('prompt'), 'invalid_value');
-    if (params.continue_final_message && params.add_generation_prompt) {
-      throw invalidRequest("'continue_final_message' and 'add_generation_prompt' cannot both be true.", named('continue_final_message'), 'invalid_value');
-    }
+    checkTemplateFlags(params, named);
     const rendered = await renderChatPrompt(
       generator,
       chatPromptInput({ ...params, messages: params.messages, tool_choice: null, add_special_tokens: params.add_special_tokens ?? false }),

@@ -6,10 +6,10 @@
 // same calls however the output is split: text that may still turn out to be part of a call is
 // held back until that is decided, never shown and then taken back.
 // Browser code: nothing here may import Node modules.
+import type { ToolCallFormat } from '../engine/types.ts';
+import { isPlainObject } from './params.ts';
 
-export type ToolCallFormat = 'hermes' | 'llama3_json' | 'mistral';
-
-export const TOOL_CALL_FORMATS: readonly ToolCallFormat[] = ['hermes', 'llama3_json', 'mistral'];
+export { TOOL_CALL_FORMATS, type ToolCallFormat } from '../engine/types.ts';
 
 /**
  * The format a chat template's source implies, or null: `<tool_call>` → hermes (Hermes,
@@ -67,6 +67,9 @@ const HERMES_CLOSE = '</tool_call>';
 const MISTRAL_CALLS = '[TOOL_CALLS]';
 const MISTRAL_ARGS = '[ARGS]';
 const PYTHON_TAG = '<|python_tag|>';
+
+/** The text that opens each format's calls (a special token in some vocabularies). */
+export const TOOL_CALL_MARKERS: Readonly<Record<ToolCallFormat, string>> = { hermes: HERMES_OPEN, llama3_json: PYTHON_TAG, mistral: MISTRAL_CALLS };
 
 /** Where the machine is: at the start of the text it has not decided yet. */
 type State =
@@ -310,10 +313,6 @@ function parseJson(text: string): unknown {
   } catch {
     return undefined;
   }
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 const CALL_KEYS = new Set(['name', 'arguments', 'parameters', 'id']);

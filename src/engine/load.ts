@@ -10,7 +10,7 @@ import { checkChatTemplate } from '../tokenizer/chat-template.ts';
 import { planWeightStorage, type LlamaWeights, type WeightStorage } from '../model/weights.ts';
 import { LlamaGenerator } from './generator.ts';
 import { checkMemory, estimateMemory, MiB } from './memory.ts';
-import type { ModelInfo } from './types.ts';
+import { TOOL_CALL_FORMATS, type ModelInfo, type ToolCallFormat } from './types.ts';
 
 export interface LoadOptions {
   /** The id requests name in `model`; defaults to the file or folder name. */
@@ -64,8 +64,6 @@ export interface LoadOptions {
 
 export const DEFAULT_MAX_CONTEXT = 4096;
 
-type ToolCallFormat = NonNullable<ModelInfo['toolCallFormat']>;
-const TOOL_CALL_FORMATS: readonly ToolCallFormat[] = ['hermes', 'llama3_json', 'mistral'];
 
 /** chatTemplate and toolCallFormat, checked before anything is read. */
 async function checkChatOptions(options: LoadOptions): Promise<void> {

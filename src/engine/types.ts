@@ -35,6 +35,10 @@ export interface GenerationRequest {
 
 export type FinishReason = 'stop' | 'length';
 
+/** The tool-call formats chat output can be parsed in (src/api/tool-parsers.ts). */
+export type ToolCallFormat = 'hermes' | 'llama3_json' | 'mistral';
+export const TOOL_CALL_FORMATS: readonly ToolCallFormat[] = ['hermes', 'llama3_json', 'mistral'];
+
 export interface ModelInfo {
   id: string;
   /** Other names the model answers to in `model`. */
@@ -52,7 +56,7 @@ export interface ModelInfo {
    * The tool-call format chat output is parsed with (LoadOptions.toolCallFormat); absent: chosen
    * from the chat template.
    */
-  toolCallFormat?: 'hermes' | 'llama3_json' | 'mistral';
+  toolCallFormat?: ToolCallFormat;
 }
 
 export interface ModelStorageInfo {
