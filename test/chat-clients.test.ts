@@ -116,11 +116,31 @@ for (const [host, connect] of HOSTS) {
   });
 }
 
-it('routes past an engine that failed to load, and lists only the loaded ones', async () => {
+it('answers a loaded model at once while another still loads, and waits for the loading one when asked for it', async () => {
+  let finishLoad: (engine: { generator: ReturnType<typeof chatGenerator> }) => void = () => {};
+  const slow = new Promise<{ generator: ReturnType<typeof chatGenerator> }>((resolve) => (finishLoad = resolve));
+  server = await startServer([{ generator: chatGenerator({ id: 'fast', script: ' quick' }) }, slow], { port: 0, log: () => {} });
+  const client = new OpenAI({ apiKey: 'x', baseURL: `${server.url}/v1`, maxRetries: 0 });
+  expect((await client.chat.completions.create({ model: 'fast', messages })).choices[0]!.message.content).toBe(' quick');
+  expect((await client.models.list()).data.map((m) => m.id)).toEqual(['fast']);
+  const waiting = client.chat.completions.create({ model: 'slow', messages });
+  let answered = false;
+  void waiting.then(() => (answered = true), () => (answered = true));
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  expect(answered).toBe(false);
+  finishLoad({ generator: chatGenerator({ id: 'slow', script: ' at last' }) });
+  expect((await waiting).choices[0]!.message.content).toBe(' at last');
+  expect((await client.models.list()).data.map((m) => m.id)).toEqual(['fast', 'slow']);
+});
+
+it('routes past an engine that failed to load, lists only the loaded ones, and names the failure in a 404', async () => {
   const failed = Promise.reject(new Error('no GPU'));
   server = await startServer([failed, { generator: chatGenerator({ id: 'ok-model', script: ' fine' }) }], { port: 0, log: () => {} });
   const client = new OpenAI({ apiKey: 'x', baseURL: `${server.url}/v1`, maxRetries: 0 });
   expect((await client.models.list()).data.map((m) => m.id)).toEqual(['ok-model']);
   const chat = await client.chat.completions.create({ model: 'ok-model', messages });
   expect(chat.choices[0]!.message.content).toBe(' fine');
+  const missing = await client.chat.completions.create({ model: 'other', messages }).catch((e: unknown) => e);
+  expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
+  expect((missing as Error).message).toMatch(/serves 'ok-model'; 1 model failed to load \(no GPU\)/);
 });

@@ -145,59 +145,93 @@ async function answerFromOne(engine: HostedEngine, request: ApiRequest, options:
   return handleApiRequest(engine as ApiEngine | Promise<ApiEngine>, request, options);
 }
 
-/** The model an engine serves; null while it cannot tell (a failed load). */
-async function modelInfoOf(engine: HostedEngine): Promise<ModelInfo | null> {
-  const resolved = await Promise.resolve(engine).catch(() => null);
-  if (!resolved) return null;
-  if ('generator' in resolved && resolved.generator) return resolved.generator.info;
-  return (resolved as RequestHandlingEngine).info ?? null;
+/** What is known of a hosted engine now: loaded (with the model it serves, where it tells), failed, or still loading. */
+type EngineState = { loaded: ModelInfo | null } | { failed: string } | { loading: Promise<unknown> };
+
+/** The outcome of each engine promise, once it settled. */
+const settledEngines = new WeakMap<object, { loaded: ModelInfo | null } | { failed: string }>();
+
+function modelInfoOf(engine: ApiEngine | RequestHandlingEngine): ModelInfo | null {
+  if ('generator' in engine && engine.generator) return engine.generator.info;
+  return (engine as RequestHandlingEngine).info ?? null;
+}
+
+async function stateOf(engine: HostedEngine): Promise<EngineState> {
+  if (!(engine instanceof Promise)) return { loaded: modelInfoOf(engine) };
+  let known = settledEngines.get(engine);
+  if (!known) {
+    engine.then(
+      (loaded) => settledEngines.set(engine, { loaded: modelInfoOf(loaded) }),
+      (err: unknown) => settledEngines.set(engine, { failed: errorMessage(err) }),
+    );
+    await null; // a promise that has settled already reports within this turn
+    known = settledEngines.get(engine);
+  }
+  return known ?? { loading: engine };
 }
 
 /**
- * Several engines: GET /models lists every loaded model; GET /models/{id} and a POST naming a
- * `model` go to the engine that serves it (404 model_not_found naming the served ids when none
- * does). Anything else (a body without a model, a bad route) is answered by the first engine,
+ * Several engines: GET /models lists the loaded models; GET /models/{id} and a POST naming a
+ * `model` go to the engine that serves it. The engines loaded now decide; the ones still loading
+ * are waited for only when those decide nothing (so a slow load never holds requests for a loaded
+ * model). No engine serving the model: 404 model_not_found naming the served ids and any failed
+ * load. Anything else (a body without a model, a bad route) is answered by the first engine,
  * which gives the error one engine would.
  */
 async function answerFromMany(engines: readonly HostedEngine[], request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {
   const method = request.method.toUpperCase();
   const rest = routeOf(pathOf(request), normalizeBasePath(options.basePath ?? DEFAULT_BASE_PATH));
-  const infos = await Promise.all(engines.map(modelInfoOf));
-  const servedBy = (model: string) => engines.find((_, i) => infos[i] && modelMatches(infos[i]!, model));
+  let states = await Promise.all(engines.map(stateOf));
+  const waitForLoads = async () => {
+    const loading = states.flatMap((state) => ('loading' in state ? [state.loading] : []));
+    if (loading.length === 0) return false;
+    await Promise.allSettled(loading);
+    states = await Promise.all(engines.map(stateOf));
+    return true;
+  };
+  const loadedIndices = () => states.flatMap((state, i) => ('loaded' in state ? [i] : []));
+  const servedBy = (model: string) => engines.find((_, i) => {
+    const state = states[i]!;
+    return 'loaded' in state && state.loaded !== null && modelMatches(state.loaded, model);
+  });
+  /** The engine serving `model`, waiting for the loading ones only if none loaded serves it. */
+  const route = async (model: string) => servedBy(model) ?? ((await waitForLoads()) ? servedBy(model) : undefined);
+
   if (rest === '/models' && (method === 'GET' || method === 'HEAD')) {
-    const answers = await Promise.all(engines.map((engine) => answerFromOne(engine, { ...request, method: 'GET' }, options)));
+    if (loadedIndices().length === 0) await waitForLoads();
+    const answers = await Promise.all(loadedIndices().map((i) => answerFromOne(engines[i]!, { ...request, method: 'GET' }, options)));
     const listed = answers.filter((a) => a.status === 200 && typeof a.body === 'string');
-    if (listed.length === 0) return answers[0]!;
+    if (listed.length === 0) return answers[0] ?? answerFromOne(engines[0]!, request, options);
     const data = listed.flatMap((a) => (JSON.parse(a.body as string) as { data: unknown[] }).data);
     return withoutBodyForHead(method, jsonResponse(200, { object: 'list', data }));
   }
-  if (rest?.startsWith('/models/') && (method === 'GET' || method === 'HEAD')) {
-    let id: string | null = null;
+  let model: string | null = null;
+  const retrieving = rest?.startsWith('/models/') && (method === 'GET' || method === 'HEAD');
+  if (retrieving) {
     try {
-      id = decodeURIComponent(rest.slice('/models/'.length));
+      model = decodeURIComponent(rest.slice('/models/'.length));
     } catch {
       // answered by the first engine as a bad route
     }
-    const engine = id === null ? undefined : servedBy(id);
-    if (engine) return answerFromOne(engine, request, options);
   } else if (method === 'POST' && request.body !== null) {
-    let model: unknown;
     try {
-      model = (parseRequestJson(request.body) as { model?: unknown } | null)?.model;
+      const named = (parseRequestJson(request.body) as { model?: unknown } | null)?.model;
+      if (typeof named === 'string') model = named;
     } catch {
       // not JSON: the first engine's 400 says so
     }
-    if (typeof model === 'string') {
-      const engine = servedBy(model);
-      if (engine) return answerFromOne(engine, request, options);
-      const ids = infos.filter((info) => info !== null).map((info) => `'${info!.id}'`);
-      throw new ApiError(404, `The model '${model}' does not exist. This server serves ${ids.join(', ') || 'no loaded model'}.`, {
-        param: 'model',
-        code: 'model_not_found',
-      });
-    }
   }
-  return answerFromOne(engines[0]!, request, options);
+  if (model === null) return answerFromOne(engines[0]!, request, options);
+  const engine = await route(model);
+  if (engine) return answerFromOne(engine, request, options);
+  const served = states.flatMap((state) => ('loaded' in state && state.loaded ? [`'${state.loaded.id}'`] : []));
+  const failed = states.flatMap((state) => ('failed' in state ? [state.failed] : []));
+  throw new ApiError(
+    404,
+    `The model '${model}' does not exist. This server serves ${served.join(', ') || 'no loaded model'}` +
+      (failed.length > 0 ? `; ${failed.length} model${failed.length > 1 ? 's' : ''} failed to load (${failed.join('; ')}).` : '.'),
+    { param: retrieving ? null : 'model', code: 'model_not_found' },
+  );
 }
 
 function abortedError(reason: unknown): unknown {
