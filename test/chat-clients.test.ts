@@ -144,3 +144,24 @@ it('routes past an engine that failed to load, lists only the loaded ones, and n
   expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
   expect((missing as Error).message).toMatch(/serves 'ok-model'; 1 model failed to load \(no GPU\)/);
 });
+
+it("the shim answers POST /tokenize beside its base, and leaves the site's other requests there alone", async () => {
+  const passed: string[] = [];
+  const target = {
+    fetch: async (input: RequestInfo | URL, init?: RequestInit) => {
+      passed.push(`${init?.method ?? 'GET'} ${String(input)}`);
+      return new Response('site');
+    },
+    location: { href: 'https://site.example/app/' },
+  } as unknown as typeof globalThis;
+  uninstall = installFetchShim({ generator: chatGenerator() }, { target });
+  const body = JSON.stringify({ prompt: 'Once upon a time' });
+  for (const url of ['/tokenize', '/tokenize/', '/v1/tokenize']) {
+    const response = await target.fetch(url, { method: 'POST', body });
+    expect(response.status, url).toBe(200);
+    expect((await response.json()).count, url).toBeGreaterThan(0);
+  }
+  expect(await (await target.fetch('/tokenize')).text()).toBe('site'); // a page at /tokenize
+  expect(await (await target.fetch('/app/tokenize', { method: 'POST', body })).text()).toBe('site');
+  expect(passed).toEqual(['GET /tokenize', 'POST /app/tokenize']);
+});

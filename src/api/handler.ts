@@ -206,7 +206,7 @@ async function answerFromMany(engines: readonly HostedEngine[], request: ApiRequ
     return withoutBodyForHead(method, jsonResponse(200, { object: 'list', data }));
   }
   let model: string | null = null;
-  const retrieving = rest?.startsWith('/models/') && (method === 'GET' || method === 'HEAD');
+  const retrieving = rest !== null && rest.startsWith('/models/') && (method === 'GET' || method === 'HEAD');
   if (retrieving) {
     try {
       model = decodeURIComponent(rest.slice('/models/'.length));
@@ -243,10 +243,22 @@ function abortedError(reason: unknown): unknown {
  * `/tokenize` and `/detokenize` beside it (at the site root for the base '/v1'); null otherwise.
  */
 function routeOf(path: string, base: string): string | null {
-  if (path === base || path.startsWith(base + '/')) return path.slice(base.length);
+  return apiRoute(path, base)?.route ?? null;
+}
+
+/**
+ * The API route of a URL path (trailing slashes aside): under the base path (`/v1/completions` →
+ * '/completions'), or vLLM's `/tokenize` and `/detokenize` `beside` it (at the site root for the
+ * base '/v1'); null for any other path. Hosts that share an origin with other content (the fetch
+ * shim, the service worker) take the routes beside the base for POST requests only.
+ */
+export function apiRoute(pathname: string, basePath: string): { route: string; beside: boolean } | null {
+  const path = pathname.length > 1 ? pathname.replace(/\/+$/, '') : pathname;
+  const base = normalizeBasePath(basePath);
+  if (path === base || path.startsWith(base + '/')) return { route: path.slice(base.length), beside: false };
   const parent = base.slice(0, base.lastIndexOf('/'));
   const rest = path.slice(parent.length);
-  return path.startsWith(parent + '/') && (rest === '/tokenize' || rest === '/detokenize') ? rest : null;
+  return path.startsWith(parent + '/') && (rest === '/tokenize' || rest === '/detokenize') ? { route: rest, beside: true } : null;
 }
 
 function pathOf(request: ApiRequest): string {

@@ -3,6 +3,7 @@
 // Browser code: nothing here may import Node modules.
 import {
   answerApiRequest,
+  apiRoute,
   DEFAULT_BASE_PATH,
   normalizeBasePath,
   type ApiEngine,
@@ -34,7 +35,7 @@ const FALLBACK_ORIGIN = 'http://localhost/';
 
 /**
  * Patches `target.fetch` (default globalThis) so that requests whose URL (a string, URL or
- * Request) is under `baseUrl` (or is vLLM's `/tokenize` or `/detokenize` beside it) are answered
+ * Request) is under `baseUrl` (or is a POST to vLLM's `/tokenize` or `/detokenize` beside it) are answered
  * by the engine — or by one of several engines, chosen by each request's `model` (GET /models
  * lists them all): a real `Response`, with the server-sent
  * events of a stream as its `body` stream. `init.signal` / `Request.signal` abort the generation,
@@ -62,7 +63,8 @@ export function installFetchShim(engine: ApiEngines, options: FetchShimOptions =
         // not a URL we can read: not ours
       }
     }
-    if (!url || !isApiUrl(url, base.origin, basePath)) {
+    const method = init?.method ?? (isRequest(input) ? input.method : 'GET');
+    if (!url || !isApiRequest(url, method, base.origin, basePath)) {
       // eslint-disable-next-line prefer-rest-params
       return Reflect.apply(previous, undefined, arguments) as Promise<Response>;
     }
@@ -95,12 +97,14 @@ function isRequest(input: unknown): input is Request {
   );
 }
 
-/** Under the base path, or vLLM's /tokenize and /detokenize beside it (the site root's for '/v1'). */
-export function isApiUrl(url: URL, origin: string, basePath: string): boolean {
+/**
+ * Whether a request is the API's: under the base path, or a POST to vLLM's /tokenize and
+ * /detokenize beside it (the site root's for '/v1'; other methods there are the site's own).
+ */
+export function isApiRequest(url: URL, method: string, origin: string, basePath: string): boolean {
   if (url.origin !== origin) return false;
-  if (url.pathname === basePath || url.pathname.startsWith(basePath + '/')) return true;
-  const parent = basePath.slice(0, basePath.lastIndexOf('/'));
-  return url.pathname === `${parent}/tokenize` || url.pathname === `${parent}/detokenize`;
+  const route = apiRoute(url.pathname, basePath);
+  return route !== null && (!route.beside || method.toUpperCase() === 'POST');
 }
 
 function abortError(signal: AbortSignal): unknown {

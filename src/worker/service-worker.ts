@@ -14,7 +14,7 @@
 // Browser code: nothing here may import Node modules.
 import { modelUnloaded, type Engine } from '../api/engine.ts';
 import { errorResponse, normalizeBasePath, type RequestHandlingEngine } from '../api/handler.ts';
-import { installFetchShim, isApiUrl } from '../api/shim.ts';
+import { installFetchShim, isApiRequest } from '../api/shim.ts';
 import { loadModel, type LoadModelOptions } from '../index.ts';
 import type { HubSource } from '../model/hub.ts';
 import type { LoadProgress } from '../model/weights.ts';
@@ -161,7 +161,7 @@ export function serveEngineFromServiceWorker(options: ServiceWorkerEngineOptions
   });
   scope.addEventListener('fetch', (event) => {
     const url = new URL(event.request.url);
-    if (!isApiUrl(url, base.origin, basePath)) return;
+    if (!isApiRequest(url, event.request.method, base.origin, basePath)) return;
     event.respondWith(shimTarget.fetch(event.request));
   });
   scope.addEventListener('message', (event) => {
