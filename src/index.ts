@@ -115,7 +115,7 @@ function isModelFiles(source: unknown): source is ModelFiles {
 
 const pageGpu = sharedGpuContext(() => acquireDevice(globalThis.navigator?.gpu));
 
-/** Loads a model onto the page's GPU and returns an Engine that answers completions. */
+/** Loads a model onto the page's GPU and returns an Engine that answers chat and completions. */
 export async function loadModel(source: ModelSource, options: LoadModelOptions = {}): Promise<Engine> {
   const { accessToken: _token, ...loadOptions } = options; // the token stays with the files' fetches
   const files = resolveModelSource(source, options);

@@ -16,7 +16,8 @@ import type { RequestStats } from './tracked-engine.ts';
 export interface ServiceWorkerRegistrationOptions extends Omit<LoadOptions, 'onWarning'> {
   /**
    * A Hugging Face token for gated repos, as loadModel's. The worker uses it for this load only and
-   * never stores it: a restarted worker reloads from the weight cache, where the first load put the files.
+   * never stores it: a restarted worker reloads from the weight cache, where the first load put the
+   * files (with `cache: false`, a restarted worker cannot load a gated model until a page sends the token again).
    */
   accessToken?: string;
   /**
