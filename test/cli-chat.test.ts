@@ -261,6 +261,7 @@ describe('chat, against an engine that answers as the API does', () => {
       [['--model', 'm', '--json', '{"messages": []}'], /--json cannot set 'messages'/],
       [['--model', 'm', '--json', '{"stream": false}'], /chat always streams/],
       [['--model', 'm', '--json', '{"n": 2}'], /one reply/],
+      [['--model', 'm', '--json', '{"tools": [{"type": "function", "function": {"name": "f"}}]}'], /cannot set 'tools'/],
       [['--model', 'm', '--temperature', 'hot'], /--temperature must be a number/],
       [['--model', 'm', '--temperature', '9'], /temperature/],
       [['--model', 'm', '--json', '{"top_k": "many"}'], /top_k/],

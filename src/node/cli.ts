@@ -268,6 +268,8 @@ function chatParams(values: Values): Record<string, unknown> {
   if (stream !== undefined && stream !== true) throw new UsageError("chat always streams: --json cannot set 'stream'");
   const n = given(params, 'n');
   if (n !== undefined && n !== null && n !== 1) throw new UsageError('chat shows one reply: --json cannot set n above 1');
+  const tools = given(params, 'tools');
+  if (tools !== undefined && tools !== null) throw new UsageError("the terminal chat shows text replies: --json cannot set 'tools' (serve answers tool calls over HTTP)");
   // Checked before the load, as complete's are (the context length is checked each turn).
   validateChatRequest({ ...params, model: 'placeholder', messages: [{ role: 'user', content: 'Hello' }], stream: true });
   return params;
