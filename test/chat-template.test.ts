@@ -27,6 +27,8 @@ interface FixtureCase {
   input: ChatTemplateInput;
   expected?: string;
   error?: string;
+  /** Python failed with an error of its own (TypeError, ...): the render must fail too, in its own words. */
+  failure?: string;
   syntaxError?: string;
 }
 const fixture = JSON.parse(readFileSync(`${root}test/fixtures/chat-templates.json`, 'utf8')) as {
@@ -58,6 +60,7 @@ describe('chat templates render as Python Jinja2 in transformers', () => {
       const err = await renderError(template, input);
       expect(err).toBeInstanceOf(ChatTemplateError);
       if (c.error !== undefined) expect((err as Error).message).toBe(c.error);
+      else if (c.failure !== undefined) expect((err as Error).message).toMatch(/^Chat template rendering failed: /);
       else expect((err as Error).message).toMatch(/^Chat template syntax error: /);
     });
   }

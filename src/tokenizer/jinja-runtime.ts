@@ -227,7 +227,7 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
 
   interp.evaluateBinaryExpression = (node, scope) => {
     const op: string = node.operator.value;
-    if (!['~', '==', '!=', '/', '//', '%', '*', '<', '<=', '>', '>='].includes(op)) return base.evaluateBinaryExpression.call(interp, node, scope);
+    if (!['~', '==', '!=', '+', '-', '/', '//', '%', '*', '<', '<=', '>', '>='].includes(op)) return base.evaluateBinaryExpression.call(interp, node, scope);
     const left = interp.evaluate(node.left, scope);
     const right = interp.evaluate(node.right, scope);
     if (op === '~') return kit.str(pyStr(left) + pyStr(right));
@@ -237,6 +237,10 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
       }
       const order = left.type === 'StringValue' ? compareCodePoints(left.value, right.value) : Number(left.value) - Number(right.value);
       return kit.bool(op === '<' ? order < 0 : op === '<=' ? order <= 0 : op === '>' ? order > 0 : order >= 0);
+    }
+    if (op === '+' && left.type === 'StringValue' && right.type === 'StringValue') return kit.str(left.value + right.value);
+    if (op === '+' && isSequence(left) && left.type === right.type && !left.pyTuple === !right.pyTuple) {
+      return kit.array([...left.value, ...right.value]);
     }
     if (op === '==') return kit.bool(pyEquals(left, right));
     if (op === '!=') return kit.bool(!pyEquals(left, right));
@@ -257,6 +261,8 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
     const b = Number(right.value);
     const float = left.type === 'FloatValue' || right.type === 'FloatValue';
     if (op === '*') return float ? kit.float(a * b) : kit.int(a * b);
+    if (op === '+') return float ? kit.float(a + b) : kit.int(a + b);
+    if (op === '-') return float ? kit.float(a - b) : kit.int(a - b);
     if (b === 0) throw new Error(op === '/' ? 'division by zero' : 'integer division or modulo by zero');
     if (op === '/') return kit.float(a / b);
     if (op === '//') return float ? kit.float(Math.floor(a / b)) : kit.int(Math.floor(a / b));
