@@ -1240,7 +1240,7 @@ describe('ChoiceText', () => {
 
   it('counts offsets from the echo', () => {
     const choice = new ChoiceText(tokenizer, prompt, { stop: [], includeStop: false, skipSpecialTokens: true, minTokens: 0, logprobs: 0, textOffset: 16 });
-    expect(choice.push(token('▁there')).piece.entries).toEqual([{ token: ' there', logprob: -1, top: { ' there': -1 }, offset: 16, alternatives: [] }]);
+    expect(choice.push(token('▁there')).piece.entries).toEqual([{ token: ' there', logprob: -1, top: { ' there': -1 }, offset: 16, id: tokenizer.id('▁there'), alternatives: [] }]);
     expect(choice.push(token('▁was')).piece.entries[0]!.offset).toBe(22);
     expect(choice.finish()).toEqual({ text: '', entries: [] });
   });

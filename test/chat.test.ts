@@ -91,6 +91,12 @@ describe('chat completions', () => {
       expect(entry.top_logprobs).toEqual(sorted);
     }
     expect(content[0].top_logprobs[0].logprob).toBeCloseTo(content[0].logprob, 5); // the script's token leads
+    // Where the tokenizer tells a token's own bytes, they are the bytes reported.
+    Object.assign(generator.tokenizer, { tokenBytes: (id: number) => Uint8Array.of(id % 256, 7) });
+    const told = await json(generator, { ...hello, logprobs: true, top_logprobs: 1 });
+    const ids = generator.tokenizer.encodePieces(' café ok');
+    expect(told.body.choices[0].logprobs.content.map((e: any) => e.bytes)).toEqual(ids.map((id) => [id % 256, 7]));
+    expect(told.body.choices[0].logprobs.content[0].top_logprobs[0].bytes).toEqual([ids[0]! % 256, 7]);
     const plain = await json(generator, { ...hello, logprobs: true });
     expect(plain.body.choices[0].logprobs.content.every((e: any) => e.top_logprobs.length === 0)).toBe(true);
   });

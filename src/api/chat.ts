@@ -187,12 +187,18 @@ async function planChat(generator: TextGenerator, params: ChatParams): Promise<C
 
 const encoder = new TextEncoder();
 
-function chatLogprob(entry: LogprobEntry): ChatTokenLogprob {
+/**
+ * An entry in the chat shape. `token` is the text the token adds to `content` (so the tokens join
+ * to it; '' for a token that only begins a character), `bytes` the token's own bytes (its
+ * vocabulary piece as the decoder reads it, so the bytes of a split character are on its tokens).
+ */
+function chatLogprob(entry: LogprobEntry, tokenizer: TextTokenizer): ChatTokenLogprob {
+  const bytes = (id: number | undefined, text: string) => [...((id !== undefined ? tokenizer.tokenBytes?.(id) : undefined) ?? encoder.encode(text))];
   return {
     token: entry.token,
     logprob: entry.logprob ?? 0,
-    bytes: [...encoder.encode(entry.token)],
-    top_logprobs: (entry.alternatives ?? []).map((alt) => ({ token: alt.token, logprob: alt.logprob, bytes: [...encoder.encode(alt.token)] })),
+    bytes: bytes(entry.id, entry.token),
+    top_logprobs: (entry.alternatives ?? []).map((alt) => ({ token: alt.token, logprob: alt.logprob, bytes: bytes(alt.id, alt.token) })),
   };
 }
 
@@ -251,7 +257,7 @@ export async function createChatCompletion(
     return {
       index,
       message,
-      logprobs: plan.settings.logprobs === null ? null : { content: c.entries.map(chatLogprob), refusal: null },
+      logprobs: plan.settings.logprobs === null ? null : { content: c.entries.map((e) => chatLogprob(e, generator.tokenizer)), refusal: null },
       finish_reason: parsed.calls.length > 0 ? 'tool_calls' : c.finish,
     };
   });
@@ -286,7 +292,7 @@ async function* streamChat(
     const entries = state ? state.entries.splice(0) : [];
     return {
       ...meta,
-      choices: [{ index, delta, logprobs: withLogprobs && entries.length > 0 ? { content: entries.map(chatLogprob), refusal: null } : null, finish_reason: finish }],
+      choices: [{ index, delta, logprobs: withLogprobs && entries.length > 0 ? { content: entries.map((e) => chatLogprob(e, generator.tokenizer)), refusal: null } : null, finish_reason: finish }],
       ...(includeUsage ? { usage: null } : {}),
     };
   };

@@ -34,7 +34,9 @@ export interface LogprobEntry {
    * (chat's top_logprobs list; unlike `top`, two tokens of the same text stay two); absent for
    * prompt tokens.
    */
-  alternatives?: { token: string; logprob: number }[];
+  alternatives?: { id: number; token: string; logprob: number }[];
+  /** The token's id (absent for prompt tokens). */
+  id?: number;
 }
 
 export interface CompletionLogprobs {

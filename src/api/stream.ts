@@ -217,7 +217,9 @@ export class ChoiceText {
         logprob: finiteLogprob(token.logprob),
         top: topLogprobsObject(token, text, token.topLogprobs, k, (id) => texts.get(id) ?? ''),
         offset: this.produced,
+        id: token.id,
         alternatives: (token.topLogprobs ?? []).slice(0, k).map((alt) => ({
+          id: alt.id,
           token: alt.id === token.id ? text : (texts.get(alt.id) ?? ''),
           logprob: finiteLogprob(alt.logprob),
         })),

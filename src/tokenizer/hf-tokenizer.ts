@@ -22,6 +22,7 @@
 import { Tokenizer } from '@huggingface/tokenizers';
 import { chatTemplatesFrom } from './chat-template.ts';
 import { speedUpLongWords } from './long-word-bpe.ts';
+import { pieceBytesReader } from './token-bytes.ts';
 import type { TextTokenizer } from './types.ts';
 
 type Json = Record<string, unknown>;
@@ -112,6 +113,8 @@ export class HfTokenizer implements TextTokenizer {
   private readonly specialIds: Set<number>;
   private readonly silentIds: ReadonlySet<number>;
   private readonly aliasIds: ReadonlyMap<number, number>;
+  /** Reads a vocabulary piece's bytes. */
+  private readonly pieceBytes: (piece: string) => Uint8Array;
 
   constructor(sources: HfTokenizerSources, overrides: HfTokenizerOverrides = {}) {
     const { tokenizerJson } = sources;
@@ -128,6 +131,7 @@ export class HfTokenizer implements TextTokenizer {
     speedUpLongWords((this.tokenizer as unknown as { model: unknown }).model);
 
     const addedTokens = (json.added_tokens as { id: number; content: string; special?: boolean }[]) ?? [];
+    this.pieceBytes = pieceBytesReader(json, new Set(addedTokens.map((t) => t.content)));
     this.specialIds = new Set(addedTokens.filter((t) => t.special).map((t) => t.id));
     this.silentIds = new Set(overrides.silentIds ?? []);
     this.aliasIds = overrides.aliasIds ?? new Map();
@@ -213,6 +217,13 @@ export class HfTokenizer implements TextTokenizer {
 
   isSpecial(id: number): boolean {
     return this.specialIds.has(id);
+  }
+
+  tokenBytes(id: number): Uint8Array | undefined {
+    const piece = this.idToToken(id);
+    if (piece === undefined) return undefined;
+    if (this.silentIds.has(id)) return new Uint8Array(0);
+    return this.pieceBytes(piece);
   }
 
   /** The token string of an id (vocabulary piece), or undefined. */

@@ -14,6 +14,8 @@ export interface TextTokenizer {
   decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string;
   /** Whether an id is a special/control token (BOS, EOS, ...). */
   isSpecial(id: number): boolean;
+  /** The bytes a token stands for (token-bytes.ts); undefined for an id the vocabulary lacks. */
+  tokenBytes?(id: number): Uint8Array | undefined;
   /**
    * The model's chat templates by name ('default', 'tool_use', ...; see pickChatTemplate in
    * chat-template.ts); absent or empty when the model has none.
