@@ -127,11 +127,11 @@ export const CHAT_PARAMS = {
     },
     doc: "'none': no call (the tools are left out of the prompt, as vLLM's --exclude-tools-when-tool-choice-none); 'auto' (the default with tools): the model decides. 'required' and a named function need constrained decoding, which is not supported yet.",
   }),
-  parallel_tool_calls: row<boolean | null>({
+  parallel_tool_calls: row<boolean>({
     ...boolean(),
     nullable: true,
-    default: null,
-    doc: 'Whether a reply may hold several tool calls (default true); false keeps the first.',
+    default: true,
+    doc: 'Whether a reply may hold several tool calls; false keeps the first. Only with tools.',
   }),
   response_format: row<'text'>({
     type: "object {type: 'text'}",
@@ -311,7 +311,7 @@ export function checkTemplateFlags(
  * is a 400 until constrained decoding exists.
  */
 export function validateChatRequest(body: unknown): ChatParams {
-  const { params, named } = validateParams(CHAT_PARAMS, body);
+  const { params, named, given } = validateParams(CHAT_PARAMS, body);
   if (params.stream_options !== null && !params.stream) {
     throw invalidRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.", named('stream_options'), 'invalid_value');
   }
@@ -323,8 +323,8 @@ export function validateChatRequest(body: unknown): ChatParams {
   }
   checkTemplateFlags(params, named);
   if (params.tools === null || params.tools.length === 0) {
-    const given = params.parallel_tool_calls !== null ? 'parallel_tool_calls' : params.tool_choice !== null && params.tool_choice !== 'none' ? 'tool_choice' : null;
-    if (given) throw invalidRequest(`Invalid value for '${given}': '${given}' is only allowed when 'tools' are specified.`, named(given), 'invalid_value');
+    const without = given('parallel_tool_calls') ? 'parallel_tool_calls' : params.tool_choice !== null && params.tool_choice !== 'none' ? 'tool_choice' : null;
+    if (without) throw invalidRequest(`Invalid value for '${without}': '${without}' is only allowed when 'tools' are specified.`, named(without), 'invalid_value');
   }
   const choice = params.tool_choice;
   if (choice !== null && choice !== 'none' && choice !== 'auto') {

@@ -180,7 +180,7 @@ async function planChat(generator: TextGenerator, params: ChatParams): Promise<C
     settings,
     n: params.n,
     format,
-    parallelToolCalls: params.parallel_tool_calls ?? true,
+    parallelToolCalls: params.parallel_tool_calls,
     echo: params.echo && last?.role === 'assistant' ? (last.content ?? '') : '',
   };
 }

@@ -167,7 +167,8 @@ export type TableParams<Table extends Record<string, ParamRow<unknown>>> = {
 
 /**
  * Checks a parsed JSON body against a table and returns every parameter normalized, with `named`,
- * which names a parameter as the request gave it (`extra_body.top_k` for one given there).
+ * which names a parameter as the request gave it (`extra_body.top_k` for one given there), and
+ * `given`, whether the request gave it a value (not absent, not null).
  * `extra_body` (a row of the table) is merged first: its keys count as top-level parameters (a
  * key given in both places with different values is a 400). Each row: absent → `default`; null
  * → `nullValue` (or `default`) when `nullable`; otherwise `parse`, then `supported`. Throws a 400
@@ -178,7 +179,7 @@ export type TableParams<Table extends Record<string, ParamRow<unknown>>> = {
 export function validateParams<Table extends Record<string, ParamRow<unknown>>>(
   table: Table,
   body: unknown,
-): { params: TableParams<Table>; named: (name: keyof Table & string) => string } {
+): { params: TableParams<Table>; named: (name: keyof Table & string) => string; given: (name: keyof Table & string) => boolean } {
   if (!isPlainObject(body)) {
     throw invalidRequest(`The request body must be a JSON object, but got ${jsonType(body)}.`, null, 'invalid_body');
   }
@@ -237,5 +238,9 @@ export function validateParams<Table extends Record<string, ParamRow<unknown>>>(
     // Defaults may be mutable (stop: []); hand out a fresh copy.
     out[name] = Array.isArray(parsed) ? [...parsed] : parsed;
   }
-  return { params: out as TableParams<Table>, named: (name) => where[name] ?? name };
+  return {
+    params: out as TableParams<Table>,
+    named: (name) => where[name] ?? name,
+    given: (name) => merged[name] !== undefined && merged[name] !== null,
+  };
 }
