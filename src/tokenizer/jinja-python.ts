@@ -200,6 +200,10 @@ export function pyTruthy(v: JinjaValue): boolean {
   }
 }
 
+function isSequence(v: JinjaValue): boolean {
+  return v.type === 'ArrayValue' || v.type === 'TupleValue';
+}
+
 function isNumberLike(v: JinjaValue): boolean {
   return v.type === 'IntegerValue' || v.type === 'FloatValue' || v.type === 'BooleanValue';
 }
@@ -222,6 +226,43 @@ export function pyEquals(a: JinjaValue, b: JinjaValue): boolean {
   }
   if (a.type === 'NullValue' || a.type === 'UndefinedValue') return true;
   return a.value === b.value;
+}
+
+/** Python's ordering of two values (numbers, strings by code point, lists item by item); TypeError otherwise. */
+export function pyCompare(a: JinjaValue, b: JinjaValue): number {
+  if (isNumberLike(a) && isNumberLike(b)) return Number(a.value) - Number(b.value);
+  if (a.type === 'StringValue' && b.type === 'StringValue') return compareCodePoints(a.value, b.value);
+  if (isSequence(a) && isSequence(b)) {
+    const [x, y] = [a.value as JinjaValue[], b.value as JinjaValue[]];
+    for (let i = 0; i < Math.min(x.length, y.length); i++) if (!pyEquals(x[i], y[i])) return pyCompare(x[i], y[i]);
+    return x.length - y.length;
+  }
+  throw new TypeError(`'<' not supported between instances of ${a.type} and ${b.type}`);
+}
+
+/** transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False). */
+export function jsonOptions(pos: JinjaValue[], kw: Map<string, JinjaValue>) {
+  const names = ['ensure_ascii', 'indent', 'separators', 'sort_keys'];
+  for (const key of kw.keys()) if (!names.includes(key)) throw new TypeError(`tojson() got an unexpected keyword argument '${key}'`);
+  const [ensureAscii, indent, separators, sortKeys] = names.map((n, i) => pos[i] ?? kw.get(n));
+  let indentText: string | null = null;
+  if (indent && indent.type !== 'NullValue') {
+    if (indent.type === 'StringValue') indentText = indent.value;
+    else if (indent.type === 'IntegerValue' || indent.type === 'BooleanValue') indentText = ' '.repeat(Math.max(0, Number(indent.value)));
+    else throw new TypeError('tojson indent must be an integer, a string or None');
+  }
+  let seps: [string, string] | null = null;
+  if (separators && separators.type !== 'NullValue') {
+    const items = isSequence(separators) ? (separators.value as JinjaValue[]) : [];
+    if (items.length !== 2 || items.some((s) => s.type !== 'StringValue')) throw new TypeError('tojson separators must be two strings');
+    seps = [items[0].value, items[1].value];
+  }
+  return {
+    ensureAscii: ensureAscii ? pyTruthy(ensureAscii) : false,
+    indent: indentText,
+    separators: seps,
+    sortKeys: sortKeys ? pyTruthy(sortKeys) : false,
+  };
 }
 
 export interface JsonDumpsOptions {
@@ -352,4 +393,103 @@ export function pyStrftime(date: Date, format: string): string {
       default: return whole;
     }
   });
+}
+
+/** Python's slice bounds of `length` items: start and end clamped, negatives from the end. */
+function sliceBounds(length: number, start?: number | null, end?: number | null): [number, number] {
+  const at = (i: number) => (i < 0 ? Math.max(0, length + i) : Math.min(i, length));
+  return [start == null ? 0 : at(start), end == null ? length : at(end)];
+}
+
+/** str.find / str.rfind(sub, start, end): the code point index of `sub`, or -1. */
+export function pyFind(s: string, sub: string, start: number | null, end: number | null, fromRight: boolean): number {
+  const cps = Array.from(s);
+  const [from, to] = sliceBounds(cps.length, start, end);
+  if (from > to) return -1;
+  const part = cps.slice(from, to).join('');
+  const at = fromRight ? part.lastIndexOf(sub) : part.indexOf(sub);
+  return at < 0 ? -1 : from + pyLength(part.slice(0, at));
+}
+
+/** str.startswith / str.endswith(prefix or tuple of prefixes, start, end). */
+export function pyAffix(s: string, affixes: string[], start: number | null, end: number | null, atEnd: boolean): boolean {
+  const cps = Array.from(s);
+  const [from, to] = sliceBounds(cps.length, start, end);
+  if (from > cps.length) return false;
+  const part = from > to ? '' : cps.slice(from, to).join('');
+  return affixes.some((a) => (atEnd ? part.endsWith(a) : part.startsWith(a)));
+}
+
+/** str.count(sub): non-overlapping occurrences. */
+export function pyCount(s: string, sub: string): number {
+  return sub === '' ? pyLength(s) + 1 : s.split(sub).length - 1;
+}
+
+/** str.rsplit(sep=None, maxsplit=-1): str.split from the right. */
+export function pyRsplit(s: string, sep: string | null, maxsplit: number): string[] {
+  const reverse = (t: string) => Array.from(t).reverse().join('');
+  return pySplit(reverse(s), sep === null ? null : reverse(sep), maxsplit).map(reverse).reverse();
+}
+
+/** The str.isdigit / isalpha / isalnum / isspace / isupper / islower tests (false for ''). */
+export function pyStringTest(s: string, name: string): boolean | undefined {
+  const all = (re: RegExp) => s !== '' && Array.from(s).every((ch) => re.test(ch));
+  switch (name) {
+    case 'isdigit': case 'isdecimal': return all(/\p{Nd}/u);
+    case 'isnumeric': return all(/\p{N}/u);
+    case 'isalpha': return all(/\p{L}/u);
+    case 'isalnum': return all(/[\p{L}\p{N}]/u);
+    case 'isspace': return s !== '' && Array.from(s).every(isPySpace);
+    case 'isupper': return /[\p{Lu}\p{Lt}]/u.test(s) && !/\p{Ll}/u.test(s);
+    case 'islower': return /\p{Ll}/u.test(s) && !/[\p{Lu}\p{Lt}]/u.test(s);
+    default: return undefined;
+  }
+}
+
+/** str.center / ljust / rjust(width, fillchar=' ') and str.zfill(width). */
+export function pyPad(s: string, how: 'center' | 'ljust' | 'rjust' | 'zfill', width: number, fill = ' '): string {
+  if (Array.from(fill).length !== 1) throw new TypeError('The fill character must be exactly one character long');
+  const pad = width - pyLength(s);
+  if (pad <= 0) return s;
+  if (how === 'ljust') return s + fill.repeat(pad);
+  if (how === 'rjust') return fill.repeat(pad) + s;
+  if (how === 'zfill') return s[0] === '+' || s[0] === '-' ? s[0] + '0'.repeat(pad) + s.slice(1) : '0'.repeat(pad) + s;
+  const left = Math.floor(pad / 2) + (pad & width & 1);
+  return fill.repeat(left) + s + fill.repeat(pad - left);
+}
+
+/** str.swapcase(). */
+export function pySwapcase(s: string): string {
+  return Array.from(s, (ch) => (ch === ch.toUpperCase() ? ch.toLowerCase() : ch.toUpperCase())).join('');
+}
+
+/** Python's round(x, digits) of a float: the exact binary value rounded, ties to even. */
+export function pyRoundFloat(x: number, digits: number): number {
+  if (!Number.isFinite(x) || Math.abs(x) >= 1e21) return x;
+  if (digits < 0) {
+    const scale = 10 ** -digits;
+    return pyRoundFloat(x / scale, 0) * scale;
+  }
+  const exact = Math.abs(x).toFixed(Math.min(100, digits + 30)); // exact to the digits that decide a tie
+  const cut = exact.indexOf('.') + 1 + digits;
+  const rest = exact.slice(cut);
+  let kept = exact.slice(0, digits === 0 ? cut - 1 : cut);
+  const lastDigit = Number(kept.at(-1));
+  const up = rest[0] > '5' || (rest[0] === '5' && (/[1-9]/.test(rest.slice(1)) || lastDigit % 2 === 1));
+  if (up) kept = incrementDecimal(kept);
+  const value = Number(kept);
+  return x < 0 ? -value : value;
+}
+
+function incrementDecimal(text: string): string {
+  const chars = text.split('');
+  for (let i = chars.length - 1; i >= 0; i--) {
+    if (chars[i] === '.') continue;
+    if (chars[i] !== '9') {
+      chars[i] = String(Number(chars[i]) + 1);
+      return chars.join('');
+    }
+    chars[i] = '0';
+  }
+  return '1' + chars.join('');
 }

@@ -4,16 +4,21 @@
 //
 // Where the library behaves the JavaScript way and Python differs, the interpreter of each render
 // has those steps replaced (with jinja-python.ts): printing (True, None, Python lists and dicts,
-// float repr), `~`, `==`, comparisons of strings, `/ // %`, `*` on strings, tojson, Python
-// whitespace in strip/split/trim, string methods, the filters length, join, items, list, first,
-// last, int, title, capitalize, the tests iterable and number, iterating an undefined value (no
-// iterations), strftime_now (C locale). The library's own parser and lexer are used as they are.
+// float repr), `~`, `+` and `-` (a str and an int do not add: TypeError), `==`, comparisons of
+// strings, `/ // %`, `*` on strings, tojson, Python whitespace in strip/split/trim, string methods
+// (find, rfind, count, rsplit, center, ljust, rjust, zfill, swapcase, the is* tests, startswith and
+// endswith with start and end), the filters length, join, items, list, first, last, int, title,
+// capitalize, round, max, min, sum, unique, reverse, wordcount, the tests iterable and number,
+// for loops over strings, tuples and undefined values, loop.cycle, strftime_now (C locale). The
+// library's parser and lexer are used as they are, their tokens adjusted first (pythonTokens):
+// float literals with an exponent, `()` and `(x,)` tuples.
 //
 // chat-template.ts loads this module (and with it the library) on the first render, so the base
 // bundle stays without both.
 import * as jinjaModule from '@huggingface/jinja';
 import {
-  compareCodePoints, jinjaTitleFilter, pyCapitalize, pyEquals, pyJsonDumps, pyLength, pySplit, pyStr, pyStrftime, pyStrip, pyTitle, pyTruthy,
+  compareCodePoints, jinjaTitleFilter, jsonOptions, pyAffix, pyCompare, pyCapitalize, pyCount, pyEquals, pyFind, pyJsonDumps, pyLength, pyPad, pyRoundFloat, pyRsplit,
+  pySplit, pyStr, pyStrftime, pyStringTest, pyStrip, pySwapcase, pyTitle, pyTruthy,
   type JinjaValue,
 } from './jinja-python.ts';
 import { ChatTemplateError } from './template-error.ts';
@@ -77,6 +82,12 @@ interface Runtime {
 
 let runtime: Runtime | undefined;
 
+/** The global that makes a tuple of its arguments (pythonTokens writes `()` and `(x,)` as calls of it). */
+const TUPLE = '__py_tuple__';
+
+/** The node type of a value that evaluates to itself. */
+const READY = 'PyReadyValue';
+
 function loadRuntime(): Runtime {
   runtime ??= { jinja: jinjaModule, kit: makeKit(jinjaModule) };
   return runtime;
@@ -111,7 +122,8 @@ function compile({ jinja }: Runtime, source: string): unknown {
   } else {
     try {
       // Jinja2 reads \r\n and \r as \n, in text and in string literals.
-      program = new jinja.Template(source.replace(/\r\n?/g, '\n')).parsed;
+      const tokens = jinja.tokenize(source.replace(/\r\n?/g, '\n'), { lstrip_blocks: true, trim_blocks: true });
+      program = jinja.parse(pythonTokens(tokens));
     } catch (err) {
       throw new ChatTemplateError(`Chat template syntax error: ${(err as Error)?.message ?? String(err)}`, { cause: err });
     }
@@ -119,6 +131,54 @@ function compile({ jinja }: Runtime, source: string): unknown {
   }
   compiled.set(source, program);
   return program;
+}
+
+type Token = ReturnType<JinjaModule['tokenize']>[number];
+
+/**
+ * The library's tokens, with what its lexer reads differently from Python's: a float with an
+ * exponent (`1e16`, `2.5E-7`: lexed as a number, a name and maybe a sign and a number) becomes
+ * one float literal (written with a `.`, so that it parses as a float); a tuple in parentheses that
+ * the parser refuses, `()` or one with a trailing comma (`(x,)`), becomes a call of TUPLE.
+ */
+const KEYWORDS = new Set(['in', 'is', 'not', 'and', 'or', 'if', 'elif', 'else', 'for', 'set', 'return', 'with', 'call', 'filter']);
+
+function pythonTokens(tokens: Token[]): Token[] {
+  const out: Token[] = [];
+  const make = (like: Token, value: string, type: string): Token => Object.assign(Object.create(Object.getPrototypeOf(like)), { value, type });
+  const opened: { at: number; call: boolean }[] = []; // the open parentheses: where in `out`, and whether they call
+  for (let i = 0; i < tokens.length; i++) {
+    const token = tokens[i];
+    const next = tokens[i + 1];
+    if (token.type === 'OpenParen') {
+      const before = out.at(-1);
+      const call = before !== undefined && (before.type === 'Identifier' ? !KEYWORDS.has(before.value) : ['CloseParen', 'CloseSquareBracket'].includes(before.type));
+      opened.push({ at: out.length, call });
+    } else if (token.type === 'CloseParen' && opened.length > 0) {
+      const { at, call } = opened.pop()!;
+      const last = out.at(-1)!;
+      if (!call && (last.type === 'Comma' || last.type === 'OpenParen')) out.splice(at, 0, make(token, TUPLE, 'Identifier'));
+      if (last.type === 'Comma') out.pop();
+    }
+    if (token.type === 'NumericLiteral' && next?.type === 'Identifier' && /^[eE]\d*$/.test(next.value)) {
+      let exponent = next.value.slice(1);
+      let used = 1;
+      const sign = tokens[i + 2];
+      const digits = tokens[i + 3];
+      if (exponent === '' && sign?.type === 'AdditiveBinaryOperator' && digits?.type === 'NumericLiteral' && /^\d+$/.test(digits.value)) {
+        exponent = sign.value + digits.value;
+        used = 3;
+      }
+      if (exponent !== '') {
+        const mantissa = token.value.includes('.') ? token.value : `${token.value}.0`;
+        out.push(make(token, `${mantissa}e${exponent}`, token.type));
+        i += used;
+        continue;
+      }
+    }
+    out.push(token);
+  }
+  return out;
 }
 
 function splitArgs(args: Value[]): [Value[], Map<string, Value>] {
@@ -136,6 +196,17 @@ function isMapping(v: Value): boolean {
 
 function isNumberLike(v: Value): boolean {
   return v.type === 'IntegerValue' || v.type === 'FloatValue' || v.type === 'BooleanValue';
+}
+
+function stringArg(v: Value | undefined, what: string): string {
+  if (v?.type !== 'StringValue') throw new TypeError(`${what} must be a string`);
+  return v.value;
+}
+
+function intArg(v: Value | undefined): number | null {
+  if (v === undefined || v.type === 'NullValue') return null;
+  if (v.type !== 'IntegerValue') throw new TypeError('slice indices must be integers or None');
+  return v.value;
 }
 
 function optionalString(v: Value | undefined, what: string): string | null {
@@ -167,6 +238,7 @@ function templateEnvironment({ jinja, kit }: Runtime, variables: Readonly<Record
     return kit.array(Array.from({ length: count }, (_, i) => kit.int(start + i * step)));
   });
   defineGlobal('dict', (args) => kit.dict(new Map(splitArgs(args)[1])));
+  defineGlobal(TUPLE, (args) => kit.tuple(args));
 
   const env = new jinja.Environment(globals);
   for (const [name, value] of Object.entries(variables)) env.variables.set(name, kit.from(value) as never);
@@ -209,6 +281,7 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
   let steps = 0;
   interp.evaluate = (node, scope) => {
     if (++steps > RENDER_LIMITS.steps) throw tooMuch(`more than ${RENDER_LIMITS.steps} steps`);
+    if (node?.type === READY) return node.value; // a value evaluated already (evaluateFor's iterable)
     return checkSize(base.evaluate.call(interp, node, scope));
   };
 
@@ -296,11 +369,21 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
       const own = (object.value as Map<string, Value>).get(name);
       if (own !== undefined || object.type === 'NamespaceValue') return own;
       if (name === 'items') return kit.fn(() => pairs(object));
+      if (name === 'cycle' && isLoop(object)) {
+        const index = (object.value as Map<string, Value>).get('index0')!.value as number;
+        return kit.fn((args) => {
+          if (args.length === 0) throw new TypeError('no items for cycling given');
+          return args[index % args.length];
+        });
+      }
       return object.builtins.get(name);
     }
     if (isSequence(object) && property.type === 'IntegerValue') return (object.value as Value[]).at(property.value);
     return name === null ? undefined : object.builtins.get(name);
   };
+
+  /** The `loop` of a for loop (the library's loop object is a plain dict of these keys). */
+  const isLoop = (object: Value) => ['index0', 'revindex0', 'first', 'last', 'length', 'previtem', 'nextitem'].every((k) => object.value.has(k));
 
   const pairs = (object: Value) => kit.array([...(object.value as Map<string, Value>)].map(([k, v]) => kit.tuple([kit.str(k), v])));
 
@@ -322,6 +405,32 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
         });
       case 'capitalize':
         return method(() => kit.str(pyCapitalize(s)));
+      case 'swapcase':
+        return method(() => kit.str(pySwapcase(s)));
+      case 'find':
+      case 'rfind':
+        return method(([sub, start, end]) => kit.int(pyFind(s, stringArg(sub, 'sub'), intArg(start), intArg(end), name === 'rfind')));
+      case 'startswith':
+      case 'endswith':
+        return method(([affix, start, end]) => {
+          const affixes = affix && isSequence(affix) ? (affix.value as Value[]).map((a) => stringArg(a, name)) : [stringArg(affix, name)];
+          return kit.bool(pyAffix(s, affixes, intArg(start), intArg(end), name === 'endswith'));
+        });
+      case 'count':
+        return method(([sub]) => kit.int(pyCount(s, stringArg(sub, 'sub'))));
+      case 'rsplit':
+        return method((pos, kw) => {
+          const max = pos[1] ?? kw.get('maxsplit');
+          return kit.array(pyRsplit(s, optionalString(pos[0] ?? kw.get('sep'), 'sep'), max?.type === 'IntegerValue' ? max.value : -1).map(kit.str));
+        });
+      case 'center':
+      case 'ljust':
+      case 'rjust':
+      case 'zfill':
+        return method(([width, fill]) => {
+          if (width?.type !== 'IntegerValue') throw new TypeError(`${name}() width must be an integer`);
+          return kit.str(pyPad(s, name, width.value, fill === undefined ? ' ' : stringArg(fill, 'fillchar')));
+        });
       case 'title':
         return method(() => kit.str(pyTitle(s)));
       case 'join':
@@ -333,8 +442,10 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
           });
           return kit.str(texts.join(s));
         });
-      default:
-        return undefined;
+      default: {
+        const test = pyStringTest(s, name);
+        return test === undefined ? undefined : method(() => kit.bool(test));
+      }
     }
   };
 
@@ -351,14 +462,20 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
     return kit.bool(node.negate ? !result : result);
   };
 
-  // Iterating an undefined value: no iterations, as Jinja2's Undefined iterates (the else block runs).
+  // The loop runs over what Python iterates: a string's characters, an undefined value's nothing (the
+  // else block runs), tuples unpacked as lists are; the library's loop does the rest.
   interp.evaluateFor = (node, scope) => {
-    try {
-      return base.evaluateFor.call(interp, node, scope);
-    } catch (err) {
-      if (!(err instanceof Error) || !err.message.startsWith('Expected iterable or object type in for loop: got UndefinedValue')) throw err;
-      return interp.evaluateBlock(node.defaultBlock, new jinja.Environment(scope));
-    }
+    const select = node.iterable.type === 'SelectExpression';
+    const ready = { type: READY, value: pyIterable(interp.evaluate(select ? node.iterable.lhs : node.iterable, scope)) };
+    return base.evaluateFor.call(interp, { ...node, iterable: select ? { ...node.iterable, lhs: ready } : ready }, scope);
+  };
+
+  const pyIterable = (v: Value): Value => {
+    if (v.type === 'StringValue') return kit.array([...(v.value as string)].map(kit.str));
+    if (v.type === 'UndefinedValue') return kit.array([]);
+    if (isSequence(v)) return kit.array((v.value as Value[]).map((item) => (item.type === 'TupleValue' ? kit.tuple(item.value) : item)));
+    if (isMapping(v)) return v;
+    throw new TypeError(`'${v.type}' object is not iterable`);
   };
 
   interp.applyFilter = (operand, filter, scope) => {
@@ -397,6 +514,60 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
         if (isMapping(operand)) return pairs(operand);
         if (operand.type === 'UndefinedValue') return kit.array([]);
         break;
+      case 'round': {
+        const [pos, kw] = args();
+        const precision = pos[0] ?? kw.get('precision');
+        const method = optionalString(pos[1] ?? kw.get('method'), 'method') ?? 'common';
+        const digits = precision === undefined ? 0 : Number(precision.value);
+        if (!isNumberLike(operand)) throw new TypeError(`type ${operand.type} doesn't define __round__ method`);
+        if (!['common', 'ceil', 'floor'].includes(method)) throw new TypeError('method must be common, ceil or floor');
+        const x = Number(operand.value);
+        if (method === 'common') return operand.type === 'FloatValue' ? kit.float(pyRoundFloat(x, digits)) : kit.int(digits >= 0 ? x : pyRoundFloat(x, digits));
+        const scale = 10 ** digits;
+        return kit.float((method === 'ceil' ? Math.ceil(x * scale) : Math.floor(x * scale)) / scale);
+      }
+      case 'max':
+      case 'min':
+      case 'unique': {
+        const [pos, kw] = args();
+        const caseSensitive = pyTruthy(pos[0] ?? kw.get('case_sensitive') ?? kit.bool(false));
+        const attribute = pos[1] ?? kw.get('attribute');
+        const items = [...(pyIterable(operand).value as Value[])];
+        const key = (v: Value) => {
+          const k = attribute === undefined ? v : attributeOf(v, attribute);
+          return !caseSensitive && k.type === 'StringValue' ? kit.str(k.value.toLowerCase()) : k;
+        };
+        if (name === 'unique') {
+          const seen: Value[] = [];
+          return kit.array(items.filter((v) => {
+            const k = key(v);
+            if (seen.some((s) => pyEquals(s, k))) return false;
+            seen.push(k);
+            return true;
+          }));
+        }
+        if (items.length === 0) return kit.undef();
+        const better = name === 'max' ? (order: number) => order > 0 : (order: number) => order < 0;
+        return items.reduce((best, v) => (better(pyCompare(key(v), key(best))) ? v : best));
+      }
+      case 'sum': {
+        const [pos, kw] = args();
+        const attribute = pos[0] ?? kw.get('attribute');
+        let total = pos[1] ?? kw.get('start') ?? kit.int(0);
+        for (const v of pyIterable(operand).value as Value[]) {
+          const x = attribute === undefined ? v : attributeOf(v, attribute);
+          if (!isNumberLike(x) || !isNumberLike(total)) throw new TypeError(`unsupported operand type(s) for +: ${total.type} and ${x.type}`);
+          const sum = Number(total.value) + Number(x.value);
+          total = total.type === 'FloatValue' || x.type === 'FloatValue' ? kit.float(sum) : kit.int(sum);
+        }
+        return total;
+      }
+      case 'wordcount':
+        return kit.int(pyStr(operand).match(/[\p{L}\p{N}_]+/gu)?.length ?? 0); // Python's \w+
+      case 'reverse':
+        if (operand.type === 'StringValue') return kit.str([...(operand.value as string)].reverse().join(''));
+        if (isSequence(operand)) return kit.array([...operand.value].reverse());
+        break;
       case 'dictsort': {
         const sorted = base.applyFilter.call(interp, operand, filter, scope)!;
         for (const pair of sorted.value as Value[]) pair.pyTuple = true;
@@ -418,30 +589,11 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
     return base.applyFilter.call(interp, operand, filter, scope) ?? kit.undef();
   };
 
-  return interp;
-}
-
-/** transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False). */
-function jsonOptions(pos: Value[], kw: Map<string, Value>) {
-  const names = ['ensure_ascii', 'indent', 'separators', 'sort_keys'];
-  for (const key of kw.keys()) if (!names.includes(key)) throw new TypeError(`tojson() got an unexpected keyword argument '${key}'`);
-  const [ensureAscii, indent, separators, sortKeys] = names.map((n, i) => pos[i] ?? kw.get(n));
-  let indentText: string | null = null;
-  if (indent && indent.type !== 'NullValue') {
-    if (indent.type === 'StringValue') indentText = indent.value;
-    else if (indent.type === 'IntegerValue' || indent.type === 'BooleanValue') indentText = ' '.repeat(Math.max(0, Number(indent.value)));
-    else throw new TypeError('tojson indent must be an integer, a string or None');
-  }
-  let seps: [string, string] | null = null;
-  if (separators && separators.type !== 'NullValue') {
-    const items = isSequence(separators) ? (separators.value as Value[]) : [];
-    if (items.length !== 2 || items.some((s) => s.type !== 'StringValue')) throw new TypeError('tojson separators must be two strings');
-    seps = [items[0].value, items[1].value];
-  }
-  return {
-    ensureAscii: ensureAscii ? pyTruthy(ensureAscii) : false,
-    indent: indentText,
-    separators: seps,
-    sortKeys: sortKeys ? pyTruthy(sortKeys) : false,
+  /** Jinja2's attribute= of filters: an attribute or item, dotted names and integer parts going deeper. */
+  const attributeOf = (v: Value, attribute: Value): Value => {
+    const path = attribute.type === 'IntegerValue' ? [attribute] : String(attribute.value).split('.').map((p) => (/^\d+$/.test(p) ? kit.int(Number(p)) : kit.str(p)));
+    return path.reduce((x, p) => member(x, p) ?? kit.undef(), v);
   };
+
+  return interp;
 }
