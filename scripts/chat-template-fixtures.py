@@ -388,6 +388,14 @@ SYNTHETIC = {
         "{{ s.endswith(('x', 'cbd')) }} {{ s.startswith(('x', 'ab')) }} {{ s.endswith(('x', 'y')) }} {{ s.startswith('bc', 1) }}\n"
         "{{ 'Hello'.upper() }} {{ 'a-b'.replace('-', '') }} {{ 'x'.ljust(3, '.') }}|{{ 'x'.rjust(3) }}|{{ 'ab cd'.split(' ') }} {{ 'Ab'.swapcase() }} {{ 'abc'.count('b') }}\n"
     ),
+    'tests': (
+        "{{ 5 is divisibleby 5 }} {{ 7 is divisibleby(2) }} {{ 3 is odd }} {{ s is lower }} {{ s is upper }} {{ s is eq 'abcbd' }} {{ 1 is ne 2 }} {{ 2 is gt 1 }}\n"
+        "{{ 2 is ge 2 }} {{ 1 is lt 2 }} {{ 1 is le 1 }} {{ s is not eq 'x' }} {{ s | length is eq 5 }} {{ 1 is sameas 1 }} {{ none is sameas none }} {{ s is defined() }}\n"
+        "{{ s is in ['abcbd'] }} {{ 'b' is in s }} {{ 'k' is in d }} {{ 'v' is in d }} {{ 'z' is not in s }} {{ 3 is in [1, 2] }} {{ messages[0].role is in ['user', 'system'] }} {{ 2 is in((1, 2)) }}\n"
+        "{% if messages[0] is mapping and messages[0].role is eq 'system' %}system first{% else %}no system{% endif %} {{ 'x' if s is string else 'y' }}\n"
+        "{{ [1, 2] < [1, 3] }} {{ (1, 2) >= (1, 2) }} {{ 'A' < 'a' }}\n"
+    ),
+    'compare_mismatch': "{{ 'a' < 1 }}",
     'add_mismatch': "{{ 'a' + 1 }}",
     'add_none': "{{ messages[0].content + none }}",
     'continue_lost': "{% for m in messages %}[{{ m.role }}]{% endfor %}",
@@ -421,6 +429,8 @@ SYNTHETIC_CASES = [
     synthetic('numbers', [USER]),
     synthetic('sequences', MULTI_TURN, variables={'s': 'abcbd', 'd': {'k': 'v'}}),
     synthetic('string_methods', [USER], variables={'s': 'abcbd'}),
+    synthetic('tests', MULTI_TURN, variables={'s': 'abcbd', 'd': {'k': 'v'}}),
+    synthetic('compare_mismatch', [USER]),
     synthetic('add_mismatch', [USER]),
     synthetic('add_none', [USER]),
     synthetic('continue_lost', CONTINUE, cont=True),

@@ -85,6 +85,9 @@ let runtime: Runtime | undefined;
 /** The global that makes a tuple of its arguments (pythonTokens writes `()` and `(x,)` as calls of it). */
 const TUPLE = '__py_tuple__';
 
+/** The filter that applies a test with arguments (testsWithArguments writes them so). */
+const TEST = '__py_test__';
+
 /** The node type of a value that evaluates to itself. */
 const READY = 'PyReadyValue';
 
@@ -143,9 +146,9 @@ type Token = ReturnType<JinjaModule['tokenize']>[number];
  */
 const KEYWORDS = new Set(['in', 'is', 'not', 'and', 'or', 'if', 'elif', 'else', 'for', 'set', 'return', 'with', 'call', 'filter']);
 
-function pythonTokens(tokens: Token[]): Token[] {
+function pythonTokens(source: Token[]): Token[] {
+  const tokens = testsWithArguments(source);
   const out: Token[] = [];
-  const make = (like: Token, value: string, type: string): Token => Object.assign(Object.create(Object.getPrototypeOf(like)), { value, type });
   const opened: { at: number; call: boolean }[] = []; // the open parentheses: where in `out`, and whether they call
   for (let i = 0; i < tokens.length; i++) {
     const token = tokens[i];
@@ -181,6 +184,64 @@ function pythonTokens(tokens: Token[]): Token[] {
   return out;
 }
 
+function make(like: Token, value: string, type: string): Token {
+  return Object.assign(Object.create(Object.getPrototypeOf(like)), { value, type });
+}
+
+/**
+ * `x is test arg` and `x is test(args)` (the parser takes tests without arguments only) as the
+ * filter `x | TEST('test', negate, args)`: a test in Jinja2 applies to the filter chain before it,
+ * as a filter does. The argument is what Jinja2 reads there: a primary expression and its postfix.
+ */
+function testsWithArguments(tokens: Token[]): Token[] {
+  const out: Token[] = [];
+  for (let i = 0; i < tokens.length; i++) {
+    const token = tokens[i];
+    const negate = tokens[i + 1]?.type === 'Identifier' && tokens[i + 1].value === 'not';
+    const at = negate ? i + 2 : i + 1; // the test's name
+    const name = tokens[at];
+    const arg = tokens[at + 1];
+    const startsArgument = arg !== undefined && (ARGUMENT_STARTS.includes(arg.type) || (arg.type === 'Identifier' && !['else', 'or', 'and', 'is'].includes(arg.value)));
+    if (token.type !== 'Identifier' || token.value !== 'is' || name?.type !== 'Identifier' || !startsArgument) {
+      out.push(token);
+      continue;
+    }
+    const head: [string, string][] = [['|', 'Pipe'], [TEST, 'Identifier'], ['(', 'OpenParen'], [name.value, 'StringLiteral'], [',', 'Comma'], [negate ? '1' : '0', 'NumericLiteral']];
+    out.push(...head.map(([value, type]) => make(token, value, type)));
+    if (arg.type === 'OpenParen') {
+      out.push(make(token, ',', 'Comma')); // the call's own arguments follow, then its ')' (a trailing comma is dropped later)
+      i = at + 1;
+      continue;
+    }
+    const end = postfixEnd(tokens, at + 1);
+    out.push(make(token, ',', 'Comma'), ...tokens.slice(at + 1, end), make(token, ')', 'CloseParen'));
+    i = end - 1;
+  }
+  return out;
+}
+
+const ARGUMENT_STARTS = ['OpenParen', 'OpenSquareBracket', 'OpenCurlyBracket', 'NumericLiteral', 'StringLiteral'];
+
+/** Where the primary expression at `start` and its attributes, subscripts and calls end. */
+function postfixEnd(tokens: Token[], start: number): number {
+  const closing = (i: number) => {
+    let depth = 0;
+    for (; i < tokens.length; i++) {
+      if (/^Open(Paren|SquareBracket|CurlyBracket)$/.test(tokens[i].type)) depth++;
+      else if (/^Close(Paren|SquareBracket|CurlyBracket)$/.test(tokens[i].type) && --depth === 0) return i + 1;
+    }
+    return i;
+  };
+  let i = start;
+  if (tokens[i].type === 'StringLiteral') while (tokens[i]?.type === 'StringLiteral') i++;
+  else i = ARGUMENT_STARTS.slice(0, 3).includes(tokens[i].type) ? closing(i) : i + 1;
+  for (;;) {
+    if (tokens[i]?.type === 'Dot' && tokens[i + 1]?.type === 'Identifier') i += 2;
+    else if (tokens[i]?.type === 'OpenSquareBracket' || tokens[i]?.type === 'OpenParen') i = closing(i);
+    else return i;
+  }
+}
+
 function splitArgs(args: Value[]): [Value[], Map<string, Value>] {
   const last = args.at(-1);
   return last?.type === 'KeywordArgumentsValue' ? [args.slice(0, -1), last.value] : [args, new Map()];
@@ -207,6 +268,17 @@ function intArg(v: Value | undefined): number | null {
   if (v === undefined || v.type === 'NullValue') return null;
   if (v.type !== 'IntegerValue') throw new TypeError('slice indices must be integers or None');
   return v.value;
+}
+
+/** Python's `item in container`. */
+function pyContains(container: Value, item: Value): boolean {
+  if (container.type === 'StringValue') {
+    if (item.type !== 'StringValue') throw new TypeError("'in <string>' requires string as left operand");
+    return container.value.includes(item.value);
+  }
+  if (isSequence(container)) return (container.value as Value[]).some((x) => pyEquals(x, item));
+  if (isMapping(container)) return item.type === 'StringValue' && container.value.has(item.value);
+  throw new TypeError(`argument of type '${container.type}' is not iterable`);
 }
 
 function optionalString(v: Value | undefined, what: string): string | null {
@@ -305,10 +377,7 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
     const right = interp.evaluate(node.right, scope);
     if (op === '~') return kit.str(pyStr(left) + pyStr(right));
     if (op.startsWith('<') || op.startsWith('>')) {
-      if (left.type !== 'StringValue' || right.type !== 'StringValue') {
-        if (!isNumberLike(left) || !isNumberLike(right)) throw new TypeError(`'${op}' not supported between ${left.type} and ${right.type}`);
-      }
-      const order = left.type === 'StringValue' ? compareCodePoints(left.value, right.value) : Number(left.value) - Number(right.value);
+      const order = pyCompare(left, right);
       return kit.bool(op === '<' ? order < 0 : op === '<=' ? order <= 0 : op === '>' ? order > 0 : order >= 0);
     }
     if (op === '+' && left.type === 'StringValue' && right.type === 'StringValue') return kit.str(left.value + right.value);
@@ -449,6 +518,31 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
     }
   };
 
+  /** A test with arguments (`x is divisibleby 3`, `x is in y`); one without goes to evaluateTestExpression. */
+  const pyTest = (name: string, v: Value, args: Value[], scope: Environment): boolean => {
+    const [arg] = args;
+    if (args.length === 0) {
+      const node = { type: 'TestExpression', operand: { type: READY, value: v }, negate: false, test: { type: 'Identifier', value: name } };
+      return pyTruthy(interp.evaluateTestExpression(node, scope));
+    }
+    if (args.length > 1) throw new TypeError(`the ${name} test takes one argument`);
+    switch (name) {
+      case 'eq': case 'equalto': return pyEquals(v, arg);
+      case 'ne': return !pyEquals(v, arg);
+      case 'lt': case 'lessthan': return pyCompare(v, arg) < 0;
+      case 'le': return pyCompare(v, arg) <= 0;
+      case 'gt': case 'greaterthan': return pyCompare(v, arg) > 0;
+      case 'ge': return pyCompare(v, arg) >= 0;
+      case 'in': return pyContains(arg, v);
+      case 'sameas': return v.type === arg.type && (isSequence(v) || isMapping(v) ? v.value === arg.value : pyEquals(v, arg));
+      case 'divisibleby':
+        if (!isNumberLike(v) || !isNumberLike(arg)) throw new TypeError('divisibleby needs numbers');
+        if (Number(arg.value) === 0) throw new Error('integer division or modulo by zero');
+        return Number(v.value) % Number(arg.value) === 0;
+      default: throw new Error(`Unknown test with an argument: ${name}`);
+    }
+  };
+
   interp.evaluateTestExpression = (node, scope) => {
     const name: string = node.test.value;
     if (name !== 'iterable' && name !== 'number' && name !== 'float') return base.evaluateTestExpression.call(interp, node, scope);
@@ -561,6 +655,11 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
           total = total.type === 'FloatValue' || x.type === 'FloatValue' ? kit.float(sum) : kit.int(sum);
         }
         return total;
+      }
+      case TEST: {
+        const [[test, negate, ...rest]] = args();
+        const result = pyTest(test.value, operand, rest, scope);
+        return kit.bool(negate.value ? !result : result);
       }
       case 'wordcount':
         return kit.int(pyStr(operand).match(/[\p{L}\p{N}_]+/gu)?.length ?? 0); // Python's \w+
