@@ -17,7 +17,7 @@
 // bundle stays without both.
 import * as jinjaModule from '@huggingface/jinja';
 import {
-  compareCodePoints, jinjaTitleFilter, jsonOptions, pyAffix, pyCompare, pyCapitalize, pyCount, pyEquals, pyFind, pyJsonDumps, pyLength, pyPad, pyRoundFloat, pyRsplit,
+  compareCodePoints, jinjaTitleFilter, jsonOptions, pyAffix, pyCompare, pyContains, pythonTokens, TEST, TUPLE, pyCapitalize, pyCount, pyEquals, pyFind, pyJsonDumps, pyLength, pyPad, pyRoundFloat, pyRsplit,
   pySplit, pyStr, pyStrftime, pyStringTest, pyStrip, pySwapcase, pyTitle, pyTruthy,
   type JinjaValue,
 } from './jinja-python.ts';
@@ -82,12 +82,6 @@ interface Runtime {
 
 let runtime: Runtime | undefined;
 
-/** The global that makes a tuple of its arguments (pythonTokens writes `()` and `(x,)` as calls of it). */
-const TUPLE = '__py_tuple__';
-
-/** The filter that applies a test with arguments (testsWithArguments writes them so). */
-const TEST = '__py_test__';
-
 /** The node type of a value that evaluates to itself. */
 const READY = 'PyReadyValue';
 
@@ -126,7 +120,7 @@ function compile({ jinja }: Runtime, source: string): unknown {
     try {
       // Jinja2 reads \r\n and \r as \n, in text and in string literals.
       const tokens = jinja.tokenize(source.replace(/\r\n?/g, '\n'), { lstrip_blocks: true, trim_blocks: true });
-      program = jinja.parse(pythonTokens(tokens));
+      program = jinja.parse(pythonTokens(tokens) as typeof tokens);
     } catch (err) {
       throw new ChatTemplateError(`Chat template syntax error: ${(err as Error)?.message ?? String(err)}`, { cause: err });
     }
@@ -134,112 +128,6 @@ function compile({ jinja }: Runtime, source: string): unknown {
   }
   compiled.set(source, program);
   return program;
-}
-
-type Token = ReturnType<JinjaModule['tokenize']>[number];
-
-/**
- * The library's tokens, with what its lexer reads differently from Python's: a float with an
- * exponent (`1e16`, `2.5E-7`: lexed as a number, a name and maybe a sign and a number) becomes
- * one float literal (written with a `.`, so that it parses as a float); a tuple in parentheses that
- * the parser refuses, `()` or one with a trailing comma (`(x,)`), becomes a call of TUPLE.
- */
-const KEYWORDS = new Set(['in', 'is', 'not', 'and', 'or', 'if', 'elif', 'else', 'for', 'set', 'return', 'with', 'call', 'filter']);
-
-function pythonTokens(source: Token[]): Token[] {
-  const tokens = testsWithArguments(source);
-  const out: Token[] = [];
-  const opened: { at: number; call: boolean }[] = []; // the open parentheses: where in `out`, and whether they call
-  for (let i = 0; i < tokens.length; i++) {
-    const token = tokens[i];
-    const next = tokens[i + 1];
-    if (token.type === 'OpenParen') {
-      const before = out.at(-1);
-      const call = before !== undefined && (before.type === 'Identifier' ? !KEYWORDS.has(before.value) : ['CloseParen', 'CloseSquareBracket'].includes(before.type));
-      opened.push({ at: out.length, call });
-    } else if (token.type === 'CloseParen' && opened.length > 0) {
-      const { at, call } = opened.pop()!;
-      const last = out.at(-1)!;
-      if (!call && (last.type === 'Comma' || last.type === 'OpenParen')) out.splice(at, 0, make(token, TUPLE, 'Identifier'));
-      if (last.type === 'Comma') out.pop();
-    }
-    if (token.type === 'NumericLiteral' && next?.type === 'Identifier' && /^[eE]\d*$/.test(next.value)) {
-      let exponent = next.value.slice(1);
-      let used = 1;
-      const sign = tokens[i + 2];
-      const digits = tokens[i + 3];
-      if (exponent === '' && sign?.type === 'AdditiveBinaryOperator' && digits?.type === 'NumericLiteral' && /^\d+$/.test(digits.value)) {
-        exponent = sign.value + digits.value;
-        used = 3;
-      }
-      if (exponent !== '') {
-        const mantissa = token.value.includes('.') ? token.value : `${token.value}.0`;
-        out.push(make(token, `${mantissa}e${exponent}`, token.type));
-        i += used;
-        continue;
-      }
-    }
-    out.push(token);
-  }
-  return out;
-}
-
-function make(like: Token, value: string, type: string): Token {
-  return Object.assign(Object.create(Object.getPrototypeOf(like)), { value, type });
-}
-
-/**
- * `x is test arg` and `x is test(args)` (the parser takes tests without arguments only) as the
- * filter `x | TEST('test', negate, args)`: a test in Jinja2 applies to the filter chain before it,
- * as a filter does. The argument is what Jinja2 reads there: a primary expression and its postfix.
- */
-function testsWithArguments(tokens: Token[]): Token[] {
-  const out: Token[] = [];
-  for (let i = 0; i < tokens.length; i++) {
-    const token = tokens[i];
-    const negate = tokens[i + 1]?.type === 'Identifier' && tokens[i + 1].value === 'not';
-    const at = negate ? i + 2 : i + 1; // the test's name
-    const name = tokens[at];
-    const arg = tokens[at + 1];
-    const startsArgument = arg !== undefined && (ARGUMENT_STARTS.includes(arg.type) || (arg.type === 'Identifier' && !['else', 'or', 'and', 'is'].includes(arg.value)));
-    if (token.type !== 'Identifier' || token.value !== 'is' || name?.type !== 'Identifier' || !startsArgument) {
-      out.push(token);
-      continue;
-    }
-    const head: [string, string][] = [['|', 'Pipe'], [TEST, 'Identifier'], ['(', 'OpenParen'], [name.value, 'StringLiteral'], [',', 'Comma'], [negate ? '1' : '0', 'NumericLiteral']];
-    out.push(...head.map(([value, type]) => make(token, value, type)));
-    if (arg.type === 'OpenParen') {
-      out.push(make(token, ',', 'Comma')); // the call's own arguments follow, then its ')' (a trailing comma is dropped later)
-      i = at + 1;
-      continue;
-    }
-    const end = postfixEnd(tokens, at + 1);
-    out.push(make(token, ',', 'Comma'), ...tokens.slice(at + 1, end), make(token, ')', 'CloseParen'));
-    i = end - 1;
-  }
-  return out;
-}
-
-const ARGUMENT_STARTS = ['OpenParen', 'OpenSquareBracket', 'OpenCurlyBracket', 'NumericLiteral', 'StringLiteral'];
-
-/** Where the primary expression at `start` and its attributes, subscripts and calls end. */
-function postfixEnd(tokens: Token[], start: number): number {
-  const closing = (i: number) => {
-    let depth = 0;
-    for (; i < tokens.length; i++) {
-      if (/^Open(Paren|SquareBracket|CurlyBracket)$/.test(tokens[i].type)) depth++;
-      else if (/^Close(Paren|SquareBracket|CurlyBracket)$/.test(tokens[i].type) && --depth === 0) return i + 1;
-    }
-    return i;
-  };
-  let i = start;
-  if (tokens[i].type === 'StringLiteral') while (tokens[i]?.type === 'StringLiteral') i++;
-  else i = ARGUMENT_STARTS.slice(0, 3).includes(tokens[i].type) ? closing(i) : i + 1;
-  for (;;) {
-    if (tokens[i]?.type === 'Dot' && tokens[i + 1]?.type === 'Identifier') i += 2;
-    else if (tokens[i]?.type === 'OpenSquareBracket' || tokens[i]?.type === 'OpenParen') i = closing(i);
-    else return i;
-  }
 }
 
 function splitArgs(args: Value[]): [Value[], Map<string, Value>] {
@@ -268,17 +156,6 @@ function intArg(v: Value | undefined): number | null {
   if (v === undefined || v.type === 'NullValue') return null;
   if (v.type !== 'IntegerValue') throw new TypeError('slice indices must be integers or None');
   return v.value;
-}
-
-/** Python's `item in container`. */
-function pyContains(container: Value, item: Value): boolean {
-  if (container.type === 'StringValue') {
-    if (item.type !== 'StringValue') throw new TypeError("'in <string>' requires string as left operand");
-    return container.value.includes(item.value);
-  }
-  if (isSequence(container)) return (container.value as Value[]).some((x) => pyEquals(x, item));
-  if (isMapping(container)) return item.type === 'StringValue' && container.value.has(item.value);
-  throw new TypeError(`argument of type '${container.type}' is not iterable`);
 }
 
 function optionalString(v: Value | undefined, what: string): string | null {
@@ -317,7 +194,6 @@ function templateEnvironment({ jinja, kit }: Runtime, variables: Readonly<Record
   return env;
 }
 
-/** An interpreter for one render, its JavaScript-flavoured steps replaced by Python's. */
 /**
  * Bounds on one render, so that a template (a request may send one) cannot hold the thread or
  * exhaust memory: real templates take a few thousand steps for a long conversation with tools.
