@@ -395,6 +395,12 @@ SYNTHETIC = {
         "{% if messages[0] is mapping and messages[0].role is eq 'system' %}system first{% else %}no system{% endif %} {{ 'x' if s is string else 'y' }}\n"
         "{{ [1, 2] < [1, 3] }} {{ (1, 2) >= (1, 2) }} {{ 'A' < 'a' }}\n"
     ),
+    'select_map': (
+        "{{ l | select('odd') | list }} {{ l | reject('even') | list }} {{ [0, 1, '', 'a', none] | select | list }} {{ l | select('gt', 1) | list }} {{ l | select('in', [1, 2]) | list }}\n"
+        "{{ messages | selectattr('role', 'eq', 'user') | map(attribute='content') | join('|') }} {{ messages | rejectattr('role', 'in', ['user', 'system']) | list | length }} {{ messages | selectattr('nope', 'defined') | list }}\n"
+        "{{ l | map('string') | join(',') }} {{ [' a ', 'b '] | map('trim') | list }} {{ [1.25, 2.5] | map('round', 1) | list }} {{ ['a', 'b'] | map('upper') | list }} {{ [{'x': 1}] | map('tojson', indent=2) | list }}\n"
+        "{% for m in messages | selectattr('role', 'equalto', 'assistant') %}{{ loop.index }}:{{ m.content }} {% endfor %}\n"
+    ),
     'compare_mismatch': "{{ 'a' < 1 }}",
     'add_mismatch': "{{ 'a' + 1 }}",
     'add_none': "{{ messages[0].content + none }}",
@@ -430,6 +436,7 @@ SYNTHETIC_CASES = [
     synthetic('sequences', MULTI_TURN, variables={'s': 'abcbd', 'd': {'k': 'v'}}),
     synthetic('string_methods', [USER], variables={'s': 'abcbd'}),
     synthetic('tests', MULTI_TURN, variables={'s': 'abcbd', 'd': {'k': 'v'}}),
+    synthetic('select_map', MULTI_TURN, variables={'l': [3, 1, 2]}),
     synthetic('compare_mismatch', [USER]),
     synthetic('add_mismatch', [USER]),
     synthetic('add_none', [USER]),

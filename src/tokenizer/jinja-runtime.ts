@@ -537,6 +537,31 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
         const result = pyTest(test.value, operand, rest, scope);
         return kit.bool(negate.value ? !result : result);
       }
+      case 'select':
+      case 'reject':
+      case 'selectattr':
+      case 'rejectattr': {
+        const [pos, kw] = args();
+        if (kw.size > 0) break;
+        const byAttribute = name.endsWith('attr');
+        const [attribute, test, ...rest]: (Value | undefined)[] = byAttribute ? pos : [undefined, ...pos];
+        if (byAttribute && attribute === undefined) throw new TypeError(`${name} needs an attribute`);
+        const keep = name.startsWith('select');
+        return kit.array((pyIterable(operand).value as Value[]).filter((item) => {
+          const v = attribute === undefined ? item : attributeOf(item, attribute);
+          return (test === undefined ? pyTruthy(v) : pyTest(stringArg(test, 'test'), v, rest as Value[], scope)) === keep;
+        }));
+      }
+      case 'map': {
+        const [pos, kw] = args();
+        if (pos.length === 0) break; // map(attribute=...): the library's
+        const [filterName, ...rest] = pos;
+        const ready = (value: Value): Node => ({ type: READY, value });
+        const callee: Node = { type: 'Identifier', value: stringArg(filterName, 'filter') };
+        const keywords = [...kw].map(([key, value]): Node => ({ type: 'KeywordArgumentExpression', key: { type: 'Identifier', value: key }, value: ready(value) }));
+        const call = rest.length + keywords.length === 0 ? callee : { type: 'CallExpression', callee, args: [...rest.map(ready), ...keywords] };
+        return kit.array((pyIterable(operand).value as Value[]).map((item) => interp.applyFilter(item, call, scope)!));
+      }
       case 'wordcount':
         return kit.int(pyStr(operand).match(/[\p{L}\p{N}_]+/gu)?.length ?? 0); // Python's \w+
       case 'reverse':
