@@ -401,6 +401,16 @@ SYNTHETIC = {
         "{{ l | map('string') | join(',') }} {{ [' a ', 'b '] | map('trim') | list }} {{ [1.25, 2.5] | map('round', 1) | list }} {{ ['a', 'b'] | map('upper') | list }} {{ [{'x': 1}] | map('tojson', indent=2) | list }}\n"
         "{% for m in messages | selectattr('role', 'equalto', 'assistant') %}{{ loop.index }}:{{ m.content }} {% endfor %}\n"
     ),
+    'scopes': (
+        "{% set c = 0 %}{% for m in messages %}{% set c = c + 1 %}{{ c }}{% if loop.first %}{% set seen = true %}{% endif %}{{ seen is defined }} {% endfor %}|{{ c }}\n"
+        "{% for m in messages %}{% set last = m.role %}{% endfor %}[{{ last }}] {% if true %}{% set y = 5 %}{% endif %}{{ y }}\n"
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% for x in [1, 2] %}{% set ns.n = ns.n + x %}{% endfor %}{% endfor %}{{ ns.n }}\n"
+    ),
+    'undefined_attribute': "{{ nothing.attr }}",
+    'undefined_chain': "{{ messages[0].missing.deeper is defined }}",
+    'undefined_element': "{{ messages[5].role }}",
+    'undefined_on_str': "{{ messages[0].content.x.y }}",
+    'undefined_on_none': "{{ none.x.y }}",
     'compare_mismatch': "{{ 'a' < 1 }}",
     'add_mismatch': "{{ 'a' + 1 }}",
     'add_none': "{{ messages[0].content + none }}",
@@ -437,6 +447,12 @@ SYNTHETIC_CASES = [
     synthetic('string_methods', [USER], variables={'s': 'abcbd'}),
     synthetic('tests', MULTI_TURN, variables={'s': 'abcbd', 'd': {'k': 'v'}}),
     synthetic('select_map', MULTI_TURN, variables={'l': [3, 1, 2]}),
+    synthetic('scopes', MULTI_TURN),
+    synthetic('undefined_attribute', [USER]),
+    synthetic('undefined_chain', [USER]),
+    synthetic('undefined_element', [USER]),
+    synthetic('undefined_on_str', [USER]),
+    synthetic('undefined_on_none', [USER]),
     synthetic('compare_mismatch', [USER]),
     synthetic('add_mismatch', [USER]),
     synthetic('add_none', [USER]),

@@ -14,6 +14,8 @@ export interface JinjaValue {
   value: any; // each type holds its own kind of value
   /** A list that Python holds as a tuple (dict items: an ArrayValue, so that `for k, v in` unpacks it). */
   pyTuple?: boolean;
+  /** An undefined value's UndefinedError message (what was missing where). */
+  pyHint?: string;
 }
 
 /** Python's str.isspace() characters: JavaScript's \s without U+FEFF, plus U+001C..U+001F and U+0085. */
@@ -314,6 +316,16 @@ function jsonString(s: string, ensureAscii: boolean): string {
     else out += ch;
   }
   return out + '"';
+}
+
+/** Jinja2's object_type_repr: dict object, list object, None. */
+export function pyTypeRepr(v: JinjaValue): string {
+  const names: Record<string, string> = {
+    NullValue: 'None', StringValue: 'str object', IntegerValue: 'int object', FloatValue: 'float object', BooleanValue: 'bool object',
+    ObjectValue: 'dict object', NamespaceValue: 'jinja2.utils.Namespace object', FunctionValue: 'function object',
+  };
+  if (v.type === 'ArrayValue' || v.type === 'TupleValue') return v.pyTuple || v.type === 'TupleValue' ? 'tuple object' : 'list object';
+  return names[v.type] ?? 'object';
 }
 
 function pyTypeName(v: JinjaValue): string {

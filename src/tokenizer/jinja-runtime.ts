@@ -17,7 +17,7 @@
 // bundle stays without both.
 import * as jinjaModule from '@huggingface/jinja';
 import {
-  compareCodePoints, jinjaTitleFilter, jsonOptions, pyAffix, pyCompare, pyContains, pythonTokens, TEST, TUPLE, pyCapitalize, pyCount, pyEquals, pyFind, pyJsonDumps, pyLength, pyPad, pyRoundFloat, pyRsplit,
+  compareCodePoints, jinjaTitleFilter, jsonOptions, pyAffix, pyCompare, pyContains, pythonTokens, TEST, TUPLE, pyCapitalize, pyCount, pyEquals, pyFind, pyJsonDumps, pyLength, pyPad, pyRepr, pyRoundFloat, pyRsplit, pyStringRepr, pyTypeRepr,
   pySplit, pyStr, pyStrftime, pyStringTest, pyStrip, pySwapcase, pyTitle, pyTruthy,
   type JinjaValue,
 } from './jinja-python.ts';
@@ -81,6 +81,9 @@ interface Runtime {
 }
 
 let runtime: Runtime | undefined;
+
+/** The bodies of for loops (evaluateBlock gives each pass a scope of its own). */
+const forBodies = new WeakSet<object>();
 
 /** The node type of a value that evaluates to itself. */
 const READY = 'PyReadyValue';
@@ -234,8 +237,10 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
   };
 
   // Output: str() of each value; a None printed by an expression is "None" (set, macro and comment print nothing).
-  interp.evaluateBlock = (statements, scope) => {
+  interp.evaluateBlock = (statements, outer) => {
     if (++steps > RENDER_LIMITS.steps) throw tooMuch(`more than ${RENDER_LIMITS.steps} steps`); // a loop's every pass, even an empty one
+    // Each pass of a loop has its own scope, as in Jinja2: what it sets is gone at the next pass.
+    const scope = forBodies.has(statements) ? new jinja.Environment(outer) : outer;
     let out = '';
     for (const statement of statements) {
       const value = interp.evaluate(statement, scope);
@@ -290,14 +295,23 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
   };
 
   interp.evaluateMemberExpression = (node, scope) => {
-    if (node.computed && node.property.type === 'SliceExpression') return base.evaluateMemberExpression.call(interp, node, scope);
     const object = interp.evaluate(node.object, scope);
+    // Jinja2's Undefined fails on an attribute or item (UndefinedError): `x.y` with x undefined, `a.b.c` with a.b missing.
+    if (object.type === 'UndefinedValue') {
+      throw new ChatTemplateError(object.pyHint ?? (node.object.type === 'Identifier' ? `'${node.object.value}' is undefined` : `${pyRepr(object)} is undefined`));
+    }
+    if (node.computed && node.property.type === 'SliceExpression') return base.evaluateMemberExpression.call(interp, { ...node, object: { type: READY, value: object } }, scope);
     const property = node.computed
       ? interp.evaluate(node.property, scope)
       : node.property.type === 'IntegerLiteral'
         ? kit.int(node.property.value)
         : kit.str(node.property.value);
-    return member(object, property) ?? kit.undef();
+    const found = member(object, property);
+    if (found !== undefined) return found;
+    const missing = kit.undef(); // with Jinja2's message for what fails on it
+    const what = pyTypeRepr(object);
+    missing.pyHint = property.type === 'StringValue' ? `${pyStringRepr(what)} has no attribute ${pyStringRepr(property.value)}` : `${what} has no element ${pyRepr(property)}`;
+    return missing;
   };
 
   const member = (object: Value, property: Value): Value | undefined => {
@@ -435,6 +449,7 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
   // The loop runs over what Python iterates: a string's characters, an undefined value's nothing (the
   // else block runs), tuples unpacked as lists are; the library's loop does the rest.
   interp.evaluateFor = (node, scope) => {
+    forBodies.add(node.body);
     const select = node.iterable.type === 'SelectExpression';
     const ready = { type: READY, value: pyIterable(interp.evaluate(select ? node.iterable.lhs : node.iterable, scope)) };
     return base.evaluateFor.call(interp, { ...node, iterable: select ? { ...node.iterable, lhs: ready } : ready }, scope);
