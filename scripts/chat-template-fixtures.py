@@ -406,6 +406,10 @@ SYNTHETIC = {
         "{% for m in messages %}{% set last = m.role %}{% endfor %}[{{ last }}] {% if true %}{% set y = 5 %}{% endif %}{{ y }}\n"
         "{% set ns = namespace(n=0) %}{% for m in messages %}{% for x in [1, 2] %}{% set ns.n = ns.n + x %}{% endfor %}{% endfor %}{{ ns.n }}\n"
     ),
+    'dict_methods': (
+        "{% set p = {'type': 'array', 'items': {'type': 'string'}, 'keys': 1, 'get': 2} %}{{ p['items'] }} {{ p.items() | list | length }} {{ p.keys() | list }} {{ p['keys'] }} {{ p.get('get') }} {{ p['get'] }} {{ p.type }}\n"
+        "{% for k, v in p.items() %}{{ k }};{% endfor %} {{ p.values() | list | length }}\n"
+    ),
     'undefined_attribute': "{{ nothing.attr }}",
     'undefined_chain': "{{ messages[0].missing.deeper is defined }}",
     'undefined_element': "{{ messages[5].role }}",
@@ -448,6 +452,7 @@ SYNTHETIC_CASES = [
     synthetic('tests', MULTI_TURN, variables={'s': 'abcbd', 'd': {'k': 'v'}}),
     synthetic('select_map', MULTI_TURN, variables={'l': [3, 1, 2]}),
     synthetic('scopes', MULTI_TURN),
+    synthetic('dict_methods', [USER]),
     synthetic('undefined_attribute', [USER]),
     synthetic('undefined_chain', [USER]),
     synthetic('undefined_element', [USER]),

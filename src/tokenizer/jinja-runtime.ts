@@ -306,7 +306,9 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
       : node.property.type === 'IntegerLiteral'
         ? kit.int(node.property.value)
         : kit.str(node.property.value);
-    const found = member(object, property);
+    // `d.items` is the dict's method even where d has an 'items' key (Jinja2 tries the attribute first); `d['items']` is the key.
+    const method = !node.computed && isMapping(object) && ['items', 'keys', 'values', 'get'].includes(property.value);
+    const found = method ? (property.value === 'items' ? kit.fn(() => pairs(object)) : object.builtins.get(property.value)) : member(object, property);
     if (found !== undefined) return found;
     const missing = kit.undef(); // with Jinja2's message for what fails on it
     const what = pyTypeRepr(object);
