@@ -410,6 +410,11 @@ SYNTHETIC = {
         "{% set p = {'type': 'array', 'items': {'type': 'string'}, 'keys': 1, 'get': 2} %}{{ p['items'] }} {{ p.items() | list | length }} {{ p.keys() | list }} {{ p['keys'] }} {{ p.get('get') }} {{ p['get'] }} {{ p.type }}\n"
         "{% for k, v in p.items() %}{{ k }};{% endfor %} {{ p.values() | list | length }}\n"
     ),
+    'percent_format': (
+        "{{ '%s-%d' % ('a', 3) }} {{ '%s' % 'x' }} {{ '%5.2f|%-4s|%04d|%+d|%r|%%|%.1s' % (3.14159, 'ab', 42, 5, 'q', 'xyz') }} {{ '%(a)s=%(b)d' % {'a': 'k', 'b': 2} }}\n"
+        "{{ '%s' % [1, 2] }} {{ '%d' % 3.9 }} {{ '%x' % 255 }} {{ '%s and %s' % (none, true) }} {{ messages | join(', ', attribute='role') }} {{ 'abc' | join('-') }}\n"
+    ),
+    'percent_missing': "{{ '%s %s' % ('a',) }}",
     'undefined_attribute': "{{ nothing.attr }}",
     'undefined_chain': "{{ messages[0].missing.deeper is defined }}",
     'undefined_element': "{{ messages[5].role }}",
@@ -453,6 +458,8 @@ SYNTHETIC_CASES = [
     synthetic('select_map', MULTI_TURN, variables={'l': [3, 1, 2]}),
     synthetic('scopes', MULTI_TURN),
     synthetic('dict_methods', [USER]),
+    synthetic('percent_format', MULTI_TURN),
+    synthetic('percent_missing', [USER]),
     synthetic('undefined_attribute', [USER]),
     synthetic('undefined_chain', [USER]),
     synthetic('undefined_element', [USER]),

@@ -483,6 +483,43 @@ export function pyPad(s: string, how: 'center' | 'ljust' | 'rjust' | 'zfill', wi
   return fill.repeat(left) + s + fill.repeat(pad - left);
 }
 
+/** `format % values` for the conversions %s %r %d %i %f %x %%, with flags, width and precision; `%(name)s` takes a dict. */
+export function pyPercentFormat(format: string, values: JinjaValue): string {
+  const tuple = values.type === 'TupleValue' || (values.type === 'ArrayValue' && values.pyTuple);
+  const items: JinjaValue[] = tuple ? values.value : [values];
+  let next = 0;
+  const out = format.replace(/%(\((\w+)\))?([-+ 0#]*)(\d+)?(?:\.(\d+))?(.)/gs, (_, _named, key: string | undefined, flags: string, width?: string, precision?: string, conversion?: string) => {
+    if (conversion === '%') return '%';
+    let v: JinjaValue | undefined;
+    if (key !== undefined) v = isMapping(values) ? (values.value as Map<string, JinjaValue>).get(key) : undefined;
+    else v = items[next++];
+    if (v === undefined) throw new TypeError(key !== undefined ? `format requires a mapping with '${key}'` : 'not enough arguments for format string');
+    const number = () => {
+      if (!['IntegerValue', 'FloatValue', 'BooleanValue'].includes(v!.type)) throw new TypeError(`%${conversion} format: a real number is required, not ${v!.type}`);
+      return Number(v!.value);
+    };
+    let text: string;
+    switch (conversion) {
+      case 's': text = pyStr(v); break;
+      case 'r': text = pyRepr(v); break;
+      case 'd': case 'i': text = pyIntStr(Math.trunc(number())); break;
+      case 'f': case 'F': text = number().toFixed(precision === undefined ? 6 : Number(precision)); break;
+      case 'x': text = Math.trunc(number()).toString(16); break;
+      default: throw new Error(`unsupported format character '${conversion}'`);
+    }
+    if (conversion === 's' || conversion === 'r') text = precision === undefined ? text : Array.from(text).slice(0, Number(precision)).join('');
+    else if (flags.includes('+') && !text.startsWith('-')) text = `+${text}`;
+    const pad = Number(width ?? 0) - pyLength(text);
+    if (pad <= 0) return text;
+    if (flags.includes('-')) return text + ' '.repeat(pad);
+    if (flags.includes('0') && conversion !== 's' && conversion !== 'r') return /^[-+]/.test(text) ? text[0] + '0'.repeat(pad) + text.slice(1) : '0'.repeat(pad) + text;
+    return ' '.repeat(pad) + text;
+  });
+  const named = /%\(\w+\)/.test(format);
+  if (!named && next < items.length && !(items.length === 1 && isMapping(items[0]))) throw new TypeError('not all arguments converted during string formatting');
+  return out;
+}
+
 /** str.swapcase(). */
 export function pySwapcase(s: string): string {
   return Array.from(s, (ch) => (ch === ch.toUpperCase() ? ch.toLowerCase() : ch.toUpperCase())).join('');

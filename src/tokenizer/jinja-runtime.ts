@@ -17,7 +17,7 @@
 // bundle stays without both.
 import * as jinjaModule from '@huggingface/jinja';
 import {
-  compareCodePoints, jinjaTitleFilter, jsonOptions, pyAffix, pyCompare, pyContains, pythonTokens, TEST, TUPLE, pyCapitalize, pyCount, pyEquals, pyFind, pyJsonDumps, pyLength, pyPad, pyRepr, pyRoundFloat, pyRsplit, pyStringRepr, pyTypeRepr,
+  compareCodePoints, jinjaTitleFilter, jsonOptions, pyAffix, pyCompare, pyContains, pythonTokens, TEST, TUPLE, pyCapitalize, pyCount, pyEquals, pyFind, pyJsonDumps, pyLength, pyPad, pyPercentFormat, pyRepr, pyRoundFloat, pyRsplit, pyStringRepr, pyTypeRepr,
   pySplit, pyStr, pyStrftime, pyStringTest, pyStrip, pySwapcase, pyTitle, pyTruthy,
   type JinjaValue,
 } from './jinja-python.ts';
@@ -265,6 +265,7 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
     if (op === '+' && isSequence(left) && left.type === right.type && !left.pyTuple === !right.pyTuple) {
       return kit.array([...left.value, ...right.value]);
     }
+    if (op === '%' && left.type === 'StringValue') return kit.str(pyPercentFormat(left.value, right));
     if (op === '==') return kit.bool(pyEquals(left, right));
     if (op === '!=') return kit.bool(!pyEquals(left, right));
     if (op === '*') {
@@ -491,12 +492,12 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
         if (isSequence(operand)) return kit.int(operand.value.length);
         if (isMapping(operand)) return kit.int(operand.value.size);
         break;
-      case 'join':
-        if (isSequence(operand)) {
-          const [pos, kw] = args();
-          if (!kw.has('attribute')) return kit.str((operand.value as Value[]).map(pyStr).join(optionalString(pos[0] ?? kw.get('d'), 'd') ?? ''));
-        }
-        break;
+      case 'join': {
+        const [pos, kw] = args();
+        const attribute = pos[1] ?? kw.get('attribute');
+        const items = (pyIterable(operand).value as Value[]).map((v) => (attribute === undefined ? v : attributeOf(v, attribute)));
+        return kit.str(items.map(pyStr).join(optionalString(pos[0] ?? kw.get('d'), 'd') ?? ''));
+      }
       case 'items':
         if (isMapping(operand)) return pairs(operand);
         if (operand.type === 'UndefinedValue') return kit.array([]);
