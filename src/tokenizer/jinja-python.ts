@@ -144,7 +144,7 @@ function entries(v: JinjaValue): [string, JinjaValue][] {
   return [...(v.value as Map<string, JinjaValue>).entries()];
 }
 
-function isMapping(v: JinjaValue): boolean {
+export function isMapping(v: JinjaValue): boolean {
   return v.type === 'ObjectValue' || v.type === 'KeywordArgumentsValue';
 }
 
@@ -204,11 +204,11 @@ export function pyTruthy(v: JinjaValue): boolean {
   }
 }
 
-function isSequence(v: JinjaValue): boolean {
+export function isSequence(v: JinjaValue): boolean {
   return v.type === 'ArrayValue' || v.type === 'TupleValue';
 }
 
-function isNumberLike(v: JinjaValue): boolean {
+export function isNumberLike(v: JinjaValue): boolean {
   return v.type === 'IntegerValue' || v.type === 'FloatValue' || v.type === 'BooleanValue';
 }
 

@@ -4,21 +4,25 @@
 //
 // Where the library behaves the JavaScript way and Python differs, the interpreter of each render
 // has those steps replaced (with jinja-python.ts): printing (True, None, Python lists and dicts,
-// float repr), `~`, `+` and `-` (a str and an int do not add: TypeError), `==`, comparisons of
-// strings, `/ // %`, `*` on strings, tojson, Python whitespace in strip/split/trim, string methods
-// (find, rfind, count, rsplit, center, ljust, rjust, zfill, swapcase, the is* tests, startswith and
-// endswith with start and end), the filters length, join, items, list, first, last, int, title,
-// capitalize, round, max, min, sum, unique, reverse, wordcount, the tests iterable and number,
-// for loops over strings, tuples and undefined values, loop.cycle, strftime_now (C locale). The
+// float repr), `~`, `+` and `-` (a str and an int do not add: TypeError), `==`, comparisons (lists
+// item by item, mismatched types a TypeError), `/ // %`, `'fmt' % values`, `*` on strings, tojson,
+// Python whitespace in strip/split/trim, string methods (find, rfind, count, rsplit, center, ljust,
+// rjust, zfill, swapcase, the is* tests, startswith and endswith with start and end), dict methods
+// before keys of the same name (`d.items`), the filters length, join, items, list, first, last, int,
+// title, capitalize, round, max, min, sum, unique, reverse, wordcount, select, reject, selectattr,
+// rejectattr, map with a filter name, tests with arguments (`is eq 'x'`, `is in y`), the tests
+// iterable and number, for loops (over strings, tuples and undefined values; a scope for each pass;
+// loop.cycle), attributes of undefined values (UndefinedError), strftime_now (C locale). The
 // library's parser and lexer are used as they are, their tokens adjusted first (pythonTokens):
-// float literals with an exponent, `()` and `(x,)` tuples.
+// float literals with an exponent, `()` and `(x,)` tuples, tests with arguments.
 //
 // chat-template.ts loads this module (and with it the library) on the first render, so the base
 // bundle stays without both.
 import * as jinjaModule from '@huggingface/jinja';
 import {
-  compareCodePoints, jinjaTitleFilter, jsonOptions, pyAffix, pyCompare, pyContains, pythonTokens, TEST, TUPLE, pyCapitalize, pyCount, pyEquals, pyFind, pyJsonDumps, pyLength, pyPad, pyPercentFormat, pyRepr, pyRoundFloat, pyRsplit, pyStringRepr, pyTypeRepr,
-  pySplit, pyStr, pyStrftime, pyStringTest, pyStrip, pySwapcase, pyTitle, pyTruthy,
+  compareCodePoints, isMapping, isNumberLike, isSequence, jinjaTitleFilter, jsonOptions, pyAffix, pyCapitalize, pyCompare, pyContains,
+  pyCount, pyEquals, pyFind, pyJsonDumps, pyLength, pyPad, pyPercentFormat, pyRepr, pyRoundFloat, pyRsplit, pySplit, pyStr, pyStrftime,
+  pyStringRepr, pyStringTest, pyStrip, pySwapcase, pythonTokens, pyTitle, pyTruthy, pyTypeRepr, TEST, TUPLE,
   type JinjaValue,
 } from './jinja-python.ts';
 import { ChatTemplateError } from './template-error.ts';
@@ -136,18 +140,6 @@ function compile({ jinja }: Runtime, source: string): unknown {
 function splitArgs(args: Value[]): [Value[], Map<string, Value>] {
   const last = args.at(-1);
   return last?.type === 'KeywordArgumentsValue' ? [args.slice(0, -1), last.value] : [args, new Map()];
-}
-
-function isSequence(v: Value): boolean {
-  return v.type === 'ArrayValue' || v.type === 'TupleValue';
-}
-
-function isMapping(v: Value): boolean {
-  return v.type === 'ObjectValue' || v.type === 'KeywordArgumentsValue';
-}
-
-function isNumberLike(v: Value): boolean {
-  return v.type === 'IntegerValue' || v.type === 'FloatValue' || v.type === 'BooleanValue';
 }
 
 function stringArg(v: Value | undefined, what: string): string {
