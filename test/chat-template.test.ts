@@ -1,7 +1,8 @@
 // src/tokenizer/chat-template.ts against Python: test/fixtures/chat-templates.json holds what
 // Python Jinja2, set up as transformers' apply_chat_template sets it up, renders for the chat
-// templates of Llama 3.2 and Qwen2.5 and for small templates of single features
-// (scripts/chat-template-fixtures.py writes it). Each render must match byte for byte. Also: how
+// templates of Llama 3.2, Llama 3.1, Qwen2.5, Qwen3, Gemma 3 and DeepSeek V3 and for small templates
+// of single features (scripts/chat-template-fixtures.py writes it; the templates of the last four
+// come from test/fixtures/chat-template-sources.json). Each render must match byte for byte. Also: how
 // templates are picked, what the tokenizers carry for them, and the load options.
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
