@@ -386,6 +386,7 @@ SYNTHETIC = {
         "{{ '123'.isdigit() }} {{ '12a'.isdigit() }} {{ ''.isdigit() }} {{ 'abé'.isalpha() }} {{ 'ab1'.isalpha() }} {{ ' \t\n'.isspace() }} {{ ''.isspace() }} {{ 'a b'.isspace() }}\n"
         "{{ 'a,b,c'.rsplit(',', 1) }} {{ ' a  b '.rsplit() }} {{ 'a,b,c'.rsplit(',') }} {{ '42'.zfill(5) }} {{ '-42'.zfill(5) }} {{ 'ab'.center(6) }} {{ 'ab'.center(7, '*') }} {{ 'abc'.center(6, '-') }}\n"
         "{{ s.endswith(('x', 'cbd')) }} {{ s.startswith(('x', 'ab')) }} {{ s.endswith(('x', 'y')) }} {{ s.startswith('bc', 1) }}\n"
+        "{{ s.partition('b') }} {{ s.rpartition('b') }} {{ s.partition('z') }} {{ s.rpartition('z') }} {{ none | upper }} {{ 12 | lower }} {{ nothing | upper }}|\n"
         "{{ 'Hello'.upper() }} {{ 'a-b'.replace('-', '') }} {{ 'x'.ljust(3, '.') }}|{{ 'x'.rjust(3) }}|{{ 'ab cd'.split(' ') }} {{ 'Ab'.swapcase() }} {{ 'abc'.count('b') }}\n"
     ),
     'tests': (

@@ -372,6 +372,15 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
         });
       case 'count':
         return method(([sub]) => kit.int(pyCount(s, stringArg(sub, 'sub'))));
+      case 'partition':
+      case 'rpartition':
+        return method(([sep]) => {
+          const text = stringArg(sep, 'sep');
+          if (text === '') throw new Error('empty separator');
+          const at = name === 'partition' ? s.indexOf(text) : s.lastIndexOf(text);
+          const parts = at < 0 ? (name === 'partition' ? [s, '', ''] : ['', '', s]) : [s.slice(0, at), text, s.slice(at + text.length)];
+          return kit.tuple(parts.map(kit.str));
+        });
       case 'rsplit':
         return method((pos, kw) => {
           const max = pos[1] ?? kw.get('maxsplit');
@@ -472,6 +481,9 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
       }
       case 'capitalize':
         return kit.str(pyCapitalize(pyStr(operand)));
+      case 'upper':
+      case 'lower': // of str(x): none | upper is 'NONE'
+        return kit.str(name === 'upper' ? pyStr(operand).toUpperCase() : pyStr(operand).toLowerCase());
       case 'int':
         if (operand.type === 'FloatValue' && filter.type === 'Identifier') return kit.int(Math.trunc(operand.value)); // int() truncates
         break;
