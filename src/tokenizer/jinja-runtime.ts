@@ -363,7 +363,13 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
         return method(() => kit.str(pySwapcase(s)));
       case 'find':
       case 'rfind':
-        return method(([sub, start, end]) => kit.int(pyFind(s, stringArg(sub, 'sub'), intArg(start), intArg(end), name === 'rfind')));
+      case 'index':
+      case 'rindex':
+        return method(([sub, start, end]) => {
+          const at = pyFind(s, stringArg(sub, 'sub'), intArg(start), intArg(end), name.startsWith('r'));
+          if (at < 0 && name.endsWith('index')) throw new Error('substring not found');
+          return kit.int(at);
+        });
       case 'startswith':
       case 'endswith':
         return method(([affix, start, end]) => {
@@ -481,6 +487,11 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
       }
       case 'capitalize':
         return kit.str(pyCapitalize(pyStr(operand)));
+      case 'format': {
+        const [pos, kw] = args(); // Jinja2: fmt % args, or fmt % kwargs
+        if (pos.length > 0 && kw.size > 0) throw new Error("can't handle positional and keyword arguments at the same time");
+        return kit.str(pyPercentFormat(pyStr(operand), kw.size > 0 ? kit.dict(kw) : kit.tuple(pos)));
+      }
       case 'upper':
       case 'lower': // of str(x): none | upper is 'NONE'
         return kit.str(name === 'upper' ? pyStr(operand).toUpperCase() : pyStr(operand).toLowerCase());
