@@ -422,6 +422,7 @@ SYNTHETIC = {
         "{{ '%s-%d' % ('a', 3) }} {{ '%s' % 'x' }} {{ '%5.2f|%-4s|%04d|%+d|%r|%%|%.1s' % (3.14159, 'ab', 42, 5, 'q', 'xyz') }} {{ '%(a)s=%(b)d' % {'a': 'k', 'b': 2} }}\n"
         "{{ '%s' % [1, 2] }} {{ '%d' % 3.9 }} {{ '%x' % 255 }} {{ '%s and %s' % (none, true) }} {{ messages | join(', ', attribute='role') }} {{ 'abc' | join('-') }}\n"
     ),
+    'macro_args': "{% macro m(a, b=2) %}{{ a }}{{ b }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1) }}|{{ m(1, 3, 4) }}|{{ m(1, c=5) }}|{{ m(1, 2, 3, 4) | length }}",
     'format_filter': "{{ '%.2f' | format(1.234) }} {{ '%s, %s' | format('a', 'b') }} {{ '%(x)s!' | format(x=1) }} {{ 'abcbd'.index('c') }} {{ 'abcbd'.rindex('b') }}",
     'index_missing': "{{ 'abc'.index('z') }}",
     'percent_missing': "{{ '%s %s' % ('a',) }}",
@@ -471,6 +472,7 @@ SYNTHETIC_CASES = [
     synthetic('percent_format', MULTI_TURN),
     synthetic('percent_missing', [USER]),
     synthetic('format_filter', [USER]),
+    synthetic('macro_args', [USER]),
     synthetic('index_missing', [USER]),
     synthetic('undefined_attribute', [USER]),
     synthetic('undefined_chain', [USER]),

@@ -225,7 +225,9 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
   interp.evaluate = (node, scope) => {
     if (++steps > RENDER_LIMITS.steps) throw tooMuch(`more than ${RENDER_LIMITS.steps} steps`);
     if (node?.type === READY) return node.value; // a value evaluated already (evaluateFor's iterable)
-    return checkSize(base.evaluate.call(interp, node, scope));
+    const value = checkSize(base.evaluate.call(interp, node, scope));
+    if (node?.type === 'Identifier' && node.value === 'varargs' && value.type === 'ArrayValue') value.pyTuple = true; // a macro's extra arguments: a tuple
+    return value;
   };
 
   // Output: str() of each value; a None printed by an expression is "None" (set, macro and comment print nothing).
