@@ -295,7 +295,13 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
     if (object.type === 'UndefinedValue') {
       throw new ChatTemplateError(object.pyHint ?? (node.object.type === 'Identifier' ? `'${node.object.value}' is undefined` : `${pyRepr(object)} is undefined`));
     }
-    if (node.computed && node.property.type === 'SliceExpression') return base.evaluateMemberExpression.call(interp, { ...node, object: { type: READY, value: object } }, scope);
+    if (node.computed && node.property.type === 'SliceExpression') {
+      const step = node.property.step && interp.evaluate(node.property.step, scope);
+      if (step?.type === 'IntegerValue' && step.value === 0) throw new Error('slice step cannot be zero');
+      const ready = (value: Value | undefined): Node | undefined => value && { type: READY, value };
+      const slice = { ...node.property, step: ready(step) };
+      return base.evaluateMemberExpression.call(interp, { ...node, object: ready(object), property: slice }, scope);
+    }
     const property = node.computed
       ? interp.evaluate(node.property, scope)
       : node.property.type === 'IntegerLiteral'
