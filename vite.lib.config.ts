@@ -86,8 +86,8 @@ export default defineConfig({
           // own chunk, loaded by a page's first chat request (import()), and imported by the
           // service worker entry.
           groups: [
-            { name: 'jinja', test: /\/node_modules\/@huggingface\/jinja\/|\/src\/tokenizer\/jinja-(runtime|python)\.ts$/ },
-            { name: 'engine', test: /\/(shaders|node_modules\/(?!@huggingface\/jinja\/))|\/src\/(?!node\/|worker\/(worker-entry|service-worker)\.ts$|tokenizer\/jinja-(runtime|python)\.ts$)/ },
+            { name: 'jinja', test: /\/node_modules\/@huggingface\/jinja\/|\/src\/tokenizer\/jinja-[a-z]+\.ts$/ },
+            { name: 'engine', test: /\/(shaders|node_modules\/(?!@huggingface\/jinja\/))|\/src\/(?!node\/|worker\/(worker-entry|service-worker)\.ts$|tokenizer\/jinja-[a-z]+\.ts$)/ },
           ],
         },
       },

@@ -20,11 +20,12 @@
 // bundle stays without both.
 import * as jinjaModule from '@huggingface/jinja';
 import {
-  compareCodePoints, isMapping, isNumberLike, isSequence, jinjaTitleFilter, jsonOptions, pyAffix, pyCapitalize, pyCompare, pyContains,
-  pyCount, pyEquals, pyFind, pyJsonDumps, pyLength, pyPad, pyPercentFormat, pyRepr, pyRoundFloat, pyRsplit, pySplit, pyStr, pyStrftime,
-  pyStringRepr, pyStringTest, pyStrip, pySwapcase, pythonTokens, pyTitle, pyTruthy, pyTypeRepr, TEST, TUPLE,
+  isMapping, isNumberLike, isSequence, jinjaTitleFilter, jsonOptions, pyCapitalize, pyCompare, pyContains, pyEquals, pyJsonDumps,
+  pyLength, pyPercentFormat, pyRepr, pyRoundFloat, pyStr, pyStrftime, pyStringRepr, pyStrip, pyTruthy, pyTypeRepr,
   type JinjaValue,
 } from './jinja-python.ts';
+import { optionalString, splitArgs, stringArg, stringMethod } from './jinja-strings.ts';
+import { pythonTokens, TEST, TUPLE } from './jinja-syntax.ts';
 import { ChatTemplateError } from './template-error.ts';
 
 export { pyStrip } from './jinja-python.ts';
@@ -48,7 +49,7 @@ export function parseJinja(source: string): void {
 
 type JinjaModule = typeof import('@huggingface/jinja');
 type Environment = InstanceType<JinjaModule['Environment']>;
-type Value = JinjaValue & { readonly builtins: ReadonlyMap<string, Value> };
+export type Value = JinjaValue & { readonly builtins: ReadonlyMap<string, Value> };
 // The interpreter's AST nodes, read by field name.
 type Node = { type: string; [field: string]: any };
 
@@ -66,7 +67,7 @@ interface Interpreter {
 }
 
 /** Makers of runtime values (the library exports no value classes: they come from values it makes). */
-interface Kit {
+export interface Kit {
   from(x: unknown): Value;
   str(s: string): Value;
   int(n: number): Value;
@@ -135,28 +136,6 @@ function compile({ jinja }: Runtime, source: string): unknown {
   }
   compiled.set(source, program);
   return program;
-}
-
-function splitArgs(args: Value[]): [Value[], Map<string, Value>] {
-  const last = args.at(-1);
-  return last?.type === 'KeywordArgumentsValue' ? [args.slice(0, -1), last.value] : [args, new Map()];
-}
-
-function stringArg(v: Value | undefined, what: string): string {
-  if (v?.type !== 'StringValue') throw new TypeError(`${what} must be a string`);
-  return v.value;
-}
-
-function intArg(v: Value | undefined): number | null {
-  if (v === undefined || v.type === 'NullValue') return null;
-  if (v.type !== 'IntegerValue') throw new TypeError('slice indices must be integers or None');
-  return v.value;
-}
-
-function optionalString(v: Value | undefined, what: string): string | null {
-  if (v === undefined || v.type === 'NullValue') return null;
-  if (v.type !== 'StringValue') throw new TypeError(`${what} must be a string or None`);
-  return v.value;
 }
 
 /** Globals (as Jinja2 and transformers define them) in a parent scope, the render's variables above them. */
@@ -324,7 +303,7 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
         const chars = [...(object.value as string)];
         return chars.at(property.value) !== undefined ? kit.str(chars.at(property.value)!) : undefined;
       }
-      return name === null ? undefined : (stringMethod(object.value, name) ?? object.builtins.get(name));
+      return name === null ? undefined : (stringMethod(kit, object.value, name) ?? object.builtins.get(name));
     }
     if (isMapping(object) || object.type === 'NamespaceValue') {
       if (name === null) return undefined;
@@ -348,83 +327,6 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
   const isLoop = (object: Value) => ['index0', 'revindex0', 'first', 'last', 'length', 'previtem', 'nextitem'].every((k) => object.value.has(k));
 
   const pairs = (object: Value) => kit.array([...(object.value as Map<string, Value>)].map(([k, v]) => kit.tuple([kit.str(k), v])));
-
-  /** Python str methods where @huggingface/jinja's differ or are missing. */
-  const stringMethod = (s: string, name: string): Value | undefined => {
-    const method = (f: (pos: Value[], kw: Map<string, Value>) => Value) => kit.fn((args) => f(...splitArgs(args)));
-    switch (name) {
-      case 'strip':
-      case 'lstrip':
-      case 'rstrip': {
-        const side = name === 'strip' ? 'both' : name === 'lstrip' ? 'left' : 'right';
-        return method((pos, kw) => kit.str(pyStrip(s, optionalString(pos[0] ?? kw.get('chars'), `${name} arg`), side)));
-      }
-      case 'split':
-        return method((pos, kw) => {
-          const sep = optionalString(pos[0] ?? kw.get('sep'), 'sep');
-          const max = pos[1] ?? kw.get('maxsplit');
-          return kit.array(pySplit(s, sep, max?.type === 'IntegerValue' ? max.value : -1).map(kit.str));
-        });
-      case 'capitalize':
-        return method(() => kit.str(pyCapitalize(s)));
-      case 'swapcase':
-        return method(() => kit.str(pySwapcase(s)));
-      case 'find':
-      case 'rfind':
-      case 'index':
-      case 'rindex':
-        return method(([sub, start, end]) => {
-          const at = pyFind(s, stringArg(sub, 'sub'), intArg(start), intArg(end), name.startsWith('r'));
-          if (at < 0 && name.endsWith('index')) throw new Error('substring not found');
-          return kit.int(at);
-        });
-      case 'startswith':
-      case 'endswith':
-        return method(([affix, start, end]) => {
-          const affixes = affix && isSequence(affix) ? (affix.value as Value[]).map((a) => stringArg(a, name)) : [stringArg(affix, name)];
-          return kit.bool(pyAffix(s, affixes, intArg(start), intArg(end), name === 'endswith'));
-        });
-      case 'count':
-        return method(([sub]) => kit.int(pyCount(s, stringArg(sub, 'sub'))));
-      case 'partition':
-      case 'rpartition':
-        return method(([sep]) => {
-          const text = stringArg(sep, 'sep');
-          if (text === '') throw new Error('empty separator');
-          const at = name === 'partition' ? s.indexOf(text) : s.lastIndexOf(text);
-          const parts = at < 0 ? (name === 'partition' ? [s, '', ''] : ['', '', s]) : [s.slice(0, at), text, s.slice(at + text.length)];
-          return kit.tuple(parts.map(kit.str));
-        });
-      case 'rsplit':
-        return method((pos, kw) => {
-          const max = pos[1] ?? kw.get('maxsplit');
-          return kit.array(pyRsplit(s, optionalString(pos[0] ?? kw.get('sep'), 'sep'), max?.type === 'IntegerValue' ? max.value : -1).map(kit.str));
-        });
-      case 'center':
-      case 'ljust':
-      case 'rjust':
-      case 'zfill':
-        return method(([width, fill]) => {
-          if (width?.type !== 'IntegerValue') throw new TypeError(`${name}() width must be an integer`);
-          return kit.str(pyPad(s, name, width.value, fill === undefined ? ' ' : stringArg(fill, 'fillchar')));
-        });
-      case 'title':
-        return method(() => kit.str(pyTitle(s)));
-      case 'join':
-        return method(([items]) => {
-          if (!items || !isSequence(items)) throw new TypeError('can only join an iterable');
-          const texts = (items.value as Value[]).map((v, i) => {
-            if (v.type !== 'StringValue') throw new TypeError(`sequence item ${i}: expected str instance`);
-            return v.value as string;
-          });
-          return kit.str(texts.join(s));
-        });
-      default: {
-        const test = pyStringTest(s, name);
-        return test === undefined ? undefined : method(() => kit.bool(test));
-      }
-    }
-  };
 
   /** A test with arguments (`x is divisibleby 3`, `x is in y`); one without goes to evaluateTestExpression. */
   const pyTest = (name: string, v: Value, args: Value[], scope: Environment): boolean => {

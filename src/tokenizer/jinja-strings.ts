@@ -1,0 +1,104 @@
+// Python's str methods on a string value of a chat template (`s.strip()`, `s.split(',')`, `s.find(x)`,
+// ...), where @huggingface/jinja's differ or are missing, and the argument checks the runtime's
+// methods and filters share.
+import { isSequence, pyAffix, pyCapitalize, pyCount, pyFind, pyPad, pyRsplit, pySplit, pyStringTest, pyStrip, pySwapcase, pyTitle } from './jinja-python.ts';
+import type { Kit, Value } from './jinja-runtime.ts';
+
+export function splitArgs(args: Value[]): [Value[], Map<string, Value>] {
+  const last = args.at(-1);
+  return last?.type === 'KeywordArgumentsValue' ? [args.slice(0, -1), last.value] : [args, new Map()];
+}
+
+export function stringArg(v: Value | undefined, what: string): string {
+  if (v?.type !== 'StringValue') throw new TypeError(`${what} must be a string`);
+  return v.value;
+}
+
+export function intArg(v: Value | undefined): number | null {
+  if (v === undefined || v.type === 'NullValue') return null;
+  if (v.type !== 'IntegerValue') throw new TypeError('slice indices must be integers or None');
+  return v.value;
+}
+
+export function optionalString(v: Value | undefined, what: string): string | null {
+  if (v === undefined || v.type === 'NullValue') return null;
+  if (v.type !== 'StringValue') throw new TypeError(`${what} must be a string or None`);
+  return v.value;
+}
+
+/** Python str methods where @huggingface/jinja's differ or are missing. */
+export function stringMethod(kit: Kit, s: string, name: string): Value | undefined {
+  const method = (f: (pos: Value[], kw: Map<string, Value>) => Value) => kit.fn((args) => f(...splitArgs(args)));
+  switch (name) {
+    case 'strip':
+    case 'lstrip':
+    case 'rstrip': {
+      const side = name === 'strip' ? 'both' : name === 'lstrip' ? 'left' : 'right';
+      return method((pos, kw) => kit.str(pyStrip(s, optionalString(pos[0] ?? kw.get('chars'), `${name} arg`), side)));
+    }
+    case 'split':
+      return method((pos, kw) => {
+        const sep = optionalString(pos[0] ?? kw.get('sep'), 'sep');
+        const max = pos[1] ?? kw.get('maxsplit');
+        return kit.array(pySplit(s, sep, max?.type === 'IntegerValue' ? max.value : -1).map(kit.str));
+      });
+    case 'capitalize':
+      return method(() => kit.str(pyCapitalize(s)));
+    case 'swapcase':
+      return method(() => kit.str(pySwapcase(s)));
+    case 'find':
+    case 'rfind':
+    case 'index':
+    case 'rindex':
+      return method(([sub, start, end]) => {
+        const at = pyFind(s, stringArg(sub, 'sub'), intArg(start), intArg(end), name.startsWith('r'));
+        if (at < 0 && name.endsWith('index')) throw new Error('substring not found');
+        return kit.int(at);
+      });
+    case 'startswith':
+    case 'endswith':
+      return method(([affix, start, end]) => {
+        const affixes = affix && isSequence(affix) ? (affix.value as Value[]).map((a) => stringArg(a, name)) : [stringArg(affix, name)];
+        return kit.bool(pyAffix(s, affixes, intArg(start), intArg(end), name === 'endswith'));
+      });
+    case 'count':
+      return method(([sub]) => kit.int(pyCount(s, stringArg(sub, 'sub'))));
+    case 'partition':
+    case 'rpartition':
+      return method(([sep]) => {
+        const text = stringArg(sep, 'sep');
+        if (text === '') throw new Error('empty separator');
+        const at = name === 'partition' ? s.indexOf(text) : s.lastIndexOf(text);
+        const parts = at < 0 ? (name === 'partition' ? [s, '', ''] : ['', '', s]) : [s.slice(0, at), text, s.slice(at + text.length)];
+        return kit.tuple(parts.map(kit.str));
+      });
+    case 'rsplit':
+      return method((pos, kw) => {
+        const max = pos[1] ?? kw.get('maxsplit');
+        return kit.array(pyRsplit(s, optionalString(pos[0] ?? kw.get('sep'), 'sep'), max?.type === 'IntegerValue' ? max.value : -1).map(kit.str));
+      });
+    case 'center':
+    case 'ljust':
+    case 'rjust':
+    case 'zfill':
+      return method(([width, fill]) => {
+        if (width?.type !== 'IntegerValue') throw new TypeError(`${name}() width must be an integer`);
+        return kit.str(pyPad(s, name, width.value, fill === undefined ? ' ' : stringArg(fill, 'fillchar')));
+      });
+    case 'title':
+      return method(() => kit.str(pyTitle(s)));
+    case 'join':
+      return method(([items]) => {
+        if (!items || !isSequence(items)) throw new TypeError('can only join an iterable');
+        const texts = (items.value as Value[]).map((v, i) => {
+          if (v.type !== 'StringValue') throw new TypeError(`sequence item ${i}: expected str instance`);
+          return v.value as string;
+        });
+        return kit.str(texts.join(s));
+      });
+    default: {
+      const test = pyStringTest(s, name);
+      return test === undefined ? undefined : method(() => kit.bool(test));
+    }
+  }
+}
