@@ -2,7 +2,7 @@
 // `chat.completion.chunk` events for a stream, the OpenAI error object for a failure. The page's
 // fetch shim answers it.
 import type { ChatCompletion, ChatCompletionChunk, ChatTokenLogprob, ChatToolCall, ChatToolCallDelta, CompletionUsage } from '../src/index.ts';
-import { ApiRequestError } from './completion-run.ts';
+import { ApiRequestError, postApi } from './completion-run.ts';
 import { sseJson } from './sse.ts';
 
 /** A message of the conversation as the demo keeps it (the API takes more forms). */
@@ -35,13 +35,7 @@ export interface ChatResult {
 }
 
 export async function runChat(body: Record<string, unknown>, signal: AbortSignal, listener: ChatListener): Promise<ChatResult> {
-  const response = await fetch('/v1/chat/completions', {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify(body),
-    signal,
-  });
-  if (!response.ok) throw new ApiRequestError(response.status, await response.json().catch(() => null));
+  const response = await postApi('/v1/chat/completions', body, signal);
   if (!body.stream) {
     const completion = (await response.json()) as ChatCompletion;
     for (const choice of completion.choices) {

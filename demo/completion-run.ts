@@ -42,14 +42,20 @@ export interface CompletionResult {
   usage?: CompletionUsage;
 }
 
-export async function runCompletion(body: Record<string, unknown>, signal: AbortSignal, listener: CompletionListener): Promise<CompletionResult> {
-  const response = await fetch('/v1/completions', {
+/** POSTs `body` as JSON to `path`; an error status throws an ApiRequestError with the error body. */
+export async function postApi(path: string, body: Record<string, unknown>, signal: AbortSignal): Promise<Response> {
+  const response = await fetch(path, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify(body),
     signal,
   });
   if (!response.ok) throw new ApiRequestError(response.status, await response.json().catch(() => null));
+  return response;
+}
+
+export async function runCompletion(body: Record<string, unknown>, signal: AbortSignal, listener: CompletionListener): Promise<CompletionResult> {
+  const response = await postApi('/v1/completions', body, signal);
   if (!body.stream) {
     const completion = (await response.json()) as CompletionResponse;
     for (const choice of completion.choices) {

@@ -3,6 +3,7 @@
 // turns, stop a reply, reset, copy the code; and read the errors it shows (no template, tools
 // that are not JSON). A tool call, which the tiny model cannot make, comes from a fake answer.
 import { expect, test, type Page } from '@playwright/test';
+import { runInConsole } from './console.ts';
 
 const body = (page: Page) => page.locator('body');
 const log = (page: Page) => page.getByTestId('chat-log');
@@ -49,16 +50,6 @@ async function say(page: Page, text: string): Promise<void> {
   await page.getByTestId('chat-input').fill(text);
   await page.getByTestId('chat-send').click();
   await expect(log(page)).toHaveAttribute('data-finish', /^(stop|length|tool_calls)(, (stop|length|tool_calls))*$/, { timeout: 240_000 }); // replies, not an error
-}
-
-/** Runs a copied snippet as it is, as if pasted into the page's DevTools console; returns what it logged. */
-async function runInConsole(page: Page, code: string): Promise<string[]> {
-  return page.evaluate(async (code) => {
-    const lines: string[] = [];
-    const AsyncFunction = (async () => {}).constructor as new (...args: string[]) => (...args: unknown[]) => Promise<void>;
-    await new AsyncFunction('console', code)({ log: (s: string) => lines.push(s) });
-    return lines;
-  }, code);
 }
 
 test('a streamed multi-turn chat with the ChatML template: each turn sends the whole history, and the prompt shows it', async ({ page }) => {

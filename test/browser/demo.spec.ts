@@ -5,6 +5,7 @@
 import { expect, test, type Locator, type Page } from '@playwright/test';
 import { COMPLETION_PARAMS } from '../../src/api/schema.ts';
 import { reference } from './reference.ts';
+import { runInConsole } from './console.ts';
 
 const body = (page: Page) => page.locator('body');
 const param = (page: Page, name: string) => page.locator(`#param-${name}`);
@@ -227,16 +228,6 @@ test('Stop ends a running completion, and the next one runs', async ({ page }) =
   await expect(output(page)).toHaveAttribute('data-finish', 'length');
   expect(await completion(page).textContent()).toBe(reference.completion_text);
 });
-
-/** Runs a copied snippet as it is, as if pasted into the page's DevTools console (top-level await, `window`); returns what it logged. */
-async function runInConsole(page: Page, code: string): Promise<string[]> {
-  return page.evaluate(async (code) => {
-    const lines: string[] = [];
-    const AsyncFunction = (async () => {}).constructor as new (...args: string[]) => (...args: unknown[]) => Promise<void>;
-    await new AsyncFunction('console', code)({ log: (s: string) => lines.push(s) });
-    return lines;
-  }, code);
-}
 
 test('a double click on Generate starts one completion, and does not stop it at once', async ({ page }) => {
   await readyWithDefaultModel(page);
