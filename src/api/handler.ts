@@ -434,6 +434,25 @@ export function sseEvent(data: unknown): string {
   return `data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
 }
 
+/**
+ * The `data` of each server-sent event in a response body ('[DONE]' included), however the text
+ * is split into pieces: what in-process readers of a streamed response (RemoteEngine, the CLI's
+ * chat) parse.
+ */
+export async function* sseData(events: AsyncIterable<string>): AsyncGenerator<string, void, void> {
+  let pending = '';
+  for await (const piece of events) {
+    pending += piece;
+    let end: number;
+    while ((end = pending.indexOf('\n\n')) >= 0) {
+      const event = pending.slice(0, end);
+      pending = pending.slice(end + 2);
+      const lines = event.split('\n').filter((line) => line.startsWith('data:'));
+      if (lines.length > 0) yield lines.map((line) => line.slice(5).replace(/^ /, '')).join('\n');
+    }
+  }
+}
+
 async function* serverSentEvents(
   chunks: AsyncIterator<unknown>,
   first: IteratorResult<unknown>,

@@ -2,7 +2,7 @@
 // conversation as a streamed POST /v1/chat/completions through the engine's own request handler
 // (the path every host uses; no HTTP server), and the reply is printed as its deltas arrive.
 import { createInterface, type Interface } from 'node:readline';
-import { answerApiRequest } from '../api/handler.ts';
+import { answerApiRequest, sseData } from '../api/handler.ts';
 import type { CliOutput } from './cli.ts';
 import { given } from './cli-args.ts';
 import type { CliEngine } from './cli-load.ts';
@@ -183,27 +183,14 @@ async function* replyDeltas(engine: CliEngine, body: string, signal: AbortSignal
     if (signal.aborted) return;
     throw replyError(response.status, response.body);
   }
-  let pending = '';
-  for await (const piece of response.body) {
-    pending += piece;
-    let end: number;
-    while ((end = pending.indexOf('\n\n')) >= 0) {
-      const event = pending.slice(0, end);
-      pending = pending.slice(end + 2);
-      const data = event
-        .split('\n')
-        .filter((line) => line.startsWith('data:'))
-        .map((line) => line.slice(5).trimStart())
-        .join('\n');
-      if (data === '') continue;
-      if (data === '[DONE]') return;
-      const chunk = JSON.parse(data) as { error?: unknown; choices?: { index: number; delta?: { content?: string | null } }[] };
-      // An error after the first chunk: the turn's (a server error shows again as the next turn's status).
-      if (chunk.error) throw replyError(null, data);
-      for (const choice of chunk.choices ?? []) {
-        const content = choice.index === 0 ? choice.delta?.content : undefined;
-        if (content) yield content;
-      }
+  for await (const data of sseData(response.body)) {
+    if (data === '[DONE]') return;
+    const chunk = JSON.parse(data) as { error?: unknown; choices?: { index: number; delta?: { content?: string | null } }[] };
+    // An error after the first chunk: the turn's (a server error shows again as the next turn's status).
+    if (chunk.error) throw replyError(null, data);
+    for (const choice of chunk.choices ?? []) {
+      const content = choice.index === 0 ? choice.delta?.content : undefined;
+      if (content) yield content;
     }
     if (signal.aborted) return;
   }

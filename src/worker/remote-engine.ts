@@ -9,7 +9,7 @@ import type { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest } from 
 import type { CompletionChunk, CompletionRequest, CompletionResponse } from '../api/completions.ts';
 import { ApiError, type ApiErrorBody } from '../api/errors.ts';
 import { modelUnloaded } from '../api/engine.ts';
-import { DEFAULT_BASE_PATH, errorResponse, type ApiHandlerOptions, type ApiRequest, type ApiResponse } from '../api/handler.ts';
+import { DEFAULT_BASE_PATH, errorResponse, sseData, type ApiHandlerOptions, type ApiRequest, type ApiResponse } from '../api/handler.ts';
 import type { RequestHandlingEngine } from '../api/shim.ts';
 import type { ModelInfo } from '../engine/types.ts';
 import type { RequestStats } from './tracked-engine.ts';
@@ -152,15 +152,11 @@ async function* reportingErrors(events: AsyncIterable<string>, onError: (error: 
  * ended it (as Engine.complete's stream does), else an error saying so.
  */
 async function* chunksOf<C>(events: AsyncIterable<string>, signal: AbortSignal | undefined): AsyncGenerator<C, void, void> {
-  for await (const event of events) {
-    for (const line of event.split('\n')) {
-      if (!line.startsWith('data: ')) continue;
-      const data = line.slice('data: '.length);
-      if (data === '[DONE]') return;
-      const value = JSON.parse(data) as C | ApiErrorBody;
-      if (typeof value === 'object' && value !== null && 'error' in value) throw errorOf(streamErrorStatus(value.error), JSON.stringify(value));
-      yield value as C;
-    }
+  for await (const data of sseData(events)) {
+    if (data === '[DONE]') return;
+    const value = JSON.parse(data) as C | ApiErrorBody;
+    if (typeof value === 'object' && value !== null && 'error' in value) throw errorOf(streamErrorStatus(value.error), JSON.stringify(value));
+    yield value as C;
   }
   if (signal?.aborted) throw signal.reason;
   throw new Error('the stream ended before its [DONE] event');
