@@ -5,7 +5,7 @@
 // puts on window); curl cannot reach a page, so its snippet targets the CLI's server
 // (`npx webgpu-llama serve`, 127.0.0.1:8080 by default) started with the same model and id.
 
-/** Where `webgpu-llama serve` listens unless told otherwise (README, CLI). */
+/** Where `webgpu-llama serve` listens unless told otherwise (docs/placements.md, CLI). */
 export const CLI_SERVER = 'http://127.0.0.1:8080';
 
 /** A string as one single-quoted shell word. */

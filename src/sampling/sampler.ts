@@ -1,5 +1,5 @@
 // Turning a step's logits into the next token, on the CPU. The chain, in this exact order (the
-// API's, documented in the README):
+// API's, documented in docs/api.md, "Sampling order"):
 //
 //   1. logit_bias          logit[id] += bias[id]
 //   2. repetition penalty  each distinct token of prompt + generated: logit > 0 ? logit / p : logit * p
