@@ -13,6 +13,7 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const dist = join(root, 'dist');
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 const reference = JSON.parse(readFileSync(join(root, 'test/fixtures/stories260K-reference.json'), 'utf8'));
+const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8'));
 const npm = (args: string[], cwd = root) => execFileSync('npm', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 170_000 });
 
 /** Every module an entry loads: the entry and, recursively, the files it imports by relative path. */
@@ -68,6 +69,14 @@ describe('the npm package', () => {
     expect(pkg.exports['./node'].default).toBe('./dist/node.js');
     expect(pkg.exports['./service-worker'].default).toBe('./dist/service-worker.js');
     expect(pkg.exports['./worker']).toBe('./dist/worker.js');
+  });
+
+  test('webgpu is an optional peer in a caret range around the pinned devDependency, and the lock agrees', () => {
+    expect(pkg.devDependencies.webgpu).toMatch(/^\d+\.\d+\.\d+$/);
+    expect(pkg.peerDependencies.webgpu).toBe(`^${pkg.devDependencies.webgpu}`);
+    expect(pkg.peerDependenciesMeta.webgpu.optional).toBe(true);
+    expect(lock.packages[''].peerDependencies).toEqual(pkg.peerDependencies);
+    expect(lock.packages[''].peerDependenciesMeta).toEqual(pkg.peerDependenciesMeta);
   });
 
   test('the browser entries import no Node module and no bare specifier; the WGSL is inlined', () => {
