@@ -1,12 +1,14 @@
 // The npm package as users get it: `npm run build` writes dist/, package.json points every entry
 // at it, `npm pack` ships exactly dist/, the bin, README, LICENSE and package.json, the browser entries
 // reach no Node module (nor any bare import: a page with no bundler can load them), Node gets the
-// Node entry from the bare name, and the CLI runs from an unpacked tarball with no TypeScript tooling.
+// Node entry from the bare name, bundlers may drop any module but the entries that act on import,
+// and the CLI runs from an unpacked tarball with no TypeScript tooling.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -39,6 +41,18 @@ type Conditions = string | { [condition: string]: Conditions };
 /** Every file an exports target names, through nested conditions. */
 function exportTargets(target: Conditions): string[] {
   return typeof target === 'string' ? [target] : Object.values(target).flatMap(exportTargets);
+}
+
+/**
+ * The top-level statements of a module that run code with an effect outside it when it is imported:
+ * anything but imports, exports and declarations (a `const` initialised by a call builds a value
+ * of the module's own and counts as a declaration).
+ */
+function importTimeStatements(file: string): string[] {
+  const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true, ts.ScriptKind.JS);
+  const declaration = (s: ts.Statement) =>
+    ts.isImportDeclaration(s) || ts.isExportDeclaration(s) || ts.isExportAssignment(s) || ts.isFunctionDeclaration(s) || ts.isClassDeclaration(s) || ts.isVariableStatement(s) || ts.isEmptyStatement(s);
+  return source.statements.filter((s) => !declaration(s)).map((s) => s.getText(source));
 }
 
 describe('the npm package', () => {
@@ -77,6 +91,17 @@ describe('the npm package', () => {
     expect(pkg.peerDependenciesMeta.webgpu.optional).toBe(true);
     expect(lock.packages[''].peerDependencies).toEqual(pkg.peerDependencies);
     expect(lock.packages[''].peerDependenciesMeta).toEqual(pkg.peerDependenciesMeta);
+  });
+
+  test('sideEffects lists exactly the entries that act when imported', () => {
+    const entries = [...new Set(Object.values(pkg.exports as Record<string, Conditions>).flatMap(exportTargets))].filter((t) => t.endsWith('.js')).sort();
+    const acting = entries.filter((entry) => importTimeStatements(join(root, entry)).length > 0);
+    expect([...pkg.sideEffects].sort()).toEqual(acting);
+    // What they do: the worker serves the engine host, the service worker hands over its template engine.
+    expect(importTimeStatements(join(dist, 'worker.js'))).toEqual(['serveEngineHost(self, loadModel);']);
+    expect(importTimeStatements(join(dist, 'service-worker.js'))).toEqual([expect.stringMatching(/^provideJinjaRuntime\(/)]);
+    // The other entries only declare and re-export: a bundler may drop them when nothing is used.
+    for (const entry of ['index.js', 'node.js']) expect(importTimeStatements(join(dist, entry)), entry).toEqual([]);
   });
 
   test('the browser entries import no Node module and no bare specifier; the WGSL is inlined', () => {
