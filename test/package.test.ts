@@ -1,18 +1,21 @@
 // The npm package as users get it: `npm run build` writes dist/, package.json points every entry
 // at it, `npm pack` ships exactly dist/, the bin, README, LICENSE and package.json, the browser entries
-// reach no Node module (nor any bare import: a page with no bundler can load them), and the CLI
-// runs from an unpacked tarball with no TypeScript tooling.
+// reach no Node module (nor any bare import: a page with no bundler can load them), Node gets the
+// Node entry from the bare name, bundlers may drop any module but the entries that act on import,
+// and the CLI runs from an unpacked tarball with no TypeScript tooling.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dist = join(root, 'dist');
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 const reference = JSON.parse(readFileSync(join(root, 'test/fixtures/stories260K-reference.json'), 'utf8'));
+const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8'));
 const npm = (args: string[], cwd = root) => execFileSync('npm', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 170_000 });
 
 /** Every module an entry loads: the entry and, recursively, the files it imports by relative path. */
@@ -33,6 +36,25 @@ function importGraph(entry: string): { files: string[]; specifiers: string[] } {
   return { files: [...files], specifiers };
 }
 
+type Conditions = string | { [condition: string]: Conditions };
+
+/** Every file an exports target names, through nested conditions. */
+function exportTargets(target: Conditions): string[] {
+  return typeof target === 'string' ? [target] : Object.values(target).flatMap(exportTargets);
+}
+
+/**
+ * The top-level statements of a module that run code with an effect outside it when it is imported:
+ * anything but imports, exports and declarations (a `const` initialised by a call builds a value
+ * of the module's own and counts as a declaration).
+ */
+function importTimeStatements(file: string): string[] {
+  const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true, ts.ScriptKind.JS);
+  const declaration = (s: ts.Statement) =>
+    ts.isImportDeclaration(s) || ts.isExportDeclaration(s) || ts.isExportAssignment(s) || ts.isFunctionDeclaration(s) || ts.isClassDeclaration(s) || ts.isVariableStatement(s) || ts.isEmptyStatement(s);
+  return source.statements.filter((s) => !declaration(s)).map((s) => s.getText(source));
+}
+
 describe('the npm package', () => {
   beforeAll(() => {
     npm(['run', 'build']);
@@ -40,18 +62,46 @@ describe('the npm package', () => {
 
   test('every export, the types and the bin point at built files', () => {
     const targets: string[] = [pkg.main, pkg.types, ...Object.values(pkg.bin as Record<string, string>)];
-    for (const [subpath, target] of Object.entries(pkg.exports as Record<string, string | Record<string, string>>)) {
-      if (typeof target === 'string') targets.push(target);
-      else {
-        expect(Object.keys(target)[0], `${subpath}: 'types' first, as TypeScript requires`).toBe(target.types ? 'types' : 'default');
-        targets.push(...Object.values(target));
-      }
+    const checkOrder = (where: string, target: Conditions) => {
+      if (typeof target === 'string') return;
+      const keys = Object.keys(target);
+      // Conditions match in object order: 'types' ahead of the JavaScript it describes, as TypeScript requires.
+      if ('types' in target) expect(keys.indexOf('types'), `${where}: 'types' before 'default'`).toBeLessThan(keys.indexOf('default'));
+      expect(keys.at(-1), `${where}: 'default' last`).toBe('default');
+      for (const [condition, nested] of Object.entries(target)) checkOrder(`${where}.${condition}`, nested);
+    };
+    for (const [subpath, target] of Object.entries(pkg.exports as Record<string, Conditions>)) {
+      checkOrder(subpath, target);
+      targets.push(...exportTargets(target));
     }
     for (const target of targets) expect(existsSync(join(root, target)), target).toBe(true);
     expect(pkg.exports['.'].default).toBe('./dist/index.js');
+    // Node (and TypeScript under NodeNext) gets the Node entry, types included, from the bare name;
+    // it is the './node' entry, ahead of the browser one.
+    expect(Object.keys(pkg.exports['.'])[0]).toBe('node');
+    expect(pkg.exports['.'].node).toEqual(pkg.exports['./node']);
     expect(pkg.exports['./node'].default).toBe('./dist/node.js');
     expect(pkg.exports['./service-worker'].default).toBe('./dist/service-worker.js');
     expect(pkg.exports['./worker']).toBe('./dist/worker.js');
+  });
+
+  test('webgpu is an optional peer in a caret range around the pinned devDependency, and the lock agrees', () => {
+    expect(pkg.devDependencies.webgpu).toMatch(/^\d+\.\d+\.\d+$/);
+    expect(pkg.peerDependencies.webgpu).toBe(`^${pkg.devDependencies.webgpu}`);
+    expect(pkg.peerDependenciesMeta.webgpu.optional).toBe(true);
+    expect(lock.packages[''].peerDependencies).toEqual(pkg.peerDependencies);
+    expect(lock.packages[''].peerDependenciesMeta).toEqual(pkg.peerDependenciesMeta);
+  });
+
+  test('sideEffects lists exactly the entries that act when imported', () => {
+    const entries = [...new Set(Object.values(pkg.exports as Record<string, Conditions>).flatMap(exportTargets))].filter((t) => t.endsWith('.js')).sort();
+    const acting = entries.filter((entry) => importTimeStatements(join(root, entry)).length > 0);
+    expect([...pkg.sideEffects].sort()).toEqual(acting);
+    // What they do: the worker serves the engine host, the service worker hands over its template engine.
+    expect(importTimeStatements(join(dist, 'worker.js'))).toEqual(['serveEngineHost(self, loadModel);']);
+    expect(importTimeStatements(join(dist, 'service-worker.js'))).toEqual([expect.stringMatching(/^provideJinjaRuntime\(/)]);
+    // The other entries only declare and re-export: a bundler may drop them when nothing is used.
+    for (const entry of ['index.js', 'node.js']) expect(importTimeStatements(join(dist, entry)), entry).toEqual([]);
   });
 
   test('the browser entries import no Node module and no bare specifier; the WGSL is inlined', () => {
@@ -101,17 +151,22 @@ describe('the npm package', () => {
 
   describe('installed from the tarball', () => {
     let dir: string;
+    /** A second install, without the optional peer dependency. */
+    let bare: string;
     beforeAll(() => {
       dir = mkdtempSync(join(tmpdir(), 'webgpu-llama-pack-'));
+      bare = mkdtempSync(join(tmpdir(), 'webgpu-llama-bare-'));
       const tarball = JSON.parse(npm(['pack', '--json', '--ignore-scripts', '--pack-destination', dir]))[0].filename as string;
-      const installed = join(dir, 'node_modules', 'webgpu-llama');
-      mkdirSync(installed, { recursive: true });
-      execFileSync('tar', ['-xzf', join(dir, tarball), '-C', installed, '--strip-components=1']);
+      for (const into of [dir, bare]) {
+        const installed = join(into, 'node_modules', 'webgpu-llama');
+        mkdirSync(installed, { recursive: true });
+        execFileSync('tar', ['-xzf', join(dir, tarball), '-C', installed, '--strip-components=1']);
+      }
       // The optional peer dependency, as a user installs it next to the package.
       symlinkSync(join(root, 'node_modules', 'webgpu'), join(dir, 'node_modules', 'webgpu'));
     }, 60_000);
     afterAll(() => {
-      if (dir) rmSync(dir, { recursive: true, force: true });
+      for (const path of [dir, bare]) if (path) rmSync(path, { recursive: true, force: true });
     });
 
     test('the CLI runs from dist (no src/, no tsx) and completes the reference text', () => {
@@ -134,8 +189,19 @@ describe('the npm package', () => {
         join(dir, 'tsconfig.json'),
         JSON.stringify({
           compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, lib: ['ES2023', 'DOM'], types: ['@webgpu/types'] },
-          files: ['consumer.ts'],
+          files: ['consumer.ts', 'consumer-node.ts'],
         }),
+      );
+      // NodeNext resolves with the 'node' condition: the bare name has the Node entry's declarations.
+      writeFileSync(
+        join(dir, 'consumer-node.ts'),
+        [
+          "import { loadModelFromPath, startServer, handleApiRequest, type Engine } from 'webgpu-llama';",
+          "import * as node from 'webgpu-llama/node';",
+          "const engine: Engine = await loadModelFromPath('/m.gguf', { contextLength: 256 });",
+          'const same: typeof node.loadModelFromPath = loadModelFromPath;',
+          'console.log(engine.info.id, same, startServer, handleApiRequest);',
+        ].join('\n'),
       );
       writeFileSync(
         join(dir, 'consumer.ts'),
@@ -177,6 +243,32 @@ describe('the npm package', () => {
         encoding: 'utf8',
       });
       expect(out.trim()).toBe('function function function');
+    });
+
+    test("in Node, 'webgpu-llama' is the Node entry: everything of the browser entry and the Node extras", () => {
+      const script = [
+        "const url = import.meta.resolve('webgpu-llama');",
+        "const bare = await import('webgpu-llama');",
+        "const node = await import('webgpu-llama/node');",
+        "const browser = await import(new URL('./index.js', url).href);",
+        'console.log(JSON.stringify({ url, same: bare === node, missing: Object.keys(browser).filter((name) => !(name in bare)), loadModel: bare.loadModel === browser.loadModel, extras: ["loadModelFromPath", "startServer", "createNodeGpu", "nodeGpuContext", "filesFromPath"].filter((name) => typeof bare[name] === "function") }));',
+      ].join('\n');
+      const out = JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', script], { cwd: dir, encoding: 'utf8' }));
+      expect(out.url).toBe(pathToFileURL(join(realpathSync(dir), 'node_modules/webgpu-llama/dist/node.js')).href);
+      expect(out.same).toBe(true);
+      expect(out.missing).toEqual([]);
+      expect(out.loadModel, 'loadModel is the Node one (paths, Dawn)').toBe(false);
+      expect(out.extras).toEqual(['loadModelFromPath', 'startServer', 'createNodeGpu', 'nodeGpuContext', 'filesFromPath']);
+    });
+
+    test('without the optional webgpu package the Node entry still imports; asking it for a GPU names the package', () => {
+      const script = [
+        "const m = await import('webgpu-llama');",
+        'console.log(typeof m.handleApiRequest, typeof m.loadModelFromPath);',
+        "await m.createNodeGpu().then(() => console.log('no error'), (err) => console.log(err.code, /webgpu/.test(err.message)));",
+      ].join('\n');
+      const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { cwd: bare, encoding: 'utf8', env: { ...process.env, NODE_PATH: '' } });
+      expect(out.trim().split('\n')).toEqual(['function function', 'ERR_MODULE_NOT_FOUND true']);
     });
   });
 });

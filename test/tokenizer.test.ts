@@ -4,7 +4,8 @@ import { filesFromPath } from '../src/node/files.ts';
 import { readGgufHeader, type GgufMetadata } from '../src/model/formats/gguf.ts';
 import { ggufTokenizerParts, mergesFromScores, tokenizerFromGguf } from '../src/tokenizer/gguf-tokenizer.ts';
 import { createHfTokenizer, libraryTokenizerJson, type HfTokenizer } from '../src/tokenizer/hf-tokenizer.ts';
-import { longWordBpe, speedUpLongWords } from '../src/tokenizer/long-word-bpe.ts';
+import { speedUpLongWords } from '../src/tokenizer/hf-tokenizers-adapter.ts';
+import { longWordBpe } from '../src/tokenizer/long-word-bpe.ts';
 import { Tokenizer as LibraryTokenizer } from '@huggingface/tokenizers';
 import { STORIES_GGUF, STORIES_HF, TINY_GGUF, TINY_HF } from './helpers/model-files.ts';
 

@@ -1,7 +1,10 @@
 // WebGPU for Node through Dawn (the `webgpu` package). On a machine without a GPU, Dawn finds
 // no Vulkan adapter; Debian's chromium ships SwiftShader (Vulkan on the CPU), which we then use.
+//
+// `webgpu` is an optional peer dependency, loaded at the first GPU request rather than on import:
+// in Node, `import 'webgpu-llama'` resolves to the Node entry, which must load (for the API handler,
+// the types, a caller's own GpuContext) where Dawn is not installed.
 import { existsSync } from 'node:fs';
-import { create, globals } from 'webgpu';
 import { acquireDevice, sharedGpuContext, type AcquireDeviceOptions, type GpuContext } from '../gpu/device.ts';
 
 export const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
@@ -13,6 +16,7 @@ const liveGpus: GPU[] = [];
 
 /** A `GPU` object for Node, falling back to SwiftShader when Dawn finds no adapter. */
 export async function createNodeGpu(options: { log?: (message: string) => void } = {}): Promise<GPU> {
+  const { create, globals } = await import('webgpu');
   if (!installedGlobals) {
     // Dawn's constants (GPUBufferUsage, GPUShaderStage, ...) as in a browser.
     Object.assign(globalThis, globals);

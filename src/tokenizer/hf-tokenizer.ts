@@ -21,7 +21,7 @@
 // transformers' special_tokens_map holds them.
 import { Tokenizer } from '@huggingface/tokenizers';
 import { chatTemplatesFrom } from './chat-template.ts';
-import { speedUpLongWords } from './long-word-bpe.ts';
+import { patchLibraryTokenizer } from './hf-tokenizers-adapter.ts';
 import { pieceBytesReader } from './token-bytes.ts';
 import type { TextTokenizer } from './types.ts';
 
@@ -123,12 +123,8 @@ export class HfTokenizer implements TextTokenizer {
     const modelConfig = sources.modelConfig ?? {};
     const json = libraryTokenizerJson(tokenizerJson);
     this.tokenizer = new Tokenizer(json, { ...tokenizerConfig });
-    keepByteOrderMarks(this.tokenizer.decoder);
-    // Long BPE words take our merge loop (long-word-bpe.ts): with no pre-tokenizer, or a Metaspace
-    // one that does not split (SentencePiece style: Llama 2, Mistral), the whole prompt is one
-    // word; byte-level tokenizers split prompts into words, but a run of letters or digits with no
-    // space is one word however long (the library's loop took ~0.8 s for 100k letters).
-    speedUpLongWords((this.tokenizer as unknown as { model: unknown }).model);
+    // A leading BOM kept in decoding, and long BPE words through our merge loop.
+    patchLibraryTokenizer(this.tokenizer);
 
     const addedTokens = (json.added_tokens as { id: number; content: string; special?: boolean }[]) ?? [];
     this.pieceBytes = pieceBytesReader(json, new Set(addedTokens.map((t) => t.content)));
@@ -235,19 +231,6 @@ export class HfTokenizer implements TextTokenizer {
   tokenToId(token: string): number | undefined {
     return this.tokenizer.token_to_id(token);
   }
-}
-
-/**
- * The library's ByteFallback decoder fuses byte tokens with a default TextDecoder, which drops a
- * leading U+FEFF (EF BB BF); the Rust tokenizers keep it. Swap in a decoder that keeps it.
- */
-function keepByteOrderMarks(decoder: unknown): void {
-  if (!decoder || typeof decoder !== 'function' && typeof decoder !== 'object') return;
-  const d = decoder as { text_decoder?: unknown; decoders?: unknown[] };
-  if (d.text_decoder instanceof TextDecoder && !d.text_decoder.ignoreBOM) {
-    d.text_decoder = new TextDecoder('utf-8', { ignoreBOM: true });
-  }
-  if (Array.isArray(d.decoders)) d.decoders.forEach(keepByteOrderMarks);
 }
 
 /** A TextTokenizer from the parsed files of a Hugging Face folder. */

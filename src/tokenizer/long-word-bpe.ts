@@ -10,28 +10,9 @@
 // a heap of numbers.
 //
 // Words shorter than the library's cache limit still go through its own bpe() and its cache, and
-// models with end-of-word or continuing-subword suffixes are left alone entirely.
-
-/** The parts of the library's BPE model this reads or replaces (tokenizers 0.2.0, src/core/.../BPE.ts); bpe_ranks only tells it apart. */
-interface LibraryBpeModel {
-  bpe(token: string): string[];
-  merges: [string, string][];
-  bpe_ranks: Map<string, number>;
-  max_length_to_cache: number;
-  end_of_word_suffix?: string | null;
-  continuing_subword_suffix?: string | null;
-}
-
-function isLibraryBpeModel(model: unknown): model is LibraryBpeModel {
-  const m = model as Partial<LibraryBpeModel> | null;
-  return (
-    !!m &&
-    typeof m.bpe === 'function' &&
-    Array.isArray(m.merges) &&
-    m.bpe_ranks instanceof Map &&
-    typeof m.max_length_to_cache === 'number'
-  );
-}
+// models with end-of-word or continuing-subword suffixes are left alone entirely: the patch that
+// routes long words here (speedUpLongWords) is in hf-tokenizers-adapter.ts, with the library's
+// other internals. This file knows only merges and words.
 
 /**
  * A merge loop over `merges` (pairs of symbol strings, in rank order; a repeated pair takes its
@@ -131,21 +112,4 @@ export function longWordBpe(merges: readonly (readonly [string, string])[]): (wo
     for (let i = 0; i >= 0; i = next[i]) out.push(pieces[i]);
     return out;
   };
-}
-
-/**
- * Routes the library BPE model's long words (those it does not cache) through longWordBpe.
- * Returns whether it did: not for other models, or BPE models with word suffixes. Its tables take
- * ~0.1 s and ~9 MB for Llama 2's 61K merges, built here: call it for tokenizers whose prompts
- * reach the model as one word (no pre-tokenizer), where every long prompt needs them.
- */
-export function speedUpLongWords(model: unknown): boolean {
-  if (!isLibraryBpeModel(model) || model.end_of_word_suffix || model.continuing_subword_suffix) return false;
-  const own = model.bpe.bind(model);
-  const cacheLimit = model.max_length_to_cache;
-  // Built at the first long word: ~0.1 s and ~9 MB for Llama 2's 61K merges, more for the byte-level
-  // vocabularies' (Llama 3: 280K), which may never see one.
-  let fast: ((word: string) => string[]) | undefined;
-  model.bpe = (token: string) => (token.length < cacheLimit ? own(token) : (fast ??= longWordBpe(model.merges))(token));
-  return true;
 }
