@@ -3,10 +3,10 @@
 import { Engine } from './api/engine.ts';
 import { acquireDevice, sharedGpuContext, type GpuContext } from './gpu/device.ts';
 import { loadGenerator, type LoadOptions } from './engine/load.ts';
-import { withWeightCache } from './model/cache.ts';
+import { withWeightCache } from './io/cache.ts';
 import type { LoadProgress } from './model/weights.ts';
-import { filesFromFileList, filesFromUrl, withAccessToken, type ModelFiles } from './model/files.ts';
-import { filesFromHub, hubUrl, isHubSource, type HubSource } from './model/hub.ts';
+import { filesFromFileList, filesFromUrl, withAccessToken, type ModelFiles } from './io/files.ts';
+import { filesFromHub, hubUrl, isHubSource, type HubSource } from './io/hub.ts';
 
 export { Engine } from './api/engine.ts';
 export { installFetchShim } from './api/shim.ts';
@@ -48,10 +48,10 @@ export type { ModelInfo, ModelStorageInfo } from './engine/types.ts';
 export type { MemoryEstimate } from './engine/memory.ts';
 export type { LoadProgress, WeightStorage } from './model/weights.ts';
 export type { GpuContext } from './gpu/device.ts';
-export type { ModelFiles } from './model/files.ts';
+export type { ModelFiles } from './io/files.ts';
 export { acquireDevice, filesFromUrl, filesFromFileList, filesFromHub, hubUrl };
-export type { HubSource } from './model/hub.ts';
-export { listCachedModels, deleteCachedModel, weightCacheAvailable, type CachedModel } from './model/cache.ts';
+export type { HubSource } from './io/hub.ts';
+export { listCachedModels, deleteCachedModel, weightCacheAvailable, type CachedModel } from './io/cache.ts';
 export { gpuCounters, counterDelta, type GpuCounters } from './gpu/counters.ts';
 export type { FetchShimOptions, RequestHandlingEngine, ShimEngine } from './api/shim.ts';
 export type { ApiEngine, ApiEngines, ApiHandlerOptions, HostedEngine } from './api/handler.ts';

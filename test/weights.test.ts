@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
-import { filesFromMemory } from '../src/model/files.ts';
+import { filesFromMemory } from '../src/io/files.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/model/open-model.ts';
 import { checkTensors, f16ToF32, requiredTensors, toFloat32 } from '../src/model/weights.ts';
 import { filesFromPath } from '../src/node/files.ts';

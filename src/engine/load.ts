@@ -2,7 +2,7 @@
 // storage and check what the model needs against the device (before allocating anything), upload
 // the weights, allocate the KV cache.
 import { isCpuAdapter, type GpuContext } from '../gpu/device.ts';
-import type { ModelFiles } from '../model/files.ts';
+import type { ModelFiles } from '../io/files.ts';
 import type { KvDType } from '../model/kv-cache.ts';
 import { LlamaModel } from '../model/llama.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from '../model/open-model.ts';

@@ -4,8 +4,8 @@ import { basename, resolve } from 'node:path';
 import { errorMessage } from '../api/errors.ts';
 import type { ApiEngine } from '../api/handler.ts';
 import type { ToolCallFormat } from '../api/tool-parsers.ts';
-import { urlLayout } from '../model/files.ts';
-import { DEFAULT_HUB_HOST, hubUrl, type HubSource } from '../model/hub.ts';
+import { urlLayout } from '../io/files.ts';
+import { DEFAULT_HUB_HOST, hubUrl, type HubSource } from '../io/hub.ts';
 import type { WeightStorage } from '../model/weights.ts';
 import { checkModelPath } from './files.ts';
 

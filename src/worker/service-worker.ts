@@ -16,7 +16,7 @@ import { modelUnloaded, type Engine } from '../api/engine.ts';
 import { errorResponse, normalizeBasePath, type RequestHandlingEngine } from '../api/handler.ts';
 import { installFetchShim, isApiRequest } from '../api/shim.ts';
 import { loadModel, type LoadModelOptions } from '../index.ts';
-import type { HubSource } from '../model/hub.ts';
+import type { HubSource } from '../io/hub.ts';
 import type { LoadProgress } from '../model/weights.ts';
 import {
   serializeError,
