@@ -15,7 +15,7 @@ import type { GgufMetadata } from '../src/io/formats/gguf.ts';
 import {
   ChatTemplateError, chatTemplatesFrom, pickChatTemplate, provideJinjaRuntime, renderChatTemplate, type ChatTemplateInput,
 } from '../src/tokenizer/chat-template.ts';
-import { openModel } from '../src/model/open-model.ts';
+import { openModel } from '../src/engine/open-model.ts';
 import { filesFromPath } from '../src/node/files.ts';
 import { tokenizerFromGguf } from '../src/tokenizer/gguf-tokenizer.ts';
 import { generateModel } from '../scripts/model-families.ts';

@@ -10,7 +10,7 @@ import { configFromGguf, configFromHf, type LlamaConfig } from '../src/model/con
 import { filesFromMemory } from '../src/io/files.ts';
 import { readSafetensorsCheckpoint } from '../src/io/formats/safetensors.ts';
 import { LlamaModel, ropeInverseFrequencies } from '../src/model/llama.ts';
-import { openModel, uploadLlamaWeights } from '../src/model/open-model.ts';
+import { openModel, uploadLlamaWeights } from '../src/engine/open-model.ts';
 import { filesFromPath } from '../src/node/index.ts';
 import { byteLevelTokenizer, FAMILIES, grownSentencePieceTokenizer, generateModel, REAL_CONFIGS, type Family } from '../scripts/model-families.ts';
 import { testGpu } from './helpers/gpu.ts';

@@ -6,7 +6,7 @@ import { readGgufHeader } from '../src/io/formats/gguf.ts';
 import { readSafetensorsCheckpoint, readSafetensorsHeader } from '../src/io/formats/safetensors.ts';
 import { configFromGguf, configFromHf } from '../src/model/config.ts';
 import { hfNameFromGguf, hfShapeFromGguf } from '../src/model/tensor-names.ts';
-import { openModel } from '../src/model/open-model.ts';
+import { openModel } from '../src/engine/open-model.ts';
 import {
   buildGguf,
   buildSafetensors,

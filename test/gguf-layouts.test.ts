@@ -10,7 +10,7 @@ import type { LlamaGenerator } from '../src/engine/generator.ts';
 import type { QuantDType } from '../src/gpu/tensor.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
 import { memorySource } from '../src/io/files.ts';
-import { openModel, uploadLlamaWeights } from '../src/model/open-model.ts';
+import { openModel, uploadLlamaWeights } from '../src/engine/open-model.ts';
 import { filesFromPath } from '../src/node/files.ts';
 import { testGpu } from './helpers/gpu.ts';
 import { readBufferU32 } from '../src/gpu/buffers.ts';

@@ -9,7 +9,7 @@ import type { LlamaConfig } from '../src/model/config.ts';
 import { filesFromMemory, memorySource } from '../src/io/files.ts';
 import { readGgufHeader } from '../src/io/formats/gguf.ts';
 import { LlamaModel } from '../src/model/llama.ts';
-import { openModel, uploadLlamaWeights } from '../src/model/open-model.ts';
+import { openModel, uploadLlamaWeights } from '../src/engine/open-model.ts';
 import { testGpu } from './helpers/gpu.ts';
 import { buildGguf, tinyLlamaGgufKvs, type GgufKv, type GgufTensorSpec } from './helpers/model-files.ts';
 import { mulberry32 } from './helpers/prng.ts';

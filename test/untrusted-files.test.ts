@@ -5,7 +5,7 @@ import { filesFromMemory, filesFromUrl, memorySource, type ByteSource, type Mode
 import { readGgufHeader } from '../src/io/formats/gguf.ts';
 import { readSafetensorsCheckpoint, readSafetensorsHeader } from '../src/io/formats/safetensors.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
-import { openModel } from '../src/model/open-model.ts';
+import { openModel } from '../src/engine/open-model.ts';
 import { checkTensors, type ModelTensor } from '../src/model/weights.ts';
 import { buildGguf, buildSafetensors, readBytes, STORIES_HF, tinyLlamaGgufKvs } from './helpers/model-files.ts';
 

@@ -8,7 +8,7 @@ import type { LlamaConfig } from '../src/model/config.ts';
 import { filesFromMemory } from '../src/io/files.ts';
 import { loadGenerator, type LoadOptions } from '../src/engine/load.ts';
 import type { LlamaGenerator } from '../src/engine/generator.ts';
-import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/model/open-model.ts';
+import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/engine/open-model.ts';
 import { planWeightStorage, requiredTensors, type ModelTensor } from '../src/model/weights.ts';
 import { checkMemory, estimateMemory } from '../src/engine/memory.ts';
 import { KvCache } from '../src/model/kv-cache.ts';
