@@ -96,7 +96,7 @@ export interface CliOutput {
 }
 
 export interface CliIo {
-  /** How a model is loaded (default: src/node/index.ts on Dawn, see cli-load.ts). */
+  /** How a model is loaded (default: src/node/load.ts on Dawn, see cli-load.ts). */
   loadModel?: ModelLoader;
   stdout?: CliOutput;
   stderr?: { write(text: string): unknown };
