@@ -10,12 +10,12 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadGenerator } from '../src/engine/load.ts';
 import type { GpuContext } from '../src/gpu/device.ts';
-import type { ModelFiles } from '../src/model/files.ts';
-import type { GgufMetadata } from '../src/model/formats/gguf.ts';
+import type { ModelFiles } from '../src/io/files.ts';
+import type { GgufMetadata } from '../src/io/formats/gguf.ts';
 import {
   ChatTemplateError, chatTemplatesFrom, pickChatTemplate, provideJinjaRuntime, renderChatTemplate, type ChatTemplateInput,
 } from '../src/tokenizer/chat-template.ts';
-import { openModel } from '../src/model/open-model.ts';
+import { openModel } from '../src/engine/open-model.ts';
 import { filesFromPath } from '../src/node/files.ts';
 import { tokenizerFromGguf } from '../src/tokenizer/gguf-tokenizer.ts';
 import { generateModel } from '../scripts/model-families.ts';

@@ -6,8 +6,8 @@
 // two must encode exactly alike.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
-import { memorySource } from '../src/model/files.ts';
-import { readGgufHeader, type GgufMetadata } from '../src/model/formats/gguf.ts';
+import { memorySource } from '../src/io/files.ts';
+import { readGgufHeader, type GgufMetadata } from '../src/io/formats/gguf.ts';
 import { ggufTokenizerParts, tokenizerFromGguf } from '../src/tokenizer/gguf-tokenizer.ts';
 import { createHfTokenizer, type HfTokenizer } from '../src/tokenizer/hf-tokenizer.ts';
 import { buildGguf, root, type GgufKv } from './helpers/model-files.ts';

@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { filesFromPath } from '../src/node/files.ts';
-import { filesFromFileList, filesFromMemory, filesFromUrl, memorySource, type ModelFiles } from '../src/model/files.ts';
-import { readGgufHeader } from '../src/model/formats/gguf.ts';
-import { readSafetensorsCheckpoint, readSafetensorsHeader } from '../src/model/formats/safetensors.ts';
+import { filesFromFileList, filesFromMemory, filesFromUrl, memorySource, type ModelFiles } from '../src/io/files.ts';
+import { readGgufHeader } from '../src/io/formats/gguf.ts';
+import { readSafetensorsCheckpoint, readSafetensorsHeader } from '../src/io/formats/safetensors.ts';
 import { configFromGguf, configFromHf } from '../src/model/config.ts';
 import { hfNameFromGguf, hfShapeFromGguf } from '../src/model/tensor-names.ts';
-import { openModel } from '../src/model/open-model.ts';
+import { openModel } from '../src/engine/open-model.ts';
 import {
   buildGguf,
   buildSafetensors,

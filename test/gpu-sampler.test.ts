@@ -9,7 +9,7 @@
 // the cut, a near tie) may go either way: such steps are counted, not compared, and must stay rare.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
-import type { GeneratedToken, SamplingParams } from '../src/engine/types.ts';
+import type { GeneratedToken, SamplingParams } from '../src/sampling/types.ts';
 import { uploadF32 } from '../src/gpu/buffers.ts';
 import { GpuSampler, readRecord, RECORD_BYTES } from '../src/sampling/gpu-sampler.ts';
 import { scoreToken } from '../src/sampling/logprobs.ts';

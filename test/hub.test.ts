@@ -12,8 +12,8 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Engine } from '../src/api/engine.ts';
-import { filesFromUrl } from '../src/model/files.ts';
-import { filesFromHub, hubUrl, isHubSource } from '../src/model/hub.ts';
+import { filesFromUrl } from '../src/io/files.ts';
+import { filesFromHub, hubUrl, isHubSource } from '../src/io/hub.ts';
 import { runCli } from '../src/node/cli.ts';
 import { deleteCachedModel, listCachedModels, loadModel, resolveModelSource, weightCacheAvailable } from '../src/node/index.ts';
 

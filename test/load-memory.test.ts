@@ -9,7 +9,7 @@
 // written); WEBGPU_LLAMA_SKIP_MEMORY_TEST=1 skips it. `npm run bench -- --real-shapes` reports the
 // same peaks for the real-shape SmolLM2-135M and Llama-3.2-1B models.
 import { describe, expect, it } from 'vitest';
-import type { ByteSource, ModelFiles } from '../src/model/files.ts';
+import type { ByteSource, ModelFiles } from '../src/io/files.ts';
 import { loadModel } from '../src/node/index.ts';
 import { byteLevelTokenizer, familyConfig, tensorPlan } from '../scripts/model-families.ts';
 

@@ -1,7 +1,7 @@
 // The sampling chain on hand-made logits, with exact expected results: each step alone and in
 // combination, logprobs, seeded draws, and the partial selections against full sorts.
 import { describe, expect, it } from 'vitest';
-import type { SamplingParams } from '../src/engine/types.ts';
+import type { SamplingParams } from '../src/sampling/types.ts';
 import { logSoftmax, logSumExp, scoreToken, topIds } from '../src/sampling/logprobs.ts';
 import { applyLogitBias, applyPresenceFrequency, applyRepetitionPenalty, TokenHistory } from '../src/sampling/penalties.ts';
 import { createRandomStream, type RandomStream } from '../src/sampling/random.ts';

@@ -12,7 +12,7 @@ import { serveEngineFromServiceWorker, type ServiceWorkerEngineOptions } from '.
 import { FakeGenerator } from './helpers/fake-generator.ts';
 
 const loads = vi.hoisted(() => ({ count: 0, tokens: [] as (string | undefined)[] }));
-vi.mock('../src/index.ts', () => ({
+vi.mock('../src/api/load-model.ts', () => ({
   loadModel: async (_source: unknown, options: { accessToken?: string } = {}) => {
     loads.count++;
     loads.tokens.push(options.accessToken);

@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { filesFromPath } from '../src/node/files.ts';
-import { readGgufHeader, type GgufMetadata } from '../src/model/formats/gguf.ts';
+import { readGgufHeader, type GgufMetadata } from '../src/io/formats/gguf.ts';
 import { ggufTokenizerParts, mergesFromScores, tokenizerFromGguf } from '../src/tokenizer/gguf-tokenizer.ts';
 import { createHfTokenizer, libraryTokenizerJson, type HfTokenizer } from '../src/tokenizer/hf-tokenizer.ts';
 import { speedUpLongWords } from '../src/tokenizer/hf-tokenizers-adapter.ts';

@@ -1,11 +1,11 @@
 // Model files and servers that are broken or hostile: every one is refused with an error that names
 // the file, key or tensor, before anything large is allocated or any other host is asked.
 import { describe, expect, it } from 'vitest';
-import { filesFromMemory, filesFromUrl, memorySource, type ByteSource, type ModelFiles } from '../src/model/files.ts';
-import { readGgufHeader } from '../src/model/formats/gguf.ts';
-import { readSafetensorsCheckpoint, readSafetensorsHeader } from '../src/model/formats/safetensors.ts';
+import { filesFromMemory, filesFromUrl, memorySource, type ByteSource, type ModelFiles } from '../src/io/files.ts';
+import { readGgufHeader } from '../src/io/formats/gguf.ts';
+import { readSafetensorsCheckpoint, readSafetensorsHeader } from '../src/io/formats/safetensors.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
-import { openModel } from '../src/model/open-model.ts';
+import { openModel } from '../src/engine/open-model.ts';
 import { checkTensors, type ModelTensor } from '../src/model/weights.ts';
 import { buildGguf, buildSafetensors, readBytes, STORIES_HF, tinyLlamaGgufKvs } from './helpers/model-files.ts';
 

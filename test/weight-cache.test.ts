@@ -1,8 +1,8 @@
-// The browser weight cache (src/model/cache.ts) over an in-memory Cache Storage: what it records
+// The browser weight cache (src/io/cache.ts) over an in-memory Cache Storage: what it records
 // of a missing file. (test/browser/cache.spec.ts runs it in Chromium.)
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { MODELS_CACHE, withWeightCache } from '../src/model/cache.ts';
-import { filesFromUrl } from '../src/model/files.ts';
+import { MODELS_CACHE, withWeightCache } from '../src/io/cache.ts';
+import { filesFromUrl } from '../src/io/files.ts';
 
 /** Cache Storage in memory: what cache.ts uses of it. */
 class MemoryCache {

@@ -5,10 +5,10 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { isCpuAdapter, type GpuContext } from '../src/gpu/device.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
-import { filesFromMemory } from '../src/model/files.ts';
+import { filesFromMemory } from '../src/io/files.ts';
 import { loadGenerator, type LoadOptions } from '../src/engine/load.ts';
 import type { LlamaGenerator } from '../src/engine/generator.ts';
-import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/model/open-model.ts';
+import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/engine/open-model.ts';
 import { planWeightStorage, requiredTensors, type ModelTensor } from '../src/model/weights.ts';
 import { checkMemory, estimateMemory } from '../src/engine/memory.ts';
 import { KvCache } from '../src/model/kv-cache.ts';

@@ -1,8 +1,8 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
-import { filesFromMemory } from '../src/model/files.ts';
-import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/model/open-model.ts';
+import { filesFromMemory } from '../src/io/files.ts';
+import { openModel, uploadLlamaWeights, type LoadProgress } from '../src/engine/open-model.ts';
 import { checkTensors, f16ToF32, requiredTensors, toFloat32 } from '../src/model/weights.ts';
 import { filesFromPath } from '../src/node/files.ts';
 import { buildSafetensors, readBytes, STORIES_GGUF, STORIES_HF, TINY_GGUF, TINY_HF } from './helpers/model-files.ts';

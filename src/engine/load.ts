@@ -2,10 +2,10 @@
 // storage and check what the model needs against the device (before allocating anything), upload
 // the weights, allocate the KV cache.
 import { isCpuAdapter, type GpuContext } from '../gpu/device.ts';
-import type { ModelFiles } from '../model/files.ts';
+import type { ModelFiles } from '../io/files.ts';
 import type { KvDType } from '../model/kv-cache.ts';
 import { LlamaModel } from '../model/llama.ts';
-import { openModel, uploadLlamaWeights, type LoadProgress } from '../model/open-model.ts';
+import { openModel, uploadLlamaWeights, type LoadProgress } from './open-model.ts';
 import { checkChatTemplate } from '../tokenizer/chat-template.ts';
 import { planWeightStorage, type LlamaWeights, type WeightStorage } from '../model/weights.ts';
 import { LlamaGenerator } from './generator.ts';

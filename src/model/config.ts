@@ -1,5 +1,5 @@
 // One description of a Llama-family model, whichever file it came from.
-import type { GgufMetadata, GgufValue } from './formats/gguf.ts';
+import type { GgufMetadata, GgufValue } from '../io/formats/gguf.ts';
 
 /** How RoPE pairs the dimensions of a head: llama.cpp's GGUF (rows of Wq/Wk permuted at conversion)
  * rotates adjacent pairs (x[2i], x[2i+1]); Hugging Face Llama rotates halves (x[i], x[i + d/2]). */

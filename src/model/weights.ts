@@ -14,7 +14,7 @@ import type { LlamaConfig } from './config.ts';
 import { QUANT_FORMATS, checkWeightShape, isPairedQuant, isQuantized, pairQuantBlocks, weightByteSize } from '../gpu/weight-formats.ts';
 import { F16_MAX, f16ToF32, quantizeValues, toF16Clamped } from './quantize.ts';
 export { f16ToF32 } from './quantize.ts'; // with the other f16 conversions; still importable from here
-import { DEFAULT_CHUNK_SIZE, type ByteSource, type ModelFiles } from './files.ts';
+import { DEFAULT_CHUNK_SIZE, type ByteSource, type ModelFiles } from '../io/files.ts';
 import { GLOBAL_TENSOR_NAMES, layerTensorNames } from './tensor-names.ts';
 
 /** One tensor of the model, under its canonical Hugging Face name, wherever it is stored. */

@@ -3,7 +3,7 @@
 // (the path every host uses; no HTTP server), and the reply is printed as its deltas arrive.
 import { createInterface, type Interface } from 'node:readline';
 import { answerApiRequest, sseData } from '../api/handler.ts';
-import type { CliOutput } from './cli.ts';
+import type { CliOutput } from './cli-io.ts';
 import { given } from './cli-args.ts';
 import type { CliEngine } from './cli-load.ts';
 

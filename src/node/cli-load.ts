@@ -4,8 +4,8 @@ import { basename, resolve } from 'node:path';
 import { errorMessage } from '../api/errors.ts';
 import type { ApiEngine } from '../api/handler.ts';
 import type { ToolCallFormat } from '../api/tool-parsers.ts';
-import { urlLayout } from '../model/files.ts';
-import { DEFAULT_HUB_HOST, hubUrl, type HubSource } from '../model/hub.ts';
+import { urlLayout } from '../io/files.ts';
+import { DEFAULT_HUB_HOST, hubUrl, type HubSource } from '../io/hub.ts';
 import type { WeightStorage } from '../model/weights.ts';
 import { checkModelPath } from './files.ts';
 
@@ -122,14 +122,14 @@ export async function loadDawn(importDawn: () => Promise<unknown> = () => import
   }
 }
 
-/** The CLI's loader: src/node/index.ts on Dawn, for paths (checked first), URLs and hub repos. */
+/** The CLI's loader: src/node/load.ts on Dawn, for paths (checked first), URLs and hub repos. */
 export function defaultLoader(env: CliEnv): ModelLoader {
   return async (model, options) => {
     const { source, local } = parseModelSource(model, env);
     // The path before Dawn and the GPU: a typo is reported at once, whatever the machine.
     if (local) await checkModelPath(source as string);
     await loadDawn();
-    const node = await import('./index.ts');
+    const node = await import('./load.ts');
     return local ? node.loadModelFromPath(source as string, options) : node.loadModel(source, options);
   };
 }

@@ -2,7 +2,7 @@
 // `model`. It listens at once (requests wait for the loads) and unloads the models when stopped.
 import { constants } from 'node:os';
 import { errorMessage } from '../api/errors.ts';
-import type { CliIo, CliOutput } from './cli.ts';
+import type { CliIo, CliOutput } from './cli-io.ts';
 import { loadFailureHint, type CliEngine, type CliLoadOptions, type CliModelSource, type ModelLoader } from './cli-load.ts';
 import { startServer } from './http.ts';
 

@@ -1,7 +1,8 @@
 // The `webgpu-llama` command (bin/webgpu-llama.mjs runs this file, from source or from dist/cli.js):
 // `serve` (one model or several over HTTP), `chat` (a conversation in the terminal) and
 // `complete` (one completion to stdout). The flags are in cli-args.ts, model loading in
-// cli-load.ts, and the commands with state of their own in cli-serve.ts and cli-chat.ts.
+// cli-load.ts, the streams and hooks it is given in cli-io.ts, and the commands with state of
+// their own in cli-serve.ts and cli-chat.ts.
 import { realpathSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
@@ -25,9 +26,10 @@ import {
   type ModelLoader,
 } from './cli-load.ts';
 import { serve, type ServedModel } from './cli-serve.ts';
-import type { RunningServer } from './http.ts';
+import type { CliIo, CliOutput } from './cli-io.ts';
 
 export { loadDawn, parseModelSource, type CliEngine, type CliLoadOptions, type ModelLoader } from './cli-load.ts';
+export type { CliIo, CliOutput } from './cli-io.ts';
 
 const SAMPLING_USAGE = `[--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--stop TEXT]...
                   [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty P]
@@ -87,33 +89,6 @@ to every model; --chat-template and --tool-call-format are given once (every mod
 --model, in the same order. Numbers are plain decimals (integers for --port, --max-tokens,
 --seed, --top-k).
 `;
-
-/** Where the CLI writes. A stream's `error` events (EPIPE: the reader has gone) stop `complete` and `chat`. */
-export interface CliOutput {
-  write(text: string): unknown;
-  on?(event: 'error', listener: (err: Error) => void): unknown;
-  off?(event: 'error', listener: (err: Error) => void): unknown;
-}
-
-export interface CliIo {
-  /** How a model is loaded (default: src/node/index.ts on Dawn, see cli-load.ts). */
-  loadModel?: ModelLoader;
-  stdout?: CliOutput;
-  stderr?: { write(text: string): unknown };
-  /** Read for `--prompt -`, and for chat's lines (default: process.stdin; a terminal gets line editing). */
-  stdin?: AsyncIterable<string | Uint8Array>;
-  /** The environment: HF_TOKEN, HF_ENDPOINT (default: process.env). */
-  env?: CliEnv;
-  /**
-   * Stops `serve` (default: SIGINT / SIGTERM). An abort whose reason is a signal's name
-   * ('SIGINT') exits as that signal does (130); any other reason exits 0.
-   */
-  signal?: AbortSignal;
-  /** Told the server once it listens (tests). */
-  onListening?: (server: RunningServer) => void;
-  /** Subscribes to chat's Ctrl-C; returns the unsubscribe (default: SIGINT, and readline's on a terminal). */
-  onInterrupt?: (listener: () => void) => () => void;
-}
 
 const COMMANDS = ['serve', 'chat', 'complete'] as const;
 type Command = (typeof COMMANDS)[number];

@@ -1,7 +1,7 @@
 // Model files on the local disk (Node): a .gguf file or a Hugging Face folder.
 import { open, stat } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
-import { checkRange, DEFAULT_CHUNK_SIZE, type ByteSource, type ModelFiles } from '../model/files.ts';
+import { checkRange, DEFAULT_CHUNK_SIZE, type ByteSource, type ModelFiles } from '../io/files.ts';
 
 /** A `.gguf` file, or a folder holding config.json, tokenizer.json, *.safetensors, ... */
 export function filesFromPath(path: string): ModelFiles {

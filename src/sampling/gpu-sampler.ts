@@ -13,7 +13,7 @@
 // lives in GPU buffers written by beginSequence(); the counts are updated by the GPU itself as
 // tokens are sampled.
 import type { GpuContext } from '../gpu/device.ts';
-import type { GeneratedToken, SamplingParams, TokenLogprob } from '../engine/types.ts';
+import type { GeneratedToken, SamplingParams, TokenLogprob } from './types.ts';
 import { philoxKey } from './philox.ts';
 import sampleWgsl from '../../shaders/sample.wgsl?raw';
 

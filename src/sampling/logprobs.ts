@@ -2,7 +2,7 @@
 // logit_bias, penalties and temperature), as llama.cpp and vLLM report them. Computed in float64
 // with a stable log-sum-exp, and the top alternatives by partial selection (one pass over the
 // vocabulary, no sort), so a 128k vocabulary costs one max pass and one exp pass per token.
-import type { GeneratedToken, TokenLogprob } from '../engine/types.ts';
+import type { GeneratedToken, TokenLogprob } from './types.ts';
 
 /**
  * log Σ exp(logits[i]), in float64: max + log Σ exp(logits[i] - max). NaN entries are skipped

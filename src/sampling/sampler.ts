@@ -22,7 +22,7 @@
 //
 // Steps 1-3 live in penalties.ts, 5-8 in truncation.ts. Logprobs (logprobs.ts) are computed from
 // the raw logits, before any of this.
-import type { SamplingParams } from '../engine/types.ts';
+import type { SamplingParams } from './types.ts';
 import { applyLogitBias, applyPresenceFrequency, applyRepetitionPenalty, TokenHistory } from './penalties.ts';
 import type { RandomStream } from './random.ts';
 import { argmax, drawToken, DrawScratch } from './truncation.ts';

@@ -14,7 +14,7 @@
 // The tokenizer_config built alongside carries the chat templates (`tokenizer.chat_template` as
 // 'default', `tokenizer.chat_template.<name>` by name) and the bos/eos/unk/pad tokens' pieces, so
 // templates see the same variables as from a Hugging Face folder.
-import type { GgufMetadata, GgufValue } from '../model/formats/gguf.ts';
+import type { GgufMetadata, GgufValue } from '../io/formats/gguf.ts';
 import { HfTokenizer } from './hf-tokenizer.ts';
 
 /** llama.cpp token types. */

@@ -17,6 +17,23 @@ export interface JinjaValue {
   pyHint?: string;
 }
 
+/** A runtime value as the interpreter holds it (with its methods and attributes, `builtins`). */
+export type Value = JinjaValue & { readonly builtins: ReadonlyMap<string, Value> };
+
+/** Makers of runtime values (the library exports no value classes: they come from values it makes). */
+export interface Kit {
+  from(x: unknown): Value;
+  str(s: string): Value;
+  int(n: number): Value;
+  float(n: number): Value;
+  bool(b: boolean): Value;
+  undef(): Value;
+  array(items: Value[]): Value;
+  tuple(items: Value[]): Value;
+  dict(entries: Map<string, Value>): Value;
+  fn(f: (args: Value[]) => Value): Value;
+}
+
 /** Python's str.isspace() characters: JavaScript's \s without U+FEFF, plus U+001C..U+001F and U+0085. */
 const PY_SPACE = '\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000';
 

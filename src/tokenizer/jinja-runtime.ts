@@ -23,6 +23,8 @@ import {
   isMapping, isNumberLike, isSequence, jinjaTitleFilter, jsonOptions, pyCapitalize, pyCompare, pyContains, pyEquals, pyJsonDumps,
   pyLength, pyPercentFormat, pyRepr, pyRoundFloat, pyStr, pyStrftime, pyStringRepr, pyStrip, pyTruthy, pyTypeRepr,
   type JinjaValue,
+  type Kit,
+  type Value,
 } from './jinja-python.ts';
 import { optionalString, splitArgs, stringArg, stringMethod } from './jinja-strings.ts';
 import { pythonTokens, TEST, TUPLE } from './jinja-syntax.ts';
@@ -49,7 +51,6 @@ export function parseJinja(source: string): void {
 
 type JinjaModule = typeof import('@huggingface/jinja');
 type Environment = InstanceType<JinjaModule['Environment']>;
-export type Value = JinjaValue & { readonly builtins: ReadonlyMap<string, Value> };
 // The interpreter's AST nodes, read by field name.
 type Node = { type: string; [field: string]: any };
 
@@ -64,20 +65,6 @@ interface Interpreter {
   evaluateFor(node: Node, env: Environment): Value;
   applyFilter(operand: Value, filter: Node, env: Environment): Value | undefined;
   evaluateArguments(args: Node[], env: Environment): [Value[], Map<string, Value>];
-}
-
-/** Makers of runtime values (the library exports no value classes: they come from values it makes). */
-export interface Kit {
-  from(x: unknown): Value;
-  str(s: string): Value;
-  int(n: number): Value;
-  float(n: number): Value;
-  bool(b: boolean): Value;
-  undef(): Value;
-  array(items: Value[]): Value;
-  tuple(items: Value[]): Value;
-  dict(entries: Map<string, Value>): Value;
-  fn(f: (args: Value[]) => Value): Value;
 }
 
 interface Runtime {

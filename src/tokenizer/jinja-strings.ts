@@ -1,8 +1,7 @@
 // Python's str methods on a string value of a chat template (`s.strip()`, `s.split(',')`, `s.find(x)`,
 // ...), where @huggingface/jinja's differ or are missing, and the argument checks the runtime's
 // methods and filters share.
-import { isSequence, pyAffix, pyCapitalize, pyCount, pyFind, pyPad, pyRsplit, pySplit, pyStringTest, pyStrip, pySwapcase, pyTitle } from './jinja-python.ts';
-import type { Kit, Value } from './jinja-runtime.ts';
+import { isSequence, pyAffix, pyCapitalize, pyCount, pyFind, pyPad, pyRsplit, pySplit, pyStringTest, pyStrip, pySwapcase, pyTitle, type Kit, type Value } from './jinja-python.ts';
 
 export function splitArgs(args: Value[]): [Value[], Map<string, Value>] {
   const last = args.at(-1);

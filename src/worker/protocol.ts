@@ -5,7 +5,7 @@
 // Browser code: nothing here may import Node modules.
 import { ApiError } from '../api/errors.ts';
 import type { ModelInfo } from '../engine/types.ts';
-import type { HubSource } from '../model/hub.ts';
+import type { HubSource } from '../io/hub.ts';
 import type { LoadProgress } from '../model/weights.ts';
 import type { LoadOptions } from '../engine/load.ts';
 import type { Engine } from '../api/engine.ts';

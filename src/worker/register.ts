@@ -7,7 +7,7 @@
 import { routeNotFound } from '../api/errors.ts';
 import { errorResponse, normalizeBasePath, type ApiRequest, type ApiResponse } from '../api/handler.ts';
 import type { LoadOptions } from '../engine/load.ts';
-import { isHubSource, type HubSource } from '../model/hub.ts';
+import { isHubSource, type HubSource } from '../io/hub.ts';
 import { deserializeError, SERVICE_WORKER_MESSAGE, type LoadReply, type UnloadReply } from './protocol.ts';
 import { RemoteEngine } from './remote-engine.ts';
 import type { ClaimReply, ServiceWorkerCommand } from './service-worker.ts';

@@ -15,8 +15,8 @@
 import { modelUnloaded, type Engine } from '../api/engine.ts';
 import { errorResponse, normalizeBasePath, type RequestHandlingEngine } from '../api/handler.ts';
 import { installFetchShim, isApiRequest } from '../api/shim.ts';
-import { loadModel, type LoadModelOptions } from '../index.ts';
-import type { HubSource } from '../model/hub.ts';
+import { loadModel, type LoadModelOptions } from '../api/load-model.ts';
+import type { HubSource } from '../io/hub.ts';
 import type { LoadProgress } from '../model/weights.ts';
 import {
   serializeError,

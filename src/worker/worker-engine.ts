@@ -3,8 +3,8 @@
 // per request, with the stream's events coming back one message each.
 // Browser code: nothing here may import Node modules.
 import type { ApiRequest, ApiResponse } from '../api/handler.ts';
-import type { ModelFiles } from '../model/files.ts';
-import { isHubSource, type HubSource } from '../model/hub.ts';
+import type { ModelFiles } from '../io/files.ts';
+import { isHubSource, type HubSource } from '../io/hub.ts';
 import type { LoadProgress } from '../model/weights.ts';
 import type { LoadOptions } from '../engine/load.ts';
 import {

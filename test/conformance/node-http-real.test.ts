@@ -7,7 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { filesFromPath } from '../../src/node/files.ts';
-import { openModel } from '../../src/model/open-model.ts';
+import { openModel } from '../../src/engine/open-model.ts';
 import { CONFORMANCE_CASES } from './cases.ts';
 import { Api } from './target.ts';
 

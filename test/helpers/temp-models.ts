@@ -8,7 +8,7 @@ import { afterAll } from 'vitest';
 import type { Engine } from '../../src/api/engine.ts';
 import type { LlamaGenerator } from '../../src/engine/generator.ts';
 import type { LlamaConfig } from '../../src/model/config.ts';
-import { readSafetensorsCheckpoint } from '../../src/model/formats/safetensors.ts';
+import { readSafetensorsCheckpoint } from '../../src/io/formats/safetensors.ts';
 import { filesFromPath, loadModelFromPath, type LoadModelOptions } from '../../src/node/index.ts';
 import type { CpuLlamaWeights } from '../reference/cpu-llama.ts';
 import { bf16BitsToF32 } from '../reference/cpu-ops.ts';

@@ -4,18 +4,18 @@
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { createHfTokenizer } from '../tokenizer/hf-tokenizer.ts';
 import { tokenizerFromGguf } from '../tokenizer/gguf-tokenizer.ts';
-import { configFromGguf, configFromHf, withRopeFreqFactors, type LlamaConfig } from './config.ts';
-import { readJsonFile, readTextFile, type ByteSource, type ModelFiles } from './files.ts';
-import { readGgufHeader, type GgufMetadata, type GgufTensorType } from './formats/gguf.ts';
-import { isLoadableDType, readSafetensorsCheckpoint, type SafetensorsDType } from './formats/safetensors.ts';
-import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf } from './tensor-names.ts';
-import { checkTensors, requiredTensors, weightBytes, type ModelTensor, type WeightSource } from './weights.ts';
+import { configFromGguf, configFromHf, withRopeFreqFactors, type LlamaConfig } from '../model/config.ts';
+import { readJsonFile, readTextFile, type ByteSource, type ModelFiles } from '../io/files.ts';
+import { readGgufHeader, type GgufMetadata, type GgufTensorType } from '../io/formats/gguf.ts';
+import { isLoadableDType, readSafetensorsCheckpoint, type SafetensorsDType } from '../io/formats/safetensors.ts';
+import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf } from '../model/tensor-names.ts';
+import { checkTensors, requiredTensors, weightBytes, type ModelTensor, type WeightSource } from '../model/weights.ts';
 import type { WeightDType } from '../gpu/tensor.ts';
 
-export { planWeightStorage, uploadLlamaWeights } from './weights.ts';
+export { planWeightStorage, uploadLlamaWeights } from '../model/weights.ts';
 export type {
   LlamaWeights, LlamaLayerWeights, LoadProgress, LoadProgressCallback, ModelTensor, TensorStorage, UploadOptions, WeightStorage, WeightStoragePlan,
-} from './weights.ts';
+} from '../model/weights.ts';
 
 export interface OpenedModel extends WeightSource {
   /** Default model id (folder name, or GGUF file name without `.gguf`). */
