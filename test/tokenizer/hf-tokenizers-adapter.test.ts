@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { readGgufHeader } from '../../src/model/formats/gguf.ts';
+import { readGgufHeader } from '../../src/io/formats/gguf.ts';
 import { filesFromPath } from '../../src/node/files.ts';
 import { ggufTokenizerParts } from '../../src/tokenizer/gguf-tokenizer.ts';
 import { libraryTokenizerJson } from '../../src/tokenizer/hf-tokenizer.ts';
