@@ -10,7 +10,7 @@
 // record of its own, and the batch copies those.
 //
 // Steps go in batches of B, one command buffer and one submit per batch (in Chromium each submit
-// crosses to the GPU process: one per step cost ~30% of stories260K's decode on SwiftShader).
+// crosses to the GPU process, which costs more than a small model's step).
 // Where the decode step advances its own position (DecodeStep.consecutive), the batch's steps and
 // samplings are also one compute pass after one position copy, rather than a copy and two passes
 // a step. The batch ends by copying its B records to a staging buffer, which is mapped; while the

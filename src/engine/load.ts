@@ -83,8 +83,7 @@ async function checkChatOptions(options: LoadOptions): Promise<void> {
 
 /**
  * f16 (half the memory, as llama.cpp) on GPUs. On a CPU adapter f32: there the cache is host
- * memory, and unpacking halves costs more than reading twice the bytes (SwiftShader, stories260K
- * decode at position 300: ~9% less time per token).
+ * memory, and unpacking halves costs more than reading twice the bytes (docs/tuning.md).
  */
 function defaultKvCacheDType(ctx: GpuContext): KvDType {
   return isCpuAdapter(ctx.adapter) ? 'f32' : 'f16';

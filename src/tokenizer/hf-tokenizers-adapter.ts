@@ -33,7 +33,7 @@ export function patchLibraryTokenizer(tokenizer: Tokenizer): void {
   // Long BPE words take our merge loop (long-word-bpe.ts): with no pre-tokenizer, or a Metaspace
   // one that does not split (SentencePiece style: Llama 2, Mistral), the whole prompt is one
   // word; byte-level tokenizers split prompts into words, but a run of letters or digits with no
-  // space is one word however long (the library's loop took ~0.8 s for 100k letters).
+  // space is one word however long.
   speedUpLongWords(tokenizer.model);
 }
 
@@ -78,8 +78,8 @@ export function speedUpLongWords(model: unknown): boolean {
   if (!isLibraryBpeModel(model) || model.end_of_word_suffix || model.continuing_subword_suffix) return false;
   const own = model.bpe.bind(model);
   const cacheLimit = model.max_length_to_cache;
-  // Built at the first long word: ~0.1 s and ~9 MB for Llama 2's 61K merges, more for the byte-level
-  // vocabularies' (Llama 3: 280K), which may never see one.
+  // Built at the first long word, so byte-level vocabularies (Llama 3: 280K merges), which may
+  // never see one, never pay for the tables.
   let fast: ((word: string) => string[]) | undefined;
   model.bpe = (token: string) => (token.length < cacheLimit ? own(token) : (fast ??= longWordBpe(model.merges))(token));
   return true;
