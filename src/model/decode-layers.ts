@@ -12,7 +12,7 @@ import {
 } from '../gpu/kernels.ts';
 import type { GpuMatrix } from '../gpu/tensor.ts';
 import type { KvCache } from './kv-cache.ts';
-import type { LlamaParts } from './llama.ts';
+import type { LlamaParts } from './forward.ts';
 import type { LlamaShape } from './shape.ts';
 import type { LlamaLayerWeights } from './weights.ts';
 

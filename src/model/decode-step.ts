@@ -11,7 +11,7 @@ import {
 } from '../gpu/kernels.ts';
 import { decodeLayerState, recordDecodeLayers } from './decode-layers.ts';
 import type { KvCache } from './kv-cache.ts';
-import type { Activations, LlamaParts } from './llama.ts';
+import type { Activations, LlamaParts } from './forward.ts';
 
 /**
  * One decode step recorded once and encoded again for every token: the token is read from

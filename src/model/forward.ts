@@ -1,0 +1,167 @@
+// The Llama forward pass on the GPU, read top to bottom like llama2.c's run.c:
+//
+//   x = embed(tokens)
+//   for each layer:
+//     xb = rmsnorm(x) ; q, k, v = xb·Wqᵀ, xb·Wkᵀ, xb·Wvᵀ ; rope(q, k) ; cache k, v
+//     x += attention(q, K, V)·Woᵀ
+//     xb = rmsnorm(x) ; x += (silu(xb·W_gateᵀ) * xb·W_upᵀ)·W_downᵀ
+//   logits = rmsnorm(x)·W_lm_headᵀ
+//
+// Prefill runs the whole prompt through each layer in one pass (T tokens at once); decode is the
+// same code with T = 1. Every dispatch of a step is recorded into one command buffer.
+// test/reference/cpu-llama.ts runs the same steps on the CPU: check recordForward against it, and
+// the tensor shapes in recordForward's comments against the arrays it computes (sizes: LlamaShape).
+//
+// The reusable decode step is the same math with fused kernels, in decode-step.ts; on CPU
+// adapters small models run it a layer a dispatch, in decode-layers.ts. LlamaModel (llama.ts)
+// owns the buffers and runs these passes.
+import type { GpuContext } from '../gpu/device.ts';
+import type { Kernels, KernelRecorder } from '../gpu/kernels.ts';
+import type { LlamaConfig } from './config.ts';
+import type { KvCache } from './kv-cache.ts';
+import { llamaShape, type LlamaShape } from './shape.ts';
+import type { LlamaWeights } from './weights.ts';
+
+/**
+ * f32 elements per token of the activation buffers (Activations' [T, ...] ones: token ids, x, xb,
+ * q, k, v, attention out, gate, up, FFN hidden).
+ */
+export function activationFloatsPerToken(c: LlamaConfig): number {
+  const s = llamaShape(c);
+  return 1 + 2 * s.dim + 2 * s.qDim + 2 * s.kvDim + 3 * s.ffn;
+}
+
+/** Activation buffers of one step, sized for up to `tokens` tokens (T below). */
+export class Activations {
+  readonly buffers: GPUBuffer[] = [];
+  readonly tokenIds: GPUBuffer; // u32 [T]
+  readonly x: GPUBuffer; // the residual stream [T, dim]
+  readonly xb: GPUBuffer; // rmsnorm(x) [T, dim]
+  readonly q: GPUBuffer; // [T, heads, headDim]
+  readonly k: GPUBuffer; // [T, kvHeads, headDim]
+  readonly v: GPUBuffer; // [T, kvHeads, headDim]
+  readonly attnOut: GPUBuffer; // [T, heads, headDim]
+  readonly gate: GPUBuffer; // [T, ffn]
+  readonly up: GPUBuffer; // [T, ffn]
+  readonly ffnHidden: GPUBuffer; // silu(gate) * up [T, ffn]
+  readonly lastXb: GPUBuffer; // the last token's rmsnorm(x) [dim]
+  readonly logits: GPUBuffer; // [T or 1, vocab]
+  /** MAP_READ copy of the logits; absent when they stay on the GPU (the decode step). */
+  readonly logitsReadback: GPUBuffer | undefined;
+
+  constructor(
+    device: GPUDevice,
+    s: LlamaShape,
+    readonly tokens: number,
+    readonly allLogits: boolean,
+    readable = true,
+  ) {
+    const f32 = (label: string, elements: number, extraUsage = 0) => {
+      const buffer = device.createBuffer({
+        label,
+        size: Math.max(4, elements * 4),
+        usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST | extraUsage,
+      });
+      this.buffers.push(buffer);
+      return buffer;
+    };
+    const T = tokens;
+    this.tokenIds = f32('tokens', T);
+    this.x = f32('x', T * s.dim);
+    this.xb = f32('xb', T * s.dim);
+    this.q = f32('q', T * s.qDim);
+    this.k = f32('k', T * s.kvDim);
+    this.v = f32('v', T * s.kvDim);
+    this.attnOut = f32('attn_out', T * s.qDim);
+    this.gate = f32('gate', T * s.ffn);
+    this.up = f32('up', T * s.ffn);
+    this.ffnHidden = f32('ffn_hidden', T * s.ffn);
+    this.lastXb = f32('last_xb', s.dim);
+    const logitRows = allLogits ? T : 1;
+    this.logits = f32('logits', logitRows * s.vocab);
+    if (readable) {
+      this.logitsReadback = device.createBuffer({
+        label: 'logits_readback',
+        size: logitRows * s.vocab * 4,
+        usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+      });
+      this.buffers.push(this.logitsReadback);
+    }
+  }
+
+  destroy(): void {
+    for (const b of this.buffers) b.destroy();
+  }
+}
+
+/** What the recorded passes read of a loaded model (LlamaModel hands it to decode-step.ts and decode-layers.ts). */
+export interface LlamaParts {
+  readonly ctx: GpuContext;
+  readonly kernels: Kernels;
+  readonly weights: LlamaWeights;
+  readonly shape: LlamaShape;
+  /** f32 [headDim / 2]: RoPE's inverse frequencies (ropeInverseFrequencies). */
+  readonly invFreq: GPUBuffer;
+}
+
+/** The tokens one recorded pass runs. */
+export interface ForwardPass {
+  /** Tokens: the first T of act.tokenIds. */
+  readonly T: number;
+  /** The first token's position. */
+  readonly startPos: number;
+  /** Takes the T tokens' K and V at their positions. */
+  readonly cache: KvCache;
+  /** A u32 on the GPU added to every position (the reusable decode step's position). */
+  readonly position?: GPUBuffer;
+}
+
+/** Records the forward pass of the tokens in act.tokenIds, at their positions, up to act.logits. */
+export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activations, pass: ForwardPass): void {
+  const { shape: s, weights: w, invFreq } = model;
+  const a = s.attention;
+  const { T, startPos, cache, position } = pass;
+
+  rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, T); // x: [T, dim]
+
+  for (let l = 0; l < s.layers; l++) {
+    const layer = w.layers[l];
+    const keys = cache.keys[l]; // [capacity, kvHeads, headDim]
+    const values = cache.values[l];
+
+    // Attention block: x += attention(rope(xb·Wqᵀ), rope(xb·Wkᵀ), xb·Wvᵀ)·Woᵀ with xb = rmsnorm(x)
+    // (the residual add is folded into the Wo matmul).
+    rec.rmsNorm(act.xb, act.x, layer.attnNorm, T, s.dim, s.eps); // xb: [T, dim]
+    rec.matmul(act.q, act.xb, layer.wq, T, layer.bq); // q: [T, heads, headDim]
+    rec.matmulPair(act.k, act.v, act.xb, layer.wk, layer.wv, T, layer.bk, layer.bv); // k, v: [T, kvHeads, headDim]
+    rec.rope(act.q, T, a.heads, a.headDim, startPos, invFreq, a.pairing, position);
+    rec.rope(act.k, T, a.kvHeads, a.headDim, startPos, invFreq, a.pairing, position);
+    // keys, values rows startPos .. startPos + T - 1 = k, v
+    if (cache.kvDType === 'f32' && !position) {
+      // The T new positions are contiguous in the cache: one copy each for K and V.
+      rec.copy(act.k, 0, keys, startPos * cache.rowBytes, T * cache.rowBytes);
+      rec.copy(act.v, 0, values, startPos * cache.rowBytes, T * cache.rowBytes);
+    } else {
+      rec.writeKv(keys, values, act.k, act.v, T, startPos, s.kvDim, { kvDType: cache.kvDType, position });
+    }
+    // attnOut: [T, heads, headDim]; each query sees the rows up to its position (the last slidingWindow of them, when set).
+    rec.attention(act.attnOut, act.q, keys, values, T, startPos, a.heads, a.kvHeads, a.headDim, a.slidingWindow, cache.kvDType, position);
+    rec.matmul(act.x, act.attnOut, layer.wo, T, undefined, { accumulate: true }); // x: [T, dim]
+
+    // Feed-forward block (SwiGLU): x += (silu(xb·W_gateᵀ) * xb·W_upᵀ)·W_downᵀ with xb = rmsnorm(x)
+    // (the residual add is folded into the W_down matmul).
+    rec.rmsNorm(act.xb, act.x, layer.ffnNorm, T, s.dim, s.eps); // xb: [T, dim]
+    rec.matmulSwiglu(act.ffnHidden, act.xb, layer.wGate, layer.wUp, T, { gate: act.gate, up: act.up }); // ffnHidden: [T, ffn]
+    rec.matmul(act.x, act.ffnHidden, layer.wDown, T, undefined, { accumulate: true }); // x: [T, dim]
+  }
+
+  rec.rmsNorm(act.xb, act.x, w.outputNorm, T, s.dim, s.eps); // xb: [T, dim]
+  if (act.allLogits || T === 1) {
+    rec.matmul(act.logits, act.xb, w.lmHead, T); // logits: [T, vocab]
+  } else {
+    // Only the last token's logits are needed to pick the next token.
+    rec.copy(act.xb, (T - 1) * s.dim * 4, act.lastXb, 0, s.dim * 4); // lastXb: [dim]
+    rec.matmul(act.logits, act.lastXb, w.lmHead, 1); // logits: [1, vocab]
+  }
+}
+
