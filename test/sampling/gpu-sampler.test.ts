@@ -1,4 +1,4 @@
-// The GPU sampler (shaders/sample.wgsl) against the CPU chain (src/sampling/sampler.ts) on the
+// The GPU sampler (shaders/sample.wgsl) against the CPU chain (test/reference/sampler.ts) on the
 // same Philox numbers: greedy and every truncation combination, penalties, logit_bias, min_tokens
 // bans, ties, -Infinity and NaN logits, vocabularies that are not multiples of the chunk, one of
 // 128256; logprobs and top alternatives; penalty state across steps and sequences; seeded
@@ -13,10 +13,10 @@ import type { GeneratedToken, SamplingParams } from '../../src/sampling/types.ts
 import { uploadF32 } from '../../src/gpu/buffers.ts';
 import { GpuSampler, readRecord, RECORD_BYTES } from '../../src/sampling/gpu-sampler.ts';
 import { scoreToken } from '../../src/sampling/logprobs.ts';
-import { TokenHistory } from '../../src/sampling/penalties.ts';
+import { TokenHistory } from '../reference/penalties.ts';
 import { createRandomStream } from '../../src/sampling/random.ts';
-import { processLogits } from '../../src/sampling/sampler.ts';
-import { argmax, candidates, drawToken } from '../../src/sampling/truncation.ts';
+import { processLogits } from '../reference/sampler.ts';
+import { argmax, candidates, drawToken } from '../reference/truncation.ts';
 import { testGpu } from '../helpers/gpu.ts';
 import { mulberry32 } from '../helpers/prng.ts';
 

@@ -3,10 +3,10 @@
 import { describe, expect, it } from 'vitest';
 import type { SamplingParams } from '../../src/sampling/types.ts';
 import { logSoftmax, logSumExp, scoreToken, topIds } from '../../src/sampling/logprobs.ts';
-import { applyLogitBias, applyPresenceFrequency, applyRepetitionPenalty, TokenHistory } from '../../src/sampling/penalties.ts';
+import { applyLogitBias, applyPresenceFrequency, applyRepetitionPenalty, TokenHistory } from '../reference/penalties.ts';
 import { createRandomStream, type RandomStream } from '../../src/sampling/random.ts';
-import { processLogits, sampleToken, SequenceSampler } from '../../src/sampling/sampler.ts';
-import { argmax, candidates, drawToken, selectNucleus, selectTop, type DrawSettings } from '../../src/sampling/truncation.ts';
+import { processLogits, sampleToken, SequenceSampler } from '../reference/sampler.ts';
+import { argmax, candidates, drawToken, selectNucleus, selectTop, type DrawSettings } from '../reference/truncation.ts';
 
 /** A "random" stream that returns the given numbers, to pin the draw's u exactly. */
 function fixed(...us: number[]): RandomStream & { used: number } {

@@ -5,7 +5,7 @@
 // included). Both are selections (quickselect), never a sort by probability, so a step costs O(V)
 // even for a flat distribution over 128k tokens. The draw walks the survivors in ascending id
 // order (inverse CDF): u = random.next() * their mass, the first whose cumulative mass exceeds u.
-import type { RandomStream } from './random.ts';
+import type { RandomStream } from '../../src/sampling/random.ts';
 
 export interface DrawSettings {
   /** > 0 (0 is greedy and never gets here). */

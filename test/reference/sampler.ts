@@ -10,21 +10,21 @@
 //   6. top_p               keep the shortest most-likely prefix whose mass reaches top_p
 //   7. min_p               keep p >= min_p * p_max (p after 5-6, renormalized)
 //   8. draw                one number u from the sequence's random stream (Philox: the number of
-//                          (seed, stream, step), random.ts); inverse CDF over the survivors in
-//                          ascending id order
+//                          (seed, stream, step), src/sampling/random.ts); inverse CDF over the
+//                          survivors in ascending id order
 //
 // "Most likely" is one order throughout: processed logit descending, the lower id first on ties.
 // Every filter keeps a prefix of that order, which is what lets the GPU sampler
-// (gpu-sampler.ts, shaders/sample.wgsl) find the cut without sorting. This CPU chain is the GPU
-// sampler's reference: the same definition, the same random numbers, float32 penalties; the
-// probabilities here are float64, so the two can differ only where a decision sits within
-// rounding of its boundary.
+// (src/sampling/gpu-sampler.ts, shaders/sample.wgsl) find the cut without sorting. This CPU chain
+// is the GPU sampler's reference: the same definition, the same random numbers, float32
+// penalties; the probabilities here are float64, so the two can differ only where a decision sits
+// within rounding of its boundary.
 //
-// Steps 1-3 live in penalties.ts, 5-8 in truncation.ts. Logprobs (logprobs.ts) are computed from
-// the raw logits, before any of this.
-import type { SamplingParams } from './types.ts';
+// Steps 1-3 live in penalties.ts, 5-8 in truncation.ts (beside this file, in test/reference/).
+// Logprobs (src/sampling/logprobs.ts) are computed from the raw logits, before any of this.
+import type { SamplingParams } from '../../src/sampling/types.ts';
 import { applyLogitBias, applyPresenceFrequency, applyRepetitionPenalty, TokenHistory } from './penalties.ts';
-import type { RandomStream } from './random.ts';
+import type { RandomStream } from '../../src/sampling/random.ts';
 import { argmax, drawToken, DrawScratch } from './truncation.ts';
 
 export { argmax } from './truncation.ts';
