@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # Writes test/fixtures/chat-templates.json: chat templates rendered by Python Jinja2 the way
-# Hugging Face transformers' apply_chat_template renders them, so test/chat-template.test.ts can
-# check src/tokenizer/chat-template.ts byte for byte against the reference implementation.
+# Hugging Face transformers' apply_chat_template renders them, so
+# test/tokenizer/chat-template.test.ts can check src/tokenizer/chat-template.ts byte for byte
+# against the reference implementation.
 #
 #   python3 scripts/chat-template-fixtures.py     (needs jinja2 >= 3.1; run from the repository root)
 #

@@ -1,5 +1,5 @@
 // Random-weight models in Hugging Face layout for each Llama family the runtime supports, at tiny
-// test shapes (created in milliseconds, used by test/families.test.ts) and at the real shapes (for
+// test shapes (created in milliseconds, used by test/model/families.test.ts) and at the real shapes (for
 // benchmarks only: created on demand into a temporary or ignored folder, never committed).
 //
 // A model folder holds config.json (the family's real config, with the dims replaced for tiny

@@ -1,4 +1,4 @@
-// The sampling chain on the GPU (src/sampling/gpu-sampler.ts drives it; src/sampling/sampler.ts
+// The sampling chain on the GPU (src/sampling/gpu-sampler.ts drives it; test/reference/sampler.ts
 // is its CPU reference and documents the chain). One step of a sequence is a fixed series of
 // dispatches, chosen at encode time from the sequence's parameters:
 //
@@ -240,7 +240,7 @@ fn finish(token: u32, lse: f32) {
 
 // ---- prepare / reduce ----
 
-/** z from four raw logits, their bias and their history words: bias, repetition penalty, presence/frequency (penalties.ts). */
+/** z from four raw logits, their bias and their history words: bias, repetition penalty, presence/frequency (test/reference/penalties.ts). */
 fn processed4(raw: vec4<f32>, b: vec4<f32>, h: vec4<u32>) -> vec4<f32> {
   var x = raw + b;
   if (seq.repetition != 1.0) {

@@ -3,7 +3,7 @@
 // it, and its record (id, logprob, top alternatives) to a slot that the caller copies out later,
 // several steps at a time.
 //
-// The chain and its order are src/sampling/sampler.ts's (its CPU reference): logit_bias,
+// The chain and its order are test/reference/sampler.ts's (its CPU reference): logit_bias,
 // repetition penalty, presence/frequency, the min_tokens ban of stop ids, temperature (0: greedy
 // argmax, lowest id on ties), top_k, top_p, min_p, and the inverse-CDF draw in ascending id order
 // with the Philox number of (seed, stream, step) (philox.ts). Logprobs are the log-softmax of the

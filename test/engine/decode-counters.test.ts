@@ -1,0 +1,106 @@
+// What one decode token asks of the GPU, counted (src/gpu/counters.ts): after warm-up a token
+// costs one command submission and a fixed number of dispatches, creates no buffers, bind groups
+// or pipelines, and is not read back on its own (tokens come back in batches). A prefill after
+// the first, of a prompt no longer than those before, creates nothing either.
+//
+// Two requests that differ only in max_tokens share their prefill and their first step, so the
+// difference of their counts is exactly the cost of the extra decode tokens.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Engine } from '../../src/api/engine.ts';
+import { counterDelta, gpuCounters, type GpuCounters } from '../../src/gpu/counters.ts';
+import type { DecodeResources } from '../../src/engine/decode-pipeline.ts';
+import type { LlamaGenerator } from '../../src/engine/generator.ts';
+import { loadModelFromPath } from '../../src/node/index.ts';
+import { STORIES_GGUF } from '../helpers/model-files.ts';
+
+let engine: Engine;
+let device: GPUDevice;
+
+beforeAll(async () => {
+  engine = await loadModelFromPath(STORIES_GGUF);
+  device = (engine.generator as LlamaGenerator).model.ctx.device;
+});
+
+afterAll(() => {
+  void engine?.unload();
+});
+
+/** The counts of one completion of exactly `tokens` tokens (ignore_eos), ignoring its output. */
+async function countCompletion(tokens: number, extra: Record<string, unknown> = {}): Promise<GpuCounters> {
+  const before = gpuCounters(device);
+  const response = await engine.complete({
+    model: engine.info.id,
+    prompt: 'Once upon a time',
+    max_tokens: tokens,
+    ignore_eos: true,
+    ...extra,
+  } as Parameters<Engine['complete']>[0] & { stream?: false });
+  expect(response.usage.completion_tokens).toBe(tokens);
+  return counterDelta(gpuCounters(device), before);
+}
+
+describe('GPU work per decode token', () => {
+  for (const [name, params] of [
+    ['greedy', { temperature: 0 }],
+    ['sampled with top_p, penalties and logprobs', { temperature: 0.8, top_p: 0.9, seed: 7, frequency_penalty: 0.5, logprobs: 3 }],
+  ] as const) {
+    it(`${name}: fixed dispatches per token, nothing created, one submit and one read-back per batch of steps`, async () => {
+      await countCompletion(40, params); // warm-up: pipelines, bind groups, staging buffers
+      const short = await countCompletion(8, params);
+      const long = await countCompletion(40, params);
+      const extra = 32;
+      const perToken = (key: keyof GpuCounters) => (long[key] - short[key]) / extra;
+
+      expect(perToken('buffersCreated')).toBe(0);
+      expect(perToken('bindGroupsCreated')).toBe(0);
+      expect(perToken('pipelinesCreated')).toBe(0);
+      // The same dispatches every step: the difference is a whole number per token.
+      expect(Number.isInteger(perToken('dispatches'))).toBe(true);
+      expect(perToken('dispatches')).toBeGreaterThan(0);
+      // A batch of steps is one command buffer, one submit and one read-back: at most one per
+      // token (batch sizes depend on the step time, see decode-pipeline.test.ts), and each request
+      // reads something back. (The prefill adds its own submits, the same in both requests.)
+      expect(long.readBacks - short.readBacks).toBeLessThanOrEqual(extra);
+      expect(short.readBacks).toBeGreaterThan(0);
+      expect(long.submits - short.submits).toBe(long.readBacks - short.readBacks);
+      expect(long.commandBuffers - short.commandBuffers).toBe(long.readBacks - short.readBacks);
+      // Where the step advances its own position (a dispatch per layer: CPU adapters), a batch is
+      // also one compute pass and two copies (the first position, the records to read back).
+      const { decodeStep } = await (engine.generator as unknown as { decodeResources(): Promise<DecodeResources> }).decodeResources();
+      // A plain greedy step picks its token itself: no sampler dispatch.
+      if (name === 'greedy' && decodeStep.greedy) expect(perToken('dispatches')).toBe(decodeStep.dispatchCount);
+      if (decodeStep.consecutive) {
+        const batches = long.readBacks - short.readBacks;
+        expect(long.computePasses - short.computePasses).toBe(batches);
+        const copies = long.copies - short.copies;
+        if (name === 'greedy' && decodeStep.greedy) {
+          // The step's own records sit in a ring (slot = position mod slots): a batch that wraps takes a third copy.
+          expect(copies).toBeGreaterThanOrEqual(2 * batches);
+          expect(copies).toBeLessThanOrEqual(3 * batches);
+        } else {
+          expect(copies).toBe(2 * batches);
+        }
+      } else {
+        expect(perToken('computePasses')).toBeGreaterThanOrEqual(1);
+      }
+    });
+  }
+});
+
+describe('GPU work per prefill', () => {
+  it('after the longest prompt so far, prefills of it or shorter create no buffers and no bind groups', async () => {
+    const longest = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends.';
+    const warmUp = await countCompletion(2, { prompt: longest });
+    expect(warmUp.bindGroupsCreated).toBeGreaterThan(0);
+    const tokenizer = (engine.generator as LlamaGenerator).tokenizer;
+    const prompts = [longest, 'Once upon a time, there was a little girl', 'One day, Lily went'];
+    // Different lengths, each more than one token (one token takes the decode path's own buffers).
+    expect(new Set(prompts.map((p) => tokenizer.encode(p).length)).size).toBe(prompts.length);
+    for (const prompt of prompts) {
+      const counts = await countCompletion(2, { prompt });
+      expect(counts.buffersCreated, prompt).toBe(0);
+      expect(counts.bindGroupsCreated, prompt).toBe(0);
+      expect(counts.pipelinesCreated, prompt).toBe(0);
+    }
+  });
+});
