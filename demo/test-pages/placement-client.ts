@@ -31,7 +31,8 @@ async function startLongStream(signal?: AbortSignal) {
   return { status: response.status, reader, first: new TextDecoder().decode(first.value) };
 }
 
-let heldReader: ReadableStreamDefaultReader<Uint8Array> | null = null;
+/** Streams held open on purpose: kept referenced so that nothing closes them before the tab does. */
+const heldReaders: ReadableStreamDefaultReader<Uint8Array>[] = [];
 
 export const placementClient = {
   async complete(prompt: string, maxTokens: number) {
@@ -80,7 +81,7 @@ export const placementClient = {
   /** Starts a long stream and keeps it open (for a tab closed mid-stream). */
   async holdLongStream() {
     const { status, reader, first } = await startLongStream();
-    heldReader = reader;
+    heldReaders.push(reader);
     return { status, first };
   },
 

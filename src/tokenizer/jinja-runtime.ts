@@ -22,7 +22,6 @@ import * as jinjaModule from '@huggingface/jinja';
 import {
   isMapping, isNumberLike, isSequence, jinjaTitleFilter, jsonOptions, pyCapitalize, pyCompare, pyContains, pyEquals, pyJsonDumps,
   pyLength, pyPercentFormat, pyRepr, pyRoundFloat, pyStr, pyStrftime, pyStringRepr, pyStrip, pyTruthy, pyTypeRepr,
-  type JinjaValue,
   type Kit,
   type Value,
 } from './jinja-python.ts';

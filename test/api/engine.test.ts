@@ -100,8 +100,7 @@ describe('Engine.unload() with requests in flight (fake generator)', () => {
     const iterator = stream[Symbol.asyncIterator]();
     await iterator.next();
     void engine.unload();
-    let step: IteratorResult<CompletionChunk>;
-    while (!(step = await iterator.next()).done) {
+    while (!(await iterator.next()).done) {
       log.push('chunk');
       await tick();
     }

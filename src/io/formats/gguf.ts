@@ -297,20 +297,3 @@ function readAlignment(file: string, value: GgufValue | undefined, type: number 
   }
   return value;
 }
-
-/** A metadata value as a number (throws naming the key when it is missing or not numeric, unless a fallback is given). */
-export function ggufNumber(metadata: GgufMetadata, key: string, fallback?: number): number {
-  const v = metadata[key];
-  if (v === undefined) {
-    if (fallback !== undefined) return fallback;
-    throw new Error(`GGUF metadata key ${key} is missing`);
-  }
-  if (typeof v === 'number') return v;
-  if (typeof v === 'bigint') return Number(v);
-  throw new Error(`GGUF metadata key ${key} is not a number (${typeof v})`);
-}
-
-export function ggufString(metadata: GgufMetadata, key: string): string | undefined {
-  const v = metadata[key];
-  return typeof v === 'string' ? v : undefined;
-}
