@@ -5,7 +5,7 @@ import type { WeightDType } from '../src/gpu/tensor.ts';
 import type { LlamaConfig } from '../src/model/config.ts';
 import { LlamaModel, type DecodeStep } from '../src/model/llama.ts';
 import type { KvCache } from '../src/model/kv-cache.ts';
-import { decodeLayerGroups } from '../src/gpu/kernels.ts';
+import { decodeLayerGroups } from '../src/gpu/kernels/index.ts';
 import { buildRandomModel, tinyConfig } from './helpers/random-model.ts';
 import { mulberry32 } from './helpers/prng.ts';
 import { testGpu } from './helpers/gpu.ts';

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../src/gpu/tensor.ts';
-import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../src/gpu/kernels.ts';
+import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../src/gpu/buffers.ts';
 import { isQuantized, QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
 import { weightRowBytes } from '../src/model/weights.ts';

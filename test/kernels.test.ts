@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import { testGpu } from './helpers/gpu.ts';
 import type { GpuMatrix, WeightDType } from '../src/gpu/tensor.ts';
-import { attentionPlan, Kernels, type KvDType, matmulShape, type MatmulShape, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, TILED_MATMUL_SHAPE, type MatvecPlan } from '../src/gpu/kernels.ts';
+import { attentionPlan, Kernels, type KvDType, matmulShape, type MatmulShape, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, TILED_MATMUL_SHAPE, type MatvecPlan } from '../src/gpu/kernels/index.ts';
 import {
   createF32Buffer,
   createStorageBuffer,

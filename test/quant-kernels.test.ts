@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../src/gpu/device.ts';
 import type { QuantDType } from '../src/gpu/tensor.ts';
-import { Kernels, TILED_MATMUL_SHAPE } from '../src/gpu/kernels.ts';
+import { Kernels, TILED_MATMUL_SHAPE } from '../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32 } from '../src/gpu/buffers.ts';
 import { QUANT_FORMATS } from '../src/gpu/weight-formats.ts';
 import { testGpu } from './helpers/gpu.ts';

@@ -22,7 +22,7 @@ import {
   type DecodeLayerLayout,
   type KernelProgram,
   type KernelRecorder,
-} from '../gpu/kernels.ts';
+} from '../gpu/kernels/index.ts';
 import type { GpuMatrix } from '../gpu/tensor.ts';
 import type { LlamaConfig } from './config.ts';
 import { KvCache, type KvDType } from './kv-cache.ts';

@@ -1,0 +1,147 @@
+// The decode projections of fused_matvec.wgsl: several matrices (or parts) stacked by rows in
+// one dispatch, with RMSNorm, the residual add or SwiGLU folded in. block_dot is shared with the
+// decode layer kernel.
+import type { WeightDType } from '../tensor.ts';
+import type { ShaderSpec } from '../pipelines.ts';
+import { weightFormatWgsl, weightRunLength } from '../weight-formats.ts';
+import type { FusedShape, MatvecPlan } from './tuning.ts';
+import { activationWgsl, reduceTeamWgsl } from './weights.ts';
+import { renameWgsl, unrollConstLoops } from './wgsl.ts';
+import fusedMatvecWgsl from '../../../shaders/fused_matvec.wgsl?raw';
+
+// ---- fused decode projections (fused_matvec.wgsl) ---------------------------------------------
+
+/** fused_matvec.wgsl's modes (its MODE_* constants). */
+export type FusedMatvecMode = 'store' | 'accumulate' | 'swiglu';
+export const FUSED_MODES: Record<FusedMatvecMode, number> = { store: 0, accumulate: 1, swiglu: 2 };
+/** fused_matvec.wgsl MAX_SEGMENTS: row ranges one dispatch stacks. */
+export const FUSED_MAX_SEGMENTS = 8;
+export const FUSED_GAMMA_BINDING = 5;
+export const fusedWeightBinding = (s: number) => 10 + 2 * s;
+export const fusedBiasBinding = (s: number) => 11 + 2 * s;
+
+/** One row range a fused dispatch computes: a matrix or one part of a split one. */
+export interface FusedSegment {
+  buffer: GPUBuffer;
+  dtype: WeightDType;
+  rows: number;
+  /** First row of y it writes. */
+  outRow: number;
+  /** Its first row within the matrix (the bias index). */
+  biasRow: number;
+  bias?: GPUBuffer;
+}
+
+export type FusedVariant = {
+  mode: FusedMatvecMode;
+  norm: boolean;
+  aligned: boolean;
+  plan: MatvecPlan;
+  shape: FusedShape;
+  /** Per segment: its weights' storage, bias, and whether block_dot walks K by dot_run runs (Kernels.usesWeightRuns). */
+  segments: { dtype: WeightDType; hasBias: boolean; runs: boolean }[];
+};
+
+
+export const fusedKey = (v: FusedVariant) =>
+  `fused_matvec/${v.mode}/${v.norm ? 'norm' : 'plain'}/${v.aligned ? 'vec4' : 'scalar'}/team${v.plan.team}-${v.plan.reduction}/` +
+  `q${v.shape.quads}w${v.shape.workgroup}/` +
+  v.segments.map((g) => `${g.dtype}${g.hasBias ? '+bias' : ''}${g.runs ? '+runs' : ''}`).join(',');
+
+/**
+ * `fn block_dot_${name}(base, r0, last_row, lane) -> array<vec4<f32>, QUADS>`: lane's part of the
+ * dot products of rows r0 .. r0 + 4 QUADS - 1 (rows past last_row re-read it; their sums are not
+ * stored) of the matrix that starts at element `base` (0 unless several share one buffer) of the
+ * weight snippet renamed with suffix `s${name}` (`loaderSuffix` names another) with the vector that `loadIn4(k)` /
+ * `loadIn(k)` read, over K = `cols` (a WGSL expression), the lanes TEAM apart. With `runs`, K goes a
+ * run at a time (dot_run; the run's RUN_VEC4S loop is added to `unroll`). Shared by the fused matvec
+ * and the decode layer kernel.
+ */
+export function blockDotWgsl(
+  name: string,
+  dtype: WeightDType,
+  runs: boolean,
+  cols: string,
+  loadIn4: string,
+  loadIn: string,
+  unroll: Record<string, number>,
+  loaderSuffix = `_s${name}`,
+): string {
+  const [w4, w1] = [`load_weight4${loaderSuffix}`, `load_weight${loaderSuffix}`];
+  let code = `fn block_dot_${name}(base: u32, r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {
+  let cols = ${cols};
+  var w: array<u32, 4u * QUADS>;
+  for (var q = 0u; q < QUADS; q++) {
+    w[4u * q] = base + min(r0 + 4u * q, last_row) * cols;
+    w[4u * q + 1u] = base + min(r0 + 4u * q + 1u, last_row) * cols;
+    w[4u * q + 2u] = base + min(r0 + 4u * q + 2u, last_row) * cols;
+    w[4u * q + 3u] = base + min(r0 + 4u * q + 3u, last_row) * cols;
+  }
+  var acc: array<vec4<f32>, QUADS>;
+`;
+  if (runs) {
+    // K a run at a time (the lanes take whole runs; quantized rows are whole runs): the input of
+    // the run loaded once, dot_run per row.
+    const run = weightRunLength(dtype);
+    unroll[`RUN_VEC4S_s${name}`] = run / 4;
+    return code + `  for (var k = lane * ${run}u; k < cols; k += TEAM * ${run}u) {
+    var xs: array<vec4<f32>, RUN_VEC4S_s${name}>;
+    for (var u = 0u; u < RUN_VEC4S_s${name}; u++) {
+      xs[u] = ${loadIn4}(k + 4u * u);
+    }
+    for (var q = 0u; q < QUADS; q++) {
+      acc[q] += vec4<f32>(dot_run_s${name}(w[4u * q] + k, xs), dot_run_s${name}(w[4u * q + 1u] + k, xs),
+                          dot_run_s${name}(w[4u * q + 2u] + k, xs), dot_run_s${name}(w[4u * q + 3u] + k, xs));
+    }
+  }
+  return acc;
+}\n`;
+  }
+  return code + `  let k_vec_end = cols & ~3u;
+  for (var k = lane * 4u; k < k_vec_end; k += TEAM * 4u) {
+    let xn = ${loadIn4}(k);
+    for (var q = 0u; q < QUADS; q++) {
+      acc[q] += xn * mat4x4<f32>(${w4}(w[4u * q] + k), ${w4}(w[4u * q + 1u] + k), ${w4}(w[4u * q + 2u] + k), ${w4}(w[4u * q + 3u] + k));
+    }
+  }
+  for (var k = k_vec_end + lane; k < cols; k += TEAM) {
+    let xn = ${loadIn}(k);
+    for (var q = 0u; q < QUADS; q++) {
+      acc[q] += xn * vec4<f32>(${w1}(w[4u * q] + k), ${w1}(w[4u * q + 1u] + k), ${w1}(w[4u * q + 2u] + k), ${w1}(w[4u * q + 3u] + k));
+    }
+  }
+  return acc;
+}\n`;
+}
+
+export function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
+  const reduce = reduceTeamWgsl(v.plan);
+  let code = `${reduce.directives}const MODE: u32 = ${FUSED_MODES[v.mode]}u;\nconst NORM: bool = ${v.norm};\n`;
+  code += `const QUADS: u32 = ${v.shape.quads}u;\nconst WORKGROUP_SIZE: u32 = ${v.shape.workgroup}u;\n`;
+  code += `const SEGMENTS: u32 = ${v.segments.length}u;\n${reduce.code}${activationWgsl(v.aligned)}`;
+  if (v.norm) {
+    code += v.aligned
+      ? `@group(0) @binding(${FUSED_GAMMA_BINDING}) var<storage, read> gamma: array<vec4<f32>>;\n` +
+        `fn load_gamma4(k: u32) -> vec4<f32> { return gamma[k >> 2u]; }\nfn load_gamma(k: u32) -> f32 { return gamma[k >> 2u][k & 3u]; }\n`
+      : `@group(0) @binding(${FUSED_GAMMA_BINDING}) var<storage, read> gamma: array<f32>;\n` +
+        `fn load_gamma4(k: u32) -> vec4<f32> { return vec4<f32>(gamma[k], gamma[k + 1u], gamma[k + 2u], gamma[k + 3u]); }\n` +
+        `fn load_gamma(k: u32) -> f32 { return gamma[k]; }\n`;
+  } else {
+    code += `fn load_gamma4(k: u32) -> vec4<f32> { return vec4<f32>(1.0); }\nfn load_gamma(k: u32) -> f32 { return 1.0; }\n`;
+  }
+  let dotCases = '';
+  let biasCases = '';
+  const unroll: Record<string, number> = { QUADS: v.shape.quads };
+  v.segments.forEach((g, s) => {
+    code += renameWgsl(weightFormatWgsl(g.dtype, fusedWeightBinding(s), 0, v.aligned), `s${s}`);
+    code += g.hasBias
+      ? `@group(0) @binding(${fusedBiasBinding(s)}) var<storage, read> bias_s${s}: array<f32>;\nfn bias_${s}(r: u32) -> f32 { return bias_s${s}[r]; }\n`
+      : `fn bias_${s}(r: u32) -> f32 { return 0.0; }\n`;
+    dotCases += `    case ${s}u: { return block_dot_${s}(0u, r0, last_row, lane); }\n`;
+    biasCases += `    case ${s}u: { return bias_${s}(r); }\n`;
+    code += blockDotWgsl(`${s}`, g.dtype, g.runs, 'params.cols', 'load_xn4', 'load_xn', unroll);
+  });
+  code += `fn block_dot(s: u32, r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {\n  switch (s) {\n${dotCases}    default: { return array<vec4<f32>, QUADS>(); }\n  }\n}\n`;
+  code += `fn seg_bias(s: u32, r: u32) -> f32 {\n  switch (s) {\n${biasCases}    default: { return 0.0; }\n  }\n}\n`;
+  return { code: unrollConstLoops(`${code}\n${fusedMatvecWgsl}`, unroll), entryPoint: 'main' };
+}

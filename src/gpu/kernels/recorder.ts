@@ -1,0 +1,819 @@
+// The dispatch layer: one method per kernel, recording into a command encoder (KernelBatch) or a
+// reusable program (KernelProgram).
+//
+//   const batch = kernels.begin();
+//   batch.rmsNorm(xb, x, gamma, T, d, eps);
+//   batch.matmul(q, xb, wq, T);
+//   ...
+//   batch.submit();
+//
+// Each method checks its arguments, picks the variant the device's tuning asks for, and records
+// one dispatch (or a few) with its parameters in a uniform slot. Browser-safe: no Node imports.
+import type { RopePairing } from '../../model/config.ts';
+import type { GpuMatrix } from '../tensor.ts';
+import { checkWeightShape } from '../weight-formats.ts';
+import { ATTENTION_MAX_HEAD_DIM } from './attention.ts';
+import { assertCount, assertDistinct, assertFits, checkParts, checkSecondPassWeights } from './checks.ts';
+import {
+  DECODE_LAYER_ARENA_BINDING,
+  DECODE_LAYER_CACHE_BINDING,
+  DECODE_LAYER_LOGITS_BINDING,
+  DECODE_LAYER_MATRICES,
+  DECODE_LAYER_MAX_SLOTS,
+  DECODE_LAYER_TOKENS_BINDING,
+  DECODE_LAYER_WEIGHT_BINDING,
+  decodeLayerFits,
+  decodeLayerLayout,
+  decodeLayerSizesFit,
+  type DecodeArena,
+  type DecodeLayerDims,
+  type DecodeLayerVariant,
+} from './decode-layer.ts';
+import { ELEMENTWISE_WORKGROUP, type KvDType } from './elementwise.ts';
+import { FUSED_GAMMA_BINDING, FUSED_MAX_SEGMENTS, fusedBiasBinding, fusedWeightBinding, type FusedMatvecMode, type FusedSegment, type FusedVariant } from './fused-matvec.ts';
+import type { Kernels } from './registry.ts';
+import {
+  ATTENTION_ITEMS_PER_WORKGROUP,
+  attentionHeadsPerThread,
+  attentionPlan,
+  attentionQueriesPerThread,
+  attentionThreadsPerWorkgroup,
+  DECODE_ATTENTION_THREADS_CPU,
+  DECODE_ATTENTION_THREADS_GPU,
+  DECODE_LAYER_QUADS,
+  DECODE_LAYER_WORKGROUP,
+  fusedShape,
+  MATVEC_WORKGROUP,
+  RMSNORM_ROWS_PER_WORKGROUP,
+  rmsNormPlan,
+  type MatmulShape,
+} from './tuning.ts';
+import { f32, UniformArena, type UniformValue } from './uniforms.ts';
+import { BIAS_BINDING, PAIR_BIAS_BINDING, PAIR_OUTPUT_BINDING, WEIGHT_BINDING, WEIGHT_UP_BINDING } from './weights.ts';
+import { POSITION_BINDING } from './wgsl.ts';
+
+/**
+ * The kernels' dispatch methods, checked and planned once; where the dispatches go is the
+ * subclass's: KernelBatch encodes them at once into one command encoder, KernelProgram keeps them
+ * (with their parameters and bind groups) to encode again and again.
+ */
+export abstract class KernelRecorder {
+  /** The dispatches' parameters: one uniform slot each. */
+  protected uniformSlots: UniformArena | undefined;
+
+  constructor(
+    protected readonly kernels: Kernels,
+    /** Label of the bind groups (and passes) it makes. */
+    protected readonly label?: string,
+  ) {}
+
+  /** The dispatches' parameters: one uniform slot each (made on the first dispatch). */
+  protected get uniforms(): UniformArena {
+    this.uniformSlots ??= new UniformArena(this.kernels.ctx.device);
+    return this.uniformSlots;
+  }
+
+  /**
+   * out[t, :] = E[tokens[t], :] (f32 [T, table.cols]). Token ids past the table give zero rows.
+   * A split table (GpuMatrix.parts) takes one dispatch per part, each writing the tokens in its rows.
+   */
+  embedding(out: GPUBuffer, table: GpuMatrix, tokens: GPUBuffer, T: number): void {
+    assertCount(T, 'embedding T', 0);
+    if (T === 0) return;
+    assertFits(out, T * table.cols * 4, 'embedding out');
+    assertFits(tokens, T * 4, 'embedding tokens');
+    checkWeightShape(table.dtype, table.rows, table.cols, 'embedding table');
+    const parts = checkParts(table, 'embedding table');
+    const n = T * table.cols;
+    const pipeline = this.kernels.weightPipeline('embedding', table.dtype, { hasBias: false, aligned: false });
+    for (const part of parts) {
+      this.dispatch(
+        pipeline,
+        [T, table.cols, table.rows, part.firstRow, part.rows],
+        { 1: out, 2: tokens, [WEIGHT_BINDING]: part.buffer },
+        Math.ceil(n / ELEMENTWISE_WORKGROUP),
+      );
+    }
+  }
+
+  /** out[t, i] = x[t, i] / sqrt(mean(x[t, :]^2) + eps) * gamma[i]. out must not be x. */
+  rmsNorm(out: GPUBuffer, x: GPUBuffer, gamma: GPUBuffer, T: number, dim: number, eps: number): void {
+    assertCount(T, 'rmsNorm T', 0);
+    assertCount(dim, 'rmsNorm dim');
+    if (T === 0) return;
+    assertDistinct(out, [x, gamma], 'rmsNorm');
+    assertFits(out, T * dim * 4, 'rmsNorm out');
+    assertFits(x, T * dim * 4, 'rmsNorm x');
+    assertFits(gamma, dim * 4, 'rmsNorm gamma');
+    // A multiple of 4 floats per row: every row starts 16-byte aligned, so the rows are read as vec4s.
+    const entry = this.kernels.rmsNormPlanOverride ?? rmsNormPlan(dim, this.kernels.isCpuDevice);
+    const pipeline = this.kernels.rmsNormPipeline({ entry, aligned: dim % 4 === 0 });
+    const workgroups = entry === 'per_row' ? Math.ceil(T / RMSNORM_ROWS_PER_WORKGROUP) : T;
+    this.dispatch(pipeline, [T, dim, f32(eps)], { 1: out, 2: x, 3: gamma }, workgroups);
+  }
+
+  /**
+   * y[T, W.rows] = x[T, W.cols]·Wᵀ (+ bias); with `accumulate`, y += that (the residual add
+   * folded in). One token goes to matvec.wgsl (threads of 4 rows, see matvecPlan), more to the
+   * register-blocked matmul.wgsl (threads of 4 rows x 4 tokens; on CPU devices bigger blocks) or, on GPUs from
+   * 32 tokens, the shared-memory tiles of matmul_tiled.wgsl (matmulShape). y must not be x.
+   */
+  matmul(y: GPUBuffer, x: GPUBuffer, W: GpuMatrix, T: number, bias?: GPUBuffer, options: { accumulate?: boolean } = {}): void {
+    const accumulate = options.accumulate ?? false;
+    assertCount(T, 'matmul T', 0);
+    assertCount(W.rows, 'matmul W.rows');
+    assertCount(W.cols, 'matmul W.cols');
+    if (T === 0) return;
+    checkWeightShape(W.dtype, W.rows, W.cols, 'matmul W');
+    const parts = checkParts(W, 'matmul W');
+    assertDistinct(y, [x, ...parts.map((p) => p.buffer), bias], 'matmul');
+    assertFits(y, T * W.rows * 4, 'matmul y');
+    assertFits(x, T * W.cols * 4, 'matmul x');
+    if (bias) assertFits(bias, W.rows * 4, 'matmul bias');
+
+    // A multiple of 4 columns: every row of x and W starts 16-byte aligned, so both are read as vec4s.
+    const aligned = W.cols % 4 === 0;
+    // A split W (GpuMatrix.parts): one dispatch per row range, writing its columns of y.
+    for (const part of parts) {
+      const buffers: Record<number, GPUBuffer> = { 1: y, 2: x, [WEIGHT_BINDING]: part.buffer };
+      if (bias) buffers[BIAS_BINDING] = bias;
+      if (T === 1) {
+        const plan = this.kernels.matvecPlan(W.cols);
+        const workgroups = Math.ceil((Math.ceil(part.rows / 4) * plan.team) / MATVEC_WORKGROUP);
+        const runs = this.kernels.usesWeightRuns(W.dtype);
+        const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan, accumulate, runs });
+        this.dispatch(pipeline, [part.rows, W.cols, part.firstRow], buffers, workgroups);
+      } else {
+        const shape = this.kernels.matmulShape(T, aligned, W.dtype);
+        const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned, matmul: shape, accumulate });
+        this.dispatch(pipeline, [T, part.rows, W.cols, part.firstRow, W.rows], buffers, this.matmulGrid(shape, part.rows, T, 'matmul'));
+      }
+    }
+  }
+
+  /**
+   * The feed-forward's input for T tokens: out[T, rows] = silu(x·W_gateᵀ) * (x·W_upᵀ), in one
+   * pass (matmul.wgsl SWIGLU) when T > 1 and neither matrix is split; otherwise the two
+   * projections go to `scratch` and swiglu() combines them (T = 1: fusedSwiglu). out must not be x.
+   */
+  matmulSwiglu(out: GPUBuffer, x: GPUBuffer, wGate: GpuMatrix, wUp: GpuMatrix, T: number, scratch: { gate: GPUBuffer; up: GPUBuffer }): void {
+    assertCount(T, 'matmulSwiglu T', 0);
+    if (T === 0) return;
+    if (wGate.rows !== wUp.rows || wGate.cols !== wUp.cols) {
+      throw new Error(`matmulSwiglu: W_gate [${wGate.rows}, ${wGate.cols}] and W_up [${wUp.rows}, ${wUp.cols}] differ`);
+    }
+    if (T === 1 || wGate.parts || wUp.parts || wGate.dtype !== wUp.dtype) {
+      if (T === 1) {
+        this.fusedSwiglu(out, x, wGate, wUp, { scratch });
+        return;
+      }
+      this.matmul(scratch.gate, x, wGate, T);
+      this.matmul(scratch.up, x, wUp, T);
+      this.swiglu(out, scratch.gate, scratch.up, T * wGate.rows);
+      return;
+    }
+    checkSecondPassWeights('matmulSwiglu', [wGate, 'W_gate'], [wUp, 'W_up']);
+    assertDistinct(out, [x, wGate.buffer, wUp.buffer], 'matmulSwiglu');
+    assertFits(out, T * wGate.rows * 4, 'matmulSwiglu out');
+    assertFits(x, T * wGate.cols * 4, 'matmulSwiglu x');
+    const aligned = wGate.cols % 4 === 0;
+    const shape = this.kernels.matmulShape(T, aligned, wGate.dtype);
+    const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned, matmul: shape, swiglu: true });
+    this.dispatch(
+      pipeline,
+      [T, wGate.rows, wGate.cols, 0, wGate.rows],
+      { 1: out, 2: x, [WEIGHT_BINDING]: wGate.buffer, [WEIGHT_UP_BINDING]: wUp.buffer },
+      this.matmulGrid(shape, wGate.rows, T, 'matmulSwiglu'),
+    );
+  }
+
+  /**
+   * Two projections of the same x for T tokens in one pass (matmul.wgsl PAIR): y1 = x·W1ᵀ (+ b1)
+   * and y2 = x·W2ᵀ (+ b2), each X load serving both: the prefill's K and V (on SwiftShader, where
+   * loads are what costs, 6% of stories260K's prefill). W1 and W2 of one shape and storage, whole,
+   * biases both or neither; otherwise (and for T = 1) two matmul() calls.
+   */
+  matmulPair(y1: GPUBuffer, y2: GPUBuffer, x: GPUBuffer, W1: GpuMatrix, W2: GpuMatrix, T: number, b1?: GPUBuffer, b2?: GPUBuffer): void {
+    assertCount(T, 'matmulPair T', 0);
+    if (T === 0) return;
+    const same = W1.rows === W2.rows && W1.cols === W2.cols && W1.dtype === W2.dtype && !W1.parts && !W2.parts && !b1 === !b2;
+    if (T === 1 || !same) {
+      this.matmul(y1, x, W1, T, b1);
+      this.matmul(y2, x, W2, T, b2);
+      return;
+    }
+    checkSecondPassWeights('matmulPair', [W1, 'W1'], [W2, 'W2']);
+    assertDistinct(y1, [y2, x, W1.buffer, W2.buffer, b1, b2], 'matmulPair');
+    assertDistinct(y2, [x, W1.buffer, W2.buffer, b1, b2], 'matmulPair');
+    assertFits(y1, T * W1.rows * 4, 'matmulPair y1');
+    assertFits(y2, T * W1.rows * 4, 'matmulPair y2');
+    assertFits(x, T * W1.cols * 4, 'matmulPair x');
+    if (b1 && b2) {
+      assertFits(b1, W1.rows * 4, 'matmulPair b1');
+      assertFits(b2, W1.rows * 4, 'matmulPair b2');
+    }
+    const aligned = W1.cols % 4 === 0;
+    const shape = this.kernels.matmulShape(T, aligned, W1.dtype);
+    const pipeline = this.kernels.weightPipeline('matmul', W1.dtype, { hasBias: !!b1, aligned, matmul: shape, pair: true });
+    const buffers: Record<number, GPUBuffer> = { 1: y1, 2: x, [WEIGHT_BINDING]: W1.buffer, [WEIGHT_UP_BINDING]: W2.buffer, [PAIR_OUTPUT_BINDING]: y2 };
+    if (b1 && b2) {
+      buffers[BIAS_BINDING] = b1;
+      buffers[PAIR_BIAS_BINDING] = b2;
+    }
+    this.dispatch(pipeline, [T, W1.rows, W1.cols, 0, W1.rows], buffers, this.matmulGrid(shape, W1.rows, T, 'matmulPair'));
+  }
+
+  /** matmul.wgsl's 2-D grid for `rows` outputs of T tokens (it does not fold into 2-D like the 1-D kernels). */
+  private matmulGrid(shape: MatmulShape, rows: number, T: number, what: string): [number, number] {
+    const groupsX = Math.ceil(rows / (4 * (shape.rowQuads ?? 1) * shape.wx));
+    const groupsY = Math.ceil(T / (shape.tokens * shape.wy));
+    const max = this.kernels.maxWorkgroupsPerDimension;
+    if (groupsX > max || groupsY > max) throw new Error(`${what} of ${T} x ${rows} outputs exceeds the dispatch grid`);
+    return [groupsX, groupsY];
+  }
+
+  /** Rotates x [T, numHeads, headDim] in place; token t is at position startPos + t. */
+  rope(
+    x: GPUBuffer,
+    T: number,
+    numHeads: number,
+    headDim: number,
+    startPos: number,
+    invFreq: GPUBuffer,
+    pairing: RopePairing,
+    /** A u32 added to startPos on the GPU (see PositionSource); for KernelProgram's reusable steps. */
+    position?: GPUBuffer,
+  ): void {
+    assertCount(T, 'rope T', 0);
+    assertCount(numHeads, 'rope numHeads');
+    assertCount(headDim, 'rope headDim');
+    assertCount(startPos, 'rope startPos', 0);
+    if (headDim % 2 !== 0) throw new Error(`rope headDim must be even, got ${headDim}`);
+    if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
+    if (T === 0) return;
+    assertDistinct(x, [invFreq], 'rope');
+    assertFits(x, T * numHeads * headDim * 4, 'rope x');
+    assertFits(invFreq, (headDim / 2) * 4, 'rope invFreq');
+    const pairs = T * numHeads * (headDim / 2);
+    this.dispatch(
+      this.kernels.positionalPipeline('rope', position ? 'buffer' : 'uniform'),
+      [T, numHeads, headDim, startPos, pairing === 'adjacent' ? 0 : 1],
+      withPosition({ 1: x, 2: invFreq }, position),
+      Math.ceil(pairs / ELEMENTWISE_WORKGROUP),
+    );
+  }
+
+  /**
+   * Causal grouped-query attention of q [T, numHeads, headDim] over the caches
+   * [rows, numKvHeads, headDim], which must already hold positions 0 .. startPos + T - 1.
+   * Writes out [T, numHeads, headDim]. With a slidingWindow W, the query at position p attends
+   * only to the keys at positions (p - W, p] (Mistral / Qwen2 `sliding_window`); without, to 0 ..= p.
+   * One thread per (token, head) or one workgroup per (token, head): see attentionPlan.
+   * kvDType: the caches' element type ('f16': two halves a u32 word, as writeKv stores them).
+   * With `position` (a u32 on the GPU, see PositionSource), the first token is at startPos plus
+   * that value: the caches are then only checked to hold startPos + T rows, the kernel variant is
+   * planned for as many keys as the caches hold, and the dispatch grid does not depend on it.
+   */
+  attention(
+    out: GPUBuffer,
+    q: GPUBuffer,
+    kCache: GPUBuffer,
+    vCache: GPUBuffer,
+    T: number,
+    startPos: number,
+    numHeads: number,
+    numKvHeads: number,
+    headDim: number,
+    slidingWindow?: number,
+    kvDType: KvDType = 'f32',
+    position?: GPUBuffer,
+  ): void {
+    assertCount(T, 'attention T', 0);
+    assertCount(startPos, 'attention startPos', 0);
+    assertCount(numHeads, 'attention numHeads');
+    assertCount(numKvHeads, 'attention numKvHeads');
+    assertCount(headDim, 'attention headDim');
+    if (numHeads % numKvHeads !== 0) {
+      throw new Error(`attention numHeads (${numHeads}) must be a multiple of numKvHeads (${numKvHeads})`);
+    }
+    if (slidingWindow !== undefined) assertCount(slidingWindow, 'attention slidingWindow');
+    if (headDim > ATTENTION_MAX_HEAD_DIM) {
+      throw new Error(`attention headDim ${headDim} exceeds the supported ${ATTENTION_MAX_HEAD_DIM}`);
+    }
+    if (T === 0) return;
+    assertDistinct(out, [q, kCache, vCache], 'attention');
+    assertFits(out, T * numHeads * headDim * 4, 'attention out');
+    assertFits(q, T * numHeads * headDim * 4, 'attention q');
+    if (kvDType === 'f16' && (numKvHeads * headDim) % 2 !== 0) {
+      throw new Error(`attention: an f16 KV cache needs an even K/V row (numKvHeads * headDim = ${numKvHeads * headDim})`);
+    }
+    const rowBytes = numKvHeads * headDim * (kvDType === 'f16' ? 2 : 4);
+    assertFits(kCache, (startPos + T) * rowBytes, 'attention kCache');
+    assertFits(vCache, (startPos + T) * rowBytes, 'attention vCache');
+    const items = T * numHeads;
+    // The most keys any query sees: with a GPU position, as many as the cache holds.
+    const lastRow = position ? Math.floor(Math.min(kCache.size, vCache.size) / rowBytes) : startPos + T;
+    const keys = Math.min(lastRow, slidingWindow ?? Infinity);
+    const isCpu = this.kernels.isCpuDevice;
+    const entry = this.kernels.attentionPlanOverride ?? attentionPlan(items, keys, headDim, isCpu);
+    const heads = entry === 'per_thread' ? this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, headDim, isCpu) : 1;
+    const queries =
+      entry === 'per_thread' ? this.kernels.attentionQueriesOverride ?? attentionQueriesPerThread(T, heads, headDim, isCpu) : 1;
+    const threads = Math.ceil(T / queries) * (numHeads / heads);
+    const workgroup = attentionThreadsPerWorkgroup(isCpu);
+    this.dispatch(
+      this.kernels.attentionPipeline({
+        entry,
+        headDim,
+        kvDType,
+        position: position ? 'buffer' : 'uniform',
+        heads,
+        queries,
+        threads: entry === 'per_thread' ? workgroup : undefined,
+      }),
+      [T, startPos, numHeads, numKvHeads, headDim, f32(1 / Math.sqrt(headDim)), slidingWindow ?? 0],
+      withPosition({ 1: out, 2: q, 3: kCache, 4: vCache }, position),
+      entry === 'per_thread' ? Math.ceil(threads / workgroup) : items,
+    );
+  }
+
+  /**
+   * Writes rows startRow .. startRow + T - 1 of the caches kCache and vCache from the f32 rows k and
+   * v [T, rowElems]. 'f16' caches (the default) hold two halves a u32 word, rounded to nearest
+   * even (rowElems must be even); 'f32' caches the floats as they are. With `position` (a u32 on
+   * the GPU, see PositionSource) the rows start at startRow plus that value; the caches are then
+   * only checked to hold startRow + T rows.
+   */
+  writeKv(
+    kCache: GPUBuffer,
+    vCache: GPUBuffer,
+    k: GPUBuffer,
+    v: GPUBuffer,
+    T: number,
+    startRow: number,
+    rowElems: number,
+    options: { kvDType?: KvDType; position?: GPUBuffer } = {},
+  ): void {
+    const kvDType = options.kvDType ?? 'f16';
+    assertCount(T, 'writeKv T', 0);
+    assertCount(startRow, 'writeKv startRow', 0);
+    assertCount(rowElems, 'writeKv rowElems');
+    if (kvDType === 'f16' && rowElems % 2 !== 0) throw new Error(`writeKv: an f16 KV cache row must be even, got ${rowElems} elements`);
+    if (T === 0) return;
+    assertDistinct(kCache, [vCache, k, v], 'writeKv');
+    assertDistinct(vCache, [k, v], 'writeKv');
+    assertFits(k, T * rowElems * 4, 'writeKv k');
+    assertFits(v, T * rowElems * 4, 'writeKv v');
+    const elemBytes = kvDType === 'f16' ? 2 : 4;
+    assertFits(kCache, (startRow + T) * rowElems * elemBytes, 'writeKv kCache');
+    assertFits(vCache, (startRow + T) * rowElems * elemBytes, 'writeKv vCache');
+    // f16: one thread per word (two halves); f32: one per float.
+    const rowLen = kvDType === 'f16' ? rowElems / 2 : rowElems;
+    const n = T * rowLen;
+    const source = options.position ? 'buffer' : 'uniform';
+    const buffers: Record<number, GPUBuffer> =
+      kvDType === 'f16' ? { 1: k, 2: v, 3: kCache, 4: vCache } : { 1: k, 2: v, 5: kCache, 6: vCache };
+    this.dispatch(
+      this.kernels.positionalPipeline(kvDType === 'f16' ? 'write_kv' : 'write_kv_f32', source),
+      [n, startRow, rowLen],
+      withPosition(buffers, options.position),
+      Math.ceil(n / ELEMENTWISE_WORKGROUP),
+    );
+  }
+
+  /**
+   * Decode (one token) projection through matrices stacked by rows, with RMSNorm and the residual
+   * add folded in (fused_matvec.wgsl): y = [W_0·x' + b_0; W_1·x' + b_1; ...] where x' = x, or
+   * rmsnorm(x)·γ with `norm`; with `accumulate`, y += that instead (x += W·a). Every matrix has
+   * x's length of columns. Split matrices (GpuMatrix.parts) and their biases are stacked as row
+   * ranges; one dispatch takes as many as the device's storage-buffer bindings (and 8) allow.
+   * y must not be x (or a weight or bias).
+   */
+  fusedMatvec(
+    y: GPUBuffer,
+    x: GPUBuffer,
+    matrices: { W: GpuMatrix; bias?: GPUBuffer }[],
+    options: { norm?: { gamma: GPUBuffer; eps: number }; accumulate?: boolean } = {},
+  ): void {
+    if (matrices.length === 0) throw new Error('fusedMatvec needs at least one matrix');
+    const cols = matrices[0].W.cols;
+    const segments: FusedSegment[] = [];
+    let outRow = 0;
+    for (const [i, { W, bias }] of matrices.entries()) {
+      const what = `fusedMatvec W[${i}]`;
+      assertCount(W.rows, `${what}.rows`);
+      if (W.cols !== cols) throw new Error(`${what} has ${W.cols} columns, the others ${cols}`);
+      checkWeightShape(W.dtype, W.rows, W.cols, what);
+      if (bias) assertFits(bias, W.rows * 4, `${what} bias`);
+      for (const part of checkParts(W, what)) {
+        segments.push({ buffer: part.buffer, dtype: W.dtype, rows: part.rows, outRow: outRow + part.firstRow, biasRow: part.firstRow, bias });
+      }
+      outRow += W.rows;
+    }
+    assertFits(y, outRow * 4, 'fusedMatvec y');
+    this.recordFused(options.accumulate ? 'accumulate' : 'store', y, x, cols, segments, options.norm);
+  }
+
+  /**
+   * Decode (one token) feed-forward input: out = silu(x'·W_gateᵀ) * (x'·W_upᵀ), x' = x or
+   * rmsnorm(x)·γ with `norm`, in one dispatch (fused_matvec.wgsl MODE_SWIGLU). A split W_gate or
+   * W_up (GpuMatrix.parts) takes the two projections into `scratch` and swiglu() instead.
+   */
+  fusedSwiglu(
+    out: GPUBuffer,
+    x: GPUBuffer,
+    wGate: GpuMatrix,
+    wUp: GpuMatrix,
+    options: { norm?: { gamma: GPUBuffer; eps: number }; scratch?: { gate: GPUBuffer; up: GPUBuffer } } = {},
+  ): void {
+    if (wGate.rows !== wUp.rows || wGate.cols !== wUp.cols) {
+      throw new Error(`fusedSwiglu: W_gate [${wGate.rows}, ${wGate.cols}] and W_up [${wUp.rows}, ${wUp.cols}] differ`);
+    }
+    if (wGate.parts || wUp.parts) {
+      const scratch = options.scratch;
+      if (!scratch) throw new Error('fusedSwiglu: a split W_gate or W_up needs scratch buffers');
+      this.fusedMatvec(scratch.gate, x, [{ W: wGate }], { norm: options.norm });
+      this.fusedMatvec(scratch.up, x, [{ W: wUp }], { norm: options.norm });
+      this.swiglu(out, scratch.gate, scratch.up, wGate.rows);
+      return;
+    }
+    for (const [W, what] of [[wGate, 'W_gate'], [wUp, 'W_up']] as const) {
+      assertCount(W.rows, `fusedSwiglu ${what}.rows`);
+      checkWeightShape(W.dtype, W.rows, W.cols, `fusedSwiglu ${what}`);
+      checkParts(W, `fusedSwiglu ${what}`);
+    }
+    assertFits(out, wGate.rows * 4, 'fusedSwiglu out');
+    const segment = (W: GpuMatrix): FusedSegment => ({ buffer: W.buffer, dtype: W.dtype, rows: W.rows, outRow: 0, biasRow: 0 });
+    this.recordFused('swiglu', out, x, wGate.cols, [segment(wGate), segment(wUp)], options.norm);
+  }
+
+  private recordFused(
+    mode: FusedMatvecMode,
+    y: GPUBuffer,
+    x: GPUBuffer,
+    cols: number,
+    segments: FusedSegment[],
+    norm: { gamma: GPUBuffer; eps: number } | undefined,
+  ): void {
+    assertFits(x, cols * 4, 'fused matvec x');
+    if (norm) assertFits(norm.gamma, cols * 4, 'fused matvec gamma');
+    assertDistinct(y, [x, norm?.gamma, ...segments.flatMap((g) => [g.buffer, g.bias])], 'fused matvec');
+    const aligned = cols % 4 === 0;
+    const plan = this.kernels.matvecPlan(cols);
+    // Storage buffers one dispatch may bind: y, x, gamma, then a weight (and bias) per segment.
+    const budget = this.kernels.ctx.limits.maxStorageBuffersPerShaderStage - (norm ? 3 : 2);
+    const groups: FusedSegment[][] = [];
+    if (mode === 'swiglu') {
+      if (budget < 2) throw new Error('fused matvec: the device binds too few storage buffers');
+      groups.push(segments);
+    } else {
+      let group: FusedSegment[] = [];
+      let used = 0;
+      for (const g of segments) {
+        const cost = g.bias ? 2 : 1;
+        if (cost > budget) throw new Error('fused matvec: the device binds too few storage buffers');
+        if (group.length === FUSED_MAX_SEGMENTS || used + cost > budget) {
+          groups.push(group);
+          group = [];
+          used = 0;
+        }
+        group.push(g);
+        used += cost;
+      }
+      groups.push(group);
+    }
+    const preferred = this.kernels.fusedShapeOverride ?? fusedShape(this.kernels.isCpuDevice);
+    // A workgroup holds whole teams (the workgroup reduction's teams can be the whole workgroup).
+    const shape = { ...preferred, workgroup: Math.max(preferred.workgroup, plan.team) };
+    for (const group of groups) {
+      const seg: number[] = [];
+      let blocks = 0;
+      for (const [s, g] of group.entries()) {
+        seg.push(blocks, g.rows, g.outRow, g.biasRow);
+        // swiglu: the grid covers W_gate's blocks only (each thread computes W_up's same rows).
+        if (mode !== 'swiglu' || s === 0) blocks += Math.ceil(g.rows / (4 * shape.quads));
+      }
+      // Unused slots (and W_up in swiglu mode) start past every block: no thread picks them.
+      if (mode === 'swiglu') seg[4] = 0xffffffff;
+      while (seg.length < 4 * FUSED_MAX_SEGMENTS) seg.push(0xffffffff, 1, 0, 0);
+      const variant: FusedVariant = {
+        mode,
+        norm: !!norm,
+        aligned,
+        plan,
+        shape,
+        segments: group.map((g) => ({ dtype: g.dtype, hasBias: !!g.bias, runs: this.kernels.usesWeightRuns(g.dtype) })),
+      };
+      const buffers: Record<number, GPUBuffer> = { 1: y, 2: x };
+      if (norm) buffers[FUSED_GAMMA_BINDING] = norm.gamma;
+      group.forEach((g, s) => {
+        buffers[fusedWeightBinding(s)] = g.buffer;
+        if (g.bias) buffers[fusedBiasBinding(s)] = g.bias;
+      });
+      this.dispatch(
+        this.kernels.fusedMatvecPipeline(variant),
+        [cols, blocks, f32(norm?.eps ?? 0), 0, ...seg],
+        buffers,
+        Math.ceil((blocks * plan.team) / shape.workgroup),
+      );
+    }
+  }
+
+  /**
+   * Decode (one token) attention straight from a fused Q/K/V projection qkv = [q | k | v], with
+   * RoPE and the K/V append folded in (decode_attention.wgsl): q and k rotated to the position
+   * (startPos plus the u32 in `position`, see PositionSource), the token's (rope(k), v) written to
+   * its cache row, and out [numHeads, headDim] = attention over the cache rows up to it. With
+   * `split` (chunks = ceil(cache rows / chunkKeys) > 1) the keys are split over the sequence and
+   * combined in a second dispatch (attention.wgsl split_combine); partials holds
+   * numHeads * chunks * (headDim + 2) floats. The grids depend on the cache size, not the position.
+   */
+  decodeAttention(
+    out: GPUBuffer,
+    qkv: GPUBuffer,
+    kCache: GPUBuffer,
+    vCache: GPUBuffer,
+    startPos: number,
+    numHeads: number,
+    numKvHeads: number,
+    headDim: number,
+    rope: { invFreq: GPUBuffer; pairing: RopePairing },
+    slidingWindow: number | undefined,
+    kvDType: KvDType,
+    split?: { chunkKeys: number; partials: GPUBuffer },
+    position?: GPUBuffer,
+  ): void {
+    assertCount(startPos, 'decodeAttention startPos', 0);
+    assertCount(numHeads, 'decodeAttention numHeads');
+    assertCount(numKvHeads, 'decodeAttention numKvHeads');
+    assertCount(headDim, 'decodeAttention headDim');
+    if (numHeads % numKvHeads !== 0) {
+      throw new Error(`attention numHeads (${numHeads}) must be a multiple of numKvHeads (${numKvHeads})`);
+    }
+    if (headDim % 2 !== 0) throw new Error(`decodeAttention headDim must be even (RoPE pairs), got ${headDim}`);
+    if (headDim > ATTENTION_MAX_HEAD_DIM) throw new Error(`attention headDim ${headDim} exceeds the supported ${ATTENTION_MAX_HEAD_DIM}`);
+    if (rope.pairing !== 'adjacent' && rope.pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(rope.pairing)}`);
+    if (slidingWindow !== undefined) assertCount(slidingWindow, 'attention slidingWindow');
+    const qDim = numHeads * headDim;
+    const kvDim = numKvHeads * headDim;
+    assertDistinct(out, [qkv, kCache, vCache, rope.invFreq, split?.partials], 'decodeAttention');
+    assertDistinct(kCache, [vCache, qkv], 'decodeAttention');
+    assertFits(out, qDim * 4, 'decodeAttention out');
+    assertFits(qkv, (qDim + 2 * kvDim) * 4, 'decodeAttention qkv');
+    assertFits(rope.invFreq, (headDim / 2) * 4, 'decodeAttention invFreq');
+    const rowBytes = kvDim * (kvDType === 'f16' ? 2 : 4);
+    assertFits(kCache, (startPos + 1) * rowBytes, 'decodeAttention kCache');
+    assertFits(vCache, (startPos + 1) * rowBytes, 'decodeAttention vCache');
+    const rows = Math.floor(Math.min(kCache.size, vCache.size) / rowBytes);
+    const chunkKeys = split ? split.chunkKeys : rows;
+    assertCount(chunkKeys, 'decodeAttention chunkKeys');
+    const chunks = Math.ceil(rows / chunkKeys);
+    if (chunks > 1 && !split) throw new Error('decodeAttention: several chunks need a partials buffer');
+    if (split) assertFits(split.partials, numHeads * chunks * (headDim + 2) * 4, 'decodeAttention partials');
+    const scale = f32(1 / Math.sqrt(headDim));
+    const window = slidingWindow ?? 0;
+    const source = position ? 'buffer' : 'uniform';
+    const isCpu = this.kernels.isCpuDevice;
+    const threads = isCpu ? DECODE_ATTENTION_THREADS_CPU : DECODE_ATTENTION_THREADS_GPU;
+    const heads = this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, headDim, isCpu);
+    const buffers: Record<number, GPUBuffer> = { 1: out, 2: qkv, 3: kCache, 4: vCache, 6: rope.invFreq };
+    if (chunks > 1 && split) buffers[5] = split.partials;
+    this.dispatch(
+      this.kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads, heads }),
+      [startPos, numHeads, numKvHeads, headDim, scale, window, chunkKeys, chunks, rope.pairing === 'adjacent' ? 0 : 1],
+      withPosition(buffers, position),
+      Math.ceil(((numHeads / heads) * chunks) / threads),
+    );
+    if (chunks > 1 && split) {
+      this.dispatch(
+        this.kernels.attentionPipeline({ entry: 'split_combine', headDim, kvDType, position: source }),
+        [1, startPos, numHeads, numKvHeads, headDim, scale, window, chunkKeys, chunks],
+        withPosition({ 1: out, 5: split.partials }, position),
+        Math.ceil((numHeads * headDim) / ATTENTION_ITEMS_PER_WORKGROUP),
+      );
+    }
+  }
+
+  /**
+   * Decode layers first .. first + count - 1 (one token) in one dispatch (decode_layer.wgsl): with
+   * x, qkv, a, h, the position, RoPE's frequencies, γ_out and the layers' norms and biases in
+   * `state` as decodeLayerLayout(dims) lays them out, x += attention and feed-forward of each layer
+   * in turn, the token's K/V appended to its caches at the position. The matrices (Wq, Wk, Wv, Wo,
+   * W_gate, W_up, W_down: DECODE_LAYER_MATRICES) are one layer's, whole (see decodeLayerFits), each
+   * bound on its own; or every layer's in an f32 arena, which also lets the dispatch start with x =
+   * E[tokens[0]] (`embedFrom`) and end with the logits (`logits`) when the arena holds those
+   * matrices, and then write their argmax to `greedyTo` (u32 at byte 0) and its record to the state
+   * (decodeLayerLayout's records; embedFrom and greedyTo, when both are given, are one buffer).
+   * The last layer's dispatch leaves the next position in the state.
+   */
+  decodeLayers(
+    state: GPUBuffer,
+    weights: { matrices: readonly GpuMatrix[] } | { arena: DecodeArena; embedFrom?: GPUBuffer; logits?: GPUBuffer; greedyTo?: GPUBuffer },
+    first: number,
+    count: number,
+    dims: DecodeLayerDims,
+    caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[] },
+    attention: { numHeads: number; numKvHeads: number; pairing: RopePairing; slidingWindow: number | undefined; kvDType: KvDType },
+    eps: number,
+    hasBias: boolean,
+  ): void {
+    const { numHeads, numKvHeads, pairing, slidingWindow, kvDType } = attention;
+    const maxStorage = this.kernels.ctx.limits.maxStorageBuffersPerShaderStage;
+    assertCount(first, 'decodeLayers first', 0);
+    assertCount(count, 'decodeLayers count');
+    if (first + count > dims.numLayers) throw new Error(`decodeLayers: layers ${first} .. ${first + count - 1} of ${dims.numLayers}`);
+    if (numHeads * dims.headDim !== dims.qDim || numKvHeads * dims.headDim !== dims.kvDim || numHeads % numKvHeads !== 0) {
+      throw new Error(`decodeLayers: ${numHeads} heads on ${numKvHeads} KV heads of ${dims.headDim} do not make q ${dims.qDim}, kv ${dims.kvDim}`);
+    }
+    if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
+    if (slidingWindow !== undefined) assertCount(slidingWindow, 'decodeLayers slidingWindow');
+    if (!decodeLayerSizesFit(dims)) throw new Error('decodeLayers: these sizes do not fit decode_layer.wgsl (see decodeLayerFits)');
+    const shapes: [number, number][] = [
+      [dims.qDim, dims.dim], [dims.kvDim, dims.dim], [dims.kvDim, dims.dim], [dims.dim, dims.qDim],
+      [dims.ffn, dims.dim], [dims.ffn, dims.dim], [dims.dim, dims.ffn],
+    ];
+    const layout = decodeLayerLayout(dims);
+    assertFits(state, layout.floats * 4, 'decodeLayers state');
+    const buffers: Record<number, GPUBuffer> = { 1: state };
+    const rowBytes = dims.kvDim * (kvDType === 'f16' ? 2 : 4);
+    let rows = Infinity;
+    for (let s = 0; s < count; s++) {
+      const [k, v] = [caches.keys[first + s], caches.values[first + s]];
+      if (!k || !v) throw new Error(`decodeLayers: no KV cache for layer ${first + s}`);
+      assertDistinct(k, [v, state], 'decodeLayers');
+      assertDistinct(v, [state], 'decodeLayers');
+      rows = Math.min(rows, Math.floor(Math.min(k.size, v.size) / rowBytes));
+      buffers[DECODE_LAYER_CACHE_BINDING + 2 * s] = k;
+      buffers[DECODE_LAYER_CACHE_BINDING + 2 * s + 1] = v;
+    }
+    assertCount(rows, 'decodeLayers cache rows');
+    // Per slot: its constants in the state and its matrices' first elements in the arena.
+    const slots: number[] = [];
+    let variantWeights: DecodeLayerVariant['matrices'];
+    let embed = false;
+    let logitsRows = 0;
+    let greedy = false;
+    const io = [0, 0, 0]; // emb, emb_rows, lm
+    if ('matrices' in weights) {
+      const { matrices } = weights;
+      if (count !== 1) throw new Error('decodeLayers: a binding per matrix takes one layer a dispatch');
+      if (!decodeLayerFits(dims, matrices, maxStorage)) {
+        throw new Error('decodeLayers: these sizes or matrices do not fit decode_layer.wgsl (see decodeLayerFits)');
+      }
+      matrices.forEach((W, i) => {
+        const [r, c] = shapes[i];
+        const what = `decodeLayers W_${DECODE_LAYER_MATRICES[i]}`;
+        if (W.rows !== r || W.cols !== c) throw new Error(`${what} is [${W.rows}, ${W.cols}], expected [${r}, ${c}]`);
+        checkWeightShape(W.dtype, W.rows, W.cols, what);
+        buffers[DECODE_LAYER_WEIGHT_BINDING + i] = W.buffer;
+      });
+      assertDistinct(state, matrices.map((m) => m.buffer), 'decodeLayers');
+      variantWeights = matrices.map((m) => ({ dtype: m.dtype, runs: this.kernels.usesWeightRuns(m.dtype) }));
+      slots.push(layout.consts + first * layout.constsStride, 0, 0, 0, 0, 0, 0, 0);
+    } else {
+      const { arena, embedFrom, logits, greedyTo } = weights;
+      if (embedFrom && greedyTo && embedFrom !== greedyTo) throw new Error('decodeLayers: embedFrom and greedyTo must be one buffer (one binding)');
+      const tokens = embedFrom ?? greedyTo;
+      if (count > DECODE_LAYER_MAX_SLOTS) throw new Error(`decodeLayers: at most ${DECODE_LAYER_MAX_SLOTS} layers a dispatch, got ${count}`);
+      const floats = arena.buffer.size / 4;
+      const inArena = (offset: number, elements: number, what: string) => {
+        if (!Number.isInteger(offset) || offset < 0 || offset % 4 !== 0 || offset + elements > floats) {
+          throw new Error(`decodeLayers: ${what} at element ${offset} (${elements} elements) is not in the arena of ${floats}`);
+        }
+      };
+      for (let s = 0; s < count; s++) {
+        const offsets = arena.layers[first + s];
+        if (!offsets || offsets.length !== DECODE_LAYER_MATRICES.length) throw new Error(`decodeLayers: the arena has no matrices for layer ${first + s}`);
+        offsets.forEach((o, i) => inArena(o, shapes[i][0] * shapes[i][1], `layer ${first + s} W_${DECODE_LAYER_MATRICES[i]}`));
+        slots.push(layout.consts + (first + s) * layout.constsStride, ...offsets);
+      }
+      buffers[DECODE_LAYER_ARENA_BINDING] = arena.buffer;
+      assertDistinct(state, [arena.buffer], 'decodeLayers');
+      if (tokens) {
+        assertFits(tokens, 4, 'decodeLayers tokens');
+        buffers[DECODE_LAYER_TOKENS_BINDING] = tokens;
+      }
+      if (embedFrom) {
+        if (!arena.embedding) throw new Error('decodeLayers: the arena holds no token embedding');
+        assertCount(arena.embedding.rows, 'decodeLayers embedding rows');
+        inArena(arena.embedding.offset, arena.embedding.rows * dims.dim, 'the token embedding');
+        embed = true;
+        io[0] = arena.embedding.offset;
+        io[1] = arena.embedding.rows;
+      }
+      if (logits) {
+        if (!arena.lmHead) throw new Error('decodeLayers: the arena holds no W_lm_head');
+        assertCount(arena.lmHead.rows, 'decodeLayers lm_head rows');
+        inArena(arena.lmHead.offset, arena.lmHead.rows * dims.dim, 'W_lm_head');
+        assertFits(logits, arena.lmHead.rows * 4, 'decodeLayers logits');
+        assertDistinct(logits, [state, arena.buffer, tokens], 'decodeLayers');
+        buffers[DECODE_LAYER_LOGITS_BINDING] = logits;
+        logitsRows = arena.lmHead.rows;
+        io[2] = arena.lmHead.offset;
+      }
+      if (greedyTo) {
+        if (!logits) throw new Error('decodeLayers: a greedy pick needs the logits');
+        if (first + count !== dims.numLayers) throw new Error('decodeLayers: only the last layer\'s dispatch picks the next token');
+        greedy = true;
+      }
+      const bound = Object.keys(buffers).length;
+      if (bound > maxStorage) throw new Error(`decodeLayers: ${bound} storage buffers, the device binds ${maxStorage} (see decodeLayerGroups)`);
+    }
+    const heads = this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, dims.headDim, this.kernels.isCpuDevice);
+    const variant: DecodeLayerVariant = {
+      dims,
+      heads,
+      kvDType,
+      matrices: variantWeights,
+      hasBias,
+      workgroup: this.kernels.decodeLayerWorkgroupOverride ?? DECODE_LAYER_WORKGROUP,
+      quads: DECODE_LAYER_QUADS,
+      slots: count,
+      embed,
+      logitsRows,
+      greedy,
+    };
+    const scale = f32(1 / Math.sqrt(dims.headDim));
+    const advance = first + count === dims.numLayers ? 1 : 0;
+    this.dispatch(
+      this.kernels.decodeLayerPipeline(variant),
+      [0, numHeads, numKvHeads, dims.headDim, scale, slidingWindow ?? 0, rows, 1, pairing === 'adjacent' ? 0 : 1, f32(eps), advance, io[0], io[1], io[2], 0, 0, ...slots],
+      buffers,
+      1,
+    );
+  }
+
+  /** out[i] = silu(gate[i]) * up[i] for i < n. out must not be gate or up. */
+  swiglu(out: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number): void {
+    assertCount(n, 'swiglu n', 0);
+    if (n === 0) return;
+    assertDistinct(out, [gate, up], 'swiglu');
+    for (const [b, what] of [[out, 'out'], [gate, 'gate'], [up, 'up']] as const) assertFits(b, n * 4, `swiglu ${what}`);
+    this.dispatch(this.kernels.fixedPipeline('swiglu'), [n], { 1: out, 2: gate, 3: up }, Math.ceil(n / ELEMENTWISE_WORKGROUP));
+  }
+
+  /** out[i] = a[i] + b[i] for i < n. out may be a or b (in-place residual add), not both. */
+  add(out: GPUBuffer, a: GPUBuffer, b: GPUBuffer, n: number): void {
+    assertCount(n, 'add n', 0);
+    if (n === 0) return;
+    for (const [buf, what] of [[out, 'out'], [a, 'a'], [b, 'b']] as const) assertFits(buf, n * 4, `add ${what}`);
+    const workgroups = Math.ceil(n / ELEMENTWISE_WORKGROUP);
+    if (out !== a && out !== b) {
+      this.dispatch(this.kernels.fixedPipeline('add'), [n], { 1: out, 2: a, 3: b }, workgroups);
+      return;
+    }
+    if (a === b) throw new Error("add: out, a and b are one buffer (x += x); use a separate output buffer");
+    // In place: the output is bound once, read_write, as the accumulator (addition commutes).
+    const other = out === a ? b : a;
+    this.dispatch(this.kernels.fixedPipeline('add_in_place'), [n], { 4: out, 3: other }, workgroups);
+  }
+
+  /** Records encoder.copyBufferToBuffer (offsets and size multiples of 4), in order with the dispatches. */
+  copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, byteSize: number): void {
+    if (srcOffset % 4 || dstOffset % 4 || byteSize % 4) {
+      throw new Error(`copy offsets and size must be multiples of 4 (got ${srcOffset}, ${dstOffset}, ${byteSize})`);
+    }
+    if (byteSize === 0) return;
+    assertFits(src, srcOffset + byteSize, 'copy src');
+    assertFits(dst, dstOffset + byteSize, 'copy dst');
+    this.assertWritable();
+    this.recordCopy(src, srcOffset, dst, dstOffset, byteSize);
+  }
+
+  /** Records one dispatch of `pipeline` with `params` in its uniform (binding 0) and `buffers` bound. */
+  protected dispatch(
+    pipeline: GPUComputePipeline,
+    params: UniformValue[],
+    buffers: Record<number, GPUBuffer>,
+    workgroups: number | [number, number],
+  ): void {
+    this.assertWritable();
+    const bindGroup = this.bindGroup(pipeline, this.uniforms.alloc(params), buffers, this.label);
+    const [x, y] = typeof workgroups === 'number' ? this.kernels.grid(workgroups) : workgroups;
+    this.recordDispatch(pipeline, bindGroup, x, y);
+  }
+
+  /** Throws when nothing more may be recorded (submitted, sealed). */
+  protected abstract assertWritable(): void;
+
+  protected abstract recordDispatch(pipeline: GPUComputePipeline, bindGroup: GPUBindGroup, x: number, y: number): void;
+
+  protected abstract recordCopy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, byteSize: number): void;
+
+  /** A bind group of `pipeline`: the uniform slot at binding 0, then `buffers` by binding. */
+  protected bindGroup(
+    pipeline: GPUComputePipeline,
+    slot: { buffer: GPUBuffer; offset: number; size: number },
+    buffers: Record<number, GPUBuffer>,
+    label?: string,
+  ): GPUBindGroup {
+    const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: slot }];
+    for (const [binding, buffer] of Object.entries(buffers)) entries.push({ binding: Number(binding), resource: { buffer } });
+    return this.kernels.ctx.device.createBindGroup({ label, layout: this.kernels.bindGroupLayout(pipeline), entries });
+  }
+}
+
+/** Adds the position buffer at POSITION_BINDING when there is one. */
+export function withPosition(buffers: Record<number, GPUBuffer>, position: GPUBuffer | undefined): Record<number, GPUBuffer> {
+  return position ? { ...buffers, [POSITION_BINDING]: position } : buffers;
+}

@@ -1,0 +1,63 @@
+// Per-dispatch parameters: 256-byte uniform slots (the offset alignment WebGPU guarantees) in
+// chunked GPU buffers, filled on the CPU and uploaded once per batch or program.
+export const UNIFORM_SLOT_BYTES = 256; // minUniformBufferOffsetAlignment is at most 256 on every device
+export const UNIFORM_SLOTS_PER_CHUNK = 128;
+/** A uniform value: plain numbers are u32; wrap f32 fields with f32(). */
+export type UniformValue = number | { f32: number };
+export const f32 = (value: number): UniformValue => ({ f32: value });
+
+/** 256-byte uniform slots for one batch, in chunks of GPU buffers filled on the CPU until submit. */
+export class UniformArena {
+  private readonly chunks: { buffer: GPUBuffer; data: ArrayBuffer; used: number }[] = [];
+  /** The chunk being filled. */
+  private current = 0;
+
+  constructor(private readonly device: GPUDevice) {}
+
+  /** Reserves a slot holding `values` (4 bytes each, in order); returns where it lives. */
+  alloc(values: UniformValue[]): { buffer: GPUBuffer; offset: number; size: number } {
+    let chunk = this.chunks[this.current];
+    if (chunk && chunk.used === chunk.data.byteLength) chunk = this.chunks[++this.current];
+    if (!chunk) {
+      const size = UNIFORM_SLOT_BYTES * UNIFORM_SLOTS_PER_CHUNK;
+      chunk = {
+        buffer: this.device.createBuffer({
+          label: 'kernel params',
+          size,
+          usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
+        }),
+        data: new ArrayBuffer(size),
+        used: 0,
+      };
+      this.chunks.push(chunk);
+    }
+    const offset = chunk.used;
+    const view = new DataView(chunk.data, offset, UNIFORM_SLOT_BYTES);
+    values.forEach((v, i) => {
+      if (typeof v === 'number') view.setUint32(i * 4, v, true);
+      else view.setFloat32(i * 4, v.f32, true);
+    });
+    chunk.used += UNIFORM_SLOT_BYTES;
+    return { buffer: chunk.buffer, offset, size: UNIFORM_SLOT_BYTES };
+  }
+
+  /** Queues the slot contents; queue writes land before the next submit's commands run. */
+  upload(): void {
+    for (const c of this.chunks) if (c.used > 0) this.device.queue.writeBuffer(c.buffer, 0, c.data, 0, c.used);
+  }
+
+  /**
+   * Empties the slots for the next batch, keeping the buffers: the same slots come back in the
+   * same order. Legal once the previous contents were uploaded (queue writes copy at once, and
+   * land after the work submitted before them).
+   */
+  reset(): void {
+    for (const c of this.chunks) c.used = 0;
+    this.current = 0;
+  }
+
+  /** Legal right after submit: the buffers are freed once the submitted work is done with them. */
+  destroy(): void {
+    for (const c of this.chunks) c.buffer.destroy();
+  }
+}
