@@ -22,6 +22,7 @@ import {
   type DecodeLayerLayout,
   type KernelProgram,
   type KernelRecorder,
+  type KernelTuning,
 } from '../gpu/kernels/index.ts';
 import type { GpuMatrix } from '../gpu/tensor.ts';
 import type { LlamaConfig } from './config.ts';
@@ -273,8 +274,9 @@ export class LlamaModel {
     ctx.device.queue.writeBuffer(this.invFreq, 0, invFreq);
   }
 
-  static async create(ctx: GpuContext, config: LlamaConfig, weights: LlamaWeights): Promise<LlamaModel> {
-    return new LlamaModel(ctx, await Kernels.create(ctx), config, weights);
+  /** `options.tuning` replaces the kernels' device choices (tests, measurements; see KernelTuning). */
+  static async create(ctx: GpuContext, config: LlamaConfig, weights: LlamaWeights, options: { tuning?: Partial<KernelTuning> } = {}): Promise<LlamaModel> {
+    return new LlamaModel(ctx, await Kernels.create(ctx, { tuning: options.tuning }), config, weights);
   }
 
   createKvCache(capacity: number, kvDType: KvDType = 'f16'): KvCache {
@@ -518,7 +520,7 @@ export class LlamaModel {
     const w = this.weights;
     const copyable = (m: GpuMatrix) => m.dtype === 'f32' && !m.parts && (m.buffer.usage & GPUBufferUsage.COPY_SRC) !== 0;
     const matrices = w.layers.flatMap(layerMatrices);
-    if (this.kernels.decodeArenaOverride === false || !matrices.every(copyable)) return null;
+    if (!this.kernels.tuning.decodeArena || !matrices.every(copyable)) return null;
     const small = (m: GpuMatrix) => copyable(m) && m.rows * m.cols <= DECODE_LAYER_MAX_WEIGHTS && m.cols === this.config.hiddenSize;
     const extras = [w.tokenEmbedding, w.lmHead].filter(small);
     const offsets = new Map<GpuMatrix, number>();

@@ -32,22 +32,7 @@ import {
 import { ELEMENTWISE_WORKGROUP, type KvDType } from './elementwise.ts';
 import { FUSED_GAMMA_BINDING, FUSED_MAX_SEGMENTS, fusedBiasBinding, fusedWeightBinding, type FusedMatvecMode, type FusedSegment, type FusedVariant } from './fused-matvec.ts';
 import type { Kernels } from './registry.ts';
-import {
-  ATTENTION_ITEMS_PER_WORKGROUP,
-  attentionHeadsPerThread,
-  attentionPlan,
-  attentionQueriesPerThread,
-  attentionThreadsPerWorkgroup,
-  DECODE_ATTENTION_THREADS_CPU,
-  DECODE_ATTENTION_THREADS_GPU,
-  DECODE_LAYER_QUADS,
-  DECODE_LAYER_WORKGROUP,
-  fusedShape,
-  MATVEC_WORKGROUP,
-  RMSNORM_ROWS_PER_WORKGROUP,
-  rmsNormPlan,
-  type MatmulShape,
-} from './tuning.ts';
+import { ATTENTION_ITEMS_PER_WORKGROUP, MATVEC_WORKGROUP, RMSNORM_ROWS_PER_WORKGROUP, type MatmulShape } from './tuning.ts';
 import { f32, UniformArena, type UniformValue } from './uniforms.ts';
 import { BIAS_BINDING, PAIR_BIAS_BINDING, PAIR_OUTPUT_BINDING, WEIGHT_BINDING, WEIGHT_UP_BINDING } from './weights.ts';
 import { POSITION_BINDING } from './wgsl.ts';
@@ -106,7 +91,7 @@ export abstract class KernelRecorder {
     assertFits(x, T * dim * 4, 'rmsNorm x');
     assertFits(gamma, dim * 4, 'rmsNorm gamma');
     // A multiple of 4 floats per row: every row starts 16-byte aligned, so the rows are read as vec4s.
-    const entry = this.kernels.rmsNormPlanOverride ?? rmsNormPlan(dim, this.kernels.isCpuDevice);
+    const entry = this.kernels.tuning.rmsNormPlan(dim);
     const pipeline = this.kernels.rmsNormPipeline({ entry, aligned: dim % 4 === 0 });
     const workgroups = entry === 'per_row' ? Math.ceil(T / RMSNORM_ROWS_PER_WORKGROUP) : T;
     this.dispatch(pipeline, [T, dim, f32(eps)], { 1: out, 2: x, 3: gamma }, workgroups);
@@ -314,13 +299,12 @@ export abstract class KernelRecorder {
     // The most keys any query sees: with a GPU position, as many as the cache holds.
     const lastRow = position ? Math.floor(Math.min(kCache.size, vCache.size) / rowBytes) : startPos + T;
     const keys = Math.min(lastRow, slidingWindow ?? Infinity);
-    const isCpu = this.kernels.isCpuDevice;
-    const entry = this.kernels.attentionPlanOverride ?? attentionPlan(items, keys, headDim, isCpu);
-    const heads = entry === 'per_thread' ? this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, headDim, isCpu) : 1;
-    const queries =
-      entry === 'per_thread' ? this.kernels.attentionQueriesOverride ?? attentionQueriesPerThread(T, heads, headDim, isCpu) : 1;
+    const tuning = this.kernels.tuning;
+    const entry = tuning.attentionPlan(items, keys, headDim);
+    const heads = entry === 'per_thread' ? tuning.attentionHeads(numHeads / numKvHeads, headDim) : 1;
+    const queries = entry === 'per_thread' ? tuning.attentionQueries(T, heads, headDim) : 1;
     const threads = Math.ceil(T / queries) * (numHeads / heads);
-    const workgroup = attentionThreadsPerWorkgroup(isCpu);
+    const workgroup = tuning.attentionThreads;
     this.dispatch(
       this.kernels.attentionPipeline({
         entry,
@@ -482,7 +466,7 @@ export abstract class KernelRecorder {
       }
       groups.push(group);
     }
-    const preferred = this.kernels.fusedShapeOverride ?? fusedShape(this.kernels.isCpuDevice);
+    const preferred = this.kernels.tuning.fusedShape;
     // A workgroup holds whole teams (the workgroup reduction's teams can be the whole workgroup).
     const shape = { ...preferred, workgroup: Math.max(preferred.workgroup, plan.team) };
     for (const group of groups) {
@@ -573,9 +557,8 @@ export abstract class KernelRecorder {
     const scale = f32(1 / Math.sqrt(headDim));
     const window = slidingWindow ?? 0;
     const source = position ? 'buffer' : 'uniform';
-    const isCpu = this.kernels.isCpuDevice;
-    const threads = isCpu ? DECODE_ATTENTION_THREADS_CPU : DECODE_ATTENTION_THREADS_GPU;
-    const heads = this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, headDim, isCpu);
+    const threads = this.kernels.tuning.decodeAttentionThreads;
+    const heads = this.kernels.tuning.attentionHeads(numHeads / numKvHeads, headDim);
     const buffers: Record<number, GPUBuffer> = { 1: out, 2: qkv, 3: kCache, 4: vCache, 6: rope.invFreq };
     if (chunks > 1 && split) buffers[5] = split.partials;
     this.dispatch(
@@ -719,15 +702,15 @@ export abstract class KernelRecorder {
       const bound = Object.keys(buffers).length;
       if (bound > maxStorage) throw new Error(`decodeLayers: ${bound} storage buffers, the device binds ${maxStorage} (see decodeLayerGroups)`);
     }
-    const heads = this.kernels.attentionHeadsOverride ?? attentionHeadsPerThread(numHeads / numKvHeads, dims.headDim, this.kernels.isCpuDevice);
+    const heads = this.kernels.tuning.attentionHeads(numHeads / numKvHeads, dims.headDim);
     const variant: DecodeLayerVariant = {
       dims,
       heads,
       kvDType,
       matrices: variantWeights,
       hasBias,
-      workgroup: this.kernels.decodeLayerWorkgroupOverride ?? DECODE_LAYER_WORKGROUP,
-      quads: DECODE_LAYER_QUADS,
+      workgroup: this.kernels.tuning.decodeLayerWorkgroup,
+      quads: this.kernels.tuning.decodeLayerQuads,
       slots: count,
       embed,
       logitsRows,

@@ -20,7 +20,7 @@ import {
 } from './elementwise.ts';
 import { fusedKey, fusedMatvecSpec, type FusedVariant } from './fused-matvec.ts';
 import { KernelProgram } from './program.ts';
-import { DECODE_CHUNK_KEYS_CPU, DECODE_CHUNK_KEYS_GPU, DECODE_LAYER_MAX_WEIGHTS, matmulShape, matvecPlan, type FusedShape, type MatmulShape, type MatvecPlan } from './tuning.ts';
+import { kernelTuning, matmulShape, type DeviceTraits, type KernelTuning, type MatmulShape, type MatvecPlan } from './tuning.ts';
 import { UniformArena } from './uniforms.ts';
 import { weightKernelKey, weightKernelSpec, type WeightKernel, type WeightVariant } from './weights.ts';
 import type { PositionSource } from './wgsl.ts';
@@ -39,11 +39,18 @@ export interface KernelsOptions {
   maxWorkgroupsPerDimension?: number;
   /** Compile with createComputePipelineAsync (default true); false uses createComputePipeline. */
   asyncCompile?: boolean;
+  /** Replaces the device's choices (tests, measurements): see KernelTuning. */
+  tuning?: Partial<KernelTuning>;
 }
 
 /** The compiled kernels of one device. Record work with begin(). */
 export class Kernels {
   private readonly bindGroupLayouts = new Map<GPUComputePipeline, GPUBindGroupLayout>();
+
+  /** The device's traits the tuning was computed from. */
+  readonly device: DeviceTraits;
+  /** The device's choices (workgroups, entry points, splits), with the options' overrides. */
+  readonly tuning: KernelTuning;
 
   private constructor(
     readonly ctx: GpuContext,
@@ -51,7 +58,11 @@ export class Kernels {
     readonly pipelines: PipelineCache,
     /** Grid dimensions are capped at this many workgroups; larger dispatches fold into 2-D. */
     readonly maxWorkgroupsPerDimension: number,
-  ) {}
+    tuning: Partial<KernelTuning> = {},
+  ) {
+    this.device = { isCpu: isCpuAdapter(ctx.adapter), subgroupMinSize: ctx.features.subgroups ? subgroupMinSize(ctx.device) : 0 };
+    this.tuning = kernelTuning(this.device, tuning);
+  }
 
   /**
    * Compiles the pipelines up front (createComputePipelineAsync), so WGSL errors
@@ -64,6 +75,7 @@ export class Kernels {
       ctx,
       new PipelineCache(ctx.device, { async: options.asyncCompile }),
       Math.min(deviceMax, options.maxWorkgroupsPerDimension ?? deviceMax),
+      options.tuning,
     );
     const compiling: Promise<unknown>[] = [];
     for (const name of Object.keys(FIXED_KERNELS) as FixedKernel[]) {
@@ -197,59 +209,29 @@ export class Kernels {
   /**
    * Keys per chunk of the decode attention's split over the sequence: a cache of more rows takes
    * decode_attention + split_combine (two dispatches), a smaller one decode_attention alone.
-   * CPU devices (SwiftShader) split late: there a thread per head walking its keys is cheap and
-   * every dispatch costs ~15 µs; GPUs split early, since one thread per head leaves them idle.
    */
   decodeAttentionChunkKeys(): number {
-    return this.decodeChunkKeysOverride ?? (this.isCpuDevice ? DECODE_CHUNK_KEYS_CPU : DECODE_CHUNK_KEYS_GPU);
+    return this.tuning.decodeChunkKeys;
   }
-
-  /** @internal Forces the decode attention's chunk length (tests). */
-  decodeChunkKeysOverride: number | undefined;
-
-  /** @internal Forces the fused matvec's shape (tests, measurements). */
-  fusedShapeOverride: FusedShape | undefined;
 
   /**
    * Whether the matrix-vector kernels walk `dtype`'s rows a run at a time (dot_run, see
-   * weight-formats.ts): the quantized types on CPU adapters, where every load costs and a block's
-   * scales are then read once. GPUs keep neighbouring lanes on neighbouring words (coalesced
-   * loads). Measured on SwiftShader, matvec 4096 x 2048 side by side: 1.2x (Q8_0) to 3.7x (Q4_K).
+   * weight-formats.ts): where the tuning says so (CPU adapters), for types whose runs are longer
+   * than a vec4. Measurements: docs/tuning.md#weight-runs
    */
   usesWeightRuns(dtype: WeightDType): boolean {
-    return (this.weightRunsOverride ?? this.isCpuDevice) && weightRunLength(dtype) > 4;
+    return this.tuning.weightRuns && weightRunLength(dtype) > 4;
   }
-
-  /** @internal Forces usesWeightRuns on or off (tests, measurements). */
-  weightRunsOverride: boolean | undefined;
-
-  /** @internal Forces decode_attention's query heads per thread (tests; must divide the GQA group). */
-  attentionHeadsOverride: number | undefined;
-
-  /** @internal Forces attention.wgsl per_thread's query tokens per thread (tests, measurements). */
-  attentionQueriesOverride: number | undefined;
 
   /**
    * Whether a decode step runs each layer as one dispatch (decode_layer.wgsl) rather than five:
-   * on CPU adapters, for layers of at most DECODE_LAYER_MAX_WEIGHTS weights that the kernel can
-   * take (see decodeLayerFits). Measured on SwiftShader, stories260K decode step at position 300
-   * (7 dispatches instead of 27): Node 2.35 -> 1.71 ms, Chromium (median) 3.78 -> 2.25 ms.
+   * where the kernel can take the layer (decodeLayerFits) and the tuning wants it for its weights.
+   * Measurements: docs/tuning.md#decode-layer
    */
   usesDecodeLayer(dims: DecodeLayerDims, matrices: readonly GpuMatrix[]): boolean {
     if (!decodeLayerFits(dims, matrices, this.ctx.limits.maxStorageBuffersPerShaderStage)) return false;
-    if (this.decodeLayerOverride !== undefined) return this.decodeLayerOverride;
-    const weights = matrices.reduce((n, m) => n + m.rows * m.cols, 0);
-    return this.isCpuDevice && weights <= DECODE_LAYER_MAX_WEIGHTS;
+    return this.tuning.decodeLayer(matrices.reduce((n, m) => n + m.rows * m.cols, 0));
   }
-
-  /** @internal Forces usesDecodeLayer on (where the kernel fits) or off (tests, measurements). */
-  decodeLayerOverride: boolean | undefined;
-
-  /** @internal false: decode_layer.wgsl binds each layer's matrices, a dispatch a layer, even where they could share an arena (tests, measurements). */
-  decodeArenaOverride: boolean | undefined;
-
-  /** @internal Forces decode_layer.wgsl's workgroup size (measurements). */
-  decodeLayerWorkgroupOverride: number | undefined;
 
   /** @internal An rmsnorm.wgsl pipeline (compiled up front by create()). */
   rmsNormPipeline(variant: RmsNormVariant): GPUComputePipeline {
@@ -263,45 +245,23 @@ export class Kernels {
 
   /** Whether the device is a CPU implementation (SwiftShader, llvmpipe), where barriers are very slow. */
   get isCpuDevice(): boolean {
-    this.cpuDevice ??= isCpuAdapter(this.ctx.adapter);
-    return this.cpuDevice;
+    return this.device.isCpu;
   }
-  private cpuDevice: boolean | undefined;
-
-  /** @internal Forces every rmsNorm onto one entry point (benchmarks and tests). */
-  rmsNormPlanOverride: 'per_row' | 'per_workgroup' | undefined;
-
-  /** @internal Forces every attention onto one entry point (benchmarks and tests). */
-  attentionPlanOverride: 'per_thread' | 'per_workgroup' | undefined;
 
   /** @internal The pipeline of a weight-reading kernel for one storage type (compiled on first use). */
   weightPipeline(kernel: WeightKernel, dtype: WeightDType, variant: WeightVariant): GPUComputePipeline {
     return this.pipelines.get(weightKernelKey(kernel, dtype, variant), () => weightKernelSpec(kernel, dtype, variant));
   }
 
-  /** @internal The prefill matmul's shape on this device for T tokens (matmulShape); a tiled override needs aligned columns. */
+  /** @internal The prefill matmul's shape on this device for T tokens; a tiled shape needs aligned columns. */
   matmulShape(T = Infinity, aligned = true, dtype: WeightDType = 'f32'): MatmulShape {
-    const shape = this.matmulShapeOverride ?? matmulShape(this.isCpuDevice, T, aligned, dtype);
+    const shape = this.tuning.matmulShape(T, aligned, dtype);
     return shape.tiled && !aligned ? matmulShape(false, T, false) : shape;
   }
 
-  /** @internal Forces matmul.wgsl's workgroup (tests, measurements). */
-  matmulShapeOverride: MatmulShape | undefined;
-
-  /** @internal The matvec split for rows of `cols` weights on this device (matvecPlan). */
+  /** @internal The matvec split for rows of `cols` weights on this device. */
   matvecPlan(cols: number): MatvecPlan {
-    if (this.matvecPlanOverride) return this.matvecPlanOverride;
-    return matvecPlan(cols, this.ctx.features.subgroups ? this.subgroupMinSize() : 0);
-  }
-
-  /** @internal Forces every matvec onto one split (benchmarks and tests). */
-  matvecPlanOverride: MatvecPlan | undefined;
-
-  /** The smallest subgroup size the adapter reports; 4, the least WebGPU allows, when it does not say. */
-  private subgroupMinSize(): number {
-    const info = (this.ctx.device as GPUDevice & { adapterInfo?: { subgroupMinSize?: number } }).adapterInfo;
-    const size = info?.subgroupMinSize;
-    return typeof size === 'number' && size >= 4 ? size : 4;
+    return this.tuning.matvecPlan(cols);
   }
 
   /** @internal A pipeline's (auto) bind group layout, looked up once. */
@@ -325,4 +285,10 @@ export class Kernels {
     if (y > max) throw new Error(`dispatch of ${workgroups} workgroups exceeds the ${max} x ${max} grid`);
     return [x, y];
   }
+}
+
+/** The smallest subgroup size the adapter reports; 4, the least WebGPU allows, when it does not say. */
+function subgroupMinSize(device: GPUDevice): number {
+  const size = (device as GPUDevice & { adapterInfo?: { subgroupMinSize?: number } }).adapterInfo?.subgroupMinSize;
+  return typeof size === 'number' && size >= 4 ? size : 4;
 }
