@@ -4,6 +4,7 @@
 import type { ShaderSpec } from '../pipelines.ts';
 import type { KvDType } from './elementwise.ts';
 import { ATTENTION_ITEMS_PER_WORKGROUP } from './tuning.ts';
+import { paramStruct } from './uniforms.ts';
 import { headSlices, MAX_UNROLLED_SLICES, positionWgsl, unrollConstLoops, type PositionSource } from './wgsl.ts';
 import attentionWgsl from '../../../shaders/attention.wgsl?raw';
 import onlineSoftmaxWgsl from '../../../shaders/online_softmax.wgsl?raw';
@@ -165,3 +166,28 @@ export function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
   const source = `${code}\n${decodeAttentionWgsl}\n${decodeAttentionPassWgsl}`;
   return { code: unrollAttentionLoops(source, v.headDim, v.heads), entryPoint: 'main' };
 }
+
+/** attention.wgsl's Params (chunk_keys and num_chunks: split_combine only). */
+export const ATTENTION_PARAMS = paramStruct({
+  T: 'u32',
+  start_pos: 'u32',
+  num_heads: 'u32',
+  num_kv_heads: 'u32',
+  head_dim: 'u32',
+  scale: 'f32',
+  window: 'u32',
+  chunk_keys: 'u32',
+  num_chunks: 'u32',
+});
+/** decode_attention_pass.wgsl's Params. */
+export const DECODE_ATTENTION_PARAMS = paramStruct({
+  start_pos: 'u32',
+  num_heads: 'u32',
+  num_kv_heads: 'u32',
+  head_dim: 'u32',
+  scale: 'f32',
+  window: 'u32',
+  chunk_keys: 'u32',
+  num_chunks: 'u32',
+  pairing: 'u32',
+});

@@ -7,6 +7,7 @@ import { weightFormatWgsl } from '../weight-formats.ts';
 import { ATTENTION_MAX_HEAD_DIM, decodeAttentionHelpersWgsl, unrollAttentionLoops } from './attention.ts';
 import type { KvDType } from './elementwise.ts';
 import { blockDotWgsl } from './fused-matvec.ts';
+import { paramStruct } from './uniforms.ts';
 import { renameWgsl, takeWgslFunctions, unrollConstLoops } from './wgsl.ts';
 import decodeAttentionWgsl from '../../../shaders/decode_attention.wgsl?raw';
 import decodeLayerWgsl from '../../../shaders/decode_layer.wgsl?raw';
@@ -313,3 +314,24 @@ fn pick_greedy(lid: u32) {
 }
 `;
 }
+
+/** decode_layer.wgsl's Params: slots holds a Slot (8 words: consts, then the seven matrices' offsets) per layer. */
+export const DECODE_LAYER_PARAMS = paramStruct({
+  start_pos: 'u32',
+  num_heads: 'u32',
+  num_kv_heads: 'u32',
+  head_dim: 'u32',
+  scale: 'f32',
+  window: 'u32',
+  chunk_keys: 'u32',
+  num_chunks: 'u32',
+  pairing: 'u32',
+  eps: 'f32',
+  advance: 'u32',
+  emb: 'u32',
+  emb_rows: 'u32',
+  lm: 'u32',
+  pad0: 'u32',
+  pad1: 'u32',
+  slots: 'u32[]',
+});

@@ -1,6 +1,7 @@
 // The kernels of one thread per element or row: rmsnorm.wgsl, rope.wgsl, swiglu.wgsl,
 // residual.wgsl and kv_cache.wgsl (the K/V append).
 import type { ShaderSpec } from '../pipelines.ts';
+import { paramStruct } from './uniforms.ts';
 import { positionWgsl, type PositionSource } from './wgsl.ts';
 import rmsnormWgsl from '../../../shaders/rmsnorm.wgsl?raw';
 import ropeWgsl from '../../../shaders/rope.wgsl?raw';
@@ -51,3 +52,22 @@ export const rmsNormSpec = (v: RmsNormVariant): ShaderSpec => ({
   code: `${rmsNormWidthWgsl(v.aligned)}\n${rmsnormWgsl}`,
   entryPoint: v.entry,
 });
+
+/**
+ * How RoPE pairs the dimensions of a head: llama.cpp's GGUF (rows of Wq/Wk permuted at conversion)
+ * rotates adjacent pairs (x[2i], x[2i+1]); Hugging Face Llama rotates halves (x[i], x[i + d/2]).
+ */
+export type RopePairing = 'adjacent' | 'halves';
+/** The `pairing` parameter of rope.wgsl and the decode kernels. */
+export const ropePairingCode = (pairing: RopePairing): number => (pairing === 'adjacent' ? 0 : 1);
+
+/** rmsnorm.wgsl's Params. */
+export const RMSNORM_PARAMS = paramStruct({ T: 'u32', dim: 'u32', eps: 'f32' });
+/** rope.wgsl's Params. */
+export const ROPE_PARAMS = paramStruct({ T: 'u32', num_heads: 'u32', head_dim: 'u32', start_pos: 'u32', pairing: 'u32' });
+/** swiglu.wgsl's Params. */
+export const SWIGLU_PARAMS = paramStruct({ n: 'u32' });
+/** residual.wgsl's Params. */
+export const RESIDUAL_PARAMS = paramStruct({ n: 'u32' });
+/** kv_cache.wgsl's Params. */
+export const KV_WRITE_PARAMS = paramStruct({ n: 'u32', start_pos: 'u32', row_len: 'u32' });

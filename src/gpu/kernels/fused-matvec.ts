@@ -6,6 +6,7 @@ import type { ShaderSpec } from '../pipelines.ts';
 import { weightFormatWgsl, weightRunLength } from '../weight-formats.ts';
 import type { FusedShape, MatvecPlan } from './tuning.ts';
 import { activationWgsl, reduceTeamWgsl } from './weights.ts';
+import { paramStruct } from './uniforms.ts';
 import { renameWgsl, unrollConstLoops } from './wgsl.ts';
 import fusedMatvecWgsl from '../../../shaders/fused_matvec.wgsl?raw';
 
@@ -145,3 +146,6 @@ export function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   code += `fn seg_bias(s: u32, r: u32) -> f32 {\n  switch (s) {\n${biasCases}    default: { return 0.0; }\n  }\n}\n`;
   return { code: unrollConstLoops(`${code}\n${fusedMatvecWgsl}`, unroll), entryPoint: 'main' };
 }
+
+/** fused_matvec.wgsl's Params: seg holds MAX_SEGMENTS vec4s (first block, rows, first output row, first bias row). */
+export const FUSED_MATVEC_PARAMS = paramStruct({ cols: 'u32', total_blocks: 'u32', eps: 'f32', seg: 'u32[]' });

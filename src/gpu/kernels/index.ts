@@ -15,7 +15,7 @@ export {
   type DecodeLayerDims,
   type DecodeLayerLayout,
 } from './decode-layer.ts';
-export type { KvDType } from './elementwise.ts';
+export type { KvDType, RopePairing } from './elementwise.ts';
 export type { FusedMatvecMode } from './fused-matvec.ts';
 export { KernelProgram } from './program.ts';
 export { KernelRecorder } from './recorder.ts';

@@ -9,16 +9,16 @@
 //
 // Each method checks its arguments, picks the variant the device's tuning asks for, and records
 // one dispatch (or a few) with its parameters in a uniform slot. Browser-safe: no Node imports.
-import type { RopePairing } from '../../model/config.ts';
 import type { GpuMatrix } from '../tensor.ts';
 import { checkWeightShape } from '../weight-formats.ts';
-import { ATTENTION_MAX_HEAD_DIM } from './attention.ts';
+import { ATTENTION_MAX_HEAD_DIM, ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from './attention.ts';
 import { assertCount, assertDistinct, assertFits, checkParts, checkSecondPassWeights } from './checks.ts';
 import {
   DECODE_LAYER_ARENA_BINDING,
   DECODE_LAYER_CACHE_BINDING,
   DECODE_LAYER_LOGITS_BINDING,
   DECODE_LAYER_MATRICES,
+  DECODE_LAYER_PARAMS,
   DECODE_LAYER_MAX_SLOTS,
   DECODE_LAYER_TOKENS_BINDING,
   DECODE_LAYER_WEIGHT_BINDING,
@@ -29,12 +29,22 @@ import {
   type DecodeLayerDims,
   type DecodeLayerVariant,
 } from './decode-layer.ts';
-import { ELEMENTWISE_WORKGROUP, type KvDType } from './elementwise.ts';
-import { FUSED_GAMMA_BINDING, FUSED_MAX_SEGMENTS, fusedBiasBinding, fusedWeightBinding, type FusedMatvecMode, type FusedSegment, type FusedVariant } from './fused-matvec.ts';
+import {
+  ELEMENTWISE_WORKGROUP,
+  KV_WRITE_PARAMS,
+  RESIDUAL_PARAMS,
+  RMSNORM_PARAMS,
+  ROPE_PARAMS,
+  ropePairingCode,
+  SWIGLU_PARAMS,
+  type KvDType,
+  type RopePairing,
+} from './elementwise.ts';
+import { FUSED_GAMMA_BINDING, FUSED_MATVEC_PARAMS, FUSED_MAX_SEGMENTS, fusedBiasBinding, fusedWeightBinding, type FusedMatvecMode, type FusedSegment, type FusedVariant } from './fused-matvec.ts';
 import type { Kernels } from './registry.ts';
 import { ATTENTION_ITEMS_PER_WORKGROUP, MATVEC_WORKGROUP, RMSNORM_ROWS_PER_WORKGROUP, type MatmulShape } from './tuning.ts';
-import { f32, UniformArena, type UniformValue } from './uniforms.ts';
-import { BIAS_BINDING, PAIR_BIAS_BINDING, PAIR_OUTPUT_BINDING, WEIGHT_BINDING, WEIGHT_UP_BINDING } from './weights.ts';
+import { UniformArena, type UniformValue } from './uniforms.ts';
+import { BIAS_BINDING, EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS, PAIR_BIAS_BINDING, PAIR_OUTPUT_BINDING, WEIGHT_BINDING, WEIGHT_UP_BINDING } from './weights.ts';
 import { POSITION_BINDING } from './wgsl.ts';
 
 /**
@@ -74,7 +84,7 @@ export abstract class KernelRecorder {
     for (const part of parts) {
       this.dispatch(
         pipeline,
-        [T, table.cols, table.rows, part.firstRow, part.rows],
+        EMBEDDING_PARAMS.pack({ T, cols: table.cols, vocab: table.rows, first_row: part.firstRow, part_rows: part.rows }),
         { 1: out, 2: tokens, [WEIGHT_BINDING]: part.buffer },
         Math.ceil(n / ELEMENTWISE_WORKGROUP),
       );
@@ -94,7 +104,7 @@ export abstract class KernelRecorder {
     const entry = this.kernels.tuning.rmsNormPlan(dim);
     const pipeline = this.kernels.rmsNormPipeline({ entry, aligned: dim % 4 === 0 });
     const workgroups = entry === 'per_row' ? Math.ceil(T / RMSNORM_ROWS_PER_WORKGROUP) : T;
-    this.dispatch(pipeline, [T, dim, f32(eps)], { 1: out, 2: x, 3: gamma }, workgroups);
+    this.dispatch(pipeline, RMSNORM_PARAMS.pack({ T, dim, eps }), { 1: out, 2: x, 3: gamma }, workgroups);
   }
 
   /**
@@ -127,11 +137,12 @@ export abstract class KernelRecorder {
         const workgroups = Math.ceil((Math.ceil(part.rows / 4) * plan.team) / MATVEC_WORKGROUP);
         const runs = this.kernels.usesWeightRuns(W.dtype);
         const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan, accumulate, runs });
-        this.dispatch(pipeline, [part.rows, W.cols, part.firstRow], buffers, workgroups);
+        this.dispatch(pipeline, MATVEC_PARAMS.pack({ rows: part.rows, cols: W.cols, row_offset: part.firstRow }), buffers, workgroups);
       } else {
         const shape = this.kernels.matmulShape(T, aligned, W.dtype);
         const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned, matmul: shape, accumulate });
-        this.dispatch(pipeline, [T, part.rows, W.cols, part.firstRow, W.rows], buffers, this.matmulGrid(shape, part.rows, T, 'matmul'));
+        const params = MATMUL_PARAMS.pack({ T, rows: part.rows, cols: W.cols, row_offset: part.firstRow, y_stride: W.rows });
+        this.dispatch(pipeline, params, buffers, this.matmulGrid(shape, part.rows, T, 'matmul'));
       }
     }
   }
@@ -166,7 +177,7 @@ export abstract class KernelRecorder {
     const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned, matmul: shape, swiglu: true });
     this.dispatch(
       pipeline,
-      [T, wGate.rows, wGate.cols, 0, wGate.rows],
+      MATMUL_PARAMS.pack({ T, rows: wGate.rows, cols: wGate.cols, row_offset: 0, y_stride: wGate.rows }),
       { 1: out, 2: x, [WEIGHT_BINDING]: wGate.buffer, [WEIGHT_UP_BINDING]: wUp.buffer },
       this.matmulGrid(shape, wGate.rows, T, 'matmulSwiglu'),
     );
@@ -205,7 +216,8 @@ export abstract class KernelRecorder {
       buffers[BIAS_BINDING] = b1;
       buffers[PAIR_BIAS_BINDING] = b2;
     }
-    this.dispatch(pipeline, [T, W1.rows, W1.cols, 0, W1.rows], buffers, this.matmulGrid(shape, W1.rows, T, 'matmulPair'));
+    const params = MATMUL_PARAMS.pack({ T, rows: W1.rows, cols: W1.cols, row_offset: 0, y_stride: W1.rows });
+    this.dispatch(pipeline, params, buffers, this.matmulGrid(shape, W1.rows, T, 'matmulPair'));
   }
 
   /** matmul.wgsl's 2-D grid for `rows` outputs of T tokens (it does not fold into 2-D like the 1-D kernels). */
@@ -242,7 +254,7 @@ export abstract class KernelRecorder {
     const pairs = T * numHeads * (headDim / 2);
     this.dispatch(
       this.kernels.positionalPipeline('rope', position ? 'buffer' : 'uniform'),
-      [T, numHeads, headDim, startPos, pairing === 'adjacent' ? 0 : 1],
+      ROPE_PARAMS.pack({ T, num_heads: numHeads, head_dim: headDim, start_pos: startPos, pairing: ropePairingCode(pairing) }),
       withPosition({ 1: x, 2: invFreq }, position),
       Math.ceil(pairs / ELEMENTWISE_WORKGROUP),
     );
@@ -315,7 +327,17 @@ export abstract class KernelRecorder {
         queries,
         threads: entry === 'per_thread' ? workgroup : undefined,
       }),
-      [T, startPos, numHeads, numKvHeads, headDim, f32(1 / Math.sqrt(headDim)), slidingWindow ?? 0],
+      ATTENTION_PARAMS.pack({
+        T,
+        start_pos: startPos,
+        num_heads: numHeads,
+        num_kv_heads: numKvHeads,
+        head_dim: headDim,
+        scale: 1 / Math.sqrt(headDim),
+        window: slidingWindow ?? 0,
+        chunk_keys: 0,
+        num_chunks: 0,
+      }),
       withPosition({ 1: out, 2: q, 3: kCache, 4: vCache }, position),
       entry === 'per_thread' ? Math.ceil(threads / workgroup) : items,
     );
@@ -359,7 +381,7 @@ export abstract class KernelRecorder {
       kvDType === 'f16' ? { 1: k, 2: v, 3: kCache, 4: vCache } : { 1: k, 2: v, 5: kCache, 6: vCache };
     this.dispatch(
       this.kernels.positionalPipeline(kvDType === 'f16' ? 'write_kv' : 'write_kv_f32', source),
-      [n, startRow, rowLen],
+      KV_WRITE_PARAMS.pack({ n, start_pos: startRow, row_len: rowLen }),
       withPosition(buffers, options.position),
       Math.ceil(n / ELEMENTWISE_WORKGROUP),
     );
@@ -496,7 +518,7 @@ export abstract class KernelRecorder {
       });
       this.dispatch(
         this.kernels.fusedMatvecPipeline(variant),
-        [cols, blocks, f32(norm?.eps ?? 0), 0, ...seg],
+        FUSED_MATVEC_PARAMS.pack({ cols, total_blocks: blocks, eps: norm?.eps ?? 0, seg }),
         buffers,
         Math.ceil((blocks * plan.team) / shape.workgroup),
       );
@@ -554,8 +576,7 @@ export abstract class KernelRecorder {
     const chunks = Math.ceil(rows / chunkKeys);
     if (chunks > 1 && !split) throw new Error('decodeAttention: several chunks need a partials buffer');
     if (split) assertFits(split.partials, numHeads * chunks * (headDim + 2) * 4, 'decodeAttention partials');
-    const scale = f32(1 / Math.sqrt(headDim));
-    const window = slidingWindow ?? 0;
+    const attention = { num_heads: numHeads, num_kv_heads: numKvHeads, head_dim: headDim, scale: 1 / Math.sqrt(headDim), window: slidingWindow ?? 0 };
     const source = position ? 'buffer' : 'uniform';
     const threads = this.kernels.tuning.decodeAttentionThreads;
     const heads = this.kernels.tuning.attentionHeads(numHeads / numKvHeads, headDim);
@@ -563,14 +584,14 @@ export abstract class KernelRecorder {
     if (chunks > 1 && split) buffers[5] = split.partials;
     this.dispatch(
       this.kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads, heads }),
-      [startPos, numHeads, numKvHeads, headDim, scale, window, chunkKeys, chunks, rope.pairing === 'adjacent' ? 0 : 1],
+      DECODE_ATTENTION_PARAMS.pack({ start_pos: startPos, ...attention, chunk_keys: chunkKeys, num_chunks: chunks, pairing: ropePairingCode(rope.pairing) }),
       withPosition(buffers, position),
       Math.ceil(((numHeads / heads) * chunks) / threads),
     );
     if (chunks > 1 && split) {
       this.dispatch(
         this.kernels.attentionPipeline({ entry: 'split_combine', headDim, kvDType, position: source }),
-        [1, startPos, numHeads, numKvHeads, headDim, scale, window, chunkKeys, chunks],
+        ATTENTION_PARAMS.pack({ T: 1, start_pos: startPos, ...attention, chunk_keys: chunkKeys, num_chunks: chunks }),
         withPosition({ 1: out, 5: split.partials }, position),
         Math.ceil((numHeads * headDim) / ATTENTION_ITEMS_PER_WORKGROUP),
       );
@@ -716,11 +737,28 @@ export abstract class KernelRecorder {
       logitsRows,
       greedy,
     };
-    const scale = f32(1 / Math.sqrt(dims.headDim));
     const advance = first + count === dims.numLayers ? 1 : 0;
     this.dispatch(
       this.kernels.decodeLayerPipeline(variant),
-      [0, numHeads, numKvHeads, dims.headDim, scale, slidingWindow ?? 0, rows, 1, pairing === 'adjacent' ? 0 : 1, f32(eps), advance, io[0], io[1], io[2], 0, 0, ...slots],
+      DECODE_LAYER_PARAMS.pack({
+        start_pos: 0,
+        num_heads: numHeads,
+        num_kv_heads: numKvHeads,
+        head_dim: dims.headDim,
+        scale: 1 / Math.sqrt(dims.headDim),
+        window: slidingWindow ?? 0,
+        chunk_keys: rows,
+        num_chunks: 1,
+        pairing: ropePairingCode(pairing),
+        eps,
+        advance,
+        emb: io[0],
+        emb_rows: io[1],
+        lm: io[2],
+        pad0: 0,
+        pad1: 0,
+        slots,
+      }),
       buffers,
       1,
     );
@@ -732,7 +770,7 @@ export abstract class KernelRecorder {
     if (n === 0) return;
     assertDistinct(out, [gate, up], 'swiglu');
     for (const [b, what] of [[out, 'out'], [gate, 'gate'], [up, 'up']] as const) assertFits(b, n * 4, `swiglu ${what}`);
-    this.dispatch(this.kernels.fixedPipeline('swiglu'), [n], { 1: out, 2: gate, 3: up }, Math.ceil(n / ELEMENTWISE_WORKGROUP));
+    this.dispatch(this.kernels.fixedPipeline('swiglu'), SWIGLU_PARAMS.pack({ n }), { 1: out, 2: gate, 3: up }, Math.ceil(n / ELEMENTWISE_WORKGROUP));
   }
 
   /** out[i] = a[i] + b[i] for i < n. out may be a or b (in-place residual add), not both. */
@@ -742,13 +780,13 @@ export abstract class KernelRecorder {
     for (const [buf, what] of [[out, 'out'], [a, 'a'], [b, 'b']] as const) assertFits(buf, n * 4, `add ${what}`);
     const workgroups = Math.ceil(n / ELEMENTWISE_WORKGROUP);
     if (out !== a && out !== b) {
-      this.dispatch(this.kernels.fixedPipeline('add'), [n], { 1: out, 2: a, 3: b }, workgroups);
+      this.dispatch(this.kernels.fixedPipeline('add'), RESIDUAL_PARAMS.pack({ n }), { 1: out, 2: a, 3: b }, workgroups);
       return;
     }
     if (a === b) throw new Error("add: out, a and b are one buffer (x += x); use a separate output buffer");
     // In place: the output is bound once, read_write, as the accumulator (addition commutes).
     const other = out === a ? b : a;
-    this.dispatch(this.kernels.fixedPipeline('add_in_place'), [n], { 4: out, 3: other }, workgroups);
+    this.dispatch(this.kernels.fixedPipeline('add_in_place'), RESIDUAL_PARAMS.pack({ n }), { 4: out, 3: other }, workgroups);
   }
 
   /** Records encoder.copyBufferToBuffer (offsets and size multiples of 4), in order with the dispatches. */

@@ -61,3 +61,45 @@ export class UniformArena {
     for (const c of this.chunks) c.buffer.destroy();
   }
 }
+
+/** A field of a shader's `struct Params`: a u32 or f32, or an array of u32 words (vec4<u32> or struct elements). */
+export type ParamType = 'u32' | 'f32' | 'u32[]';
+
+/** The value a packer takes for a field of type T. */
+type ParamValue<T extends ParamType> = T extends 'u32[]' ? readonly number[] : number;
+
+/**
+ * A shader's `struct Params` on the TS side: its fields in declaration order, with their WGSL names
+ * and byte offsets, and `pack`, which lays named values out as the struct does. Arrays start at a
+ * multiple of 16 bytes (the uniform address space's alignment of arrays). test/gpu/kernel-params.test.ts
+ * checks every one against its shader's source.
+ */
+export interface ParamStruct<F extends Record<string, ParamType>> {
+  readonly fields: readonly { name: string; type: ParamType; offset: number }[];
+  pack(values: { [K in keyof F]: ParamValue<F[K]> }): UniformValue[];
+}
+
+export function paramStruct<const F extends Record<string, ParamType>>(fields: F): ParamStruct<F> {
+  const layout: { name: string; type: ParamType; offset: number }[] = [];
+  let offset = 0;
+  for (const [name, type] of Object.entries(fields)) {
+    if (type === 'u32[]') offset = Math.ceil(offset / 16) * 16;
+    layout.push({ name, type, offset });
+    // An array is the struct's last field (its length is the values').
+    offset += 4;
+  }
+  return {
+    fields: layout,
+    pack(values) {
+      const out: UniformValue[] = [];
+      for (const { name, type, offset } of layout) {
+        const value = (values as Record<string, number | readonly number[]>)[name];
+        while (out.length * 4 < offset) out.push(0);
+        if (type === 'u32[]') out.push(...(value as readonly number[]));
+        else out.push(type === 'f32' ? f32(value as number) : (value as number));
+      }
+      if (out.length * 4 > UNIFORM_SLOT_BYTES) throw new Error(`${out.length * 4} bytes of parameters exceed a ${UNIFORM_SLOT_BYTES}-byte slot`);
+      return out;
+    },
+  };
+}

@@ -5,6 +5,7 @@ import type { WeightDType } from '../tensor.ts';
 import type { ShaderSpec } from '../pipelines.ts';
 import { weightFormatWgsl, weightRunLength } from '../weight-formats.ts';
 import { matmulShape, MATVEC_WORKGROUP, type MatmulShape, type MatvecPlan } from './tuning.ts';
+import { paramStruct } from './uniforms.ts';
 import { renameWgsl, unrollConstLoops } from './wgsl.ts';
 import embeddingWgsl from '../../../shaders/embedding.wgsl?raw';
 import matmulWgsl from '../../../shaders/matmul.wgsl?raw';
@@ -143,3 +144,10 @@ export function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: We
   }
   return { code: `${directives}${snippets}\n${WEIGHT_KERNEL_SOURCES[kernel]}`, entryPoint: 'main' };
 }
+
+/** embedding.wgsl's Params. */
+export const EMBEDDING_PARAMS = paramStruct({ T: 'u32', cols: 'u32', vocab: 'u32', first_row: 'u32', part_rows: 'u32' });
+/** matmul_output.wgsl's Params (matmul.wgsl and matmul_tiled.wgsl). */
+export const MATMUL_PARAMS = paramStruct({ T: 'u32', rows: 'u32', cols: 'u32', row_offset: 'u32', y_stride: 'u32' });
+/** matvec.wgsl's Params. */
+export const MATVEC_PARAMS = paramStruct({ rows: 'u32', cols: 'u32', row_offset: 'u32' });
