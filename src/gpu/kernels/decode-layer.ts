@@ -3,11 +3,13 @@
 // layout of the state buffer, how layers group into dispatches, and its composition.
 import type { GpuMatrix, WeightDType } from '../tensor.ts';
 import type { ShaderSpec } from '../pipelines.ts';
-import { weightFormatWgsl } from '../weight-formats.ts';
+import { checkWeightShape, weightFormatWgsl } from '../weight-formats.ts';
 import { ATTENTION_MAX_HEAD_DIM, decodeAttentionHelpersWgsl, unrollAttentionLoops } from './attention.ts';
-import type { KvDType } from './elementwise.ts';
+import { assertCount, assertDistinct, assertFits } from './checks.ts';
+import { ropePairingCode, type KvDType, type RopePairing } from './elementwise.ts';
 import { blockDotWgsl } from './fused-matvec.ts';
-import { paramStruct } from './uniforms.ts';
+import type { Kernels } from './registry.ts';
+import { paramStruct, type PlannedDispatch } from './uniforms.ts';
 import { renameWgsl, takeWgslFunctions, unrollConstLoops } from './wgsl.ts';
 import decodeAttentionWgsl from '../../../shaders/decode_attention.wgsl?raw';
 import decodeLayerWgsl from '../../../shaders/decode_layer.wgsl?raw';
@@ -335,3 +337,159 @@ export const DECODE_LAYER_PARAMS = paramStruct({
   pad1: 'u32',
   slots: 'u32[]',
 });
+
+/** The dispatch of decode layers first .. first + count - 1 (see KernelRecorder.decodeLayers), checked. */
+export function planDecodeLayers(
+  kernels: Kernels,
+  state: GPUBuffer,
+  weights: { matrices: readonly GpuMatrix[] } | { arena: DecodeArena; embedFrom?: GPUBuffer; logits?: GPUBuffer; greedyTo?: GPUBuffer },
+  first: number,
+  count: number,
+  dims: DecodeLayerDims,
+  caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[] },
+  attention: { numHeads: number; numKvHeads: number; pairing: RopePairing; slidingWindow: number | undefined; kvDType: KvDType },
+  eps: number,
+  hasBias: boolean,
+): PlannedDispatch {
+  const { numHeads, numKvHeads, pairing, slidingWindow, kvDType } = attention;
+  const maxStorage = kernels.ctx.limits.maxStorageBuffersPerShaderStage;
+  assertCount(first, 'decodeLayers first', 0);
+  assertCount(count, 'decodeLayers count');
+  if (first + count > dims.numLayers) throw new Error(`decodeLayers: layers ${first} .. ${first + count - 1} of ${dims.numLayers}`);
+  if (numHeads * dims.headDim !== dims.qDim || numKvHeads * dims.headDim !== dims.kvDim || numHeads % numKvHeads !== 0) {
+    throw new Error(`decodeLayers: ${numHeads} heads on ${numKvHeads} KV heads of ${dims.headDim} do not make q ${dims.qDim}, kv ${dims.kvDim}`);
+  }
+  if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
+  if (slidingWindow !== undefined) assertCount(slidingWindow, 'decodeLayers slidingWindow');
+  if (!decodeLayerSizesFit(dims)) throw new Error('decodeLayers: these sizes do not fit decode_layer.wgsl (see decodeLayerFits)');
+  const shapes: [number, number][] = [
+    [dims.qDim, dims.dim], [dims.kvDim, dims.dim], [dims.kvDim, dims.dim], [dims.dim, dims.qDim],
+    [dims.ffn, dims.dim], [dims.ffn, dims.dim], [dims.dim, dims.ffn],
+  ];
+  const layout = decodeLayerLayout(dims);
+  assertFits(state, layout.floats * 4, 'decodeLayers state');
+  const buffers: Record<number, GPUBuffer> = { 1: state };
+  const rowBytes = dims.kvDim * (kvDType === 'f16' ? 2 : 4);
+  let rows = Infinity;
+  for (let s = 0; s < count; s++) {
+    const [k, v] = [caches.keys[first + s], caches.values[first + s]];
+    if (!k || !v) throw new Error(`decodeLayers: no KV cache for layer ${first + s}`);
+    assertDistinct(k, [v, state], 'decodeLayers');
+    assertDistinct(v, [state], 'decodeLayers');
+    rows = Math.min(rows, Math.floor(Math.min(k.size, v.size) / rowBytes));
+    buffers[DECODE_LAYER_CACHE_BINDING + 2 * s] = k;
+    buffers[DECODE_LAYER_CACHE_BINDING + 2 * s + 1] = v;
+  }
+  assertCount(rows, 'decodeLayers cache rows');
+  // Per slot: its constants in the state and its matrices' first elements in the arena.
+  const slots: number[] = [];
+  let variantWeights: DecodeLayerVariant['matrices'];
+  let embed = false;
+  let logitsRows = 0;
+  let greedy = false;
+  const io = [0, 0, 0]; // emb, emb_rows, lm
+  if ('matrices' in weights) {
+    const { matrices } = weights;
+    if (count !== 1) throw new Error('decodeLayers: a binding per matrix takes one layer a dispatch');
+    if (!decodeLayerFits(dims, matrices, maxStorage)) {
+      throw new Error('decodeLayers: these sizes or matrices do not fit decode_layer.wgsl (see decodeLayerFits)');
+    }
+    matrices.forEach((W, i) => {
+      const [r, c] = shapes[i];
+      const what = `decodeLayers W_${DECODE_LAYER_MATRICES[i]}`;
+      if (W.rows !== r || W.cols !== c) throw new Error(`${what} is [${W.rows}, ${W.cols}], expected [${r}, ${c}]`);
+      checkWeightShape(W.dtype, W.rows, W.cols, what);
+      buffers[DECODE_LAYER_WEIGHT_BINDING + i] = W.buffer;
+    });
+    assertDistinct(state, matrices.map((m) => m.buffer), 'decodeLayers');
+    variantWeights = matrices.map((m) => ({ dtype: m.dtype, runs: kernels.usesWeightRuns(m.dtype) }));
+    slots.push(layout.consts + first * layout.constsStride, 0, 0, 0, 0, 0, 0, 0);
+  } else {
+    const { arena, embedFrom, logits, greedyTo } = weights;
+    if (embedFrom && greedyTo && embedFrom !== greedyTo) throw new Error('decodeLayers: embedFrom and greedyTo must be one buffer (one binding)');
+    const tokens = embedFrom ?? greedyTo;
+    if (count > DECODE_LAYER_MAX_SLOTS) throw new Error(`decodeLayers: at most ${DECODE_LAYER_MAX_SLOTS} layers a dispatch, got ${count}`);
+    const floats = arena.buffer.size / 4;
+    const inArena = (offset: number, elements: number, what: string) => {
+      if (!Number.isInteger(offset) || offset < 0 || offset % 4 !== 0 || offset + elements > floats) {
+        throw new Error(`decodeLayers: ${what} at element ${offset} (${elements} elements) is not in the arena of ${floats}`);
+      }
+    };
+    for (let s = 0; s < count; s++) {
+      const offsets = arena.layers[first + s];
+      if (!offsets || offsets.length !== DECODE_LAYER_MATRICES.length) throw new Error(`decodeLayers: the arena has no matrices for layer ${first + s}`);
+      offsets.forEach((o, i) => inArena(o, shapes[i][0] * shapes[i][1], `layer ${first + s} W_${DECODE_LAYER_MATRICES[i]}`));
+      slots.push(layout.consts + (first + s) * layout.constsStride, ...offsets);
+    }
+    buffers[DECODE_LAYER_ARENA_BINDING] = arena.buffer;
+    assertDistinct(state, [arena.buffer], 'decodeLayers');
+    if (tokens) {
+      assertFits(tokens, 4, 'decodeLayers tokens');
+      buffers[DECODE_LAYER_TOKENS_BINDING] = tokens;
+    }
+    if (embedFrom) {
+      if (!arena.embedding) throw new Error('decodeLayers: the arena holds no token embedding');
+      assertCount(arena.embedding.rows, 'decodeLayers embedding rows');
+      inArena(arena.embedding.offset, arena.embedding.rows * dims.dim, 'the token embedding');
+      embed = true;
+      io[0] = arena.embedding.offset;
+      io[1] = arena.embedding.rows;
+    }
+    if (logits) {
+      if (!arena.lmHead) throw new Error('decodeLayers: the arena holds no W_lm_head');
+      assertCount(arena.lmHead.rows, 'decodeLayers lm_head rows');
+      inArena(arena.lmHead.offset, arena.lmHead.rows * dims.dim, 'W_lm_head');
+      assertFits(logits, arena.lmHead.rows * 4, 'decodeLayers logits');
+      assertDistinct(logits, [state, arena.buffer, tokens], 'decodeLayers');
+      buffers[DECODE_LAYER_LOGITS_BINDING] = logits;
+      logitsRows = arena.lmHead.rows;
+      io[2] = arena.lmHead.offset;
+    }
+    if (greedyTo) {
+      if (!logits) throw new Error('decodeLayers: a greedy pick needs the logits');
+      if (first + count !== dims.numLayers) throw new Error('decodeLayers: only the last layer\'s dispatch picks the next token');
+      greedy = true;
+    }
+    const bound = Object.keys(buffers).length;
+    if (bound > maxStorage) throw new Error(`decodeLayers: ${bound} storage buffers, the device binds ${maxStorage} (see decodeLayerGroups)`);
+  }
+  const heads = kernels.tuning.attentionHeads(numHeads / numKvHeads, dims.headDim);
+  const variant: DecodeLayerVariant = {
+    dims,
+    heads,
+    kvDType,
+    matrices: variantWeights,
+    hasBias,
+    workgroup: kernels.tuning.decodeLayerWorkgroup,
+    quads: kernels.tuning.decodeLayerQuads,
+    slots: count,
+    embed,
+    logitsRows,
+    greedy,
+  };
+  const advance = first + count === dims.numLayers ? 1 : 0;
+  return {
+    pipeline: kernels.decodeLayerPipeline(variant),
+    params: DECODE_LAYER_PARAMS.pack({
+      start_pos: 0,
+      num_heads: numHeads,
+      num_kv_heads: numKvHeads,
+      head_dim: dims.headDim,
+      scale: 1 / Math.sqrt(dims.headDim),
+      window: slidingWindow ?? 0,
+      chunk_keys: rows,
+      num_chunks: 1,
+      pairing: ropePairingCode(pairing),
+      eps,
+      advance,
+      emb: io[0],
+      emb_rows: io[1],
+      lm: io[2],
+      pad0: 0,
+      pad1: 0,
+      slots,
+    }),
+    buffers,
+    workgroups: 1,
+  };
+}

@@ -6,7 +6,9 @@ import type { ShaderSpec } from '../pipelines.ts';
 import { weightFormatWgsl, weightRunLength } from '../weight-formats.ts';
 import type { FusedShape, MatvecPlan } from './tuning.ts';
 import { activationWgsl, reduceTeamWgsl } from './weights.ts';
-import { paramStruct } from './uniforms.ts';
+import { assertDistinct, assertFits } from './checks.ts';
+import type { Kernels } from './registry.ts';
+import { paramStruct, type PlannedDispatch } from './uniforms.ts';
 import { renameWgsl, unrollConstLoops } from './wgsl.ts';
 import fusedMatvecWgsl from '../../../shaders/fused_matvec.wgsl?raw';
 
@@ -149,3 +151,82 @@ export function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
 
 /** fused_matvec.wgsl's Params: seg holds MAX_SEGMENTS vec4s (first block, rows, first output row, first bias row). */
 export const FUSED_MATVEC_PARAMS = paramStruct({ cols: 'u32', total_blocks: 'u32', eps: 'f32', seg: 'u32[]' });
+
+/**
+ * The dispatches of a fused matvec over `segments` (row ranges of y, each a matrix or a part): as
+ * many segments a dispatch as the device's storage bindings (and MAX_SEGMENTS) allow.
+ */
+export function planFusedMatvec(
+  kernels: Kernels,
+  mode: FusedMatvecMode,
+  y: GPUBuffer,
+  x: GPUBuffer,
+  cols: number,
+  segments: FusedSegment[],
+  norm: { gamma: GPUBuffer; eps: number } | undefined,
+): PlannedDispatch[] {
+  assertFits(x, cols * 4, 'fused matvec x');
+  if (norm) assertFits(norm.gamma, cols * 4, 'fused matvec gamma');
+  assertDistinct(y, [x, norm?.gamma, ...segments.flatMap((g) => [g.buffer, g.bias])], 'fused matvec');
+  const aligned = cols % 4 === 0;
+  const plan = kernels.matvecPlan(cols);
+  // Storage buffers one dispatch may bind: y, x, gamma, then a weight (and bias) per segment.
+  const budget = kernels.ctx.limits.maxStorageBuffersPerShaderStage - (norm ? 3 : 2);
+  const groups: FusedSegment[][] = [];
+  if (mode === 'swiglu') {
+    if (budget < 2) throw new Error('fused matvec: the device binds too few storage buffers');
+    groups.push(segments);
+  } else {
+    let group: FusedSegment[] = [];
+    let used = 0;
+    for (const g of segments) {
+      const cost = g.bias ? 2 : 1;
+      if (cost > budget) throw new Error('fused matvec: the device binds too few storage buffers');
+      if (group.length === FUSED_MAX_SEGMENTS || used + cost > budget) {
+        groups.push(group);
+        group = [];
+        used = 0;
+      }
+      group.push(g);
+      used += cost;
+    }
+    groups.push(group);
+  }
+  const preferred = kernels.tuning.fusedShape;
+  // A workgroup holds whole teams (the workgroup reduction's teams can be the whole workgroup).
+  const shape = { ...preferred, workgroup: Math.max(preferred.workgroup, plan.team) };
+  const dispatches: PlannedDispatch[] = [];
+  for (const group of groups) {
+    const seg: number[] = [];
+    let blocks = 0;
+    for (const [s, g] of group.entries()) {
+      seg.push(blocks, g.rows, g.outRow, g.biasRow);
+      // swiglu: the grid covers W_gate's blocks only (each thread computes W_up's same rows).
+      if (mode !== 'swiglu' || s === 0) blocks += Math.ceil(g.rows / (4 * shape.quads));
+    }
+    // Unused slots (and W_up in swiglu mode) start past every block: no thread picks them.
+    if (mode === 'swiglu') seg[4] = 0xffffffff;
+    while (seg.length < 4 * FUSED_MAX_SEGMENTS) seg.push(0xffffffff, 1, 0, 0);
+    const variant: FusedVariant = {
+      mode,
+      norm: !!norm,
+      aligned,
+      plan,
+      shape,
+      segments: group.map((g) => ({ dtype: g.dtype, hasBias: !!g.bias, runs: kernels.usesWeightRuns(g.dtype) })),
+    };
+    const buffers: Record<number, GPUBuffer> = { 1: y, 2: x };
+    if (norm) buffers[FUSED_GAMMA_BINDING] = norm.gamma;
+    group.forEach((g, s) => {
+      buffers[fusedWeightBinding(s)] = g.buffer;
+      if (g.bias) buffers[fusedBiasBinding(s)] = g.bias;
+    });
+    dispatches.push({
+      pipeline: kernels.fusedMatvecPipeline(variant),
+      params: FUSED_MATVEC_PARAMS.pack({ cols, total_blocks: blocks, eps: norm?.eps ?? 0, seg }),
+      buffers,
+      workgroups: Math.ceil((blocks * plan.team) / shape.workgroup),
+    });
+  }
+  return dispatches;
+}

@@ -13,22 +13,7 @@ import type { GpuMatrix } from '../tensor.ts';
 import { checkWeightShape } from '../weight-formats.ts';
 import { ATTENTION_MAX_HEAD_DIM, ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from './attention.ts';
 import { assertCount, assertDistinct, assertFits, checkParts, checkSecondPassWeights } from './checks.ts';
-import {
-  DECODE_LAYER_ARENA_BINDING,
-  DECODE_LAYER_CACHE_BINDING,
-  DECODE_LAYER_LOGITS_BINDING,
-  DECODE_LAYER_MATRICES,
-  DECODE_LAYER_PARAMS,
-  DECODE_LAYER_MAX_SLOTS,
-  DECODE_LAYER_TOKENS_BINDING,
-  DECODE_LAYER_WEIGHT_BINDING,
-  decodeLayerFits,
-  decodeLayerLayout,
-  decodeLayerSizesFit,
-  type DecodeArena,
-  type DecodeLayerDims,
-  type DecodeLayerVariant,
-} from './decode-layer.ts';
+import { planDecodeLayers, type DecodeArena, type DecodeLayerDims } from './decode-layer.ts';
 import {
   ELEMENTWISE_WORKGROUP,
   KV_WRITE_PARAMS,
@@ -40,7 +25,7 @@ import {
   type KvDType,
   type RopePairing,
 } from './elementwise.ts';
-import { FUSED_GAMMA_BINDING, FUSED_MATVEC_PARAMS, FUSED_MAX_SEGMENTS, fusedBiasBinding, fusedWeightBinding, type FusedMatvecMode, type FusedSegment, type FusedVariant } from './fused-matvec.ts';
+import { planFusedMatvec, type FusedMatvecMode, type FusedSegment } from './fused-matvec.ts';
 import type { Kernels } from './registry.ts';
 import { ATTENTION_ITEMS_PER_WORKGROUP, MATVEC_WORKGROUP, RMSNORM_ROWS_PER_WORKGROUP, type MatmulShape } from './tuning.ts';
 import { UniformArena, type UniformValue } from './uniforms.ts';
@@ -461,68 +446,7 @@ export abstract class KernelRecorder {
     segments: FusedSegment[],
     norm: { gamma: GPUBuffer; eps: number } | undefined,
   ): void {
-    assertFits(x, cols * 4, 'fused matvec x');
-    if (norm) assertFits(norm.gamma, cols * 4, 'fused matvec gamma');
-    assertDistinct(y, [x, norm?.gamma, ...segments.flatMap((g) => [g.buffer, g.bias])], 'fused matvec');
-    const aligned = cols % 4 === 0;
-    const plan = this.kernels.matvecPlan(cols);
-    // Storage buffers one dispatch may bind: y, x, gamma, then a weight (and bias) per segment.
-    const budget = this.kernels.ctx.limits.maxStorageBuffersPerShaderStage - (norm ? 3 : 2);
-    const groups: FusedSegment[][] = [];
-    if (mode === 'swiglu') {
-      if (budget < 2) throw new Error('fused matvec: the device binds too few storage buffers');
-      groups.push(segments);
-    } else {
-      let group: FusedSegment[] = [];
-      let used = 0;
-      for (const g of segments) {
-        const cost = g.bias ? 2 : 1;
-        if (cost > budget) throw new Error('fused matvec: the device binds too few storage buffers');
-        if (group.length === FUSED_MAX_SEGMENTS || used + cost > budget) {
-          groups.push(group);
-          group = [];
-          used = 0;
-        }
-        group.push(g);
-        used += cost;
-      }
-      groups.push(group);
-    }
-    const preferred = this.kernels.tuning.fusedShape;
-    // A workgroup holds whole teams (the workgroup reduction's teams can be the whole workgroup).
-    const shape = { ...preferred, workgroup: Math.max(preferred.workgroup, plan.team) };
-    for (const group of groups) {
-      const seg: number[] = [];
-      let blocks = 0;
-      for (const [s, g] of group.entries()) {
-        seg.push(blocks, g.rows, g.outRow, g.biasRow);
-        // swiglu: the grid covers W_gate's blocks only (each thread computes W_up's same rows).
-        if (mode !== 'swiglu' || s === 0) blocks += Math.ceil(g.rows / (4 * shape.quads));
-      }
-      // Unused slots (and W_up in swiglu mode) start past every block: no thread picks them.
-      if (mode === 'swiglu') seg[4] = 0xffffffff;
-      while (seg.length < 4 * FUSED_MAX_SEGMENTS) seg.push(0xffffffff, 1, 0, 0);
-      const variant: FusedVariant = {
-        mode,
-        norm: !!norm,
-        aligned,
-        plan,
-        shape,
-        segments: group.map((g) => ({ dtype: g.dtype, hasBias: !!g.bias, runs: this.kernels.usesWeightRuns(g.dtype) })),
-      };
-      const buffers: Record<number, GPUBuffer> = { 1: y, 2: x };
-      if (norm) buffers[FUSED_GAMMA_BINDING] = norm.gamma;
-      group.forEach((g, s) => {
-        buffers[fusedWeightBinding(s)] = g.buffer;
-        if (g.bias) buffers[fusedBiasBinding(s)] = g.bias;
-      });
-      this.dispatch(
-        this.kernels.fusedMatvecPipeline(variant),
-        FUSED_MATVEC_PARAMS.pack({ cols, total_blocks: blocks, eps: norm?.eps ?? 0, seg }),
-        buffers,
-        Math.ceil((blocks * plan.team) / shape.workgroup),
-      );
-    }
+    for (const d of planFusedMatvec(this.kernels, mode, y, x, cols, segments, norm)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
   /**
@@ -621,147 +545,8 @@ export abstract class KernelRecorder {
     eps: number,
     hasBias: boolean,
   ): void {
-    const { numHeads, numKvHeads, pairing, slidingWindow, kvDType } = attention;
-    const maxStorage = this.kernels.ctx.limits.maxStorageBuffersPerShaderStage;
-    assertCount(first, 'decodeLayers first', 0);
-    assertCount(count, 'decodeLayers count');
-    if (first + count > dims.numLayers) throw new Error(`decodeLayers: layers ${first} .. ${first + count - 1} of ${dims.numLayers}`);
-    if (numHeads * dims.headDim !== dims.qDim || numKvHeads * dims.headDim !== dims.kvDim || numHeads % numKvHeads !== 0) {
-      throw new Error(`decodeLayers: ${numHeads} heads on ${numKvHeads} KV heads of ${dims.headDim} do not make q ${dims.qDim}, kv ${dims.kvDim}`);
-    }
-    if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
-    if (slidingWindow !== undefined) assertCount(slidingWindow, 'decodeLayers slidingWindow');
-    if (!decodeLayerSizesFit(dims)) throw new Error('decodeLayers: these sizes do not fit decode_layer.wgsl (see decodeLayerFits)');
-    const shapes: [number, number][] = [
-      [dims.qDim, dims.dim], [dims.kvDim, dims.dim], [dims.kvDim, dims.dim], [dims.dim, dims.qDim],
-      [dims.ffn, dims.dim], [dims.ffn, dims.dim], [dims.dim, dims.ffn],
-    ];
-    const layout = decodeLayerLayout(dims);
-    assertFits(state, layout.floats * 4, 'decodeLayers state');
-    const buffers: Record<number, GPUBuffer> = { 1: state };
-    const rowBytes = dims.kvDim * (kvDType === 'f16' ? 2 : 4);
-    let rows = Infinity;
-    for (let s = 0; s < count; s++) {
-      const [k, v] = [caches.keys[first + s], caches.values[first + s]];
-      if (!k || !v) throw new Error(`decodeLayers: no KV cache for layer ${first + s}`);
-      assertDistinct(k, [v, state], 'decodeLayers');
-      assertDistinct(v, [state], 'decodeLayers');
-      rows = Math.min(rows, Math.floor(Math.min(k.size, v.size) / rowBytes));
-      buffers[DECODE_LAYER_CACHE_BINDING + 2 * s] = k;
-      buffers[DECODE_LAYER_CACHE_BINDING + 2 * s + 1] = v;
-    }
-    assertCount(rows, 'decodeLayers cache rows');
-    // Per slot: its constants in the state and its matrices' first elements in the arena.
-    const slots: number[] = [];
-    let variantWeights: DecodeLayerVariant['matrices'];
-    let embed = false;
-    let logitsRows = 0;
-    let greedy = false;
-    const io = [0, 0, 0]; // emb, emb_rows, lm
-    if ('matrices' in weights) {
-      const { matrices } = weights;
-      if (count !== 1) throw new Error('decodeLayers: a binding per matrix takes one layer a dispatch');
-      if (!decodeLayerFits(dims, matrices, maxStorage)) {
-        throw new Error('decodeLayers: these sizes or matrices do not fit decode_layer.wgsl (see decodeLayerFits)');
-      }
-      matrices.forEach((W, i) => {
-        const [r, c] = shapes[i];
-        const what = `decodeLayers W_${DECODE_LAYER_MATRICES[i]}`;
-        if (W.rows !== r || W.cols !== c) throw new Error(`${what} is [${W.rows}, ${W.cols}], expected [${r}, ${c}]`);
-        checkWeightShape(W.dtype, W.rows, W.cols, what);
-        buffers[DECODE_LAYER_WEIGHT_BINDING + i] = W.buffer;
-      });
-      assertDistinct(state, matrices.map((m) => m.buffer), 'decodeLayers');
-      variantWeights = matrices.map((m) => ({ dtype: m.dtype, runs: this.kernels.usesWeightRuns(m.dtype) }));
-      slots.push(layout.consts + first * layout.constsStride, 0, 0, 0, 0, 0, 0, 0);
-    } else {
-      const { arena, embedFrom, logits, greedyTo } = weights;
-      if (embedFrom && greedyTo && embedFrom !== greedyTo) throw new Error('decodeLayers: embedFrom and greedyTo must be one buffer (one binding)');
-      const tokens = embedFrom ?? greedyTo;
-      if (count > DECODE_LAYER_MAX_SLOTS) throw new Error(`decodeLayers: at most ${DECODE_LAYER_MAX_SLOTS} layers a dispatch, got ${count}`);
-      const floats = arena.buffer.size / 4;
-      const inArena = (offset: number, elements: number, what: string) => {
-        if (!Number.isInteger(offset) || offset < 0 || offset % 4 !== 0 || offset + elements > floats) {
-          throw new Error(`decodeLayers: ${what} at element ${offset} (${elements} elements) is not in the arena of ${floats}`);
-        }
-      };
-      for (let s = 0; s < count; s++) {
-        const offsets = arena.layers[first + s];
-        if (!offsets || offsets.length !== DECODE_LAYER_MATRICES.length) throw new Error(`decodeLayers: the arena has no matrices for layer ${first + s}`);
-        offsets.forEach((o, i) => inArena(o, shapes[i][0] * shapes[i][1], `layer ${first + s} W_${DECODE_LAYER_MATRICES[i]}`));
-        slots.push(layout.consts + (first + s) * layout.constsStride, ...offsets);
-      }
-      buffers[DECODE_LAYER_ARENA_BINDING] = arena.buffer;
-      assertDistinct(state, [arena.buffer], 'decodeLayers');
-      if (tokens) {
-        assertFits(tokens, 4, 'decodeLayers tokens');
-        buffers[DECODE_LAYER_TOKENS_BINDING] = tokens;
-      }
-      if (embedFrom) {
-        if (!arena.embedding) throw new Error('decodeLayers: the arena holds no token embedding');
-        assertCount(arena.embedding.rows, 'decodeLayers embedding rows');
-        inArena(arena.embedding.offset, arena.embedding.rows * dims.dim, 'the token embedding');
-        embed = true;
-        io[0] = arena.embedding.offset;
-        io[1] = arena.embedding.rows;
-      }
-      if (logits) {
-        if (!arena.lmHead) throw new Error('decodeLayers: the arena holds no W_lm_head');
-        assertCount(arena.lmHead.rows, 'decodeLayers lm_head rows');
-        inArena(arena.lmHead.offset, arena.lmHead.rows * dims.dim, 'W_lm_head');
-        assertFits(logits, arena.lmHead.rows * 4, 'decodeLayers logits');
-        assertDistinct(logits, [state, arena.buffer, tokens], 'decodeLayers');
-        buffers[DECODE_LAYER_LOGITS_BINDING] = logits;
-        logitsRows = arena.lmHead.rows;
-        io[2] = arena.lmHead.offset;
-      }
-      if (greedyTo) {
-        if (!logits) throw new Error('decodeLayers: a greedy pick needs the logits');
-        if (first + count !== dims.numLayers) throw new Error('decodeLayers: only the last layer\'s dispatch picks the next token');
-        greedy = true;
-      }
-      const bound = Object.keys(buffers).length;
-      if (bound > maxStorage) throw new Error(`decodeLayers: ${bound} storage buffers, the device binds ${maxStorage} (see decodeLayerGroups)`);
-    }
-    const heads = this.kernels.tuning.attentionHeads(numHeads / numKvHeads, dims.headDim);
-    const variant: DecodeLayerVariant = {
-      dims,
-      heads,
-      kvDType,
-      matrices: variantWeights,
-      hasBias,
-      workgroup: this.kernels.tuning.decodeLayerWorkgroup,
-      quads: this.kernels.tuning.decodeLayerQuads,
-      slots: count,
-      embed,
-      logitsRows,
-      greedy,
-    };
-    const advance = first + count === dims.numLayers ? 1 : 0;
-    this.dispatch(
-      this.kernels.decodeLayerPipeline(variant),
-      DECODE_LAYER_PARAMS.pack({
-        start_pos: 0,
-        num_heads: numHeads,
-        num_kv_heads: numKvHeads,
-        head_dim: dims.headDim,
-        scale: 1 / Math.sqrt(dims.headDim),
-        window: slidingWindow ?? 0,
-        chunk_keys: rows,
-        num_chunks: 1,
-        pairing: ropePairingCode(pairing),
-        eps,
-        advance,
-        emb: io[0],
-        emb_rows: io[1],
-        lm: io[2],
-        pad0: 0,
-        pad1: 0,
-        slots,
-      }),
-      buffers,
-      1,
-    );
+    const d = planDecodeLayers(this.kernels, state, weights, first, count, dims, caches, attention, eps, hasBias);
+    this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
   /** out[i] = silu(gate[i]) * up[i] for i < n. out must not be gate or up. */

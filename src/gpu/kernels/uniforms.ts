@@ -103,3 +103,11 @@ export function paramStruct<const F extends Record<string, ParamType>>(fields: F
     },
   };
 }
+
+/** One dispatch a kernel family planned: its pipeline, parameters, buffers by binding and grid. */
+export interface PlannedDispatch {
+  pipeline: GPUComputePipeline;
+  params: UniformValue[];
+  buffers: Record<number, GPUBuffer>;
+  workgroups: number | [number, number];
+}
