@@ -158,6 +158,7 @@ export function decodeLayerFits(d: DecodeLayerDims, matrices: readonly GpuMatrix
 export function decodeLayerSizesFit(d: DecodeLayerDims): boolean {
   return [d.dim, d.qDim, d.kvDim, d.ffn, d.headDim].every((n) => n > 0 && n % 4 === 0) && d.headDim <= ATTENTION_MAX_HEAD_DIM;
 }
+
 /** The functions of the decode attention that touch the K/V caches (attentionSliceWgsl, decodeAttentionHelpersWgsl, online_softmax.wgsl, decode_attention.wgsl). */
 export const CACHE_FUNCTIONS = ['load_k', 'load_v', 'load_k1', 'load_v1', 'store_kv_row', 'attend_row', 'attend_item'];
 
@@ -165,8 +166,8 @@ export const CACHE_FUNCTIONS = ['load_k', 'load_v', 'load_k1', 'load_v1', 'store
  * decode_layer.wgsl's attention over the caches of each of its `slots` layers, from the decode
  * attention's source: with one slot, k_cache / v_cache; with several, the functions that touch
  * the caches once per slot (suffix c<slot>, over its own pair of bindings), so that each layer's
- * loads name their buffer at compile time (SwiftShader makes a run-time choice between buffers a
- * masked branch per load, which took a third more time a step). `fn attend_slot(slot, item)` runs
+ * loads name their buffer at compile time (a run-time choice between buffers costs CPU devices a
+ * masked branch per load; docs/tuning.md#decode-layer). `fn attend_slot(slot, item)` runs
  * attend_item for the slot's layer.
  */
 export function decodeLayerAttentionWgsl(source: string, slots: number): string {

@@ -70,8 +70,7 @@ export const MAX_UNROLLED_SLICES = 16;
  * Unrolls every `for (var v = 0u; v < NAME; v++) { ... }` loop of a shader whose bound NAME is in
  * `counts`, nested ones included, into one copy of the body per value, with v a constant. Why:
  * SwiftShader does not unroll them, and a function-scope array indexed by a loop variable goes
- * through memory lane by lane. Measured on SwiftShader, stories260K decode (head_dim 8: 2 slices):
- * ~3.3 -> ~3.1 ms/token.
+ * through memory lane by lane. Measurements: docs/tuning.md#attention
  */
 export function unrollConstLoops(code: string, counts: Record<string, number>): string {
   const loop = /for \(var (\w+) = 0u; \1 < (\w+); \1\+\+\) \{/g;
