@@ -7,7 +7,7 @@
 //     submit's round trip, and of a GPU->CPU read-back of 4 bytes after a tiny dispatch.
 // Browser-safe: the bench page runs the same code on navigator.gpu's device.
 import type { GpuContext } from '../src/gpu/device.ts';
-import { Kernels } from '../src/gpu/kernels.ts';
+import { Kernels } from '../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createWeightMatrix } from '../src/gpu/buffers.ts';
 import { weightByteSize } from '../src/gpu/weight-formats.ts';
 import type { WeightDType } from '../src/gpu/tensor.ts';

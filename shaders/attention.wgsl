@@ -13,7 +13,7 @@
 // values, all rescaled by exp(m_old - m_new) whenever the max grows. So memory does not grow with
 // the context length.
 //
-// Composed in front of this file (kernels.ts, attentionSpec): `const HEAD_DIM: u32`, the head
+// Composed in front of this file (kernels/attention.ts, attentionSpec): `const HEAD_DIM: u32`, the head
 // dimension of the pipeline (params.head_dim equals it); the element type of q and the caches,
 // `alias H` (vec4<f32> when HEAD_DIM is a multiple of 4, so every head starts 16-byte aligned;
 // else f32) with `const WIDTH: u32` (floats per H) and `fn hsum(v: H) -> f32`; the caches' storage
@@ -24,13 +24,13 @@
 // or params.start_pos plus a u32 read from a storage buffer for the reusable decode step: the
 // dispatch grid depends only on T and the heads, and each thread loops to its own position, so one
 // recorded bind group serves every step); online_softmax.wgsl (first_key, attend_key / attend_row,
-// NEG_LARGE, HEAD_SLICES). Two entry points; the host picks (kernels.ts, attentionPlan):
+// NEG_LARGE, HEAD_SLICES). Two entry points; the host picks (kernels/tuning.ts, attentionPlan):
 //
 // - `per_thread`: one thread per (block of QUERIES consecutive query tokens, block of GROUP_HEADS
 //   heads sharing a KV head): HEADS = QUERIES x GROUP_HEADS query heads, for which it walks the
 //   keys one by one, loading each K/V row once, with the q and accumulators in private arrays of
 //   HEAD_DIM / WIDTH slices a head (the `HEADS`, `QUERIES`, `GROUP_HEADS` and `HEAD_SLICES` loops
-//   are unrolled by kernels.ts when they are short: SwiftShader keeps private arrays in memory
+//   are unrolled by kernels/attention.ts when they are short: SwiftShader keeps private arrays in memory
 //   when they are indexed by a loop variable). No workgroup memory and no barriers: on SwiftShader
 //   (the tests' CPU Vulkan) a barrier costs far more than the arithmetic, and this kernel is
 //   10-30x faster than `per_workgroup` there for prefill, 2-8x for decode. GROUP_HEADS and

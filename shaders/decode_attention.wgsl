@@ -10,7 +10,7 @@
 // walked once with an online softmax per head as in attention.wgsl's per_thread, so each K and V row
 // is loaded (and unpacked) once for the HEADS heads that share it. HEADS divides the GQA group; the
 // host takes 1 on GPUs (many light threads) and the whole group on CPU devices, where a thread's
-// loads are what costs. The `HEADS` and `HEAD_SLICES` loops are unrolled by kernels.ts.
+// loads are what costs. The `HEADS` and `HEAD_SLICES` loops are unrolled by kernels/attention.ts.
 // Row p is taken after the loop from registers (the new k_p and v_p, rounded as the cache stores
 // them), never from the cache, and is written to the cache by one thread per KV head (the one with
 // the group's first head, in the chunk that holds p): no thread of this dispatch reads it.
@@ -20,7 +20,7 @@
 //
 // This file is the math of one thread, `attend_item`; two kernels run it: decode_attention_pass.wgsl
 // (a dispatch of its own) and decode_layer.wgsl (a phase of the whole layer). Composed in front of
-// it (kernels.ts, decodeAttentionHelpersWgsl): HEAD_DIM, HEADS, H, WIDTH, hsum, KV, load_k/load_v,
+// it (kernels/attention.ts, decodeAttentionHelpersWgsl): HEAD_DIM, HEADS, H, WIDTH, hsum, KV, load_k/load_v,
 // store_out (attentionSliceWgsl); online_softmax.wgsl (first_key; attend_key / attend_row: one key
 // for the thread's heads; NEG_LARGE, HEAD_SLICES), sin_cos.wgsl, f16_bits.wgsl; `fn start_pos() ->
 // u32`; `fn load_qkv(i) -> f32` and `fn load_inv_freq(d) -> f32`; for the cache's element type,

@@ -3,7 +3,7 @@
 // every SIMD group of a workgroup, idle or not). The layer kernel (decode_layer.wgsl) runs the same
 // items as one of its phases instead.
 //
-// Composed in front (kernels.ts, decodeAttentionSpec): THREADS, the helpers decode_attention.wgsl
+// Composed in front (kernels/attention.ts, decodeAttentionSpec): THREADS, the helpers decode_attention.wgsl
 // lists, reading the bindings below, and decode_attention.wgsl itself.
 
 struct Params {

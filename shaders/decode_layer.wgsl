@@ -1,7 +1,7 @@
 // Decode layers (one token) in one dispatch of one workgroup, for CPU adapters and small models,
 // where a dispatch costs more than the layer's work (SwiftShader: ~20-40 µs a dispatch, against a
 // few µs for a workgroup barrier). Each layer is the same math as the five dispatches of
-// LlamaModel.recordDecodeStep, as five phases separated by barriers:
+// model/decode-step.ts, recordDecodeStep, as five phases separated by barriers:
 //
 //   1. qkv = s·(x∘γ_attn)·[Wq; Wk; Wv]ᵀ + [bq; bk; bv],  s = 1 / sqrt(mean(x²) + eps)
 //   2. cache[p] = (rope(k), v); a = attention(rope(q), K, V)      (decode_attention.wgsl)
@@ -12,10 +12,10 @@
 // A dispatch runs LAYER_SLOTS consecutive layers (params.slots: where each finds its norms, biases
 // and matrices), one after the other. With EMBED it first sets x = E[token] (the step's embedding),
 // and with LOGITS it ends with logits = s·(x∘γ_out)·W_lm_headᵀ: so a small model's whole step can
-// take a few dispatches (LlamaModel.recordDecodeLayers) rather than one per layer plus two. With
-// GREEDY it then picks the next token, the argmax of the logits, into `tokens` (where the next
-// step's EMBED reads it) and its record into st at RECORD0: a greedy sequence needs no sampler
-// dispatch a step.
+// take a few dispatches (model/decode-layers.ts, recordDecodeLayers) rather than one per layer
+// plus two. With GREEDY it then picks the next token, the argmax of the logits, into `tokens`
+// (where the next step's EMBED reads it) and its record into st at RECORD0: a greedy sequence
+// needs no sampler dispatch a step.
 //
 // Every thread takes blocks of QUADS quads of rows (4 QUADS rows, whole rows, TEAM = 1) of each
 // projection in turn, and the attention's items. Each phase reads what the one before wrote, and
@@ -28,13 +28,13 @@
 // Q/K/V biases (zeros when the model has none), copied there when the decode step is made. Every
 // region starts at a multiple of 4 floats; DIM, Q_DIM, KV_DIM and FFN are multiples of 4.
 //
-// The matrices come one of two ways (kernels.ts, decodeLayerSpec): each of the one layer's seven
+// The matrices come one of two ways (kernels/decode-layer.ts, decodeLayerSpec): each of the one layer's seven
 // from a binding of its own, any storage (snippets renamed with suffixes sq, sk, sv, so, sg, su,
 // sd, at bindings 10..16); or all from one f32 "arena" buffer (binding 2), the slots giving each
 // matrix's first element. The K/V caches of slot s are k_cache / v_cache (one slot), or
 // k_cache_c<s> / v_cache_c<s>, read by attend_slot(s, item)'s own copy of the attention.
 //
-// Composed in front of this file (kernels.ts, decodeLayerSpec): WG, QUADS, TEAM (1), LAYER_SLOTS,
+// Composed in front of this file (kernels/decode-layer.ts, decodeLayerSpec): WG, QUADS, TEAM (1), LAYER_SLOTS,
 // DIM, Q_DIM, KV_DIM, FFN, the region offsets, HAS_BIAS, EMBED, LOGITS, GREEDY;
 // decode_attention.wgsl's helpers (their store_out, qkv and frequency reads and start_pos are
 // defined below) and decode_attention.wgsl, with the cache bindings and attend_slot; the weight

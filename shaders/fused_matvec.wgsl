@@ -19,13 +19,13 @@
 // means fewer loads per weight, fewer threads. CPU devices, where every load costs, take more; GPUs
 // one quad.
 //
-// Composed in front of this file (kernels.ts, fusedMatvecSpec): `const MODE`, `NORM`, `SEGMENTS`,
+// Composed in front of this file (kernels/fused-matvec.ts, fusedMatvecSpec): `const MODE`, `NORM`, `SEGMENTS`,
 // `QUADS`, `WORKGROUP_SIZE`; the activation snippet (`load_x`, `load_x4`, binding 2);
 // `load_gamma`/`load_gamma4` (binding 5, or 1 without NORM); TEAM and reduce_team (as for
 // matvec.wgsl); and per segment s a renamed weight-format snippet and bias (bindings 10 + 2s and
 // 11 + 2s) behind `fn block_dot(s, r0, last_row, lane) -> array<vec4<f32>, QUADS>` (lane's part of
 // the dot products with x∘γ of rows r0 + 4q .. r0 + 4q + 3, rows past last_row reading last_row)
-// and `fn seg_bias(s, r) -> f32`. The `QUADS` loops are unrolled by kernels.ts.
+// and `fn seg_bias(s, r) -> f32`. The `QUADS` loops are unrolled by kernels/fused-matvec.ts.
 
 const MODE_STORE: u32 = 0u;
 const MODE_ACCUMULATE: u32 = 1u;

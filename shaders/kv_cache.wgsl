@@ -1,5 +1,5 @@
 // Appends the K and V rows of T new tokens to the KV caches, at row start_pos() (composed in front
-// of this file by kernels.ts, positionWgsl: params.start_pos, or that plus a u32 read from a storage
+// of this file by kernels/wgsl.ts, positionWgsl: params.start_pos, or that plus a u32 read from a storage
 // buffer for the reusable decode step).
 //
 // `write_kv`: f16 caches. Each cache word holds two halves (element 2i in the low 16 bits, 2i + 1

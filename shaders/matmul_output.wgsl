@@ -1,5 +1,5 @@
 // What matmul.wgsl and matmul_tiled.wgsl share: their parameters and output binding, and how a
-// thread's 4-row block of one token is written to Y (composed in front of both; kernels.ts, which
+// thread's 4-row block of one token is written to Y (composed in front of both; kernels/weights.ts, which
 // also composes SWIGLU, PAIR, SECOND, store_y / store_y2 and load_bias / load_bias2).
 //
 // W may be one row range of a split matrix (see GpuMatrix.parts): rows are the part's, and its

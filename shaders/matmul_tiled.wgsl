@@ -11,7 +11,7 @@
 // accumulates its 4 x 4 block (register blocking) over the 16 k, then a barrier before the next
 // copy. So each element of W and X comes from memory once per tile instead of once per 4 x 4
 // block, and the arithmetic reads workgroup memory. (On CPU adapters barriers are dear and
-// memory is cached anyway: they use matmul.wgsl; kernels.ts, matmulShape.)
+// memory is cached anyway: they use matmul.wgsl; kernels/tuning.ts, matmulShape.)
 //
 // Rows past the end of W and tokens past T load clamped (in-bounds) data and are never stored;
 // K past cols loads zeros.

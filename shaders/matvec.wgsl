@@ -12,13 +12,13 @@
 // Every thread owns a quad of 4 consecutive rows, and TEAM threads share a quad by splitting K: lane
 // l takes columns 4l .. 4l+3, then 4(l + TEAM) .., so neighbouring lanes read neighbouring
 // weights. Each K step loads a 4x4 block of W and one vec4 of x (reused for the 4 rows). The host
-// picks TEAM and the reduction (kernels.ts, matvecPlan): TEAM = 1 needs no reduction at all, and
+// picks TEAM and the reduction (kernels/tuning.ts, matvecPlan): TEAM = 1 needs no reduction at all, and
 // otherwise the lanes' partial sums are combined with subgroup shuffles (no barriers) when the
 // device has subgroups, or in workgroup memory with barriers when it does not.
 // A workgroup of 64 threads covers 64 / TEAM quads; with many rows the grid is folded into 2-D and
 // the quad is recovered from the flat workgroup index.
 //
-// With USE_RUNS (quantized types on CPU adapters: kernels.ts, usesWeightRuns) the lanes split K by
+// With USE_RUNS (quantized types on CPU adapters: kernels/registry.ts, usesWeightRuns) the lanes split K by
 // runs of 4 * RUN_VEC4S weights (a block, or a K-quant's sub-block) instead, each row's run taken
 // by one dot_run, which decodes the run's scales once; the run's x is loaded once for the 4 rows.
 // (cols is then a multiple of the run: rows of quantized weights are whole blocks.)

@@ -14,7 +14,7 @@
 // and acc in slots g * HEAD_SLICES + i (slices of WIDTH floats), m[g] starting at NEG_LARGE (so
 // the first key's rescale factor is exp(-huge) = 0) and l[g] at 0.
 // Needs HEAD_DIM, HEADS, H, WIDTH, hsum, load_k / load_v and params.scale, params.window from the
-// kernel; its loops are unrolled with the kernel's (kernels.ts, unrollConstLoops).
+// kernel; its loops are unrolled with the kernel's (kernels/wgsl.ts, unrollConstLoops).
 
 const NEG_LARGE: f32 = -1e30;
 const HEAD_SLICES: u32 = HEAD_DIM / WIDTH;

@@ -1,12 +1,12 @@
 // RMSNorm (Zhang & Sennrich, 2019), as Llama uses it:
 //   out[t, i] = x[t, i] / sqrt(mean_j(x[t, j]^2) + eps) * gamma[i]
 //
-// Composed in front of this file (kernels.ts, rmsNormWidthWgsl): `alias V` (vec4<f32> when dim is a
+// Composed in front of this file (kernels/elementwise.ts, rmsNormWidthWgsl): `alias V` (vec4<f32> when dim is a
 // multiple of 4, else f32), `const WIDTH: u32` (floats per V) and `fn hsum(v: V) -> f32` (the sum
 // of its components). Every buffer is read as an array of V, so aligned rows take vector loads.
 // Accumulation is in f32.
 //
-// Two entry points; the host picks by dim (kernels.ts, rmsNormPlan):
+// Two entry points; the host picks by dim (kernels/tuning.ts, rmsNormPlan):
 // - `per_row`: one thread per token row, which sums the squares of the whole row and then scales
 //   it. No workgroup memory and no barriers: on SwiftShader (the tests' CPU Vulkan) a barrier costs
 //   far more than walking a short row, so this is the kernel for dims up to RMSNORM_ROW_MAX_DIM.

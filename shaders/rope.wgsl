@@ -7,7 +7,7 @@
 //   pairing 1 ('halves'):   (x[i], x[i + head_dim/2]) - Hugging Face Llama
 // One invocation per pair; each rotates its own two elements, so in place is safe.
 //
-// Composed in front of this file (kernels.ts): sin_cos.wgsl's `fn sin_cos(angle) -> vec2<f32>`;
+// Composed in front of this file (kernels/elementwise.ts): sin_cos.wgsl's `fn sin_cos(angle) -> vec2<f32>`;
 // and (positionWgsl) `fn start_pos() -> u32`, the position
 // of token 0: params.start_pos, or (the reusable decode step) params.start_pos plus a u32 that the
 // queue writes into a small storage buffer before each step, so the bind group never changes.

@@ -62,15 +62,6 @@ const LAYERS: readonly { layer: string; rank: number; paths: readonly string[] }
 /** The layers that may import Node built-ins (`node:*`) and Dawn (`webgpu`); all others are browser code. */
 const NODE_ONLY_LAYERS = new Set(['node']);
 
-/**
- * Edges that break the table today and are being fixed elsewhere; each must still exist (a stale
- * entry fails the test, so the list only shrinks).
- */
-const TEMPORARILY_ALLOWED: readonly { from: string; to: string }[] = [
-  // removed when the kernels split lands (the RopePairing type moves into gpu)
-  { from: 'gpu/kernels.ts', to: 'model/config.ts' },
-];
-
 // ---- Reading the imports ----
 
 type ImportKind = 'value' | 'type';
@@ -225,7 +216,6 @@ const edges: Edge[] = files.flatMap(({ path, text }) =>
     return { from: path, to: inSrc ?? specifier, kind, inSrc: inSrc !== undefined };
   }),
 );
-const isAllowed = (e: Edge) => TEMPORARILY_ALLOWED.some((a) => a.from === e.from && a.to === e.to);
 
 describe('the layers of src/', () => {
   it('reads the modules and their imports', () => {
@@ -252,14 +242,7 @@ describe('the layers of src/', () => {
   });
 
   it('imports only downward or within a layer, never up or between siblings', () => {
-    expect(layerViolations(edges.filter((e) => !isAllowed(e)))).toEqual([]);
-  });
-
-  it('keeps the temporary allow-list current (each allowed edge still exists and still breaks the table)', () => {
-    for (const allowed of TEMPORARILY_ALLOWED) {
-      const still = edges.filter((e) => e.from === allowed.from && e.to === allowed.to);
-      expect(layerViolations(still), `stale entry ${allowed.from} -> ${allowed.to}: remove it from TEMPORARILY_ALLOWED`).not.toEqual([]);
-    }
+    expect(layerViolations(edges)).toEqual([]);
   });
 
   it('has no import cycles among modules', () => {

@@ -4,7 +4,7 @@
 // browser's WGSL compiler and driver agree too.
 import { acquireDevice } from '../../src/gpu/device.ts';
 import { mulberry32 } from '../../test/helpers/prng.ts';
-import { Kernels } from '../../src/gpu/kernels.ts';
+import { Kernels } from '../../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createWeightMatrix, readBufferF32 } from '../../src/gpu/buffers.ts';
 import type { WeightDType } from '../../src/gpu/tensor.ts';
 import {

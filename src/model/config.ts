@@ -1,9 +1,9 @@
 // One description of a Llama-family model, whichever file it came from.
+import type { RopePairing } from '../gpu/kernels/index.ts';
 import type { GgufMetadata, GgufValue } from '../io/formats/gguf.ts';
 
-/** How RoPE pairs the dimensions of a head: llama.cpp's GGUF (rows of Wq/Wk permuted at conversion)
- * rotates adjacent pairs (x[2i], x[2i+1]); Hugging Face Llama rotates halves (x[i], x[i + d/2]). */
-export type RopePairing = 'adjacent' | 'halves';
+// The kernels own RopePairing (src/gpu does not import from src/model); the config re-exports it.
+export type { RopePairing };
 
 /** RoPE frequency scaling (Hugging Face `rope_scaling`), applied to the inverse-frequency table. */
 export type RopeScaling =

@@ -9,7 +9,7 @@ import {
   type DecodeLayerDims,
   type DecodeLayerLayout,
   type KernelRecorder,
-} from '../gpu/kernels.ts';
+} from '../gpu/kernels/index.ts';
 import type { GpuMatrix } from '../gpu/tensor.ts';
 import type { KvCache } from './kv-cache.ts';
 import type { LlamaParts } from './forward.ts';
@@ -90,7 +90,7 @@ export function createDecodeArena(model: LlamaParts): DecodeArena | null {
   const w = model.weights;
   const copyable = (m: GpuMatrix) => m.dtype === 'f32' && !m.parts && (m.buffer.usage & GPUBufferUsage.COPY_SRC) !== 0;
   const matrices = w.layers.flatMap(layerMatrices);
-  if (model.kernels.decodeArenaOverride === false || !matrices.every(copyable)) return null;
+  if (!model.kernels.tuning.decodeArena || !matrices.every(copyable)) return null;
   const small = (m: GpuMatrix) => copyable(m) && m.rows * m.cols <= DECODE_LAYER_MAX_WEIGHTS && m.cols === model.shape.dim;
   const extras = [w.tokenEmbedding, w.lmHead].filter(small);
   const offsets = new Map<GpuMatrix, number>();

@@ -8,7 +8,7 @@ import {
   type DecodeArena,
   type KernelProgram,
   type KernelRecorder,
-} from '../gpu/kernels.ts';
+} from '../gpu/kernels/index.ts';
 import { decodeLayerState, recordDecodeLayers } from './decode-layers.ts';
 import type { KvCache } from './kv-cache.ts';
 import type { Activations, LlamaParts } from './forward.ts';

@@ -16,7 +16,7 @@
 // adapters small models run it a layer a dispatch, in decode-layers.ts. LlamaModel (llama.ts)
 // owns the buffers and runs these passes.
 import type { GpuContext } from '../gpu/device.ts';
-import type { Kernels, KernelRecorder } from '../gpu/kernels.ts';
+import type { Kernels, KernelRecorder } from '../gpu/kernels/index.ts';
 import type { LlamaConfig } from './config.ts';
 import type { KvCache } from './kv-cache.ts';
 import { llamaShape, type LlamaShape } from './shape.ts';

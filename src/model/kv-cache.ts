@@ -1,7 +1,7 @@
 // The attention KV cache of one sequence: per layer, K and V rows [position, kv_head, head_dim],
 // in f16 (two halves a u32 word, rounded to nearest even by Kernels.writeKv; the default, half
 // the memory, as llama.cpp's cache) or f32.
-import type { KvDType } from '../gpu/kernels.ts';
+import type { KvDType } from '../gpu/kernels/index.ts';
 import type { LlamaConfig } from './config.ts';
 
 export type { KvDType };

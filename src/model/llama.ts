@@ -3,7 +3,7 @@
 // forward.ts's pass, logits read back) and createDecodeStep() (a step recorded once and encoded
 // for every token: decode-step.ts, decode-layers.ts). Read forward.ts first.
 import type { GpuContext } from '../gpu/device.ts';
-import { Kernels, type DecodeArena } from '../gpu/kernels.ts';
+import { Kernels, type DecodeArena, type KernelTuning } from '../gpu/kernels/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { createDecodeArena } from './decode-layers.ts';
 import { createDecodeStep, type DecodeStep, type DecodeStepOptions } from './decode-step.ts';
@@ -70,8 +70,9 @@ export class LlamaModel {
     this.parts = { ctx, kernels, weights, shape: llamaShape(config), invFreq };
   }
 
-  static async create(ctx: GpuContext, config: LlamaConfig, weights: LlamaWeights): Promise<LlamaModel> {
-    return new LlamaModel(ctx, await Kernels.create(ctx), config, weights);
+  /** `options.tuning` replaces the kernels' device choices (tests, measurements; see KernelTuning). */
+  static async create(ctx: GpuContext, config: LlamaConfig, weights: LlamaWeights, options: { tuning?: Partial<KernelTuning> } = {}): Promise<LlamaModel> {
+    return new LlamaModel(ctx, await Kernels.create(ctx, { tuning: options.tuning }), config, weights);
   }
 
   createKvCache(capacity: number, kvDType: KvDType = 'f16'): KvCache {

@@ -1,4 +1,4 @@
-// The kernels of src/gpu/kernels.ts, run in Chromium's WebGPU, agree with the CPU reference.
+// The kernels of src/gpu/kernels/, run in Chromium's WebGPU, agree with the CPU reference.
 import { expect, test } from '@playwright/test';
 
 interface KernelCheck {

@@ -112,8 +112,7 @@ async function layeredModel(overrides: Partial<LlamaConfig> = {}, seed = 6): Pro
   const ctx = await testGpu();
   const layered = tinyConfig({ vocabSize: 97, contextLength: 64, intermediateSize: 60, ...overrides });
   const built = buildRandomModel(ctx, layered, 'f32', seed);
-  const model = await LlamaModel.create(ctx, layered, built.gpu);
-  model.kernels.decodeLayerOverride = true;
+  const model = await LlamaModel.create(ctx, layered, built.gpu, { tuning: { decodeLayer: () => true } });
   return { model, reference: { config: layered, weights: built.cpu } };
 }
 

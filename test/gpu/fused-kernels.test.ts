@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../../src/gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../../src/gpu/tensor.ts';
-import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../../src/gpu/kernels.ts';
+import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../../src/gpu/buffers.ts';
 import { isQuantized, QUANT_FORMATS } from '../../src/gpu/weight-formats.ts';
 import { weightRowBytes } from '../../src/model/weights.ts';
@@ -101,15 +101,13 @@ function plans(): { name: string; plan: MatvecPlan | undefined; shape?: FusedSha
 
 async function withPlan<T>(plan: MatvecPlan | undefined, fn: () => Promise<T>, shape?: FusedShape, runs?: boolean): Promise<T> {
   // (A device without subgroups runs the subgroup case under its own plan.)
-  kernels.matvecPlanOverride = plan?.reduction === 'subgroup' && !ctx.features.subgroups ? undefined : plan;
-  kernels.fusedShapeOverride = shape;
-  kernels.weightRunsOverride = runs;
+  const forced = plan?.reduction === 'subgroup' && !ctx.features.subgroups ? undefined : plan;
+  const saved = kernels;
+  kernels = await Kernels.create(ctx, { tuning: { matvecPlan: forced && (() => forced), fusedShape: shape, weightRuns: runs } });
   try {
     return await fn();
   } finally {
-    kernels.matvecPlanOverride = undefined;
-    kernels.fusedShapeOverride = undefined;
-    kernels.weightRunsOverride = undefined;
+    kernels = saved;
   }
 }
 
@@ -288,7 +286,7 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       `${chunkKeys ? `chunks of ${chunkKeys}` : 'one pass'}${window ? `, window ${window}` : ''}, ${kvDType} cache, ` +
       `position ${viaBuffer ? 'from a buffer' : 'uniform'}, ${heads ? `${heads} head${heads > 1 ? 's' : ''} a thread` : "the device's heads a thread"}`;
     it(name, async () => {
-      kernels.attentionHeadsOverride = heads;
+      const kernels = await Kernels.create(ctx, { tuning: { attentionHeads: heads === undefined ? undefined : () => heads } });
       const rows = 32;
       const qDim = numHeads * headDim;
       const kvDim = numKvHeads * headDim;
@@ -341,7 +339,6 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
         expect(Array.from(got.subarray((pos + 1) * kvDim))).toEqual(Array.from(wantAll.subarray((pos + 1) * kvDim)));
       }
       program.destroy();
-      kernels.attentionHeadsOverride = undefined;
     });
   }
 

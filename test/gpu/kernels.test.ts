@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../../src/gpu/device.ts';
 import { testGpu } from '../helpers/gpu.ts';
 import type { GpuMatrix, WeightDType } from '../../src/gpu/tensor.ts';
-import { attentionPlan, Kernels, type KvDType, matmulShape, type MatmulShape, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, TILED_MATMUL_SHAPE, type MatvecPlan } from '../../src/gpu/kernels.ts';
+import { attentionPlan, Kernels, type KernelTuning, type KvDType, matmulShape, type MatmulShape, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, TILED_MATMUL_SHAPE, type MatvecPlan } from '../../src/gpu/kernels/index.ts';
 import {
   createF32Buffer,
   createStorageBuffer,
@@ -79,6 +79,11 @@ beforeAll(async () => {
   // Compile the weight-format variants up front too (the async path); the bias ones compile lazily.
   kernels = await Kernels.create(ctx, { weightDTypes: DTYPES });
 });
+
+/** Kernels on the test device with some of its choices replaced (undefined entries keep the device's). */
+function tuned(tuning: Partial<KernelTuning>): Promise<Kernels> {
+  return Kernels.create(ctx, { weightDTypes: DTYPES, tuning });
+}
 
 afterAll(() => {
   for (const b of created) b.destroy();
@@ -221,14 +226,9 @@ describe('rmsNorm', () => {
         const gamma = randomF32(dim, 200 + dim, 2);
         const eps = 1e-5;
         const out = output(T * dim);
-        kernels.rmsNormPlanOverride = entry;
-        try {
-          const batch = kernels.begin();
-          batch.rmsNorm(out, input(x), input(gamma), T, dim, eps);
-          batch.submit();
-        } finally {
-          kernels.rmsNormPlanOverride = undefined;
-        }
+        const batch = (await tuned({ rmsNormPlan: () => entry })).begin();
+        batch.rmsNorm(out, input(x), input(gamma), T, dim, eps);
+        batch.submit();
         expectClose(await read(out, T * dim), rmsNormRef(x, gamma, T, dim, eps));
       });
     }
@@ -313,14 +313,9 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
         const x = randomF32(T * cols, 2100 + T + cols);
         const bias = randomF32(rows, 2200 + rows);
         const y = output(T * rows);
-        kernels.matmulShapeOverride = shape;
-        try {
-          const batch = kernels.begin();
-          batch.matmul(y, input(x), W, T, input(bias));
-          batch.submit();
-        } finally {
-          kernels.matmulShapeOverride = undefined;
-        }
+        const batch = (await tuned({ matmulShape: shape && (() => shape) })).begin();
+        batch.matmul(y, input(x), W, T, input(bias));
+        batch.submit();
         expectClose(await read(y, T * rows), matmulRef(x, held, T, rows, cols, bias));
       });
     }
@@ -364,14 +359,9 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
           }
           const x = randomF32(T * cols, 2502 + T);
           const out = output(T * rows);
-          kernels.matmulShapeOverride = shape;
-          try {
-            const batch = kernels.begin();
-            batch.matmulSwiglu(out, input(x), gate.W, up.W, T, { gate: output(T * rows), up: output(T * rows) });
-            batch.submit();
-          } finally {
-            kernels.matmulShapeOverride = undefined;
-          }
+          const batch = (await tuned({ matmulShape: shape && (() => shape) })).begin();
+          batch.matmulSwiglu(out, input(x), gate.W, up.W, T, { gate: output(T * rows), up: output(T * rows) });
+          batch.submit();
           expectClose(await read(out, T * rows), swigluRef(matmulRef(x, gate.held, T, rows, cols), matmulRef(x, up.held, T, rows, cols)));
         });
       }
@@ -391,14 +381,9 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
           const b1 = biases !== 'none' ? randomF32(rows, 2603) : undefined;
           const b2 = biases === 'both' ? randomF32(rows, 2604) : undefined;
           const [y1, y2] = [output(T * rows), output(T * rows)];
-          kernels.matmulShapeOverride = shape;
-          try {
-            const batch = kernels.begin();
-            batch.matmulPair(y1, y2, input(x), w1.W, w2.W, T, b1 && input(b1), b2 && input(b2));
-            batch.submit();
-          } finally {
-            kernels.matmulShapeOverride = undefined;
-          }
+          const batch = (await tuned({ matmulShape: shape && (() => shape) })).begin();
+          batch.matmulPair(y1, y2, input(x), w1.W, w2.W, T, b1 && input(b1), b2 && input(b2));
+          batch.submit();
           expectClose(await read(y1, T * rows), matmulRef(x, w1.held, T, rows, cols, b1));
           expectClose(await read(y2, T * rows), matmulRef(x, w2.held, T, rows, cols, b2));
         });
@@ -449,21 +434,16 @@ describe('matvec plans (threads per quad of rows, and their reduction)', () => {
     { team: 4, reduction: 'workgroup' },
     { team: 64, reduction: 'workgroup' },
   ];
-  let forced: Kernels;
-  beforeAll(async () => {
-    forced = await Kernels.create(ctx);
-  });
   for (const plan of plans) {
     for (const [rows, cols] of [[131, 300], [70, 61], [5, 1000], [3, 2]]) {
       it(`team=${plan.team} ${plan.reduction}, rows=${rows}, cols=${cols}`, async (t) => {
         if (plan.reduction === 'subgroup' && !ctx.features.subgroups) t.skip();
-        forced.matvecPlanOverride = plan;
         const dtype = DTYPES[(rows + cols) % 3];
         const { W, held } = weightMatrix(randomF32(rows * cols, 2400 + cols), rows, cols, dtype);
         const x = randomF32(cols, 2500 + cols);
         const bias = randomF32(rows, 2600);
         const y = output(rows);
-        const batch = forced.begin();
+        const batch = (await Kernels.create(ctx, { tuning: { matvecPlan: () => plan } })).begin();
         batch.matmul(y, input(x), W, 1, input(bias));
         batch.submit();
         expectClose(await read(y, rows), matmulRef(x, held, 1, rows, cols, bias));
@@ -553,33 +533,29 @@ describe('attention', () => {
       vCache[i] = 100;
     }
     const out = output(T * numHeads * headDim);
-    kernels.attentionPlanOverride = entry;
-    kernels.attentionHeadsOverride = heads;
-    kernels.attentionQueriesOverride = queries;
-    try {
-      const batch = kernels.begin();
-      let kBuf: GPUBuffer;
-      let vBuf: GPUBuffer;
-      if (kvDType === 'f16') {
-        // The rows written by writeKv in two appends (the second at a row offset), as the model does.
-        kBuf = output((contextRows * kvRow) / 2, 'k_cache f16');
-        vBuf = output((contextRows * kvRow) / 2, 'v_cache f16');
-        for (const [from, to] of [[0, startPos], [startPos, contextRows]]) {
-          if (to === from) continue;
-          const rows = (c: Float32Array) => input(c.slice(from * kvRow, to * kvRow));
-          batch.writeKv(kBuf, vBuf, rows(kCache), rows(vCache), to - from, from, kvRow);
-        }
-      } else {
-        kBuf = input(kCache);
-        vBuf = input(vCache);
+    const forced = await tuned({
+      attentionPlan: entry && (() => entry),
+      attentionHeads: heads === undefined ? undefined : () => heads,
+      attentionQueries: queries === undefined ? undefined : () => queries,
+    });
+    const batch = forced.begin();
+    let kBuf: GPUBuffer;
+    let vBuf: GPUBuffer;
+    if (kvDType === 'f16') {
+      // The rows written by writeKv in two appends (the second at a row offset), as the model does.
+      kBuf = output((contextRows * kvRow) / 2, 'k_cache f16');
+      vBuf = output((contextRows * kvRow) / 2, 'v_cache f16');
+      for (const [from, to] of [[0, startPos], [startPos, contextRows]]) {
+        if (to === from) continue;
+        const rows = (c: Float32Array) => input(c.slice(from * kvRow, to * kvRow));
+        batch.writeKv(kBuf, vBuf, rows(kCache), rows(vCache), to - from, from, kvRow);
       }
-      batch.attention(out, input(q), kBuf, vBuf, T, startPos, numHeads, numKvHeads, headDim, window, kvDType);
-      batch.submit();
-    } finally {
-      kernels.attentionPlanOverride = undefined;
-      kernels.attentionHeadsOverride = undefined;
-      kernels.attentionQueriesOverride = undefined;
+    } else {
+      kBuf = input(kCache);
+      vBuf = input(vCache);
     }
+    batch.attention(out, input(q), kBuf, vBuf, T, startPos, numHeads, numKvHeads, headDim, window, kvDType);
+    batch.submit();
     // An f16 cache holds K and V rounded to nearest even: the reference attends over those.
     const k = kvDType === 'f16' ? roundF16(kCache) : kCache;
     const v = kvDType === 'f16' ? roundF16(vCache) : vCache;
@@ -848,6 +824,7 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
   beforeAll(async () => {
     folded = await Kernels.create(ctx, { maxWorkgroupsPerDimension: 7 });
   });
+  const foldedWith = (tuning: Partial<KernelTuning>) => Kernels.create(ctx, { maxWorkgroupsPerDimension: 7, tuning });
 
   it('refuses a dispatch that does not fit even folded', () => {
     expect(() => folded.grid(50)).toThrow(/exceeds/);
@@ -874,14 +851,9 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
       const { W, held } = weightMatrix(randomF32(rows * cols, 1810), rows, cols, 'bf16');
       const x = randomF32(cols, 1811);
       const y = output(rows);
-      folded.matvecPlanOverride = { ...plan };
-      try {
-        const batch = folded.begin();
-        batch.matmul(y, input(x), W, 1);
-        batch.submit();
-      } finally {
-        folded.matvecPlanOverride = undefined;
-      }
+      const batch = (await foldedWith({ matvecPlan: () => ({ ...plan }) })).begin();
+      batch.matmul(y, input(x), W, 1);
+      batch.submit();
       expectClose(await read(y, rows), matmulRef(x, held, 1, rows, cols));
     });
   }
@@ -900,21 +872,12 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
       const kCache = randomF32((startPos + attT) * numKvHeads * headDim, 1953);
       const vCache = randomF32((startPos + attT) * numKvHeads * headDim, 1954);
       const attn = output(attT * numHeads * headDim);
-      folded.rmsNormPlanOverride = rmsEntry;
-      folded.attentionPlanOverride = attEntry;
-      folded.attentionHeadsOverride = 1;
-      folded.attentionQueriesOverride = 1;
-      try {
-        const batch = folded.begin();
-        batch.rmsNorm(normed, input(x), input(gamma), rmsT, dim, 1e-5);
-        batch.attention(attn, input(q), input(kCache), input(vCache), attT, startPos, numHeads, numKvHeads, headDim, window);
-        batch.submit();
-      } finally {
-        folded.rmsNormPlanOverride = undefined;
-        folded.attentionPlanOverride = undefined;
-        folded.attentionHeadsOverride = undefined;
-        folded.attentionQueriesOverride = undefined;
-      }
+      const batch = (
+        await foldedWith({ rmsNormPlan: () => rmsEntry, attentionPlan: () => attEntry, attentionHeads: () => 1, attentionQueries: () => 1 })
+      ).begin();
+      batch.rmsNorm(normed, input(x), input(gamma), rmsT, dim, 1e-5);
+      batch.attention(attn, input(q), input(kCache), input(vCache), attT, startPos, numHeads, numKvHeads, headDim, window);
+      batch.submit();
       expectClose(await read(normed, rmsT * dim), rmsNormRef(x, gamma, rmsT, dim, 1e-5));
       expectClose(
         await read(attn, attT * numHeads * headDim),

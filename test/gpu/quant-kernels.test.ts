@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../../src/gpu/device.ts';
 import type { QuantDType } from '../../src/gpu/tensor.ts';
-import { Kernels, TILED_MATMUL_SHAPE } from '../../src/gpu/kernels.ts';
+import { Kernels, TILED_MATMUL_SHAPE } from '../../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32 } from '../../src/gpu/buffers.ts';
 import { QUANT_FORMATS } from '../../src/gpu/weight-formats.ts';
 import { testGpu } from '../helpers/gpu.ts';
@@ -93,14 +93,10 @@ describe('quantized weights: matvec (T=1) and matmul (T>1)', () => {
       const { W, held } = quantMatrix(dtype, rows, cols, 60);
       const xs = randomF32(T * cols, 61);
       const y = track(createStorageBuffer(device, T * rows * 4, 'y'));
-      kernels.matmulShapeOverride = TILED_MATMUL_SHAPE;
-      try {
-        const batch = kernels.begin();
-        batch.matmul(y, track(createF32Buffer(device, xs, 'x')), W, T);
-        batch.submit();
-      } finally {
-        kernels.matmulShapeOverride = undefined;
-      }
+      const tiled = await Kernels.create(ctx, { tuning: { matmulShape: () => TILED_MATMUL_SHAPE } });
+      const batch = tiled.begin();
+      batch.matmul(y, track(createF32Buffer(device, xs, 'x')), W, T);
+      batch.submit();
       expectClose(await readBufferF32(device, y, T * rows), matmulRef(xs, held, T, rows, cols), 1e-4);
     });
   }
@@ -116,14 +112,9 @@ describe('quantized weights: matvec (T=1) and matmul (T>1)', () => {
           const { W, held } = quantMatrix(dtype, rows, cols, 40 + cols);
           const xs = randomF32(cols, 41);
           const y = track(createStorageBuffer(device, rows * 4, 'y'));
-          kernels.weightRunsOverride = runs;
-          try {
-            const batch = kernels.begin();
-            batch.matmul(y, track(createF32Buffer(device, xs, 'x')), W, 1);
-            batch.submit();
-          } finally {
-            kernels.weightRunsOverride = undefined;
-          }
+          const batch = (await Kernels.create(ctx, { tuning: { weightRuns: runs } })).begin();
+          batch.matmul(y, track(createF32Buffer(device, xs, 'x')), W, 1);
+          batch.submit();
           expectClose(await readBufferF32(device, y, rows), matmulRef(xs, held, 1, rows, cols), 1e-4);
         });
       }

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../../src/gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../../src/gpu/tensor.ts';
-import { Kernels } from '../../src/gpu/kernels.ts';
+import { Kernels } from '../../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32 } from '../../src/gpu/buffers.ts';
 import { checkTensorFits, splitMatrixRows, weightRowBytes } from '../../src/model/weights.ts';
 import { testGpu } from '../helpers/gpu.ts';

@@ -5,7 +5,7 @@ import type { WeightDType } from '../../src/gpu/tensor.ts';
 import type { LlamaConfig } from '../../src/model/config.ts';
 import { LlamaModel, type DecodeStep } from '../../src/model/llama.ts';
 import type { KvCache } from '../../src/model/kv-cache.ts';
-import { decodeLayerGroups } from '../../src/gpu/kernels.ts';
+import { decodeLayerGroups } from '../../src/gpu/kernels/index.ts';
 import { buildRandomModel, tinyConfig } from '../helpers/random-model.ts';
 import { mulberry32 } from '../helpers/prng.ts';
 import { testGpu } from '../helpers/gpu.ts';
@@ -156,10 +156,9 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
       const ctx = await testGpu();
       const device = ctx.device;
       const { cpu, gpu } = buildRandomModel(ctx, config, dtype, 5);
-      const model = await LlamaModel.create(ctx, config, gpu);
-      model.kernels.decodeChunkKeysOverride = chunkKeys;
-      model.kernels.decodeLayerOverride = layer;
-      model.kernels.decodeArenaOverride = arena;
+      const model = await LlamaModel.create(ctx, config, gpu, {
+        tuning: { decodeChunkKeys: chunkKeys, decodeLayer: () => layer, decodeArena: arena },
+      });
       const capacity = 24;
       const forwardCache = model.createKvCache(capacity, kvDType);
       const stepCache = model.createKvCache(capacity, kvDType);
@@ -276,8 +275,7 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
     const a = Float32Array.from({ length: config.hiddenSize }, (_, i) => Math.sin(i + 1));
     for (const [r, sign] of [[5, 1], [7, 1], [6, -1], [9, -1]]) rows.set(a.map((v) => sign * v), r * config.hiddenSize);
     ctx.device.queue.writeBuffer(gpu.lmHead.buffer, 0, rows);
-    const model = await LlamaModel.create(ctx, config, gpu);
-    model.kernels.decodeLayerOverride = true;
+    const model = await LlamaModel.create(ctx, config, gpu, { tuning: { decodeLayer: () => true } });
     const cache = model.createKvCache(16);
     const forwardCache = model.createKvCache(16);
     await model.forward([1, 2, 3], 0, cache, { readBack: false });
@@ -295,8 +293,7 @@ describe('decode step: createDecodeStep vs forward() and the CPU reference', () 
     const ctx = await testGpu();
     const config = tinyConfig({ intermediateSize: 60 });
     const { gpu } = buildRandomModel(ctx, config, 'f32', 5, { copySrc: false });
-    const model = await LlamaModel.create(ctx, config, gpu);
-    model.kernels.decodeLayerOverride = true;
+    const model = await LlamaModel.create(ctx, config, gpu, { tuning: { decodeLayer: () => true } });
     const cache = model.createKvCache(8);
     const step = model.createDecodeStep(cache);
     expect(step.dispatchCount).toBe(2 + 5 * config.numLayers);

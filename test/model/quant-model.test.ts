@@ -178,11 +178,13 @@ describe('GGUF with quantized weights: the decode step with a dispatch per layer
         await model.forward(prompt, 0, forwardCache);
         const want = await model.forward([7], prompt.length, forwardCache);
         for (const [layer, runs] of [[true, true], [true, false]] as const) {
-          model.kernels.decodeLayerOverride = layer;
-          model.kernels.weightRunsOverride = runs;
-          const cache = model.createKvCache(16);
-          await model.forward(prompt, 0, cache, { readBack: false });
-          const step = model.createDecodeStep(cache);
+          // A model of its own for each tuning (its kernels' choices are fixed at creation).
+          const tuned = await LlamaModel.create(ctx, opened.config, await uploadLlamaWeights(ctx, opened, undefined, { chunkSize: 999 }), {
+            tuning: { decodeLayer: () => layer, weightRuns: runs },
+          });
+          const cache = tuned.createKvCache(16);
+          await tuned.forward(prompt, 0, cache, { readBack: false });
+          const step = tuned.createDecodeStep(cache);
           expect(step.dispatchCount).toBe(2 + config.numLayers * (layer ? 1 : 5));
           device.queue.writeBuffer(step.tokenIn, 0, new Uint32Array([7]));
           const encoder = device.createCommandEncoder();
@@ -195,10 +197,10 @@ describe('GGUF with quantized weights: the decode step with a dispatch per layer
           expect(maxAbsDiff(got, want), `layer ${layer}, runs ${runs}`).toBeLessThan(1e-3 * Math.max(1, ...want.map(Math.abs)));
           step.destroy();
           cache.destroy();
+          tuned.destroy();
         }
         forwardCache.destroy();
       } finally {
-        model.kernels.weightRunsOverride = undefined;
         staging.destroy();
         model.destroy();
       }

@@ -1,0 +1,193 @@
+// Attention: attention.wgsl (prefill per_thread / per_workgroup, and split_combine) and
+// decode_attention.wgsl (one token, RoPE and the K/V append folded in), composed with the slice
+// helpers of the head dimension and the cache's element type.
+import type { ShaderSpec } from '../pipelines.ts';
+import type { KvDType } from './elementwise.ts';
+import { ATTENTION_ITEMS_PER_WORKGROUP } from './tuning.ts';
+import { paramStruct } from './uniforms.ts';
+import { headSlices, MAX_UNROLLED_SLICES, positionWgsl, unrollConstLoops, type PositionSource } from './wgsl.ts';
+import attentionWgsl from '../../../shaders/attention.wgsl?raw';
+import onlineSoftmaxWgsl from '../../../shaders/online_softmax.wgsl?raw';
+import sinCosWgsl from '../../../shaders/sin_cos.wgsl?raw';
+import f16BitsWgsl from '../../../shaders/f16_bits.wgsl?raw';
+import decodeAttentionWgsl from '../../../shaders/decode_attention.wgsl?raw';
+import decodeAttentionPassWgsl from '../../../shaders/decode_attention_pass.wgsl?raw';
+
+/** Largest head dimension the attention kernels handle (per_workgroup's workgroup-memory query vector). */
+export const ATTENTION_MAX_HEAD_DIM = 256;
+
+export type AttentionVariant = {
+  entry: 'per_thread' | 'per_workgroup' | 'split_combine';
+  headDim: number;
+  kvDType: KvDType;
+  position?: PositionSource;
+  /** per_thread: query heads of one token per thread (attentionHeadsPerThread); 1 for the other entries. */
+  heads?: number;
+  /** per_thread: query tokens per thread (attentionQueriesPerThread); 1 for the other entries. */
+  queries?: number;
+  /** per_thread: threads a workgroup (attentionThreadsPerWorkgroup); split_combine: 64. */
+  threads?: number;
+};
+export const attentionKey = (v: AttentionVariant) =>
+  `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position ?? 'uniform'}/g${v.heads ?? 1}/q${v.queries ?? 1}/w${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}`;
+export const attentionSpec = (v: AttentionVariant): ShaderSpec => {
+  const heads = v.heads ?? 1;
+  const queries = v.queries ?? 1;
+  const code =
+    `const HEAD_DIM: u32 = ${v.headDim}u;\nconst GROUP_HEADS: u32 = ${heads}u;\nconst QUERIES: u32 = ${queries}u;\n` +
+    `const THREAD_WORKGROUP_SIZE: u32 = ${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}u;\n` +
+    `const HEADS: u32 = ${heads * queries}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}` +
+    `${positionWgsl(v.position ?? 'uniform')}\n${onlineSoftmaxWgsl}\n${attentionWgsl}`;
+  // Unrolled: CPU devices index the slice arrays through memory otherwise. Measurements: docs/tuning.md#attention
+  return { code: unrollAttentionLoops(code, v.headDim, heads * queries, { GROUP_HEADS: heads, QUERIES: queries }), entryPoint: v.entry };
+};
+
+/**
+ * attention.wgsl's element type of q and the caches: vec4s when the head dimension is a multiple
+ * of 4 (every head starts at a multiple of 4 floats), else single floats.
+ */
+export function attentionSliceWgsl(aligned: boolean, kvDType: KvDType, withQ = true, withStoreOut = true): string {
+  const load1 = (name: string, buf: string) =>
+    aligned
+      ? `fn ${name}(i: u32) -> f32 { return ${buf}[i >> 2u][i & 3u]; }\n`
+      : `fn ${name}(i: u32) -> f32 { return ${buf}[i]; }\n`;
+  let cache: string;
+  if (kvDType === 'f32') {
+    cache =
+      'alias KV = H;\n' +
+      load1('load_k1', 'k_cache') +
+      load1('load_v1', 'v_cache') +
+      'fn load_k(i: u32) -> H { return k_cache[i]; }\nfn load_v(i: u32) -> H { return v_cache[i]; }\n';
+  } else if (aligned) {
+    // Four halves (one H) in two words.
+    const f = (name: string, buf: string) =>
+      `fn ${name}(i: u32) -> H { let w = ${buf}[i]; return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }\n` +
+      `fn ${name}1(i: u32) -> f32 { return unpack2x16float(${buf}[i >> 2u][(i >> 1u) & 1u])[i & 1u]; }\n`;
+    cache = 'alias KV = vec2<u32>;\n' + f('load_k', 'k_cache') + f('load_v', 'v_cache');
+  } else {
+    const f = (name: string, buf: string) =>
+      `fn ${name}(i: u32) -> H { return unpack2x16float(${buf}[i >> 1u])[i & 1u]; }\n` +
+      `fn ${name}1(i: u32) -> f32 { return ${name}(i); }\n`;
+    cache = 'alias KV = u32;\n' + f('load_k', 'k_cache') + f('load_v', 'v_cache');
+  }
+  const loads = (withQ ? load1('load_q1', 'q') : '') + cache;
+  if (!aligned) {
+    return (
+      `alias H = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: H) -> f32 { return v; }\n${loads}${withStoreOut ? 'fn store_out(i: u32, v: H) { out[i] = v; }\n' : ''}`
+    );
+  }
+  const store4 = (name: string, buf: string) =>
+    `fn ${name}(i: u32, v: H) { ${buf}[i] = v.x; ${buf}[i + 1u] = v.y; ${buf}[i + 2u] = v.z; ${buf}[i + 3u] = v.w; }\n`;
+  return (
+    `alias H = vec4<f32>;\nconst WIDTH: u32 = 4u;\nfn hsum(v: H) -> f32 { return v.x + v.y + v.z + v.w; }\n${loads}` +
+    (withStoreOut ? store4('store_out', 'out') : '')
+  );
+}
+
+export type DecodeAttentionVariant = {
+  headDim: number;
+  kvDType: KvDType;
+  position: PositionSource;
+  split: boolean;
+  threads: number;
+  /** Query heads per thread (a divisor of the GQA group; see attentionHeadsPerThread). */
+  heads: number;
+};
+export const decodeAttentionKey = (v: DecodeAttentionVariant) =>
+  `decode_attention/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position}/${v.split ? 'split' : 'whole'}/t${v.threads}/g${v.heads}`;
+
+/**
+ * What decode_attention.wgsl's attend_item needs besides its buffers (see the head of that file):
+ * the slice helpers, online_softmax.wgsl, sin_cos.wgsl, f16_bits.wgsl, and the cache's element
+ * type's qf_h / kf_h / qkv_h / round_kv / store_kv_row. The kernel that includes it declares
+ * `params`, `k_cache`, `v_cache`, `out` (or, with withStoreOut false, its own store_out), load_qkv,
+ * load_inv_freq, start_pos, store_partial and store_ml.
+ */
+export function decodeAttentionHelpersWgsl(headDim: number, heads: number, kvDType: KvDType, withStoreOut = true): string {
+  const aligned = headDim % 4 === 0;
+  // (q comes from qkv: no load_q1.)
+  let code = `const HEAD_DIM: u32 = ${headDim}u;\nconst HEADS: u32 = ${heads}u;\n` + attentionSliceWgsl(aligned, kvDType, false, withStoreOut);
+  code += `${onlineSoftmaxWgsl}\n${sinCosWgsl}\n${f16BitsWgsl}\n`;
+  code += 'fn pack_f16(a: f32, b: f32) -> u32 { return f16_bits(a) | (f16_bits(b) << 16u); }\n';
+  if (aligned) {
+    code +=
+      'fn qf_h(e: u32) -> H { return H(qf[e], qf[e + 1u], qf[e + 2u], qf[e + 3u]); }\n' +
+      'fn kf_h(e: u32) -> H { return H(kf[e], kf[e + 1u], kf[e + 2u], kf[e + 3u]); }\n' +
+      'fn qkv_h(i: u32) -> H { return H(load_qkv(i), load_qkv(i + 1u), load_qkv(i + 2u), load_qkv(i + 3u)); }\n';
+  } else {
+    code += 'fn qf_h(e: u32) -> H { return qf[e]; }\nfn kf_h(e: u32) -> H { return kf[e]; }\nfn qkv_h(i: u32) -> H { return load_qkv(i); }\n';
+  }
+  if (kvDType === 'f32') {
+    code +=
+      'fn round_kv(x: H) -> H { return x; }\n' +
+      'fn store_kv_row(e0: u32) { for (var i = 0u; i < HEAD_SLICES; i++) { k_cache[e0 / WIDTH + i] = k_cur[i]; v_cache[e0 / WIDTH + i] = v_cur[i]; } }\n';
+  } else if (aligned) {
+    code +=
+      'fn round_kv(x: H) -> H { return H(unpack2x16float(pack_f16(x.x, x.y)), unpack2x16float(pack_f16(x.z, x.w))); }\n' +
+      'fn store_kv_row(e0: u32) {\n  for (var i = 0u; i < HEAD_SLICES; i++) {\n' +
+      '    k_cache[e0 / 4u + i] = vec2<u32>(pack_f16(k_cur[i].x, k_cur[i].y), pack_f16(k_cur[i].z, k_cur[i].w));\n' +
+      '    v_cache[e0 / 4u + i] = vec2<u32>(pack_f16(v_cur[i].x, v_cur[i].y), pack_f16(v_cur[i].z, v_cur[i].w));\n  }\n}\n';
+  } else {
+    // Single floats: a cache word holds two of them (e0 and HEAD_DIM are even).
+    code +=
+      'fn round_kv(x: H) -> H { return unpack2x16float(f16_bits(x)).x; }\n' +
+      'fn store_kv_row(e0: u32) {\n  for (var i = 0u; i < HEAD_SLICES; i += 2u) {\n' +
+      '    k_cache[(e0 + i) / 2u] = pack_f16(k_cur[i], k_cur[i + 1u]);\n    v_cache[(e0 + i) / 2u] = pack_f16(v_cur[i], v_cur[i + 1u]);\n  }\n}\n';
+  }
+  return code;
+}
+
+/**
+ * An attention kernel's slice and head loops (and `extra` ones) unrolled, where its `heads` slots
+ * of a head's slices are few enough (MAX_UNROLLED_SLICES).
+ */
+export function unrollAttentionLoops(source: string, headDim: number, heads: number, extra: Record<string, number> = {}): string {
+  const slices = headSlices(headDim);
+  if (slices * heads > MAX_UNROLLED_SLICES) return source;
+  return unrollConstLoops(source, { HEAD_SLICES: slices, HEADS: heads, ...extra });
+}
+
+/** decode_attention_pass.wgsl: decode_attention.wgsl as a dispatch of its own. */
+export function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
+  const aligned = v.headDim % 4 === 0;
+  let code = `const THREADS: u32 = ${v.threads}u;\n` + decodeAttentionHelpersWgsl(v.headDim, v.heads, v.kvDType) + positionWgsl(v.position);
+  code += 'fn load_qkv(i: u32) -> f32 { return qkv[i]; }\nfn load_inv_freq(d: u32) -> f32 { return inv_freq[d]; }\n';
+  // The partials binding exists only in the split variant (a layout 'auto' binding must be bound).
+  if (v.split) {
+    code +=
+      '@group(0) @binding(5) var<storage, read_write> partials: array<f32>;\n' +
+      (aligned
+        ? 'fn store_partial(i: u32, v: H) { partials[i] = v.x; partials[i + 1u] = v.y; partials[i + 2u] = v.z; partials[i + 3u] = v.w; }\n'
+        : 'fn store_partial(i: u32, v: H) { partials[i] = v; }\n') +
+      'fn store_ml(i: u32, m: f32, l: f32) { partials[i] = m; partials[i + 1u] = l; }\n';
+  } else {
+    code += 'fn store_partial(i: u32, v: H) {}\nfn store_ml(i: u32, m: f32, l: f32) {}\n';
+  }
+  const source = `${code}\n${decodeAttentionWgsl}\n${decodeAttentionPassWgsl}`;
+  return { code: unrollAttentionLoops(source, v.headDim, v.heads), entryPoint: 'main' };
+}
+
+/** attention.wgsl's Params (chunk_keys and num_chunks: split_combine only). */
+export const ATTENTION_PARAMS = paramStruct({
+  T: 'u32',
+  start_pos: 'u32',
+  num_heads: 'u32',
+  num_kv_heads: 'u32',
+  head_dim: 'u32',
+  scale: 'f32',
+  window: 'u32',
+  chunk_keys: 'u32',
+  num_chunks: 'u32',
+});
+/** decode_attention_pass.wgsl's Params. */
+export const DECODE_ATTENTION_PARAMS = paramStruct({
+  start_pos: 'u32',
+  num_heads: 'u32',
+  num_kv_heads: 'u32',
+  head_dim: 'u32',
+  scale: 'f32',
+  window: 'u32',
+  chunk_keys: 'u32',
+  num_chunks: 'u32',
+  pairing: 'u32',
+});

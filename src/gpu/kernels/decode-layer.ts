@@ -1,0 +1,505 @@
+// A whole decode layer in one dispatch (decode_layer.wgsl), optionally several layers over an
+// f32 arena of matrices with the token embedding, the logits and a greedy pick folded in: its
+// layout of the state buffer, how layers group into dispatches, and its composition.
+import type { GpuContext } from '../device.ts';
+import type { GpuMatrix, WeightDType } from '../tensor.ts';
+import type { ShaderSpec } from '../pipelines.ts';
+import { checkWeightShape, weightFormatWgsl } from '../weight-formats.ts';
+import { ATTENTION_MAX_HEAD_DIM, decodeAttentionHelpersWgsl, unrollAttentionLoops } from './attention.ts';
+import { assertCount, assertDistinct, assertFits } from './checks.ts';
+import { ropePairingCode, type KvDType, type RopePairing } from './elementwise.ts';
+import { blockDotWgsl } from './fused-matvec.ts';
+import type { KernelTuning } from './tuning.ts';
+import { paramStruct, type PlannedDispatch } from './uniforms.ts';
+import { renameWgsl, takeWgslFunctions, unrollConstLoops } from './wgsl.ts';
+import decodeAttentionWgsl from '../../../shaders/decode_attention.wgsl?raw';
+import decodeLayerWgsl from '../../../shaders/decode_layer.wgsl?raw';
+
+// ---- the decode layer in one dispatch (decode_layer.wgsl) ----
+
+/** A layer's seven projections in decode_layer.wgsl's order: weight binding 10 + index, snippet suffix `s${name}`. */
+export const DECODE_LAYER_MATRICES = ['q', 'k', 'v', 'o', 'g', 'u', 'd'] as const;
+export const DECODE_LAYER_WEIGHT_BINDING = 10;
+/** decode_layer.wgsl's other bindings: the f32 arena, the first slot's K cache (V at + 1, the next slot's K at + 2), the token and the logits. */
+export const DECODE_LAYER_ARENA_BINDING = 2;
+export const DECODE_LAYER_CACHE_BINDING = 3;
+export const DECODE_LAYER_TOKENS_BINDING = 17;
+export const DECODE_LAYER_LOGITS_BINDING = 18;
+/** Storage buffers decode_layer.wgsl binds with a binding per matrix: st, the two caches, the seven weights. */
+export const DECODE_LAYER_STORAGE_BUFFERS = 10;
+/** Most layers one decode_layer.wgsl dispatch runs (its Params fit a 256-byte uniform slot up to 6). */
+export const DECODE_LAYER_MAX_SLOTS = 4;
+
+/** The sizes decode_layer.wgsl is compiled for. */
+export interface DecodeLayerDims {
+  dim: number;
+  qDim: number;
+  kvDim: number;
+  ffn: number;
+  headDim: number;
+  numLayers: number;
+}
+
+/** Where decode_layer.wgsl's state buffer keeps what (float indices, each a multiple of 4). */
+export interface DecodeLayerLayout {
+  x: number;
+  qkv: number;
+  att: number;
+  h: number;
+  pos: number;
+  freq: number;
+  /** γ_out, the final norm's weights (read where the logits join a decode layer dispatch). */
+  outNorm: number;
+  /** Layer l's [γ_attn | γ_ffn | bq | bk | bv] starts at consts + l * constsStride. */
+  consts: number;
+  constsStride: number;
+  /**
+   * The greedy steps' records (decodeLayers `greedyTo`): DECODE_RECORD_SLOTS of 4 words each, u32
+   * id, f32 logprob, 0, 0; the step at position p writes slot p mod DECODE_RECORD_SLOTS.
+   */
+  records: number;
+  /** Floats in the buffer. */
+  floats: number;
+}
+
+/** Record slots in the decode layers' state: a batch of steps may take this many before the first is overwritten. */
+export const DECODE_RECORD_SLOTS = 32;
+/** Bytes of one greedy record in the decode layers' state. */
+export const DECODE_RECORD_BYTES = 16;
+
+export const up4 = (n: number) => Math.ceil(n / 4) * 4;
+
+export function decodeLayerLayout(d: DecodeLayerDims): DecodeLayerLayout {
+  const qkvRows = d.qDim + 2 * d.kvDim;
+  const x = 0;
+  const qkv = x + up4(d.dim);
+  const att = qkv + up4(qkvRows);
+  const h = att + up4(d.qDim);
+  const pos = h + up4(d.ffn);
+  const freq = pos + 4;
+  const outNorm = freq + up4(d.headDim / 2);
+  const consts = outNorm + up4(d.dim);
+  const constsStride = up4(2 * d.dim + qkvRows);
+  const records = consts + d.numLayers * constsStride;
+  return { x, qkv, att, h, pos, freq, outNorm, consts, constsStride, records, floats: records + (DECODE_RECORD_SLOTS * DECODE_RECORD_BYTES) / 4 };
+}
+
+/**
+ * Every matrix of a small model's decode step in one f32 buffer, so that one decode_layer.wgsl
+ * dispatch can run several layers (a binding per matrix would take seven a layer): each matrix
+ * starts at an element offset, a multiple of 4.
+ */
+export interface DecodeArena {
+  buffer: GPUBuffer;
+  /** Per model layer, the first elements of its seven matrices (DECODE_LAYER_MATRICES order). */
+  layers: readonly (readonly number[])[];
+  /** The token embedding and W_lm_head ([rows, dim] each), when the arena holds them. */
+  embedding?: { offset: number; rows: number };
+  lmHead?: { offset: number; rows: number };
+}
+
+/**
+ * How decode_layer.wgsl's dispatches share out `numLayers` layers over an arena: [first layer,
+ * count] each, in order. A dispatch binds st, the arena, two caches a layer, the token (`embed`:
+ * the first dispatch reads it; `logits`: the last may write it, greedy) and the logits (`logits`:
+ * the last), at most `maxStorageBuffers`.
+ */
+export function decodeLayerGroups(numLayers: number, maxStorageBuffers: number, embed: boolean, logits: boolean): [number, number][] {
+  const io = (first: boolean, last: boolean) => ((first && embed) || (last && logits) ? 1 : 0) + (last && logits ? 1 : 0);
+  const slots = (first: boolean, last: boolean) => Math.min(DECODE_LAYER_MAX_SLOTS, Math.floor((maxStorageBuffers - 2 - io(first, last)) / 2));
+  const groups: [number, number][] = [];
+  for (let first = 0; first < numLayers; ) {
+    const left = numLayers - first;
+    // Not the last: leave at least one layer for a last dispatch (it may have less room).
+    const count = left <= slots(first === 0, true) ? left : Math.min(slots(first === 0, false), left - 1);
+    if (count < 1) throw new Error(`decode_layer.wgsl cannot bind a layer's caches within ${maxStorageBuffers} storage buffers`);
+    groups.push([first, count]);
+    first += count;
+  }
+  return groups;
+}
+
+export type DecodeLayerVariant = {
+  dims: DecodeLayerDims;
+  heads: number;
+  kvDType: KvDType;
+  /** Per projection (DECODE_LAYER_MATRICES order): its storage, and whether it walks runs. Undefined: the f32 arena. */
+  matrices: { dtype: WeightDType; runs: boolean }[] | undefined;
+  hasBias: boolean;
+  workgroup: number;
+  quads: number;
+  /** Layers in the dispatch (1 with a binding per matrix). */
+  slots: number;
+  /** Sets x to the token's embedding first (arena only). */
+  embed: boolean;
+  /** Ends with the logits of this many rows of W_lm_head (arena only); 0: none. */
+  logitsRows: number;
+  /** Then picks the next token from them (argmax): to the token binding and a record in st. */
+  greedy: boolean;
+};
+export const decodeLayerKey = (v: DecodeLayerVariant) =>
+  `decode_layer/d${v.dims.dim}/q${v.dims.qDim}/kv${v.dims.kvDim}/f${v.dims.ffn}/hd${v.dims.headDim}/n${v.dims.numLayers}/g${v.heads}/kv_${v.kvDType}/` +
+  `${v.matrices ? v.matrices.map((m) => `${m.dtype}${m.runs ? '+runs' : ''}`).join(',') : 'arena'}/${v.hasBias ? 'bias' : 'nobias'}/w${v.workgroup}q${v.quads}` +
+  `/s${v.slots}${v.embed ? '/embed' : ''}${v.logitsRows ? `/logits${v.logitsRows}` : ''}${v.greedy ? '/greedy' : ''}`;
+
+/**
+ * Whether decode_layer.wgsl can run a layer of these sizes and projections (DECODE_LAYER_MATRICES
+ * order): sizes in whole vec4s, whole matrices (no parts), and enough storage bindings.
+ */
+export function decodeLayerFits(d: DecodeLayerDims, matrices: readonly GpuMatrix[], maxStorageBuffers: number): boolean {
+  return (
+    decodeLayerSizesFit(d) &&
+    matrices.length === DECODE_LAYER_MATRICES.length &&
+    matrices.every((m) => !m.parts) &&
+    maxStorageBuffers >= DECODE_LAYER_STORAGE_BUFFERS
+  );
+}
+
+/** Whether decode_layer.wgsl can take these sizes: whole vec4s, and a head the attention takes. */
+export function decodeLayerSizesFit(d: DecodeLayerDims): boolean {
+  return [d.dim, d.qDim, d.kvDim, d.ffn, d.headDim].every((n) => n > 0 && n % 4 === 0) && d.headDim <= ATTENTION_MAX_HEAD_DIM;
+}
+
+/** The functions of the decode attention that touch the K/V caches (attentionSliceWgsl, decodeAttentionHelpersWgsl, online_softmax.wgsl, decode_attention.wgsl). */
+export const CACHE_FUNCTIONS = ['load_k', 'load_v', 'load_k1', 'load_v1', 'store_kv_row', 'attend_row', 'attend_item'];
+
+/**
+ * decode_layer.wgsl's attention over the caches of each of its `slots` layers, from the decode
+ * attention's source: with one slot, k_cache / v_cache; with several, the functions that touch
+ * the caches once per slot (suffix c<slot>, over its own pair of bindings), so that each layer's
+ * loads name their buffer at compile time (a run-time choice between buffers costs CPU devices a
+ * masked branch per load; docs/tuning.md#decode-layer). `fn attend_slot(slot, item)` runs
+ * attend_item for the slot's layer.
+ */
+export function decodeLayerAttentionWgsl(source: string, slots: number): string {
+  const caches = (s: number) =>
+    (['k', 'v'] as const)
+      .map((b, i) => `@group(0) @binding(${DECODE_LAYER_CACHE_BINDING + 2 * s + i}) var<storage, read_write> ${b}_cache: array<KV>;\n`)
+      .join('');
+  if (slots === 1) return `${source}\n${caches(0)}fn attend_slot(slot: u32, item: u32) { attend_item(item); }\n`;
+  const { rest, taken } = takeWgslFunctions(source, CACHE_FUNCTIONS);
+  let code = rest;
+  let cases = '';
+  for (let s = 0; s < slots; s++) {
+    code += renameWgsl(caches(s) + taken, `c${s}`);
+    cases += `    case ${s}u: { attend_item_c${s}(item); }\n`;
+  }
+  return `${code}fn attend_slot(slot: u32, item: u32) {\n  switch (slot) {\n${cases}    default: {}\n  }\n}\n`;
+}
+
+/** decode_layer.wgsl with its snippets (see the head of that file). */
+export function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
+  const d = v.dims;
+  const layout = decodeLayerLayout(d);
+  let code =
+    `const WG: u32 = ${v.workgroup}u;\nconst QUADS: u32 = ${v.quads}u;\nconst TEAM: u32 = 1u;\nconst LAYER_SLOTS: u32 = ${v.slots}u;\n` +
+    `const DIM: u32 = ${d.dim}u;\nconst Q_DIM: u32 = ${d.qDim}u;\nconst KV_DIM: u32 = ${d.kvDim}u;\nconst FFN: u32 = ${d.ffn}u;\n` +
+    `const X0: u32 = ${layout.x}u;\nconst QKV0: u32 = ${layout.qkv}u;\nconst ATT0: u32 = ${layout.att}u;\nconst H0: u32 = ${layout.h}u;\n` +
+    `const POS0: u32 = ${layout.pos}u;\nconst FREQ0: u32 = ${layout.freq}u;\nconst OUT0: u32 = ${layout.outNorm}u;\nconst HAS_BIAS: bool = ${v.hasBias};\n` +
+    `const EMBED: bool = ${v.embed};\nconst LOGITS: bool = ${v.logitsRows > 0};\nconst GREEDY: bool = ${v.greedy};\n` +
+    decodeLayerAttentionWgsl(`${decodeAttentionHelpersWgsl(d.headDim, v.heads, v.kvDType, false)}\n${decodeAttentionWgsl}\n`, v.slots);
+  // Each projection's K and the vector it multiplies (decode_layer.wgsl's loaders).
+  const inputs: Record<(typeof DECODE_LAYER_MATRICES)[number], [string, string]> = {
+    q: ['DIM', 'attn'], k: ['DIM', 'attn'], v: ['DIM', 'attn'], o: ['Q_DIM', 'att'], g: ['DIM', 'ffn'], u: ['DIM', 'ffn'], d: ['FFN', 'h'],
+  };
+  const unroll: Record<string, number> = { QUADS: v.quads };
+  const matrices = v.matrices;
+  if (matrices) {
+    if (v.slots !== 1 || v.embed || v.logitsRows) throw new Error('decode_layer.wgsl: several layers, the embedding and the logits need the arena');
+    DECODE_LAYER_MATRICES.forEach((name, i) => {
+      const m = matrices[i];
+      const [cols, input] = inputs[name];
+      code += renameWgsl(weightFormatWgsl(m.dtype, DECODE_LAYER_WEIGHT_BINDING + i, 0, true), `s${name}`);
+      code += blockDotWgsl(name, m.dtype, m.runs, cols, `load_in4_${input}`, `load_in_${input}`, unroll);
+    });
+  } else {
+    code += weightFormatWgsl('f32', DECODE_LAYER_ARENA_BINDING, 0, true);
+    DECODE_LAYER_MATRICES.forEach((name) => {
+      const [cols, input] = inputs[name];
+      code += blockDotWgsl(name, 'f32', false, cols, `load_in4_${input}`, `load_in_${input}`, unroll, '');
+    });
+  }
+  if (v.greedy && !v.logitsRows) throw new Error('decode_layer.wgsl: a greedy pick needs the logits');
+  if (v.embed || v.greedy) {
+    code += `@group(0) @binding(${DECODE_LAYER_TOKENS_BINDING}) var<storage, ${v.greedy ? 'read_write' : 'read'}> tokens: array<u32>;\n`;
+  }
+  code += v.embed ? decodeEmbeddingWgsl() : 'fn embed_token(lid: u32) {}\n';
+  if (v.logitsRows > 0) {
+    code += blockDotWgsl('lm', 'f32', false, 'DIM', 'load_in4_out', 'load_in_out', unroll, '') + decodeLogitsWgsl(v.logitsRows);
+  } else {
+    code += 'fn project_logits(lid: u32) {}\n';
+  }
+  code += v.greedy ? decodeGreedyWgsl(layout.records) : 'fn pick_greedy(lid: u32) {}\n';
+  const source = unrollAttentionLoops(`${code}\n${decodeLayerWgsl}`, d.headDim, v.heads);
+  return { code: unrollConstLoops(source, unroll), entryPoint: 'main' };
+}
+
+/** decode_layer.wgsl's EMBED phase: x = E[token] from the arena (0 past its rows), as embedding.wgsl does. */
+export function decodeEmbeddingWgsl(): string {
+  return `fn embed_token(lid: u32) {
+  let token = tokens[0];
+  for (var k = lid * 4u; k < DIM; k += WG * 4u) {
+    var e = vec4<f32>(0.0);
+    if (token < params.emb_rows) { e = load_weight4(params.emb + token * DIM + k); }
+    st[(X0 + k) >> 2u] = e;
+  }
+}
+`;
+}
+
+/** decode_layer.wgsl's LOGITS phase: logits = s·(x∘γ_out)·W_lm_headᵀ, W_lm_head [rows, DIM] in the arena. */
+export function decodeLogitsWgsl(rows: number): string {
+  return `@group(0) @binding(${DECODE_LAYER_LOGITS_BINDING}) var<storage, read_write> logits: array<f32>;
+const LOGIT_ROWS: u32 = ${rows}u;
+fn project_logits(lid: u32) {
+  let s = rms_scale();
+  for (var b = lid; b < (LOGIT_ROWS + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) {
+    let r0 = b * ROWS_PER_BLOCK;
+    let acc = block_dot_lm(params.lm, r0, LOGIT_ROWS - 1u, 0u);
+    for (var q = 0u; q < QUADS; q++) {
+      let r = r0 + 4u * q;
+      let y = acc[q] * s;
+      if (r < LOGIT_ROWS) { logits[r] = y.x; }
+      if (r + 1u < LOGIT_ROWS) { logits[r + 1u] = y.y; }
+      if (r + 2u < LOGIT_ROWS) { logits[r + 2u] = y.z; }
+      if (r + 3u < LOGIT_ROWS) { logits[r + 3u] = y.w; }
+    }
+  }
+}
+`;
+}
+
+/**
+ * decode_layer.wgsl's GREEDY phase, after LOGITS: the next token as the GPU sampler picks it at
+ * temperature 0 without bias, penalties or alternatives (sample.wgsl): the argmax of the logits,
+ * the lowest id on ties, and its log-softmax log(exp(l_max) / Σ exp(l)) = -log Σ exp(l - l_max).
+ * Each thread keeps a running maximum and sum over ids lid, lid + WG, ... (in ascending order, so
+ * a strict > keeps the lowest id); thread 0 merges them in thread order.
+ */
+export function decodeGreedyWgsl(records: number): string {
+  return `const RECORD0: u32 = ${records}u;
+const RECORD_SLOTS: u32 = ${DECODE_RECORD_SLOTS}u;
+var<workgroup> greedy_max: array<f32, WG>;
+var<workgroup> greedy_sum: array<f32, WG>;
+var<workgroup> greedy_id: array<u32, WG>;
+fn pick_greedy(lid: u32) {
+  var m = -3.0e38; // not -inf: exp(l - m) stays 0 for l = -inf
+  var sum = 0.0;
+  var id = 0u;
+  for (var r = lid; r < LOGIT_ROWS; r += WG) {
+    let l = logits[r];
+    if (l > m) {
+      sum = sum * exp(m - l) + 1.0;
+      m = l;
+      id = r;
+    } else {
+      sum += exp(l - m);
+    }
+  }
+  greedy_max[lid] = m;
+  greedy_sum[lid] = sum;
+  greedy_id[lid] = id;
+  workgroupBarrier();
+  if (lid == 0u) {
+    for (var t = 1u; t < WG; t++) {
+      let mt = greedy_max[t];
+      if (mt > m) {
+        sum = sum * exp(m - mt) + greedy_sum[t];
+        m = mt;
+        id = greedy_id[t];
+      } else {
+        sum += greedy_sum[t] * exp(mt - m);
+        if (mt == m) { id = min(id, greedy_id[t]); }
+      }
+    }
+    tokens[0] = id;
+    st[RECORD0 / 4u + start_pos() % RECORD_SLOTS] = vec4<f32>(bitcast<f32>(id), -log(sum), 0.0, 0.0);
+  }
+}
+`;
+}
+
+/** decode_layer.wgsl's Params: slots holds a Slot (8 words: consts, then the seven matrices' offsets) per layer. */
+export const DECODE_LAYER_PARAMS = paramStruct({
+  start_pos: 'u32',
+  num_heads: 'u32',
+  num_kv_heads: 'u32',
+  head_dim: 'u32',
+  scale: 'f32',
+  window: 'u32',
+  chunk_keys: 'u32',
+  num_chunks: 'u32',
+  pairing: 'u32',
+  eps: 'f32',
+  advance: 'u32',
+  emb: 'u32',
+  emb_rows: 'u32',
+  lm: 'u32',
+  pad0: 'u32',
+  pad1: 'u32',
+  slots: 'u32[]',
+});
+
+/** What planDecodeLayers reads of the device's kernels (KernelRegistry has it). */
+export interface DecodeLayerKernels {
+  readonly ctx: GpuContext;
+  readonly tuning: KernelTuning;
+  usesWeightRuns(dtype: WeightDType): boolean;
+  decodeLayerPipeline(variant: DecodeLayerVariant): GPUComputePipeline;
+}
+
+/** The dispatch of decode layers first .. first + count - 1 (see KernelRecorder.decodeLayers), checked. */
+export function planDecodeLayers(
+  kernels: DecodeLayerKernels,
+  state: GPUBuffer,
+  weights: { matrices: readonly GpuMatrix[] } | { arena: DecodeArena; embedFrom?: GPUBuffer; logits?: GPUBuffer; greedyTo?: GPUBuffer },
+  first: number,
+  count: number,
+  dims: DecodeLayerDims,
+  caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[] },
+  attention: { numHeads: number; numKvHeads: number; pairing: RopePairing; slidingWindow: number | undefined; kvDType: KvDType },
+  eps: number,
+  hasBias: boolean,
+): PlannedDispatch {
+  const { numHeads, numKvHeads, pairing, slidingWindow, kvDType } = attention;
+  const maxStorage = kernels.ctx.limits.maxStorageBuffersPerShaderStage;
+  assertCount(first, 'decodeLayers first', 0);
+  assertCount(count, 'decodeLayers count');
+  if (first + count > dims.numLayers) throw new Error(`decodeLayers: layers ${first} .. ${first + count - 1} of ${dims.numLayers}`);
+  if (numHeads * dims.headDim !== dims.qDim || numKvHeads * dims.headDim !== dims.kvDim || numHeads % numKvHeads !== 0) {
+    throw new Error(`decodeLayers: ${numHeads} heads on ${numKvHeads} KV heads of ${dims.headDim} do not make q ${dims.qDim}, kv ${dims.kvDim}`);
+  }
+  if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
+  if (slidingWindow !== undefined) assertCount(slidingWindow, 'decodeLayers slidingWindow');
+  if (!decodeLayerSizesFit(dims)) throw new Error('decodeLayers: these sizes do not fit decode_layer.wgsl (see decodeLayerFits)');
+  const shapes: [number, number][] = [
+    [dims.qDim, dims.dim], [dims.kvDim, dims.dim], [dims.kvDim, dims.dim], [dims.dim, dims.qDim],
+    [dims.ffn, dims.dim], [dims.ffn, dims.dim], [dims.dim, dims.ffn],
+  ];
+  const layout = decodeLayerLayout(dims);
+  assertFits(state, layout.floats * 4, 'decodeLayers state');
+  const buffers: Record<number, GPUBuffer> = { 1: state };
+  const rowBytes = dims.kvDim * (kvDType === 'f16' ? 2 : 4);
+  let rows = Infinity;
+  for (let s = 0; s < count; s++) {
+    const [k, v] = [caches.keys[first + s], caches.values[first + s]];
+    if (!k || !v) throw new Error(`decodeLayers: no KV cache for layer ${first + s}`);
+    assertDistinct(k, [v, state], 'decodeLayers');
+    assertDistinct(v, [state], 'decodeLayers');
+    rows = Math.min(rows, Math.floor(Math.min(k.size, v.size) / rowBytes));
+    buffers[DECODE_LAYER_CACHE_BINDING + 2 * s] = k;
+    buffers[DECODE_LAYER_CACHE_BINDING + 2 * s + 1] = v;
+  }
+  assertCount(rows, 'decodeLayers cache rows');
+  // Per slot: its constants in the state and its matrices' first elements in the arena.
+  const slots: number[] = [];
+  let variantWeights: DecodeLayerVariant['matrices'];
+  let embed = false;
+  let logitsRows = 0;
+  let greedy = false;
+  const io = [0, 0, 0]; // emb, emb_rows, lm
+  if ('matrices' in weights) {
+    const { matrices } = weights;
+    if (count !== 1) throw new Error('decodeLayers: a binding per matrix takes one layer a dispatch');
+    if (!decodeLayerFits(dims, matrices, maxStorage)) {
+      throw new Error('decodeLayers: these sizes or matrices do not fit decode_layer.wgsl (see decodeLayerFits)');
+    }
+    matrices.forEach((W, i) => {
+      const [r, c] = shapes[i];
+      const what = `decodeLayers W_${DECODE_LAYER_MATRICES[i]}`;
+      if (W.rows !== r || W.cols !== c) throw new Error(`${what} is [${W.rows}, ${W.cols}], expected [${r}, ${c}]`);
+      checkWeightShape(W.dtype, W.rows, W.cols, what);
+      buffers[DECODE_LAYER_WEIGHT_BINDING + i] = W.buffer;
+    });
+    assertDistinct(state, matrices.map((m) => m.buffer), 'decodeLayers');
+    variantWeights = matrices.map((m) => ({ dtype: m.dtype, runs: kernels.usesWeightRuns(m.dtype) }));
+    slots.push(layout.consts + first * layout.constsStride, 0, 0, 0, 0, 0, 0, 0);
+  } else {
+    const { arena, embedFrom, logits, greedyTo } = weights;
+    if (embedFrom && greedyTo && embedFrom !== greedyTo) throw new Error('decodeLayers: embedFrom and greedyTo must be one buffer (one binding)');
+    const tokens = embedFrom ?? greedyTo;
+    if (count > DECODE_LAYER_MAX_SLOTS) throw new Error(`decodeLayers: at most ${DECODE_LAYER_MAX_SLOTS} layers a dispatch, got ${count}`);
+    const floats = arena.buffer.size / 4;
+    const inArena = (offset: number, elements: number, what: string) => {
+      if (!Number.isInteger(offset) || offset < 0 || offset % 4 !== 0 || offset + elements > floats) {
+        throw new Error(`decodeLayers: ${what} at element ${offset} (${elements} elements) is not in the arena of ${floats}`);
+      }
+    };
+    for (let s = 0; s < count; s++) {
+      const offsets = arena.layers[first + s];
+      if (!offsets || offsets.length !== DECODE_LAYER_MATRICES.length) throw new Error(`decodeLayers: the arena has no matrices for layer ${first + s}`);
+      offsets.forEach((o, i) => inArena(o, shapes[i][0] * shapes[i][1], `layer ${first + s} W_${DECODE_LAYER_MATRICES[i]}`));
+      slots.push(layout.consts + (first + s) * layout.constsStride, ...offsets);
+    }
+    buffers[DECODE_LAYER_ARENA_BINDING] = arena.buffer;
+    assertDistinct(state, [arena.buffer], 'decodeLayers');
+    if (tokens) {
+      assertFits(tokens, 4, 'decodeLayers tokens');
+      buffers[DECODE_LAYER_TOKENS_BINDING] = tokens;
+    }
+    if (embedFrom) {
+      if (!arena.embedding) throw new Error('decodeLayers: the arena holds no token embedding');
+      assertCount(arena.embedding.rows, 'decodeLayers embedding rows');
+      inArena(arena.embedding.offset, arena.embedding.rows * dims.dim, 'the token embedding');
+      embed = true;
+      io[0] = arena.embedding.offset;
+      io[1] = arena.embedding.rows;
+    }
+    if (logits) {
+      if (!arena.lmHead) throw new Error('decodeLayers: the arena holds no W_lm_head');
+      assertCount(arena.lmHead.rows, 'decodeLayers lm_head rows');
+      inArena(arena.lmHead.offset, arena.lmHead.rows * dims.dim, 'W_lm_head');
+      assertFits(logits, arena.lmHead.rows * 4, 'decodeLayers logits');
+      assertDistinct(logits, [state, arena.buffer, tokens], 'decodeLayers');
+      buffers[DECODE_LAYER_LOGITS_BINDING] = logits;
+      logitsRows = arena.lmHead.rows;
+      io[2] = arena.lmHead.offset;
+    }
+    if (greedyTo) {
+      if (!logits) throw new Error('decodeLayers: a greedy pick needs the logits');
+      if (first + count !== dims.numLayers) throw new Error('decodeLayers: only the last layer\'s dispatch picks the next token');
+      greedy = true;
+    }
+    const bound = Object.keys(buffers).length;
+    if (bound > maxStorage) throw new Error(`decodeLayers: ${bound} storage buffers, the device binds ${maxStorage} (see decodeLayerGroups)`);
+  }
+  const heads = kernels.tuning.attentionHeads(numHeads / numKvHeads, dims.headDim);
+  const variant: DecodeLayerVariant = {
+    dims,
+    heads,
+    kvDType,
+    matrices: variantWeights,
+    hasBias,
+    workgroup: kernels.tuning.decodeLayerWorkgroup,
+    quads: kernels.tuning.decodeLayerQuads,
+    slots: count,
+    embed,
+    logitsRows,
+    greedy,
+  };
+  const advance = first + count === dims.numLayers ? 1 : 0;
+  return {
+    pipeline: kernels.decodeLayerPipeline(variant),
+    params: DECODE_LAYER_PARAMS.pack({
+      start_pos: 0,
+      num_heads: numHeads,
+      num_kv_heads: numKvHeads,
+      head_dim: dims.headDim,
+      scale: 1 / Math.sqrt(dims.headDim),
+      window: slidingWindow ?? 0,
+      chunk_keys: rows,
+      num_chunks: 1,
+      pairing: ropePairingCode(pairing),
+      eps,
+      advance,
+      emb: io[0],
+      emb_rows: io[1],
+      lm: io[2],
+      pad0: 0,
+      pad1: 0,
+      slots,
+    }),
+    buffers,
+    workgroups: 1,
+  };
+}

@@ -1,0 +1,73 @@
+// The kernels of one thread per element or row: rmsnorm.wgsl, rope.wgsl, swiglu.wgsl,
+// residual.wgsl and kv_cache.wgsl (the K/V append).
+import type { ShaderSpec } from '../pipelines.ts';
+import { paramStruct } from './uniforms.ts';
+import { positionWgsl, type PositionSource } from './wgsl.ts';
+import rmsnormWgsl from '../../../shaders/rmsnorm.wgsl?raw';
+import ropeWgsl from '../../../shaders/rope.wgsl?raw';
+import swigluWgsl from '../../../shaders/swiglu.wgsl?raw';
+import residualWgsl from '../../../shaders/residual.wgsl?raw';
+import kvCacheWgsl from '../../../shaders/kv_cache.wgsl?raw';
+import sinCosWgsl from '../../../shaders/sin_cos.wgsl?raw';
+import f16BitsWgsl from '../../../shaders/f16_bits.wgsl?raw';
+
+/** Element type of a KV cache: 'f16' packs two halves a u32 word (no shader-f16 needed). */
+export type KvDType = 'f16' | 'f32';
+
+// Workgroup shapes; each must match its shader's constants.
+export const ELEMENTWISE_WORKGROUP = 256; // embedding, rope, swiglu, residual: one invocation per element
+
+// Kernels whose source does not depend on the weights.
+export const FIXED_KERNELS = {
+  swiglu: { code: swigluWgsl, entryPoint: 'main' },
+  add: { code: residualWgsl, entryPoint: 'add' },
+  add_in_place: { code: residualWgsl, entryPoint: 'add_in_place' },
+} satisfies Record<string, ShaderSpec>;
+export type FixedKernel = keyof typeof FIXED_KERNELS;
+
+// Kernels that take a position, each compiled for both position sources.
+// (Their sources include the snippets they call: sin_cos.wgsl, f16_bits.wgsl.)
+export const POSITIONAL_KERNELS = {
+  rope: { code: `${sinCosWgsl}\n${ropeWgsl}`, entryPoint: 'main' },
+  write_kv: { code: `${f16BitsWgsl}\n${kvCacheWgsl}`, entryPoint: 'write_kv' },
+  write_kv_f32: { code: `${f16BitsWgsl}\n${kvCacheWgsl}`, entryPoint: 'write_kv_f32' },
+} satisfies Record<string, ShaderSpec>;
+export type PositionalKernel = keyof typeof POSITIONAL_KERNELS;
+export const positionalKey = (name: PositionalKernel, source: PositionSource) => `${name}/pos_${source}`;
+export const positionalSpec = (name: PositionalKernel, source: PositionSource): ShaderSpec => ({
+  code: `${positionWgsl(source)}\n${POSITIONAL_KERNELS[name].code}`,
+  entryPoint: POSITIONAL_KERNELS[name].entryPoint,
+});
+
+/** The element type prefix of rmsnorm.wgsl: vec4 loads when every row starts 16-byte aligned. */
+export function rmsNormWidthWgsl(aligned: boolean): string {
+  return aligned
+    ? `alias V = vec4<f32>;\nconst WIDTH: u32 = 4u;\nfn hsum(v: V) -> f32 { return v.x + v.y + v.z + v.w; }\n`
+    : `alias V = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: V) -> f32 { return v; }\n`;
+}
+
+export type RmsNormVariant = { entry: 'per_row' | 'per_workgroup'; aligned: boolean };
+export const rmsNormKey = (v: RmsNormVariant) => `rmsnorm/${v.entry}/${v.aligned ? 'vec4' : 'scalar'}`;
+export const rmsNormSpec = (v: RmsNormVariant): ShaderSpec => ({
+  code: `${rmsNormWidthWgsl(v.aligned)}\n${rmsnormWgsl}`,
+  entryPoint: v.entry,
+});
+
+/**
+ * How RoPE pairs the dimensions of a head: llama.cpp's GGUF (rows of Wq/Wk permuted at conversion)
+ * rotates adjacent pairs (x[2i], x[2i+1]); Hugging Face Llama rotates halves (x[i], x[i + d/2]).
+ */
+export type RopePairing = 'adjacent' | 'halves';
+/** The `pairing` parameter of rope.wgsl and the decode kernels. */
+export const ropePairingCode = (pairing: RopePairing): number => (pairing === 'adjacent' ? 0 : 1);
+
+/** rmsnorm.wgsl's Params. */
+export const RMSNORM_PARAMS = paramStruct({ T: 'u32', dim: 'u32', eps: 'f32' });
+/** rope.wgsl's Params. */
+export const ROPE_PARAMS = paramStruct({ T: 'u32', num_heads: 'u32', head_dim: 'u32', start_pos: 'u32', pairing: 'u32' });
+/** swiglu.wgsl's Params. */
+export const SWIGLU_PARAMS = paramStruct({ n: 'u32' });
+/** residual.wgsl's Params. */
+export const RESIDUAL_PARAMS = paramStruct({ n: 'u32' });
+/** kv_cache.wgsl's Params. */
+export const KV_WRITE_PARAMS = paramStruct({ n: 'u32', start_pos: 'u32', row_len: 'u32' });

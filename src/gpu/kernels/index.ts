@@ -1,0 +1,43 @@
+// The kernels' public surface: the registry (Kernels), the recorders, and the sizes, layouts and
+// device choices that callers plan with. Importers use this file, not the family files.
+export { ATTENTION_MAX_HEAD_DIM } from './attention.ts';
+export { KernelBatch } from './batch.ts';
+export {
+  DECODE_LAYER_MATRICES,
+  DECODE_LAYER_MAX_SLOTS,
+  DECODE_LAYER_STORAGE_BUFFERS,
+  DECODE_RECORD_BYTES,
+  DECODE_RECORD_SLOTS,
+  decodeLayerFits,
+  decodeLayerGroups,
+  decodeLayerLayout,
+  type DecodeArena,
+  type DecodeLayerDims,
+  type DecodeLayerLayout,
+} from './decode-layer.ts';
+export type { KvDType, RopePairing } from './elementwise.ts';
+export type { FusedMatvecMode } from './fused-matvec.ts';
+export { KernelProgram } from './program.ts';
+export { KernelRecorder } from './recorder.ts';
+export { Kernels } from './kernels.ts';
+export { KernelRegistry, type KernelsOptions } from './registry.ts';
+export {
+  attentionHeadsPerThread,
+  attentionPlan,
+  attentionQueriesPerThread,
+  attentionThreadsPerWorkgroup,
+  DECODE_LAYER_MAX_WEIGHTS,
+  fusedShape,
+  kernelTuning,
+  matmulShape,
+  matvecPlan,
+  RMSNORM_ROW_MAX_DIM,
+  rmsNormPlan,
+  TILED_MATMUL_SHAPE,
+  type DeviceTraits,
+  type FusedShape,
+  type KernelTuning,
+  type MatmulShape,
+  type MatvecPlan,
+} from './tuning.ts';
+export { unrollConstLoops, type PositionSource } from './wgsl.ts';
