@@ -27,7 +27,7 @@ import {
 } from '../reference/cpu-ops.ts';
 import { dequantize } from '../reference/quant.ts';
 import { quantizeValues as quantize } from '../../src/model/quantize.ts';
-import { expectClose, maxAbs, maxAbsDiff } from '../helpers/compare.ts';
+import { expectClose } from '../helpers/compare.ts';
 
 let ctx: GpuContext;
 let device: GPUDevice;
