@@ -29,17 +29,11 @@
 // A chunk is CHUNK consecutive ids; chunk passes run one invocation per chunk. The WG-wide
 // passes give invocation t the chunks [t * per, (t + 1) * per), per = ceil(chunks / WG).
 
-const CHUNK: u32 = 128u;
-const QUADS_PER_CHUNK: u32 = 32u;
-// Invocations of the single-workgroup passes: the sampler sets it from the vocabulary alone
-// (min(256, chunks rounded up to a power of two)), so every adapter sums in the same order.
-override WG: u32 = 256u;
-const MAX_TOP: u32 = 20u;
-
-// history[id]: generated count in the low bits, and two flags.
-const SEEN: u32 = 0x80000000u;   // in the prompt or generated: repetition penalty
-const BANNED: u32 = 0x40000000u; // a stop id: -inf while step < min_tokens
-const COUNT_MASK: u32 = 0x3fffffffu;
+// The constants this shader shares with the sampler (CHUNK, QUADS_PER_CHUNK, CHUNK_WORKGROUP,
+// MAX_TOP, the history flags SEEN, BANNED and COUNT_MASK, STATE_WORDS, CHUNK_STRIDE, the sequence
+// flags HAS_BIAS and USES_HISTORY, DIGIT_ROUNDS, RECORD_WORDS) and WG, the invocations of the
+// single-workgroup passes, come from src/sampling/sample-layout.ts, prepended as a prelude. WG is
+// set from the vocabulary alone, so every adapter sums in the same order.
 
 // work[]: the state words, then CHUNK_STRIDE words per chunk, then the top-N merge lists.
 const S_MAX_RAW: u32 = 0u;      // f32
@@ -60,8 +54,6 @@ const S_LOW_TIES: u32 = 14u;    // how many of the ties at S_LOW_KEY are in (top
 const S_CUT_KEY: u32 = 15u;     // survivors: key > cut, or key == cut and id <= S_CUT_LAST
 const S_CUT_LAST: u32 = 16u;
 const S_TOKEN: u32 = 17u;
-const STATE_WORDS: u32 = 64u;
-const CHUNK_STRIDE: u32 = 32u;
 
 struct Sequence {
   vocab: u32,
@@ -82,9 +74,6 @@ struct Sequence {
   flags: u32,        // HAS_BIAS | USES_HISTORY: skip the loads a sequence does not need
 }
 
-const HAS_BIAS: u32 = 1u;
-const USES_HISTORY: u32 = 2u;
-
 struct Step {
   step: u32,         // token index in the sequence: Philox counter word 1, min_tokens
   slot: u32,         // record slot
@@ -102,8 +91,6 @@ struct Step {
 @group(0) @binding(6) var<storage, read_write> records: array<u32>;
 @group(1) @binding(0) var<storage, read> logits: array<f32>;
 @group(1) @binding(1) var<storage, read_write> token_out: array<u32>;
-
-const RECORD_WORDS: u32 = 44u; // id, logprob, n, 0, then MAX_TOP x (id, logprob)
 
 // ---- keys: u32 in the order of the floats; 0 = not a candidate ----
 
@@ -269,8 +256,8 @@ fn prepare_chunk(c: u32) {
   // Online log-sum-exp of the raw logits (NaN and -inf skipped): s = sum of exp(raw - m).
   var m = vec4<f32>(neg_inf());
   var s = vec4<f32>(0.0);
-  var top_ids: array<u32, 20>;
-  var top_keys: array<u32, 20>;
+  var top_ids: array<u32, MAX_TOP>;
+  var top_keys: array<u32, MAX_TOP>;
   var top_n = 0u;
   for (var q = start >> 2u; q < quad_end(c); q++) {
     var h = vec4<u32>(0u);
@@ -808,7 +795,7 @@ fn draw_final() {
 
 // ---- entry points: one dispatch per pass (large vocabularies), or all passes in one ----
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(CHUNK_WORKGROUP)
 fn prepare(@builtin(global_invocation_id) gid: vec3<u32>) {
   if (gid.x < seq.num_chunks) { prepare_chunk(gid.x); }
 }
@@ -820,7 +807,7 @@ fn reduce(@builtin(local_invocation_index) t: u32) {
   if (t == 0u) { reduce_final(); }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(CHUNK_WORKGROUP)
 fn weigh(@builtin(global_invocation_id) gid: vec3<u32>) {
   if (gid.x < seq.num_chunks) { weigh_chunk(gid.x); }
 }
@@ -832,7 +819,7 @@ fn reduce_weights(@builtin(local_invocation_index) t: u32) {
   if (t == 0u) { reduce_weights_final(); }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(CHUNK_WORKGROUP)
 fn histogram(@builtin(global_invocation_id) gid: vec3<u32>) {
   if (gid.x < seq.num_chunks) { histogram_chunk(gid.x); }
 }
@@ -844,7 +831,7 @@ fn select_digit(@builtin(local_invocation_index) t: u32) {
   if (t == 0u) { select_final(); }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(CHUNK_WORKGROUP)
 fn draw_mass(@builtin(global_invocation_id) gid: vec3<u32>) {
   if (gid.x < seq.num_chunks) { draw_mass_chunk(gid.x); }
 }
@@ -882,7 +869,7 @@ fn fused(@builtin(local_invocation_index) t: u32) {
   phase();
   if (t == 0u) { reduce_weights_final(); }
   phase();
-  let rounds = 8u * (select(0u, 1u, seq.top_k > 0u) + select(0u, 1u, seq.top_p < 1.0));
+  let rounds = DIGIT_ROUNDS * (select(0u, 1u, seq.top_k > 0u) + select(0u, 1u, seq.top_p < 1.0));
   for (var r = 0u; r < rounds; r++) {
     for (var c = t; c < chunks; c += WG) { histogram_chunk(c); }
     phase();

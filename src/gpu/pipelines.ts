@@ -1,17 +1,31 @@
 // Compute pipelines, compiled once per (device, kernel, variant) and cached.
 //
 // A key names what was compiled, e.g. 'rmsnorm' or 'matvec/f16/bias': the kernel plus whatever
-// was composed into its source (weight storage type, bias). Pipelines use `layout: 'auto'`, so a
-// bind group is made with `pipeline.getBindGroupLayout(0)`. The caches of one device share what
+// was composed into its source (weight storage type, bias). Pipelines use `layout: 'auto'` unless
+// their spec describes one, and a bind group is made with `pipeline.getBindGroupLayout(group)`. The caches of one device share what
 // they compiled (a pipeline holds no model's data), so a model loaded again, or another of the
 // same shapes, compiles nothing: on SwiftShader the decode step's pipelines alone take seconds.
 // A key should name every constant composed into the source, but a shared pipeline is taken only
 // for the same source: a key that misses a constant costs a compile, never another model's kernel.
 
-/** What to compile: the full WGSL module and its entry point. */
+/** A buffer binding of an explicit layout, visible to the compute stage. */
+export interface BufferBindingSpec {
+  type: GPUBufferBindingType;
+  /** The offset comes with setBindGroup (one bind group serves several slots of a buffer). */
+  hasDynamicOffset?: boolean;
+  minBindingSize?: number;
+}
+
+/** What to compile: the full WGSL module and its entry point, and the layout when not 'auto'. */
 export interface ShaderSpec {
   code: string;
   entryPoint: string;
+  /**
+   * An explicit layout: each bind group's buffer bindings, binding i at index i. For bind groups
+   * that serve several pipelines, or bindings with a dynamic offset: an 'auto' layout's bind
+   * groups fit its own pipeline only, and hold just the bindings its entry point uses.
+   */
+  layout?: readonly (readonly BufferBindingSpec[])[];
 }
 
 export interface PipelineCacheOptions {
@@ -87,7 +101,7 @@ export class PipelineCache {
       pipeline = this.fromDevice(key, source);
       if (pipeline) return pipeline;
       const module = this.device.createShaderModule({ label: key, code: source.code });
-      pipeline = this.device.createComputePipeline({ label: key, layout: 'auto', compute: { module, entryPoint: source.entryPoint } });
+      pipeline = this.device.createComputePipeline(this.descriptor(key, module, source));
       const made = pipeline;
       this.keep(key, source, made);
       void module.getCompilationInfo?.().then(
@@ -108,6 +122,7 @@ export class PipelineCache {
   private fromDevice(key: string, source: ShaderSpec): GPUComputePipeline | undefined {
     const compiled = this.shared.get(key);
     if (!compiled || compiled.code !== source.code || compiled.entryPoint !== source.entryPoint) return undefined;
+    if (layoutKey(compiled.layout) !== layoutKey(source.layout)) return undefined;
     this.ready.set(key, compiled.pipeline);
     return compiled.pipeline;
   }
@@ -126,16 +141,32 @@ export class PipelineCache {
     return this.ready.has(key);
   }
 
-  private async compileChecked(key: string, { code, entryPoint }: ShaderSpec): Promise<GPUComputePipeline> {
-    const module = this.device.createShaderModule({ label: key, code });
+  private async compileChecked(key: string, source: ShaderSpec): Promise<GPUComputePipeline> {
+    const module = this.device.createShaderModule({ label: key, code: source.code });
     // The compiler's own messages (line:column) say far more than a failed pipeline does.
     const message = compileErrors(key, await module.getCompilationInfo());
     if (message) throw new Error(message);
-    const descriptor: GPUComputePipelineDescriptor = { label: key, layout: 'auto', compute: { module, entryPoint } };
+    const descriptor = this.descriptor(key, module, source);
     return this.compilesAsync
       ? this.device.createComputePipelineAsync(descriptor)
       : this.device.createComputePipeline(descriptor);
   }
+
+  private descriptor(key: string, module: GPUShaderModule, { entryPoint, layout }: ShaderSpec): GPUComputePipelineDescriptor {
+    if (!layout) return { label: key, layout: 'auto', compute: { module, entryPoint } };
+    const bindGroupLayouts = layout.map((group, g) =>
+      this.device.createBindGroupLayout({
+        label: `${key} group ${g}`,
+        entries: group.map((buffer, binding) => ({ binding, visibility: GPUShaderStage.COMPUTE, buffer })),
+      }),
+    );
+    return { label: key, layout: this.device.createPipelineLayout({ label: key, bindGroupLayouts }), compute: { module, entryPoint } };
+  }
+}
+
+/** A layout's identity for sharing: pipelines compiled with equal descriptions take equal bind groups. */
+function layoutKey(layout: ShaderSpec['layout']): string {
+  return layout ? JSON.stringify(layout) : 'auto';
 }
 
 /** The compiler's errors in `info` as one message naming the pipeline (line:column each), or undefined. */

@@ -12,9 +12,23 @@
 // Per-sequence state (the prompt's seen-mask and the generated counts, the bias, the parameters)
 // lives in GPU buffers written by beginSequence(); the counts are updated by the GPU itself as
 // tokens are sampled.
+//
+// The constants the shader shares with this file come from sample-layout.ts, composed into the
+// shader as a prelude; the pipelines come from a PipelineCache, so a device compiles each
+// (entry point, WG) once for every sampler and model.
 import type { GpuContext } from '../gpu/device.ts';
+import { UNIFORM_SLOT_BYTES, writeUniformValues } from '../gpu/kernels/uniforms.ts';
+import { PipelineCache, type ShaderSpec } from '../gpu/pipelines.ts';
 import type { GeneratedToken, SamplingParams, TokenLogprob } from './types.ts';
 import { philoxKey } from './philox.ts';
+import {
+  MAX_WG,
+  SAMPLE_CONSTANTS,
+  SAMPLE_SEQUENCE_PARAMS,
+  SAMPLE_STEP_PARAMS,
+  sampleWgslPrelude,
+  sampleWorkgroup,
+} from './sample-layout.ts';
 import sampleWgsl from '../../shaders/sample.wgsl?raw';
 
 export interface GpuSequenceSetup {
@@ -39,29 +53,23 @@ export interface GpuSamplerOptions {
    * dispatch up to 64 chunks of 128 ids (8192 ids). Both give the same results.
    */
   fused?: boolean;
+  /** Where the pipelines are compiled and kept. Default: a cache of the device's (which shares what its caches compiled). */
+  pipelines?: PipelineCache;
 }
 
+const { CHUNK, CHUNK_WORKGROUP, STATE_WORDS, CHUNK_STRIDE, SEEN, BANNED, HAS_BIAS, USES_HISTORY, DIGIT_ROUNDS, RECORD_WORDS } = SAMPLE_CONSTANTS;
+
 /** Most top alternatives a record holds (the API's logprobs maximum). */
-export const MAX_TOP_LOGPROBS = 20;
-const RECORD_WORDS = 4 + 2 * MAX_TOP_LOGPROBS; // id, logprob, count, 0, then (id, logprob) pairs
+export const MAX_TOP_LOGPROBS = SAMPLE_CONSTANTS.MAX_TOP;
 /** Bytes of one record: u32 id, f32 logprob, u32 count, u32 0, then count x (u32 id, f32 logprob). */
 export const RECORD_BYTES = RECORD_WORDS * 4;
 
-// Must match shaders/sample.wgsl.
-const CHUNK = 128;
-/** Most invocations of the single-workgroup passes (shader override WG). */
-const MAX_WG = 256;
-const CHUNK_WORKGROUP = 64;
-const STATE_WORDS = 64;
-const CHUNK_STRIDE = 32;
-const SEEN = 0x80000000;
-const BANNED = 0x40000000;
-const HAS_BIAS = 1;
-const USES_HISTORY = 2;
-/** Radix-select rounds per selection: 4 bits of the 32-bit key a round. */
-const DIGIT_ROUNDS = 8;
-/** The step parameters of each record slot sit 256 bytes apart (the largest uniform offset alignment). */
-const STEP_SLOT_BYTES = 256;
+/**
+ * The step parameters of each record slot: a uniform slot each, bound at its offset by
+ * setBindGroup. Not a UniformArena's: a slot is rewritten by the queue at each encode() while the
+ * other slots' steps may still be in flight, and the one bind group serves every slot.
+ */
+const STEP_SLOT_BYTES = UNIFORM_SLOT_BYTES;
 
 /**
  * Vocabularies of at most this many chunks run the whole step as one dispatch of one workgroup
@@ -71,6 +79,31 @@ const FUSED_MAX_CHUNKS = 64;
 
 const PASS_ENTRY_POINTS = ['prepare', 'reduce', 'weigh', 'reduce_weights', 'histogram', 'select_digit', 'draw_mass', 'draw'] as const;
 type EntryPoint = (typeof PASS_ENTRY_POINTS)[number] | 'fused';
+
+/**
+ * The bindings of sample.wgsl: group 0 the sampler's state (binding 1, the step parameters, at
+ * the record slot's offset), group 1 the logits and where the token goes. Explicit, so that one
+ * bind group serves every entry point.
+ */
+const SAMPLE_LAYOUT: ShaderSpec['layout'] = [
+  [
+    { type: 'uniform' },
+    { type: 'uniform', hasDynamicOffset: true, minBindingSize: 16 },
+    { type: 'storage' },
+    { type: 'read-only-storage' },
+    { type: 'storage' },
+    { type: 'storage' },
+    { type: 'storage' },
+  ],
+  [{ type: 'read-only-storage' }, { type: 'storage' }],
+];
+
+/** The cache key of an entry point compiled with workgroup `wg`: every composed constant that varies. */
+const sampleKey = (entryPoint: EntryPoint, wg: number) => `sample/${entryPoint}/wg${wg}`;
+
+function sampleSpec(entryPoint: EntryPoint, wg: number): ShaderSpec {
+  return { code: sampleWgslPrelude(wg) + sampleWgsl, entryPoint, layout: SAMPLE_LAYOUT };
+}
 
 /** How a sequence's steps are recorded (decided by its parameters, at beginSequence). */
 interface StepShape {
@@ -95,10 +128,11 @@ export class GpuSampler {
   private readonly work: GPUBuffer;
   private readonly stateGroup: GPUBindGroup;
   private readonly ioGroups = new Map<GPUBuffer, Map<GPUBuffer, GPUBindGroup>>();
+  private readonly ioLayout: GPUBindGroupLayout;
   /** Host copies reused by beginSequence (no per-sequence allocation). */
   private readonly historyHost: Uint32Array;
   private readonly biasHost: Float32Array;
-  private readonly stepHost = new Uint32Array(4);
+  private readonly stepHost = new DataView(new ArrayBuffer(SAMPLE_STEP_PARAMS.fields.length * 4));
   private shape: StepShape | null = null;
   private sequenceLogprobs: number | undefined;
   /** One dispatch per step (small vocabularies), else one per pass. */
@@ -110,13 +144,15 @@ export class GpuSampler {
     readonly vocabSize: number,
     readonly recordSlots: number,
     private readonly pipelines: Partial<Record<EntryPoint, GPUComputePipeline>>,
-    private readonly layouts: { state: GPUBindGroupLayout; io: GPUBindGroupLayout },
   ) {
     const device = ctx.device;
     this.device = device;
     this.numChunks = Math.ceil(vocabSize / CHUNK);
     this.quads = Math.ceil(vocabSize / 4);
     this.fused = 'fused' in pipelines;
+    // Every entry point has the same explicit layout: any pipeline's bind group layouts serve all.
+    const anyPipeline = (pipelines.fused ?? pipelines.prepare)!;
+    this.ioLayout = anyPipeline.getBindGroupLayout(1);
     const storage = (label: string, bytes: number, extra = 0) =>
       device.createBuffer({ label, size: Math.max(16, bytes), usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | extra });
     this.sequenceParams = device.createBuffer({ label: 'sampler_sequence', size: 64, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
@@ -134,7 +170,7 @@ export class GpuSampler {
     this.biasHost = new Float32Array(this.quads * 4);
     this.stateGroup = device.createBindGroup({
       label: 'sampler_state',
-      layout: layouts.state,
+      layout: anyPipeline.getBindGroupLayout(0),
       entries: [
         { binding: 0, resource: { buffer: this.sequenceParams } },
         { binding: 1, resource: { buffer: this.stepParams, size: 16 } },
@@ -152,46 +188,16 @@ export class GpuSampler {
     if (!(Number.isInteger(vocabSize) && vocabSize > 0)) throw new RangeError(`vocabSize must be a positive integer, got ${vocabSize}`);
     const recordSlots = options.recordSlots ?? 16;
     if (!(Number.isInteger(recordSlots) && recordSlots > 0)) throw new RangeError(`recordSlots must be a positive integer, got ${recordSlots}`);
-    const device = ctx.device;
-    const state = device.createBindGroupLayout({
-      label: 'sampler_state',
-      entries: [
-        { binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'uniform' } },
-        { binding: 1, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'uniform', hasDynamicOffset: true, minBindingSize: 16 } },
-        { binding: 2, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'storage' } },
-        { binding: 3, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'read-only-storage' } },
-        { binding: 4, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'storage' } },
-        { binding: 5, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'storage' } },
-        { binding: 6, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'storage' } },
-      ],
-    });
-    const io = device.createBindGroupLayout({
-      label: 'sampler_io',
-      entries: [
-        { binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'read-only-storage' } },
-        { binding: 1, visibility: GPUShaderStage.COMPUTE, buffer: { type: 'storage' } },
-      ],
-    });
-    const layout = device.createPipelineLayout({ label: 'sampler', bindGroupLayouts: [state, io] });
-    const module = device.createShaderModule({ label: 'sample.wgsl', code: sampleWgsl });
-    const info = await module.getCompilationInfo();
-    const errors = info.messages.filter((m) => m.type === 'error');
-    if (errors.length > 0) {
-      throw new Error(`WGSL compile error in sample.wgsl:\n${errors.map((m) => `  ${m.lineNum}:${m.linePos} ${m.message}`).join('\n')}`);
-    }
+    const cache = options.pipelines ?? new PipelineCache(ctx.device);
     // The workgroup of the single-workgroup passes depends on the vocabulary only, so the sums
     // (whose order it sets) are the same on every adapter.
     const chunks = Math.ceil(vocabSize / CHUNK);
-    const constants = { WG: Math.min(MAX_WG, 2 ** Math.ceil(Math.log2(chunks))) };
+    const wg = sampleWorkgroup(chunks);
     const fused = options.fused ?? chunks <= FUSED_MAX_CHUNKS;
     const entryPoints: readonly EntryPoint[] = fused ? ['fused'] : PASS_ENTRY_POINTS;
-    const compiled = await Promise.all(
-      entryPoints.map((entryPoint) =>
-        device.createComputePipelineAsync({ label: `sample/${entryPoint}`, layout, compute: { module, entryPoint, constants } }),
-      ),
-    );
+    const compiled = await Promise.all(entryPoints.map((entryPoint) => cache.prepare(sampleKey(entryPoint, wg), () => sampleSpec(entryPoint, wg))));
     const pipelines = Object.fromEntries(entryPoints.map((name, i) => [name, compiled[i]])) as Partial<Record<EntryPoint, GPUComputePipeline>>;
-    return new GpuSampler(ctx, vocabSize, recordSlots, pipelines, { state, io });
+    return new GpuSampler(ctx, vocabSize, recordSlots, pipelines);
   }
 
   /** Resets the per-sequence GPU state (prompt mask, generated counts, bias list, params) with queue writes. */
@@ -216,37 +222,46 @@ export class GpuSampler {
     bias.fill(0);
     for (const [id, b] of params.logitBias ?? []) if (id >= 0 && id < V) bias[id] = b;
 
-    const words = new ArrayBuffer(64);
-    const u = new Uint32Array(words);
-    const f = new Float32Array(words);
-    u[0] = V;
-    u[1] = this.numChunks;
-    u[2] = logprobs ?? 0;
-    u[3] = Math.min(setup.minTokens, 0xffffffff);
-    f[4] = params.temperature;
-    u[5] = Math.min(Math.max(0, Math.floor(params.topK ?? 0)), 0xffffffff);
-    f[6] = params.topP ?? 1;
-    f[7] = params.minP ?? 0;
-    f[8] = params.repetitionPenalty ?? 1;
-    f[9] = params.presencePenalty ?? 0;
-    f[10] = params.frequencyPenalty ?? 0;
-    u[11] = key0;
-    u[12] = key1;
-    u[13] = setup.stream;
-    u[14] = this.quads;
-    const usesHistory = f[8] !== 1 || f[9] !== 0 || f[10] !== 0 || (setup.minTokens > 0 && setup.banned.length > 0);
-    u[15] = (params.logitBias && params.logitBias.size > 0 ? HAS_BIAS : 0) | (usesHistory ? USES_HISTORY : 0);
+    // The f32 fields as the shader sees them: the decisions below use the same values.
+    const temperature = Math.fround(params.temperature);
+    const topK = Math.min(Math.max(0, Math.floor(params.topK ?? 0)), 0xffffffff) >>> 0;
+    const topP = Math.fround(params.topP ?? 1);
+    const repetition = Math.fround(params.repetitionPenalty ?? 1);
+    const presence = Math.fround(params.presencePenalty ?? 0);
+    const frequency = Math.fround(params.frequencyPenalty ?? 0);
+    const usesHistory = repetition !== 1 || presence !== 0 || frequency !== 0 || (setup.minTokens > 0 && setup.banned.length > 0);
+    const flags = (params.logitBias && params.logitBias.size > 0 ? HAS_BIAS : 0) | (usesHistory ? USES_HISTORY : 0);
+    const sequence = SAMPLE_SEQUENCE_PARAMS.pack({
+      vocab: V,
+      num_chunks: this.numChunks,
+      n_top: logprobs ?? 0,
+      min_tokens: Math.min(setup.minTokens, 0xffffffff),
+      temperature,
+      top_k: topK,
+      top_p: topP,
+      min_p: params.minP ?? 0,
+      repetition,
+      presence,
+      frequency,
+      key0,
+      key1,
+      stream: setup.stream,
+      quads: this.quads,
+      flags,
+    });
+    const words = new DataView(new ArrayBuffer(sequence.length * 4));
+    writeUniformValues(words, sequence);
 
     const queue = this.device.queue;
-    queue.writeBuffer(this.sequenceParams, 0, words);
+    queue.writeBuffer(this.sequenceParams, 0, words.buffer);
     queue.writeBuffer(this.history, 0, history.buffer, history.byteOffset, history.byteLength);
     queue.writeBuffer(this.bias, 0, bias.buffer, bias.byteOffset, bias.byteLength);
     this.sequenceLogprobs = logprobs;
     // The stored f32 decides greedy in the shader; decide it here from the same value.
     this.shape = {
-      greedy: f[4] === 0,
-      plainGreedy: f[4] === 0 && u[15] === 0 && logprobs === undefined,
-      selections: (u[5] > 0 ? 1 : 0) + (f[6] < 1 ? 1 : 0),
+      greedy: temperature === 0,
+      plainGreedy: temperature === 0 && flags === 0 && logprobs === undefined,
+      selections: (topK > 0 ? 1 : 0) + (topP < 1 ? 1 : 0),
     };
   }
 
@@ -282,9 +297,8 @@ export class GpuSampler {
   encodeInPass(pass: GPUComputePassEncoder, logits: GPUBuffer, step: number, tokenOut: GPUBuffer, slot: number): void {
     const shape = this.checkStep(step, slot);
     const stepWords = this.stepHost;
-    stepWords[0] = step;
-    stepWords[1] = slot;
-    this.device.queue.writeBuffer(this.stepParams, slot * STEP_SLOT_BYTES, stepWords.buffer, 0, 16);
+    writeUniformValues(stepWords, SAMPLE_STEP_PARAMS.pack({ step, slot, _pad0: 0, _pad1: 0 }));
+    this.device.queue.writeBuffer(this.stepParams, slot * STEP_SLOT_BYTES, stepWords.buffer, 0, stepWords.byteLength);
 
     const chunkGroups = Math.ceil(this.numChunks / CHUNK_WORKGROUP);
     pass.setBindGroup(0, this.stateGroup, [slot * STEP_SLOT_BYTES]);
@@ -358,7 +372,7 @@ export class GpuSampler {
     if (!group) {
       group = this.device.createBindGroup({
         label: 'sampler_io',
-        layout: this.layouts.io,
+        layout: this.ioLayout,
         entries: [
           { binding: 0, resource: { buffer: logits } },
           { binding: 1, resource: { buffer: tokenOut } },

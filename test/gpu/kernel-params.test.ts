@@ -9,10 +9,12 @@ import { KV_WRITE_PARAMS, RESIDUAL_PARAMS, RMSNORM_PARAMS, ROPE_PARAMS, SWIGLU_P
 import { FUSED_MATVEC_PARAMS } from '../../src/gpu/kernels/fused-matvec.ts';
 import { paramStruct, type ParamStruct, type ParamType } from '../../src/gpu/kernels/uniforms.ts';
 import { EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS } from '../../src/gpu/kernels/weights.ts';
+import { SAMPLE_SEQUENCE_PARAMS, SAMPLE_STEP_PARAMS } from '../../src/sampling/sample-layout.ts';
 
 type AnyStruct = ParamStruct<Record<string, ParamType>>;
 
-const PACKERS: [string, AnyStruct, string][] = [
+/** [what, packer, shader file, the struct's name when not Params] */
+const PACKERS: [string, AnyStruct, string, string?][] = [
   ['embedding', EMBEDDING_PARAMS, 'embedding.wgsl'],
   ['matmul (and matmul_tiled)', MATMUL_PARAMS, 'matmul_output.wgsl'],
   ['matvec', MATVEC_PARAMS, 'matvec.wgsl'],
@@ -25,6 +27,8 @@ const PACKERS: [string, AnyStruct, string][] = [
   ['decode attention', DECODE_ATTENTION_PARAMS, 'decode_attention_pass.wgsl'],
   ['fused matvec', FUSED_MATVEC_PARAMS, 'fused_matvec.wgsl'],
   ['decode layer', DECODE_LAYER_PARAMS, 'decode_layer.wgsl'],
+  ['sampler sequence', SAMPLE_SEQUENCE_PARAMS, 'sample.wgsl', 'Sequence'],
+  ['sampler step', SAMPLE_STEP_PARAMS, 'sample.wgsl', 'Step'],
 ];
 
 const shader = (file: string) => readFileSync(new URL(`../../shaders/${file}`, import.meta.url), 'utf8');
@@ -64,9 +68,9 @@ function layoutOf(type: string, source: string): { align: number; size: number; 
 }
 
 /** The struct's fields as the packer should see them: name, ParamType, byte offset. */
-function wgslParams(source: string): { name: string; type: ParamType; offset: number }[] {
+function wgslParams(source: string, struct = 'Params'): { name: string; type: ParamType; offset: number }[] {
   let offset = 0;
-  return structFields(source, 'Params').map((f) => {
+  return structFields(source, struct).map((f) => {
     const l = layoutOf(f.type, source);
     offset = Math.ceil(offset / l.align) * l.align;
     const field = { name: f.name, type: (f.type.startsWith('array<') ? `${l.words}[]` : f.type) as ParamType, offset };
@@ -75,9 +79,9 @@ function wgslParams(source: string): { name: string; type: ParamType; offset: nu
   });
 }
 
-/** Where `packer` disagrees with the Params of `source` (empty when it agrees). */
-function mismatches(packer: AnyStruct, source: string): string[] {
-  const want = wgslParams(source);
+/** Where `packer` disagrees with the struct `struct` of `source` (empty when it agrees). */
+function mismatches(packer: AnyStruct, source: string, struct?: string): string[] {
+  const want = wgslParams(source, struct);
   const got = packer.fields;
   const problems: string[] = [];
   if (got.length !== want.length) problems.push(`${got.length} fields, the shader has ${want.length}`);
@@ -91,9 +95,9 @@ function mismatches(packer: AnyStruct, source: string): string[] {
 }
 
 describe('kernel parameter packers match their shaders', () => {
-  for (const [name, packer, file] of PACKERS) {
+  for (const [name, packer, file, struct] of PACKERS) {
     it(`${name} (${file})`, () => {
-      expect(mismatches(packer, shader(file))).toEqual([]);
+      expect(mismatches(packer, shader(file), struct)).toEqual([]);
     });
 
     it(`${name}: pack puts each named value at its field's offset`, () => {

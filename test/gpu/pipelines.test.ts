@@ -46,6 +46,47 @@ describe('pipeline cache', () => {
     expect(other).not.toBe(first);
   });
 
+  it('compiles an explicit layout: one bind group serves every pipeline of it, a dynamic offset included', async () => {
+    const { device } = await testGpu();
+    const layout = [[{ type: 'uniform', hasDynamicOffset: true, minBindingSize: 16 }, { type: 'storage' }]] as const;
+    const code = `@group(0) @binding(0) var<uniform> p: vec4<u32>;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(1) fn first() { out[p.x] = 1u; }
+@compute @workgroup_size(1) fn second() { out[p.x] += 2u; }`;
+    const cache = new PipelineCache(device);
+    const first = await cache.prepare('explicit first', () => ({ code, entryPoint: 'first', layout }));
+    const second = await cache.prepare('explicit second', () => ({ code, entryPoint: 'second', layout }));
+    // The same source under another layout is not the same pipeline.
+    expect(new PipelineCache(device).get('explicit first', () => ({ code, entryPoint: 'first' }))).not.toBe(first);
+    const params = device.createBuffer({ size: 512, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+    device.queue.writeBuffer(params, 256, Uint32Array.of(3, 0, 0, 0));
+    const out = device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
+    const staging = device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const group = device.createBindGroup({
+      layout: first.getBindGroupLayout(0),
+      entries: [
+        { binding: 0, resource: { buffer: params, size: 16 } },
+        { binding: 1, resource: { buffer: out } },
+      ],
+    });
+    device.pushErrorScope('validation');
+    const encoder = device.createCommandEncoder();
+    const pass = encoder.beginComputePass();
+    pass.setBindGroup(0, group, [256]);
+    for (const pipeline of [first, second]) {
+      pass.setPipeline(pipeline);
+      pass.dispatchWorkgroups(1);
+    }
+    pass.end();
+    encoder.copyBufferToBuffer(out, 0, staging, 0, 16);
+    device.queue.submit([encoder.finish()]);
+    expect(await device.popErrorScope()).toBeNull();
+    await staging.mapAsync(GPUMapMode.READ);
+    expect([...new Uint32Array(staging.getMappedRange())]).toEqual([0, 0, 0, 3]);
+    staging.unmap();
+    for (const b of [params, out, staging]) b.destroy();
+  });
+
   it("does not share a pipeline whose source failed to compile: another cache's prepare() still reports it", async () => {
     const { device } = await testGpu();
     const first = new PipelineCache(device, { async: false });

@@ -111,3 +111,11 @@ export interface PlannedDispatch {
   buffers: Record<number, GPUBuffer>;
   workgroups: number | [number, number];
 }
+
+/** Writes `values` (as pack returns them: u32, or f32 where wrapped) from byte 0 of `view`, 4 bytes each. */
+export function writeUniformValues(view: DataView, values: readonly UniformValue[]): void {
+  values.forEach((v, i) => {
+    if (typeof v === 'number') view.setUint32(i * 4, v, true);
+    else view.setFloat32(i * 4, v.f32, true);
+  });
+}
