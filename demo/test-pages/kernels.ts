@@ -101,7 +101,7 @@ async function runKernelChecks(): Promise<KernelCheck[]> {
     const invFreq = ropeInvFreq(headDim, 10000);
     const xBuf = createF32Buffer(device, x, 'x');
     const b = kernels.begin();
-    b.rope(xBuf, T, numHeads, headDim, startPos, createF32Buffer(device, invFreq, 'inv_freq'), pairing);
+    b.rope(xBuf, createF32Buffer(device, invFreq, 'inv_freq'), { T, startPos }, { heads: numHeads, headDim, pairing });
     b.submit();
     checks.push(
       compare(`rope ${pairing}`, await readBufferF32(device, xBuf, x.length), ropeRef(x, T, numHeads, headDim, startPos, invFreq, pairing)),
@@ -119,15 +119,14 @@ async function runKernelChecks(): Promise<KernelCheck[]> {
     const out = output(T * numHeads * headDim, 'attention out');
     const b = kernels.begin();
     b.attention(
-      out,
-      createF32Buffer(device, q, 'q'),
-      createF32Buffer(device, kCache, 'k cache'),
-      createF32Buffer(device, vCache, 'v cache'),
-      T,
-      startPos,
-      numHeads,
-      numKvHeads,
-      headDim,
+      {
+        out,
+        q: createF32Buffer(device, q, 'q'),
+        keys: createF32Buffer(device, kCache, 'k cache'),
+        values: createF32Buffer(device, vCache, 'v cache'),
+      },
+      { T, startPos },
+      { heads: numHeads, kvHeads: numKvHeads, headDim },
     );
     b.submit();
     checks.push(

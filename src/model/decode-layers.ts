@@ -142,9 +142,7 @@ export function recordDecodeLayers(
   greedy: boolean,
 ): void {
   const { shape: s, weights: w } = model;
-  const a = s.attention;
-  const dims = decodeLayerDims(s);
-  const attention = { numHeads: a.heads, numKvHeads: a.kvHeads, pairing: a.pairing, slidingWindow: a.slidingWindow, kvDType: cache.kvDType };
+  const shape = { dims: decodeLayerDims(s), attention: s.attention, eps: s.eps };
   if (!arena?.embedding) rec.embedding(io.state, w.tokenEmbedding, io.tokenIds, 1);
   if (arena) {
     const hasBias = w.layers.some((layer) => layer.bq || layer.bk || layer.bv);
@@ -153,12 +151,12 @@ export function recordDecodeLayers(
       const embedFrom = first === 0 && arena.embedding ? io.tokenIds : undefined;
       const logits = first + count === s.layers && arena.lmHead ? io.logits : undefined;
       const greedyTo = greedy && logits ? io.tokenIds : undefined;
-      rec.decodeLayers(io.state, { arena, embedFrom, logits, greedyTo }, first, count, dims, cache, attention, s.eps, hasBias);
+      rec.decodeLayers(io.state, { arena, embedFrom, logits, greedyTo, hasBias }, { first, count }, shape, cache);
     }
   } else {
     w.layers.forEach((layer, l) => {
       const hasBias = !!(layer.bq || layer.bk || layer.bv);
-      rec.decodeLayers(io.state, { matrices: layerMatrices(layer) }, l, 1, dims, cache, attention, s.eps, hasBias);
+      rec.decodeLayers(io.state, { matrices: layerMatrices(layer), hasBias }, { first: l, count: 1 }, shape, cache);
     });
   }
   if (!arena?.lmHead) rec.fusedMatvec(io.logits, io.state, [{ W: w.lmHead }], { norm: { gamma: w.outputNorm, eps: s.eps } });

@@ -210,9 +210,8 @@ function recordDecodeStep(rec: KernelRecorder, model: LlamaParts, act: Activatio
       { W: layer.wv, bias: layer.bv },
     ];
     rec.fusedMatvec(step.qkv, act.x, qkv, { norm: { gamma: layer.attnNorm, eps } }); // qkv: [qDim + 2 kvDim]
-    const rope = { invFreq: model.invFreq, pairing: a.pairing };
-    // attnOut: [qDim]
-    rec.decodeAttention(act.attnOut, step.qkv, cache.keys[l], cache.values[l], 0, a.heads, a.kvHeads, a.headDim, rope, a.slidingWindow, cache.kvDType, step.split, step.position);
+    const attention = { out: act.attnOut, qkv: step.qkv, keys: cache.keys[l], values: cache.values[l], invFreq: model.invFreq };
+    rec.decodeAttention(attention, { startPos: 0, position: step.position }, a, cache.kvDType, step.split); // attnOut: [qDim]
     rec.fusedMatvec(act.x, act.attnOut, [{ W: layer.wo }], { accumulate: true });
     // ffnHidden: [ffn]
     rec.fusedSwiglu(act.ffnHidden, act.x, layer.wGate, layer.wUp, { norm: { gamma: layer.ffnNorm, eps }, scratch: { gate: act.gate, up: act.up } });

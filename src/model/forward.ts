@@ -121,6 +121,7 @@ export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activ
   const { shape: s, weights: w, invFreq } = model;
   const a = s.attention;
   const { T, startPos, cache, position } = pass;
+  const tokens = { T, startPos, position };
 
   rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, T); // x: [T, dim]
 
@@ -133,19 +134,19 @@ export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activ
     // (the residual add is folded into the Wo matmul).
     rec.rmsNorm(act.xb, act.x, layer.attnNorm, T, s.dim, s.eps); // xb: [T, dim]
     rec.matmul(act.q, act.xb, layer.wq, T, layer.bq); // q: [T, heads, headDim]
-    rec.matmulPair(act.k, act.v, act.xb, layer.wk, layer.wv, T, layer.bk, layer.bv); // k, v: [T, kvHeads, headDim]
-    rec.rope(act.q, T, a.heads, a.headDim, startPos, invFreq, a.pairing, position);
-    rec.rope(act.k, T, a.kvHeads, a.headDim, startPos, invFreq, a.pairing, position);
+    rec.matmulPair({ y: act.k, W: layer.wk, bias: layer.bk }, { y: act.v, W: layer.wv, bias: layer.bv }, act.xb, T); // k, v: [T, kvHeads, headDim]
+    rec.rope(act.q, invFreq, tokens, a); // q's heads: a.heads
+    rec.rope(act.k, invFreq, tokens, { heads: a.kvHeads, headDim: a.headDim, pairing: a.pairing });
     // keys, values rows startPos .. startPos + T - 1 = k, v
     if (cache.kvDType === 'f32' && !position) {
       // The T new positions are contiguous in the cache: one copy each for K and V.
       rec.copy(act.k, 0, keys, startPos * cache.rowBytes, T * cache.rowBytes);
       rec.copy(act.v, 0, values, startPos * cache.rowBytes, T * cache.rowBytes);
     } else {
-      rec.writeKv(keys, values, act.k, act.v, T, startPos, s.kvDim, { kvDType: cache.kvDType, position });
+      rec.writeKv({ keys, values, k: act.k, v: act.v }, tokens, s.kvDim, cache.kvDType);
     }
     // attnOut: [T, heads, headDim]; each query sees the rows up to its position (the last slidingWindow of them, when set).
-    rec.attention(act.attnOut, act.q, keys, values, T, startPos, a.heads, a.kvHeads, a.headDim, a.slidingWindow, cache.kvDType, position);
+    rec.attention({ out: act.attnOut, q: act.q, keys, values }, tokens, a, cache.kvDType);
     rec.matmul(act.x, act.attnOut, layer.wo, T, undefined, { accumulate: true }); // x: [T, dim]
 
     // Feed-forward block (SwiGLU): x += (silu(xb·W_gateᵀ) * xb·W_upᵀ)·W_downᵀ with xb = rmsnorm(x)

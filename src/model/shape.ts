@@ -1,19 +1,10 @@
 // The sizes the forward pass and the decode step record their dispatches with, built once from a
 // LlamaConfig so that the recording code reads `s.qDim` rather than `c.numHeads * c.headDim`.
-import type { LlamaConfig, RopePairing } from './config.ts';
+import type { AttentionShape } from '../gpu/kernels/index.ts';
+import type { LlamaConfig } from './config.ts';
 
-/** How a layer's attention splits q, k and v into heads, and how it rotates and masks them. */
-export interface AttentionShape {
-  /** Query heads. */
-  readonly heads: number;
-  /** Key/value heads (grouped-query attention when fewer than `heads`). */
-  readonly kvHeads: number;
-  readonly headDim: number;
-  /** Which elements of a head RoPE rotates together. */
-  readonly pairing: RopePairing;
-  /** Each query sees at most this many of the latest positions (Mistral, Qwen2); undefined: all. */
-  readonly slidingWindow: number | undefined;
-}
+/** How a layer's attention splits q, k and v into heads, and how it rotates and masks them: the kernels' type, so the model passes its own to them. */
+export type { AttentionShape };
 
 /** The sizes of a model's tensors, per token. */
 export interface LlamaShape {

@@ -305,8 +305,13 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       const out = output(qDim);
       const position = viaBuffer ? track(createU32Buffer(device, Uint32Array.of(pos), 'position')) : undefined;
       const program = kernels.program();
-      program.decodeAttention(out, input(qkv), kBuf, vBuf, viaBuffer ? 0 : pos, numHeads, numKvHeads, headDim,
-        { invFreq: input(invFreq), pairing }, window, kvDType, split, position);
+      program.decodeAttention(
+        { out, qkv: input(qkv), keys: kBuf, values: vBuf, invFreq: input(invFreq) },
+        { startPos: viaBuffer ? 0 : pos, position },
+        { heads: numHeads, kvHeads: numKvHeads, headDim, pairing, slidingWindow: window },
+        kvDType,
+        split,
+      );
       expect(program.dispatchCount).toBe(chunks > 1 ? 2 : 1);
       const encoder = device.createCommandEncoder();
       program.encode(encoder);

@@ -382,7 +382,7 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
           const b2 = biases === 'both' ? randomF32(rows, 2604) : undefined;
           const [y1, y2] = [output(T * rows), output(T * rows)];
           const batch = (await tuned({ matmulShape: shape && (() => shape) })).begin();
-          batch.matmulPair(y1, y2, input(x), w1.W, w2.W, T, b1 && input(b1), b2 && input(b2));
+          batch.matmulPair({ y: y1, W: w1.W, bias: b1 && input(b1) }, { y: y2, W: w2.W, bias: b2 && input(b2) }, input(x), T);
           batch.submit();
           expectClose(await read(y1, T * rows), matmulRef(x, w1.held, T, rows, cols, b1));
           expectClose(await read(y2, T * rows), matmulRef(x, w2.held, T, rows, cols, b2));
@@ -468,7 +468,7 @@ describe('rope', () => {
         const invFreq = ropeInvFreq(headDim, theta);
         const xBuf = input(x);
         const batch = kernels.begin();
-        batch.rope(xBuf, T, numHeads, headDim, startPos, input(invFreq), pairing);
+        batch.rope(xBuf, input(invFreq), { T, startPos }, { heads: numHeads, headDim, pairing });
         batch.submit();
         expectClose(await read(xBuf, n), ropeRef(x, T, numHeads, headDim, startPos, invFreq, pairing));
       });
@@ -482,7 +482,7 @@ describe('rope', () => {
     const invFreq = ropeInvFreq(headDim, 10000);
     const xBuf = input(x);
     const batch = kernels.begin();
-    batch.rope(xBuf, T, numHeads, headDim, startPos, input(invFreq), 'adjacent');
+    batch.rope(xBuf, input(invFreq), { T, startPos }, { heads: numHeads, headDim, pairing: 'adjacent' });
     batch.submit();
     const got = await read(xBuf, n);
     const halves = ropeRef(x, T, numHeads, headDim, startPos, invFreq, 'halves');
@@ -548,13 +548,13 @@ describe('attention', () => {
       for (const [from, to] of [[0, startPos], [startPos, contextRows]]) {
         if (to === from) continue;
         const rows = (c: Float32Array) => input(c.slice(from * kvRow, to * kvRow));
-        batch.writeKv(kBuf, vBuf, rows(kCache), rows(vCache), to - from, from, kvRow);
+        batch.writeKv({ keys: kBuf, values: vBuf, k: rows(kCache), v: rows(vCache) }, { T: to - from, startPos: from }, kvRow);
       }
     } else {
       kBuf = input(kCache);
       vBuf = input(vCache);
     }
-    batch.attention(out, input(q), kBuf, vBuf, T, startPos, numHeads, numKvHeads, headDim, window, kvDType);
+    batch.attention({ out, q: input(q), keys: kBuf, values: vBuf }, { T, startPos }, { heads: numHeads, kvHeads: numKvHeads, headDim, slidingWindow: window }, kvDType);
     batch.submit();
     // An f16 cache holds K and V rounded to nearest even: the reference attends over those.
     const k = kvDType === 'f16' ? roundF16(kCache) : kCache;
@@ -642,7 +642,7 @@ describe('attention', () => {
     const vCache = output((startRow + rows) * rowElems / 2);
     const negated = values.map((x) => -x);
     const batch = kernels.begin();
-    batch.writeKv(kCache, vCache, input(values), input(negated), rows, startRow, rowElems);
+    batch.writeKv({ keys: kCache, values: vCache, k: input(values), v: input(negated) }, { T: rows, startPos: startRow }, rowElems);
     batch.submit();
     for (const [cache, src] of [[kCache, values], [vCache, negated]] as const) {
       const words = await readBufferU32(device, cache, rows, startRow * 4);
@@ -655,8 +655,9 @@ describe('attention', () => {
   it('writeKv refuses an odd row; attention refuses an odd f16 row', () => {
     const batch = kernels.begin();
     const b = output(64);
-    expect(() => batch.writeKv(output(8), output(8), b, output(64), 2, 0, 3)).toThrow(/even/);
-    expect(() => batch.attention(output(64), b, output(8), output(8), 1, 0, 3, 3, 1, undefined, 'f16')).toThrow(/even/);
+    expect(() => batch.writeKv({ keys: output(8), values: output(8), k: b, v: output(64) }, { T: 2, startPos: 0 }, 3)).toThrow(/even/);
+    const f16Cache = { out: output(64), q: b, keys: output(8), values: output(8) };
+    expect(() => batch.attention(f16Cache, { T: 1, startPos: 0 }, { heads: 3, kvHeads: 3, headDim: 1 }, 'f16')).toThrow(/even/);
     batch.submit();
   });
 
@@ -678,8 +679,10 @@ describe('attention', () => {
   it('refuses a sliding window below 1', () => {
     const b = output(64);
     const batch = kernels.begin();
-    expect(() => batch.attention(output(8), b, b, b, 1, 0, 1, 1, 8, 0)).toThrow(/slidingWindow/);
-    expect(() => batch.attention(output(8), b, b, b, 1, 0, 1, 1, 8, 1.5)).toThrow(/slidingWindow/);
+    for (const slidingWindow of [0, 1.5]) {
+      const shape = { heads: 1, kvHeads: 1, headDim: 8, slidingWindow };
+      expect(() => batch.attention({ out: output(8), q: b, keys: b, values: b }, { T: 1, startPos: 0 }, shape)).toThrow(/slidingWindow/);
+    }
     batch.submit();
   });
 
@@ -876,7 +879,11 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
         await foldedWith({ rmsNormPlan: () => rmsEntry, attentionPlan: () => attEntry, attentionHeads: () => 1, attentionQueries: () => 1 })
       ).begin();
       batch.rmsNorm(normed, input(x), input(gamma), rmsT, dim, 1e-5);
-      batch.attention(attn, input(q), input(kCache), input(vCache), attT, startPos, numHeads, numKvHeads, headDim, window);
+      batch.attention(
+        { out: attn, q: input(q), keys: input(kCache), values: input(vCache) },
+        { T: attT, startPos },
+        { heads: numHeads, kvHeads: numKvHeads, headDim, slidingWindow: window },
+      );
       batch.submit();
       expectClose(await read(normed, rmsT * dim), rmsNormRef(x, gamma, rmsT, dim, 1e-5));
       expectClose(
@@ -913,8 +920,8 @@ describe('2-D grid folding (workgroup counts above the per-dimension limit)', ()
     const batch = folded.begin();
     batch.embedding(emb, W, tokens, T);
     batch.rmsNorm(normed, emb, input(gamma), T, d, 1e-6);
-    batch.rope(q, T, numHeads, headDim, startPos, input(invFreq), 'halves');
-    batch.attention(attn, q, input(kCache), input(vCache), T, startPos, numHeads, numKvHeads, headDim);
+    batch.rope(q, input(invFreq), { T, startPos }, { heads: numHeads, headDim, pairing: 'halves' });
+    batch.attention({ out: attn, q, keys: input(kCache), values: input(vCache) }, { T, startPos }, { heads: numHeads, kvHeads: numKvHeads, headDim });
     batch.swiglu(act, input(gate), input(up), n);
     batch.add(sum, act, input(up), n);
     batch.submit();

@@ -1,11 +1,20 @@
 // Attention: attention.wgsl (prefill per_thread / per_workgroup, and split_combine) and
 // decode_attention.wgsl (one token, RoPE and the K/V append folded in), composed with the slice
-// helpers of the head dimension and the cache's element type.
+// helpers of the head dimension and the cache's element type; and the planning of their dispatches.
 import type { ShaderSpec } from '../pipelines.ts';
-import type { KvDType } from './elementwise.ts';
-import { ATTENTION_ITEMS_PER_WORKGROUP } from './tuning.ts';
-import { paramStruct } from './uniforms.ts';
-import { headSlices, MAX_UNROLLED_SLICES, positionWgsl, unrollConstLoops, type PositionSource } from './wgsl.ts';
+import { assertCount, assertDistinct, assertFits } from './checks.ts';
+import { ropePairingCode, type KvDType, type RopePairing } from './elementwise.ts';
+import { ATTENTION_ITEMS_PER_WORKGROUP, type KernelTuning } from './tuning.ts';
+import { paramStruct, type PlannedDispatch } from './uniforms.ts';
+import {
+  headSlices,
+  MAX_UNROLLED_SLICES,
+  positionWgsl,
+  unrollConstLoops,
+  withPosition,
+  type PositionSource,
+  type TokenSpan,
+} from './wgsl.ts';
 import attentionWgsl from '../../../shaders/attention.wgsl?raw';
 import onlineSoftmaxWgsl from '../../../shaders/online_softmax.wgsl?raw';
 import sinCosWgsl from '../../../shaders/sin_cos.wgsl?raw';
@@ -15,6 +24,23 @@ import decodeAttentionPassWgsl from '../../../shaders/decode_attention_pass.wgsl
 
 /** Largest head dimension the attention kernels handle (per_workgroup's workgroup-memory query vector). */
 export const ATTENTION_MAX_HEAD_DIM = 256;
+
+/** How attention splits q, k and v into heads, and which keys each query sees. */
+export interface AttentionHeads {
+  /** Query heads. */
+  readonly heads: number;
+  /** Key/value heads (grouped-query attention when fewer than `heads`). */
+  readonly kvHeads: number;
+  readonly headDim: number;
+  /** Each query sees at most this many of the latest positions (Mistral, Qwen2); undefined: all. */
+  readonly slidingWindow?: number;
+}
+
+/** AttentionHeads and how RoPE rotates q and k: what the decode kernels, which rotate them themselves, take. */
+export interface AttentionShape extends AttentionHeads {
+  /** Which elements of a head RoPE rotates together. */
+  readonly pairing: RopePairing;
+}
 
 export type AttentionVariant = {
   entry: 'per_thread' | 'per_workgroup' | 'split_combine';
@@ -191,3 +217,135 @@ export const DECODE_ATTENTION_PARAMS = paramStruct({
   num_chunks: 'u32',
   pairing: 'u32',
 });
+
+/** What planAttention and planDecodeAttention read of the device's kernels (KernelRegistry has it). */
+export interface AttentionKernels {
+  readonly tuning: KernelTuning;
+  attentionPipeline(variant: AttentionVariant): GPUComputePipeline;
+  decodeAttentionPipeline(variant: DecodeAttentionVariant): GPUComputePipeline;
+}
+
+/** Throws unless `shape`'s heads are ones the attention kernels take. */
+function checkAttentionShape(shape: AttentionHeads, what: string): void {
+  const { heads, kvHeads, headDim } = shape;
+  assertCount(heads, `${what} numHeads`);
+  assertCount(kvHeads, `${what} numKvHeads`);
+  assertCount(headDim, `${what} headDim`);
+  if (heads % kvHeads !== 0) throw new Error(`attention numHeads (${heads}) must be a multiple of numKvHeads (${kvHeads})`);
+  if (headDim > ATTENTION_MAX_HEAD_DIM) throw new Error(`attention headDim ${headDim} exceeds the supported ${ATTENTION_MAX_HEAD_DIM}`);
+}
+
+/** The dispatch of a prefill attention (see KernelRecorder.attention), checked; none for T = 0. */
+export function planAttention(
+  kernels: AttentionKernels,
+  buffers: { out: GPUBuffer; q: GPUBuffer; keys: GPUBuffer; values: GPUBuffer },
+  tokens: TokenSpan,
+  shape: AttentionHeads,
+  kvDType: KvDType,
+): PlannedDispatch | undefined {
+  const { out, q, keys: kCache, values: vCache } = buffers;
+  const { T, startPos, position } = tokens;
+  const { heads: numHeads, kvHeads: numKvHeads, headDim, slidingWindow } = shape;
+  assertCount(T, 'attention T', 0);
+  assertCount(startPos, 'attention startPos', 0);
+  checkAttentionShape(shape, 'attention');
+  if (slidingWindow !== undefined) assertCount(slidingWindow, 'attention slidingWindow');
+  if (T === 0) return undefined;
+  assertDistinct(out, [q, kCache, vCache], 'attention');
+  assertFits(out, T * numHeads * headDim * 4, 'attention out');
+  assertFits(q, T * numHeads * headDim * 4, 'attention q');
+  if (kvDType === 'f16' && (numKvHeads * headDim) % 2 !== 0) {
+    throw new Error(`attention: an f16 KV cache needs an even K/V row (numKvHeads * headDim = ${numKvHeads * headDim})`);
+  }
+  const rowBytes = numKvHeads * headDim * (kvDType === 'f16' ? 2 : 4);
+  assertFits(kCache, (startPos + T) * rowBytes, 'attention kCache');
+  assertFits(vCache, (startPos + T) * rowBytes, 'attention vCache');
+  const items = T * numHeads;
+  // The most keys any query sees: with a GPU position, as many as the cache holds.
+  const lastRow = position ? Math.floor(Math.min(kCache.size, vCache.size) / rowBytes) : startPos + T;
+  const keys = Math.min(lastRow, slidingWindow ?? Infinity);
+  const tuning = kernels.tuning;
+  const entry = tuning.attentionPlan(items, keys, headDim);
+  const heads = entry === 'per_thread' ? tuning.attentionHeads(numHeads / numKvHeads, headDim) : 1;
+  const queries = entry === 'per_thread' ? tuning.attentionQueries(T, heads, headDim) : 1;
+  const threads = Math.ceil(T / queries) * (numHeads / heads);
+  const workgroup = tuning.attentionThreads;
+  const source = position ? 'buffer' : 'uniform';
+  return {
+    pipeline: kernels.attentionPipeline({ entry, headDim, kvDType, position: source, heads, queries, threads: entry === 'per_thread' ? workgroup : undefined }),
+    params: ATTENTION_PARAMS.pack({
+      T,
+      start_pos: startPos,
+      num_heads: numHeads,
+      num_kv_heads: numKvHeads,
+      head_dim: headDim,
+      scale: 1 / Math.sqrt(headDim),
+      window: slidingWindow ?? 0,
+      chunk_keys: 0,
+      num_chunks: 0,
+    }),
+    buffers: withPosition({ 1: out, 2: q, 3: kCache, 4: vCache }, position),
+    workgroups: entry === 'per_thread' ? Math.ceil(threads / workgroup) : items,
+  };
+}
+
+/**
+ * The dispatches of a decode attention (see KernelRecorder.decodeAttention), checked:
+ * decode_attention.wgsl, and split_combine after it when the keys split into several chunks.
+ */
+export function planDecodeAttention(
+  kernels: AttentionKernels,
+  buffers: { out: GPUBuffer; qkv: GPUBuffer; keys: GPUBuffer; values: GPUBuffer; invFreq: GPUBuffer },
+  at: Omit<TokenSpan, 'T'>,
+  shape: AttentionShape,
+  kvDType: KvDType,
+  split: { chunkKeys: number; partials: GPUBuffer } | undefined,
+): PlannedDispatch[] {
+  const { out, qkv, keys: kCache, values: vCache, invFreq } = buffers;
+  const { startPos, position } = at;
+  const { heads: numHeads, kvHeads: numKvHeads, headDim, pairing, slidingWindow } = shape;
+  assertCount(startPos, 'decodeAttention startPos', 0);
+  checkAttentionShape(shape, 'decodeAttention');
+  if (headDim % 2 !== 0) throw new Error(`decodeAttention headDim must be even (RoPE pairs), got ${headDim}`);
+  if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
+  if (slidingWindow !== undefined) assertCount(slidingWindow, 'attention slidingWindow');
+  const qDim = numHeads * headDim;
+  const kvDim = numKvHeads * headDim;
+  assertDistinct(out, [qkv, kCache, vCache, invFreq, split?.partials], 'decodeAttention');
+  assertDistinct(kCache, [vCache, qkv], 'decodeAttention');
+  assertFits(out, qDim * 4, 'decodeAttention out');
+  assertFits(qkv, (qDim + 2 * kvDim) * 4, 'decodeAttention qkv');
+  assertFits(invFreq, (headDim / 2) * 4, 'decodeAttention invFreq');
+  const rowBytes = kvDim * (kvDType === 'f16' ? 2 : 4);
+  assertFits(kCache, (startPos + 1) * rowBytes, 'decodeAttention kCache');
+  assertFits(vCache, (startPos + 1) * rowBytes, 'decodeAttention vCache');
+  const rows = Math.floor(Math.min(kCache.size, vCache.size) / rowBytes);
+  const chunkKeys = split ? split.chunkKeys : rows;
+  assertCount(chunkKeys, 'decodeAttention chunkKeys');
+  const chunks = Math.ceil(rows / chunkKeys);
+  if (chunks > 1 && !split) throw new Error('decodeAttention: several chunks need a partials buffer');
+  if (split) assertFits(split.partials, numHeads * chunks * (headDim + 2) * 4, 'decodeAttention partials');
+  const attention = { num_heads: numHeads, num_kv_heads: numKvHeads, head_dim: headDim, scale: 1 / Math.sqrt(headDim), window: slidingWindow ?? 0 };
+  const source = position ? 'buffer' : 'uniform';
+  const threads = kernels.tuning.decodeAttentionThreads;
+  const heads = kernels.tuning.attentionHeads(numHeads / numKvHeads, headDim);
+  const bound: Record<number, GPUBuffer> = { 1: out, 2: qkv, 3: kCache, 4: vCache, 6: invFreq };
+  if (chunks > 1 && split) bound[5] = split.partials;
+  const dispatches: PlannedDispatch[] = [
+    {
+      pipeline: kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads, heads }),
+      params: DECODE_ATTENTION_PARAMS.pack({ start_pos: startPos, ...attention, chunk_keys: chunkKeys, num_chunks: chunks, pairing: ropePairingCode(pairing) }),
+      buffers: withPosition(bound, position),
+      workgroups: Math.ceil(((numHeads / heads) * chunks) / threads),
+    },
+  ];
+  if (chunks > 1 && split) {
+    dispatches.push({
+      pipeline: kernels.attentionPipeline({ entry: 'split_combine', headDim, kvDType, position: source }),
+      params: ATTENTION_PARAMS.pack({ T: 1, start_pos: startPos, ...attention, chunk_keys: chunkKeys, num_chunks: chunks }),
+      buffers: withPosition({ 1: out, 5: split.partials }, position),
+      workgroups: Math.ceil((numHeads * headDim) / ATTENTION_ITEMS_PER_WORKGROUP),
+    });
+  }
+  return dispatches;
+}

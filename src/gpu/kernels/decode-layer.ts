@@ -5,9 +5,9 @@ import type { GpuContext } from '../device.ts';
 import type { GpuMatrix, WeightDType } from '../tensor.ts';
 import type { ShaderSpec } from '../pipelines.ts';
 import { checkWeightShape, weightFormatWgsl } from '../weight-formats.ts';
-import { ATTENTION_MAX_HEAD_DIM, decodeAttentionHelpersWgsl, unrollAttentionLoops } from './attention.ts';
+import { ATTENTION_MAX_HEAD_DIM, decodeAttentionHelpersWgsl, unrollAttentionLoops, type AttentionShape } from './attention.ts';
 import { assertCount, assertDistinct, assertFits } from './checks.ts';
-import { ropePairingCode, type KvDType, type RopePairing } from './elementwise.ts';
+import { ropePairingCode, type KvDType } from './elementwise.ts';
 import { blockDotWgsl } from './fused-matvec.ts';
 import type { KernelTuning } from './tuning.ts';
 import { paramStruct, type PlannedDispatch } from './uniforms.ts';
@@ -348,20 +348,37 @@ export interface DecodeLayerKernels {
   decodeLayerPipeline(variant: DecodeLayerVariant): GPUComputePipeline;
 }
 
+/**
+ * The matrices a decode_layer.wgsl dispatch reads (see KernelRecorder.decodeLayers): one layer's,
+ * each bound on its own, or every layer's in an arena (with the embedding and logits it may add);
+ * hasBias: whether its layers add q, k and v biases (from the state).
+ */
+export type DecodeLayerWeights = (
+  | { matrices: readonly GpuMatrix[] }
+  | { arena: DecodeArena; embedFrom?: GPUBuffer; logits?: GPUBuffer; greedyTo?: GPUBuffer }
+) & { hasBias: boolean };
+
+/** The sizes a decode_layer.wgsl dispatch runs with: the compiled ones, the attention's heads and RMSNorm's ε. */
+export interface DecodeLayerShape {
+  dims: DecodeLayerDims;
+  attention: AttentionShape;
+  eps: number;
+}
+
 /** The dispatch of decode layers first .. first + count - 1 (see KernelRecorder.decodeLayers), checked. */
 export function planDecodeLayers(
   kernels: DecodeLayerKernels,
   state: GPUBuffer,
-  weights: { matrices: readonly GpuMatrix[] } | { arena: DecodeArena; embedFrom?: GPUBuffer; logits?: GPUBuffer; greedyTo?: GPUBuffer },
-  first: number,
-  count: number,
-  dims: DecodeLayerDims,
-  caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[] },
-  attention: { numHeads: number; numKvHeads: number; pairing: RopePairing; slidingWindow: number | undefined; kvDType: KvDType },
-  eps: number,
-  hasBias: boolean,
+  weights: DecodeLayerWeights,
+  layers: { first: number; count: number },
+  shape: DecodeLayerShape,
+  caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType },
 ): PlannedDispatch {
-  const { numHeads, numKvHeads, pairing, slidingWindow, kvDType } = attention;
+  const { first, count } = layers;
+  const { dims, eps } = shape;
+  const { heads: numHeads, kvHeads: numKvHeads, pairing, slidingWindow } = shape.attention;
+  const { kvDType } = caches;
+  const { hasBias } = weights;
   const maxStorage = kernels.ctx.limits.maxStorageBuffersPerShaderStage;
   assertCount(first, 'decodeLayers first', 0);
   assertCount(count, 'decodeLayers count');

@@ -58,6 +58,12 @@ export const rmsNormSpec = (v: RmsNormVariant): ShaderSpec => ({
  * rotates adjacent pairs (x[2i], x[2i+1]); Hugging Face Llama rotates halves (x[i], x[i + d/2]).
  */
 export type RopePairing = 'adjacent' | 'halves';
+/** The heads rope() rotates in each token: `heads` of headDim elements, paired by `pairing`. */
+export interface RopeShape {
+  readonly heads: number;
+  readonly headDim: number;
+  readonly pairing: RopePairing;
+}
 /** The `pairing` parameter of rope.wgsl and the decode kernels. */
 export const ropePairingCode = (pairing: RopePairing): number => (pairing === 'adjacent' ? 0 : 1);
 

@@ -1,6 +1,6 @@
 // The kernels' public surface: the registry (Kernels), the recorders, and the sizes, layouts and
 // device choices that callers plan with. Importers use this file, not the family files.
-export { ATTENTION_MAX_HEAD_DIM } from './attention.ts';
+export { ATTENTION_MAX_HEAD_DIM, type AttentionHeads, type AttentionShape } from './attention.ts';
 export { KernelBatch } from './batch.ts';
 export {
   DECODE_LAYER_MATRICES,
@@ -14,8 +14,10 @@ export {
   type DecodeArena,
   type DecodeLayerDims,
   type DecodeLayerLayout,
+  type DecodeLayerShape,
+  type DecodeLayerWeights,
 } from './decode-layer.ts';
-export type { KvDType, RopePairing } from './elementwise.ts';
+export type { KvDType, RopePairing, RopeShape } from './elementwise.ts';
 export type { FusedMatvecMode } from './fused-matvec.ts';
 export { KernelProgram } from './program.ts';
 export { KernelRecorder } from './recorder.ts';
@@ -40,4 +42,5 @@ export {
   type MatmulShape,
   type MatvecPlan,
 } from './tuning.ts';
-export { unrollConstLoops, type PositionSource } from './wgsl.ts';
+export type { Projection } from './weights.ts';
+export { unrollConstLoops, type PositionSource, type TokenSpan } from './wgsl.ts';

@@ -11,9 +11,9 @@
 // one dispatch (or a few) with its parameters in a uniform slot. Browser-safe: no Node imports.
 import type { GpuMatrix } from '../tensor.ts';
 import { checkWeightShape } from '../weight-formats.ts';
-import { ATTENTION_MAX_HEAD_DIM, ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from './attention.ts';
+import { planAttention, planDecodeAttention, type AttentionHeads, type AttentionShape } from './attention.ts';
 import { assertCount, assertDistinct, assertFits, checkParts, checkSecondPassWeights } from './checks.ts';
-import { planDecodeLayers, type DecodeArena, type DecodeLayerDims } from './decode-layer.ts';
+import { planDecodeLayers, type DecodeLayerShape, type DecodeLayerWeights } from './decode-layer.ts';
 import {
   ELEMENTWISE_WORKGROUP,
   KV_WRITE_PARAMS,
@@ -23,14 +23,14 @@ import {
   ropePairingCode,
   SWIGLU_PARAMS,
   type KvDType,
-  type RopePairing,
+  type RopeShape,
 } from './elementwise.ts';
 import { planFusedMatvec, type FusedMatvecMode, type FusedSegment } from './fused-matvec.ts';
 import type { KernelRegistry } from './registry.ts';
-import { ATTENTION_ITEMS_PER_WORKGROUP, MATVEC_WORKGROUP, RMSNORM_ROWS_PER_WORKGROUP, type MatmulShape } from './tuning.ts';
+import { MATVEC_WORKGROUP, RMSNORM_ROWS_PER_WORKGROUP, type MatmulShape } from './tuning.ts';
 import { UniformArena, type UniformValue } from './uniforms.ts';
-import { BIAS_BINDING, EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS, PAIR_BIAS_BINDING, PAIR_OUTPUT_BINDING, WEIGHT_BINDING, WEIGHT_UP_BINDING } from './weights.ts';
-import { POSITION_BINDING } from './wgsl.ts';
+import { BIAS_BINDING, EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS, PAIR_BIAS_BINDING, PAIR_OUTPUT_BINDING, WEIGHT_BINDING, WEIGHT_UP_BINDING, type Projection } from './weights.ts';
+import { withPosition, type TokenSpan } from './wgsl.ts';
 
 /**
  * The kernels' dispatch methods, checked and planned once; where the dispatches go is the
@@ -169,12 +169,13 @@ export abstract class KernelRecorder {
   }
 
   /**
-   * Two projections of the same x for T tokens in one pass (matmul.wgsl PAIR): y1 = x·W1ᵀ (+ b1)
-   * and y2 = x·W2ᵀ (+ b2), each X load serving both: the prefill's K and V (on SwiftShader, where
-   * loads are what costs, 6% of stories260K's prefill). W1 and W2 of one shape and storage, whole,
-   * biases both or neither; otherwise (and for T = 1) two matmul() calls.
+   * Two projections of the same x for T tokens in one pass (matmul.wgsl PAIR): first.y = x·first.Wᵀ
+   * (+ first.bias) and second.y likewise, each X load serving both: the prefill's K and V (on
+   * SwiftShader, where loads are what costs, 6% of stories260K's prefill). The two Ws of one shape
+   * and storage, whole, biases both or neither; otherwise (and for T = 1) two matmul() calls.
    */
-  matmulPair(y1: GPUBuffer, y2: GPUBuffer, x: GPUBuffer, W1: GpuMatrix, W2: GpuMatrix, T: number, b1?: GPUBuffer, b2?: GPUBuffer): void {
+  matmulPair(first: Projection, second: Projection, x: GPUBuffer, T: number): void {
+    const [{ y: y1, W: W1, bias: b1 }, { y: y2, W: W2, bias: b2 }] = [first, second];
     assertCount(T, 'matmulPair T', 0);
     if (T === 0) return;
     const same = W1.rows === W2.rows && W1.cols === W2.cols && W1.dtype === W2.dtype && !W1.parts && !W2.parts && !b1 === !b2;
@@ -214,18 +215,13 @@ export abstract class KernelRecorder {
     return [groupsX, groupsY];
   }
 
-  /** Rotates x [T, numHeads, headDim] in place; token t is at position startPos + t. */
-  rope(
-    x: GPUBuffer,
-    T: number,
-    numHeads: number,
-    headDim: number,
-    startPos: number,
-    invFreq: GPUBuffer,
-    pairing: RopePairing,
-    /** A u32 added to startPos on the GPU (see PositionSource); for KernelProgram's reusable steps. */
-    position?: GPUBuffer,
-  ): void {
+  /**
+   * Rotates x [T, shape.heads, shape.headDim] in place by the inverse frequencies invFreq
+   * [headDim / 2]; token t is at position tokens.startPos + t (plus tokens.position).
+   */
+  rope(x: GPUBuffer, invFreq: GPUBuffer, tokens: TokenSpan, shape: RopeShape): void {
+    const { T, startPos, position } = tokens;
+    const { heads: numHeads, headDim, pairing } = shape;
     assertCount(T, 'rope T', 0);
     assertCount(numHeads, 'rope numHeads');
     assertCount(headDim, 'rope headDim');
@@ -246,106 +242,41 @@ export abstract class KernelRecorder {
   }
 
   /**
-   * Causal grouped-query attention of q [T, numHeads, headDim] over the caches
-   * [rows, numKvHeads, headDim], which must already hold positions 0 .. startPos + T - 1.
-   * Writes out [T, numHeads, headDim]. With a slidingWindow W, the query at position p attends
-   * only to the keys at positions (p - W, p] (Mistral / Qwen2 `sliding_window`); without, to 0 ..= p.
-   * One thread per (token, head) or one workgroup per (token, head): see attentionPlan.
-   * kvDType: the caches' element type ('f16': two halves a u32 word, as writeKv stores them).
-   * With `position` (a u32 on the GPU, see PositionSource), the first token is at startPos plus
-   * that value: the caches are then only checked to hold startPos + T rows, the kernel variant is
-   * planned for as many keys as the caches hold, and the dispatch grid does not depend on it.
+   * Causal grouped-query attention of q [T, heads, headDim] over the caches keys and values
+   * [rows, kvHeads, headDim], which must already hold positions 0 .. startPos + T - 1. Writes out
+   * [T, heads, headDim]. With a slidingWindow W, the query at position p attends only to the keys
+   * at positions (p - W, p] (Mistral / Qwen2 `sliding_window`); without, to 0 ..= p. One thread per
+   * (token, head) or one workgroup per (token, head): see attentionPlan. kvDType: the caches'
+   * element type ('f16': two halves a u32 word, as writeKv stores them). With tokens.position (a
+   * u32 on the GPU, see PositionSource), the first token is at startPos plus that value: the
+   * caches are then only checked to hold startPos + T rows, the kernel variant is planned for as
+   * many keys as the caches hold, and the dispatch grid does not depend on it.
    */
   attention(
-    out: GPUBuffer,
-    q: GPUBuffer,
-    kCache: GPUBuffer,
-    vCache: GPUBuffer,
-    T: number,
-    startPos: number,
-    numHeads: number,
-    numKvHeads: number,
-    headDim: number,
-    slidingWindow?: number,
+    buffers: { out: GPUBuffer; q: GPUBuffer; keys: GPUBuffer; values: GPUBuffer },
+    tokens: TokenSpan,
+    shape: AttentionHeads,
     kvDType: KvDType = 'f32',
-    position?: GPUBuffer,
   ): void {
-    assertCount(T, 'attention T', 0);
-    assertCount(startPos, 'attention startPos', 0);
-    assertCount(numHeads, 'attention numHeads');
-    assertCount(numKvHeads, 'attention numKvHeads');
-    assertCount(headDim, 'attention headDim');
-    if (numHeads % numKvHeads !== 0) {
-      throw new Error(`attention numHeads (${numHeads}) must be a multiple of numKvHeads (${numKvHeads})`);
-    }
-    if (slidingWindow !== undefined) assertCount(slidingWindow, 'attention slidingWindow');
-    if (headDim > ATTENTION_MAX_HEAD_DIM) {
-      throw new Error(`attention headDim ${headDim} exceeds the supported ${ATTENTION_MAX_HEAD_DIM}`);
-    }
-    if (T === 0) return;
-    assertDistinct(out, [q, kCache, vCache], 'attention');
-    assertFits(out, T * numHeads * headDim * 4, 'attention out');
-    assertFits(q, T * numHeads * headDim * 4, 'attention q');
-    if (kvDType === 'f16' && (numKvHeads * headDim) % 2 !== 0) {
-      throw new Error(`attention: an f16 KV cache needs an even K/V row (numKvHeads * headDim = ${numKvHeads * headDim})`);
-    }
-    const rowBytes = numKvHeads * headDim * (kvDType === 'f16' ? 2 : 4);
-    assertFits(kCache, (startPos + T) * rowBytes, 'attention kCache');
-    assertFits(vCache, (startPos + T) * rowBytes, 'attention vCache');
-    const items = T * numHeads;
-    // The most keys any query sees: with a GPU position, as many as the cache holds.
-    const lastRow = position ? Math.floor(Math.min(kCache.size, vCache.size) / rowBytes) : startPos + T;
-    const keys = Math.min(lastRow, slidingWindow ?? Infinity);
-    const tuning = this.kernels.tuning;
-    const entry = tuning.attentionPlan(items, keys, headDim);
-    const heads = entry === 'per_thread' ? tuning.attentionHeads(numHeads / numKvHeads, headDim) : 1;
-    const queries = entry === 'per_thread' ? tuning.attentionQueries(T, heads, headDim) : 1;
-    const threads = Math.ceil(T / queries) * (numHeads / heads);
-    const workgroup = tuning.attentionThreads;
-    this.dispatch(
-      this.kernels.attentionPipeline({
-        entry,
-        headDim,
-        kvDType,
-        position: position ? 'buffer' : 'uniform',
-        heads,
-        queries,
-        threads: entry === 'per_thread' ? workgroup : undefined,
-      }),
-      ATTENTION_PARAMS.pack({
-        T,
-        start_pos: startPos,
-        num_heads: numHeads,
-        num_kv_heads: numKvHeads,
-        head_dim: headDim,
-        scale: 1 / Math.sqrt(headDim),
-        window: slidingWindow ?? 0,
-        chunk_keys: 0,
-        num_chunks: 0,
-      }),
-      withPosition({ 1: out, 2: q, 3: kCache, 4: vCache }, position),
-      entry === 'per_thread' ? Math.ceil(threads / workgroup) : items,
-    );
+    const d = planAttention(this.kernels, buffers, tokens, shape, kvDType);
+    if (d) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
   /**
-   * Writes rows startRow .. startRow + T - 1 of the caches kCache and vCache from the f32 rows k and
+   * Writes rows startPos .. startPos + T - 1 of the caches keys and values from the f32 rows k and
    * v [T, rowElems]. 'f16' caches (the default) hold two halves a u32 word, rounded to nearest
-   * even (rowElems must be even); 'f32' caches the floats as they are. With `position` (a u32 on
-   * the GPU, see PositionSource) the rows start at startRow plus that value; the caches are then
-   * only checked to hold startRow + T rows.
+   * even (rowElems must be even); 'f32' caches the floats as they are. With tokens.position (a u32
+   * on the GPU, see PositionSource) the rows start at startPos plus that value; the caches are then
+   * only checked to hold startPos + T rows.
    */
   writeKv(
-    kCache: GPUBuffer,
-    vCache: GPUBuffer,
-    k: GPUBuffer,
-    v: GPUBuffer,
-    T: number,
-    startRow: number,
+    buffers: { keys: GPUBuffer; values: GPUBuffer; k: GPUBuffer; v: GPUBuffer },
+    tokens: TokenSpan,
     rowElems: number,
-    options: { kvDType?: KvDType; position?: GPUBuffer } = {},
+    kvDType: KvDType = 'f16',
   ): void {
-    const kvDType = options.kvDType ?? 'f16';
+    const { keys: kCache, values: vCache, k, v } = buffers;
+    const { T, startPos: startRow, position } = tokens;
     assertCount(T, 'writeKv T', 0);
     assertCount(startRow, 'writeKv startRow', 0);
     assertCount(rowElems, 'writeKv rowElems');
@@ -361,13 +292,13 @@ export abstract class KernelRecorder {
     // f16: one thread per word (two halves); f32: one per float.
     const rowLen = kvDType === 'f16' ? rowElems / 2 : rowElems;
     const n = T * rowLen;
-    const source = options.position ? 'buffer' : 'uniform';
-    const buffers: Record<number, GPUBuffer> =
+    const source = position ? 'buffer' : 'uniform';
+    const bound: Record<number, GPUBuffer> =
       kvDType === 'f16' ? { 1: k, 2: v, 3: kCache, 4: vCache } : { 1: k, 2: v, 5: kCache, 6: vCache };
     this.dispatch(
       this.kernels.positionalPipeline(kvDType === 'f16' ? 'write_kv' : 'write_kv_f32', source),
       KV_WRITE_PARAMS.pack({ n, start_pos: startRow, row_len: rowLen }),
-      withPosition(buffers, options.position),
+      withPosition(bound, position),
       Math.ceil(n / ELEMENTWISE_WORKGROUP),
     );
   }
@@ -451,101 +382,45 @@ export abstract class KernelRecorder {
 
   /**
    * Decode (one token) attention straight from a fused Q/K/V projection qkv = [q | k | v], with
-   * RoPE and the K/V append folded in (decode_attention.wgsl): q and k rotated to the position
-   * (startPos plus the u32 in `position`, see PositionSource), the token's (rope(k), v) written to
-   * its cache row, and out [numHeads, headDim] = attention over the cache rows up to it. With
-   * `split` (chunks = ceil(cache rows / chunkKeys) > 1) the keys are split over the sequence and
-   * combined in a second dispatch (attention.wgsl split_combine); partials holds
-   * numHeads * chunks * (headDim + 2) floats. The grids depend on the cache size, not the position.
+   * RoPE (by invFreq and shape.pairing) and the K/V append folded in (decode_attention.wgsl): q and
+   * k rotated to the position (at.startPos plus the u32 in at.position, see PositionSource), the
+   * token's (rope(k), v) written to its row of keys and values, and out [heads, headDim] =
+   * attention over the cache rows up to it. With `split` (chunks = ceil(cache rows / chunkKeys) >
+   * 1) the keys are split over the sequence and combined in a second dispatch (attention.wgsl
+   * split_combine); partials holds heads * chunks * (headDim + 2) floats. The grids depend on the
+   * cache size, not the position.
    */
   decodeAttention(
-    out: GPUBuffer,
-    qkv: GPUBuffer,
-    kCache: GPUBuffer,
-    vCache: GPUBuffer,
-    startPos: number,
-    numHeads: number,
-    numKvHeads: number,
-    headDim: number,
-    rope: { invFreq: GPUBuffer; pairing: RopePairing },
-    slidingWindow: number | undefined,
+    buffers: { out: GPUBuffer; qkv: GPUBuffer; keys: GPUBuffer; values: GPUBuffer; invFreq: GPUBuffer },
+    at: Omit<TokenSpan, 'T'>,
+    shape: AttentionShape,
     kvDType: KvDType,
     split?: { chunkKeys: number; partials: GPUBuffer },
-    position?: GPUBuffer,
   ): void {
-    assertCount(startPos, 'decodeAttention startPos', 0);
-    assertCount(numHeads, 'decodeAttention numHeads');
-    assertCount(numKvHeads, 'decodeAttention numKvHeads');
-    assertCount(headDim, 'decodeAttention headDim');
-    if (numHeads % numKvHeads !== 0) {
-      throw new Error(`attention numHeads (${numHeads}) must be a multiple of numKvHeads (${numKvHeads})`);
-    }
-    if (headDim % 2 !== 0) throw new Error(`decodeAttention headDim must be even (RoPE pairs), got ${headDim}`);
-    if (headDim > ATTENTION_MAX_HEAD_DIM) throw new Error(`attention headDim ${headDim} exceeds the supported ${ATTENTION_MAX_HEAD_DIM}`);
-    if (rope.pairing !== 'adjacent' && rope.pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(rope.pairing)}`);
-    if (slidingWindow !== undefined) assertCount(slidingWindow, 'attention slidingWindow');
-    const qDim = numHeads * headDim;
-    const kvDim = numKvHeads * headDim;
-    assertDistinct(out, [qkv, kCache, vCache, rope.invFreq, split?.partials], 'decodeAttention');
-    assertDistinct(kCache, [vCache, qkv], 'decodeAttention');
-    assertFits(out, qDim * 4, 'decodeAttention out');
-    assertFits(qkv, (qDim + 2 * kvDim) * 4, 'decodeAttention qkv');
-    assertFits(rope.invFreq, (headDim / 2) * 4, 'decodeAttention invFreq');
-    const rowBytes = kvDim * (kvDType === 'f16' ? 2 : 4);
-    assertFits(kCache, (startPos + 1) * rowBytes, 'decodeAttention kCache');
-    assertFits(vCache, (startPos + 1) * rowBytes, 'decodeAttention vCache');
-    const rows = Math.floor(Math.min(kCache.size, vCache.size) / rowBytes);
-    const chunkKeys = split ? split.chunkKeys : rows;
-    assertCount(chunkKeys, 'decodeAttention chunkKeys');
-    const chunks = Math.ceil(rows / chunkKeys);
-    if (chunks > 1 && !split) throw new Error('decodeAttention: several chunks need a partials buffer');
-    if (split) assertFits(split.partials, numHeads * chunks * (headDim + 2) * 4, 'decodeAttention partials');
-    const attention = { num_heads: numHeads, num_kv_heads: numKvHeads, head_dim: headDim, scale: 1 / Math.sqrt(headDim), window: slidingWindow ?? 0 };
-    const source = position ? 'buffer' : 'uniform';
-    const threads = this.kernels.tuning.decodeAttentionThreads;
-    const heads = this.kernels.tuning.attentionHeads(numHeads / numKvHeads, headDim);
-    const buffers: Record<number, GPUBuffer> = { 1: out, 2: qkv, 3: kCache, 4: vCache, 6: rope.invFreq };
-    if (chunks > 1 && split) buffers[5] = split.partials;
-    this.dispatch(
-      this.kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads, heads }),
-      DECODE_ATTENTION_PARAMS.pack({ start_pos: startPos, ...attention, chunk_keys: chunkKeys, num_chunks: chunks, pairing: ropePairingCode(rope.pairing) }),
-      withPosition(buffers, position),
-      Math.ceil(((numHeads / heads) * chunks) / threads),
-    );
-    if (chunks > 1 && split) {
-      this.dispatch(
-        this.kernels.attentionPipeline({ entry: 'split_combine', headDim, kvDType, position: source }),
-        ATTENTION_PARAMS.pack({ T: 1, start_pos: startPos, ...attention, chunk_keys: chunkKeys, num_chunks: chunks }),
-        withPosition({ 1: out, 5: split.partials }, position),
-        Math.ceil((numHeads * headDim) / ATTENTION_ITEMS_PER_WORKGROUP),
-      );
-    }
+    for (const d of planDecodeAttention(this.kernels, buffers, at, shape, kvDType, split)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
   /**
    * Decode layers first .. first + count - 1 (one token) in one dispatch (decode_layer.wgsl): with
    * x, qkv, a, h, the position, RoPE's frequencies, γ_out and the layers' norms and biases in
-   * `state` as decodeLayerLayout(dims) lays them out, x += attention and feed-forward of each layer
+   * `state` as decodeLayerLayout(shape.dims) lays them out, x += attention and feed-forward of each layer
    * in turn, the token's K/V appended to its caches at the position. The matrices (Wq, Wk, Wv, Wo,
    * W_gate, W_up, W_down: DECODE_LAYER_MATRICES) are one layer's, whole (see decodeLayerFits), each
    * bound on its own; or every layer's in an f32 arena, which also lets the dispatch start with x =
    * E[tokens[0]] (`embedFrom`) and end with the logits (`logits`) when the arena holds those
    * matrices, and then write their argmax to `greedyTo` (u32 at byte 0) and its record to the state
    * (decodeLayerLayout's records; embedFrom and greedyTo, when both are given, are one buffer).
-   * The last layer's dispatch leaves the next position in the state.
+   * The last layer's dispatch leaves the next position in the state. The caches are every layer's,
+   * of element type caches.kvDType.
    */
   decodeLayers(
     state: GPUBuffer,
-    weights: { matrices: readonly GpuMatrix[] } | { arena: DecodeArena; embedFrom?: GPUBuffer; logits?: GPUBuffer; greedyTo?: GPUBuffer },
-    first: number,
-    count: number,
-    dims: DecodeLayerDims,
-    caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[] },
-    attention: { numHeads: number; numKvHeads: number; pairing: RopePairing; slidingWindow: number | undefined; kvDType: KvDType },
-    eps: number,
-    hasBias: boolean,
+    weights: DecodeLayerWeights,
+    layers: { first: number; count: number },
+    shape: DecodeLayerShape,
+    caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType },
   ): void {
-    const d = planDecodeLayers(this.kernels, state, weights, first, count, dims, caches, attention, eps, hasBias);
+    const d = planDecodeLayers(this.kernels, state, weights, layers, shape, caches);
     this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
@@ -617,9 +492,4 @@ export abstract class KernelRecorder {
     for (const [binding, buffer] of Object.entries(buffers)) entries.push({ binding: Number(binding), resource: { buffer } });
     return this.kernels.ctx.device.createBindGroup({ label, layout: this.kernels.bindGroupLayout(pipeline), entries });
   }
-}
-
-/** Adds the position buffer at POSITION_BINDING when there is one. */
-export function withPosition(buffers: Record<number, GPUBuffer>, position: GPUBuffer | undefined): Record<number, GPUBuffer> {
-  return position ? { ...buffers, [POSITION_BINDING]: position } : buffers;
 }

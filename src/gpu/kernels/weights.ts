@@ -1,7 +1,7 @@
 // The weight-reading kernels: embedding.wgsl, matmul.wgsl (+ matmul_tiled.wgsl) and matvec.wgsl,
 // each composed with the `load_weight` snippet of its weight's storage type (weight-formats.ts)
 // and, for matmul and matvec, `load_x`, `load_bias` and `store_y` (plus matvec's team reduction).
-import type { WeightDType } from '../tensor.ts';
+import type { GpuMatrix, WeightDType } from '../tensor.ts';
 import type { ShaderSpec } from '../pipelines.ts';
 import { weightFormatWgsl, weightRunLength } from '../weight-formats.ts';
 import { matmulShape, MATVEC_WORKGROUP, type MatmulShape, type MatvecPlan } from './tuning.ts';
@@ -22,6 +22,12 @@ export const PAIR_OUTPUT_BINDING = 7;
 export const PAIR_BIAS_BINDING = 8;
 export const BIAS_BINDING = 4;
 export type WeightKernel = 'embedding' | 'matmul' | 'matvec';
+/** One projection of a pair (KernelRecorder.matmulPair): y = x·Wᵀ (+ bias). */
+export interface Projection {
+  y: GPUBuffer;
+  W: GpuMatrix;
+  bias?: GPUBuffer;
+}
 export const WEIGHT_KERNEL_SOURCES: Record<WeightKernel, string> = {
   embedding: embeddingWgsl,
   matmul: matmulWgsl,

@@ -1,5 +1,6 @@
-// WGSL composition helpers the kernel families share: the position source, renaming a snippet's
-// names, taking functions out of a module, and unrolling loops of constant bounds.
+// WGSL composition helpers the kernel families share: the position source (and the tokens a
+// dispatch covers), renaming a snippet's names, taking functions out of a module, and unrolling
+// loops of constant bounds.
 /**
  * Where a position-dependent kernel (rope, attention, the K/V write) finds the position of its
  * first token: 'uniform' is the dispatch's own parameter (a fresh one per dispatch), 'buffer' adds
@@ -8,6 +9,21 @@
  */
 export type PositionSource = 'uniform' | 'buffer';
 export const POSITION_BINDING = 8;
+
+/**
+ * The tokens a position-dependent dispatch covers: T of them, the first at startPos, plus the u32
+ * in `position` when given (a PositionSource 'buffer', for KernelProgram's reusable steps).
+ */
+export interface TokenSpan {
+  readonly T: number;
+  readonly startPos: number;
+  readonly position?: GPUBuffer;
+}
+
+/** Adds the position buffer at POSITION_BINDING when there is one. */
+export function withPosition(buffers: Record<number, GPUBuffer>, position: GPUBuffer | undefined): Record<number, GPUBuffer> {
+  return position ? { ...buffers, [POSITION_BINDING]: position } : buffers;
+}
 
 /** `fn start_pos() -> u32` for a kernel whose Params has a `start_pos` field. */
 export function positionWgsl(source: PositionSource): string {
