@@ -8,10 +8,10 @@
 // Hugging Face models), to f32, or quantized to Q8_0 / Q4_0 blocks of 32 weights along a row.
 // 1-D tensors (norm weights, biases) are tiny and are converted to f32 on the CPU (they must be
 // f32, f16 or bf16, as GGUF files store them).
-import type { GpuContext } from '../gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../gpu/tensor.ts';
 import type { LlamaConfig } from './config.ts';
-import { QUANT_FORMATS, checkWeightShape, isPairedQuant, isQuantized, pairQuantBlocks, weightByteSize } from '../gpu/weight-formats.ts';
+import { maxBufferBytes, type BufferLimits, type GpuContext } from '../gpu/device.ts';
+import { QUANT_FORMATS, checkWeightShape, isPairedQuant, isQuantized, pairQuantBlocks, splitMatrixRows, weightByteSize, weightRowBytes } from '../gpu/weight-layout.ts';
 import { F16_MAX, f16ToF32, quantizeValues, toF16Clamped } from './quantize.ts';
 export { f16ToF32 } from './quantize.ts'; // with the other f16 conversions; still importable from here
 import { DEFAULT_CHUNK_SIZE, type ByteSource, type ModelFiles } from '../io/files.ts';
@@ -79,42 +79,6 @@ export interface TensorStorage {
    */
   parts?: { rows: number; bytes: number }[];
 }
-
-/** The per-buffer limits a weight upload must respect (a GpuContext's `limits`). */
-export interface BufferLimits {
-  maxStorageBufferBindingSize: number;
-  maxBufferSize: number;
-}
-
-/** Bytes of one row of `cols` weights in `dtype`, unpadded (whole blocks for a quantized type). */
-export function weightRowBytes(dtype: WeightDType, cols: number): number {
-  if (isQuantized(dtype)) {
-    const { blockSize, blockBytes } = QUANT_FORMATS[dtype];
-    return (cols / blockSize) * blockBytes;
-  }
-  return cols * (dtype === 'f32' ? 4 : 2);
-}
-
-/**
- * Splits a [rows, cols] matrix of `dtype` into row ranges whose buffers take at most `maxBytes`
- * each (rows per part = floor(maxBytes / row bytes), the last part the rest). Undefined when it
- * fits in one buffer, or when not even one row fits (it cannot be stored).
- */
-export function splitMatrixRows(dtype: WeightDType, rows: number, cols: number, maxBytes: number): { rows: number; bytes: number }[] | undefined {
-  if (weightByteSize(dtype, rows * cols) <= maxBytes) return undefined;
-  let perPart = Math.floor(maxBytes / weightRowBytes(dtype, cols));
-  while (perPart > 0 && weightByteSize(dtype, perPart * cols) > maxBytes) perPart--; // the padding to 4 bytes
-  if (perPart < 1) return undefined;
-  const parts: { rows: number; bytes: number }[] = [];
-  for (let first = 0; first < rows; first += perPart) {
-    const n = Math.min(perPart, rows - first);
-    parts.push({ rows: n, bytes: weightByteSize(dtype, n * cols) });
-  }
-  return parts;
-}
-
-/** The most bytes one storage buffer can hold and bind on a device with these limits. */
-export const maxBufferBytes = (limits: BufferLimits) => Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
 
 /** The storage of every tensor a model uploads, by canonical name, and the total bytes. */
 export interface WeightStoragePlan {
