@@ -10,16 +10,16 @@
 // record of its own, and the batch copies those.
 //
 // Steps go in batches of B, one command buffer and one submit per batch (in Chromium each submit
-// crosses to the GPU process, which costs more than a small model's step).
-// Where the decode step advances its own position (DecodeStep.consecutive), the batch's steps and
-// samplings are also one compute pass after one position copy, rather than a copy and two passes
-// a step. The batch ends by copying its B records to a staging buffer, which is mapped; while the
-// CPU waits for batch i (and then hands its tokens on), batch i+1 is already queued, so the GPU
-// never waits for the CPU. B starts at 1 (the first token comes back at once) and grows while
-// steps are fast, so that one read-back serves many tokens but a
-// batch never takes much longer than TARGET_BATCH_MS: tokens still stream smoothly, and when a
-// sequence stops (EOS, a stop string, abort) at most about two batches of work were done for
-// nothing — their tokens are discarded, never returned.
+// crosses to the GPU process, which costs more than a small model's step; measurements:
+// docs/tuning.md#decode-batches). Where the decode step advances its own position
+// (DecodeStep.consecutive), the batch's steps and samplings are also one compute pass after one
+// position copy, rather than a copy and two passes a step. The batch ends by copying its B records
+// to a staging buffer, which is mapped; while the CPU waits for batch i (and then hands its tokens
+// on), batch i+1 is already queued, so the GPU never waits for the CPU. B starts at 1 (the first
+// token comes back at once) and grows while steps are fast, so that one read-back serves many
+// tokens but a batch never takes much longer than TARGET_BATCH_MS: tokens still stream smoothly,
+// and when a sequence stops (EOS, a stop string, abort) at most about two batches of work were done
+// for nothing — their tokens are discarded, never returned.
 import type { DecodeStep } from '../model/llama.ts';
 import { readRecord, RECORD_BYTES, type GpuSampler } from '../sampling/gpu-sampler.ts';
 import type { GeneratedToken } from './types.ts';

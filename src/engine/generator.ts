@@ -9,7 +9,7 @@
 // holds the scheduler; nothing else is shared between sessions.
 import type { LlamaModel } from '../model/llama.ts';
 import type { KvCache } from '../model/kv-cache.ts';
-import { maxBufferBytes } from '../model/weights.ts';
+import { maxBufferBytes } from '../gpu/device.ts';
 import { logSumExp, scoreToken } from '../sampling/logprobs.ts';
 import { randomSeed } from '../sampling/random.ts';
 import { GpuSampler, RECORD_BYTES } from '../sampling/gpu-sampler.ts';

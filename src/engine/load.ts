@@ -83,7 +83,8 @@ async function checkChatOptions(options: LoadOptions): Promise<void> {
 
 /**
  * f16 (half the memory, as llama.cpp) on GPUs. On a CPU adapter f32: there the cache is host
- * memory, and unpacking halves costs more than reading twice the bytes (docs/tuning.md).
+ * memory, and unpacking halves costs more than reading twice the bytes.
+ * Measurements: docs/tuning.md#kv-cache
  */
 function defaultKvCacheDType(ctx: GpuContext): KvDType {
   return isCpuAdapter(ctx.adapter) ? 'f32' : 'f16';

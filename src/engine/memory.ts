@@ -5,7 +5,8 @@
 import type { LlamaConfig } from '../model/config.ts';
 import { KvCache, type KvDType } from '../model/kv-cache.ts';
 import { activationFloatsPerToken } from '../model/llama.ts';
-import { checkTensorFits, maxBufferBytes, type WeightStoragePlan } from '../model/weights.ts';
+import { maxBufferBytes } from '../gpu/device.ts';
+import { checkTensorFits, type WeightStoragePlan } from '../model/weights.ts';
 import { DEFAULT_PREFILL_CHUNK_TOKENS } from './generator.ts';
 
 export interface MemoryEstimate {

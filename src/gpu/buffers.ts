@@ -1,6 +1,6 @@
 // Small helpers for storage buffers: create, upload, read back. Browser-safe (no Node imports).
 import type { GpuMatrix, WeightDType } from './tensor.ts';
-import { QUANT_FORMATS, checkWeightShape, isPairedQuant, pairQuantBlocks, weightByteSize } from './weight-formats.ts';
+import { QUANT_FORMATS, checkWeightShape, isPairedQuant, pairQuantBlocks, weightByteSize } from './weight-layout.ts';
 
 /** WebGPU copies and writeBuffer work in whole 4-byte words: round sizes up. */
 export function padTo4(byteSize: number): number {
@@ -56,7 +56,7 @@ export function createWeightMatrix(
   checkWeightShape(dtype, rows, cols, label);
   const byteSize = weightByteSize(dtype, rows * cols);
   if (isPairedQuant(dtype)) {
-    // The file's blocks, stored in the GPU's pairs (weight-formats.ts, pairQuantBlocks).
+    // The file's blocks, stored in the GPU's pairs (weight-layout.ts, pairQuantBlocks).
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     data = pairQuantBlocks(dtype, bytes, (rows * cols) / QUANT_FORMATS[dtype].blockSize);
   }

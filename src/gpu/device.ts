@@ -22,6 +22,12 @@ export interface GpuLimits {
   minUniformBufferOffsetAlignment: number;
 }
 
+/** The per-buffer limits a weight upload must respect (of a GpuContext's `limits`). */
+export type BufferLimits = Pick<GpuLimits, 'maxStorageBufferBindingSize' | 'maxBufferSize'>;
+
+/** The most bytes one storage buffer can hold and bind on a device with these limits. */
+export const maxBufferBytes = (limits: BufferLimits) => Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
+
 export interface GpuAdapterDescription {
   vendor: string;
   architecture: string;

@@ -1,5 +1,5 @@
 // The project's quantizers: f32 to IEEE binary16 (round to nearest, ties to even), and a block
-// quantizer for each of ggml's quantized weight formats (layouts in src/gpu/weight-formats.ts).
+// quantizer for each of ggml's quantized weight formats (layouts in src/gpu/weight-layout.ts).
 // The loader uses f16, Q8_0 and Q4_0 on Hugging Face weights while streaming them to the GPU; the
 // GGUF converter (scripts/gguf-from-hf.ts) and the tests use all of them. The CPU dequantizer they
 // are checked against lives apart, in test/reference/quant.ts.
@@ -9,7 +9,7 @@
 // plain min/max scale per sub-block with the 6/8-bit scales rounded to the nearest step. Where a
 // block's scale is stored as f16, the quants are computed from the stored (rounded) scale.
 import type { QuantDType } from '../gpu/tensor.ts';
-import { QUANT_FORMATS } from '../gpu/weight-formats.ts';
+import { QUANT_FORMATS } from '../gpu/weight-layout.ts';
 
 const f32Scratch = new Float32Array(1);
 const i32Scratch = new Int32Array(f32Scratch.buffer); // signed: stays a small integer in V8

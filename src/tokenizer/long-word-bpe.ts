@@ -4,9 +4,10 @@
 // Why: SentencePiece-style tokenizers (Llama 2, TinyLlama, Mistral, stories260K) have no
 // pre-tokenizer, so the library hands the whole prompt to its BPE model as one word. Its merge loop
 // builds an object per node and a JSON string per candidate pair, superlinear in the word, all of
-// it before a prompt reaches the GPU (figures: docs/architecture.md#design-choices). This loop applies the same merges in the same order — the pair of lowest rank first, the
-// leftmost of equal ranks (the library's tie-break: rank + position / length) — over Int32Arrays and
-// a heap of numbers.
+// it before a prompt reaches the GPU (figures: docs/architecture.md#design-choices). This loop
+// applies the same merges in the same order — the pair of lowest rank first, the leftmost of
+// equal ranks (the library's tie-break: rank + position / length) — over Int32Arrays and a heap
+// of numbers.
 //
 // Words shorter than the library's cache limit still go through its own bpe() and its cache, and
 // models with end-of-word or continuing-subword suffixes are left alone entirely: the patch that

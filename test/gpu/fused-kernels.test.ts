@@ -9,7 +9,7 @@ import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../../src/gpu/tensor
 import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../../src/gpu/buffers.ts';
 import { isQuantized, QUANT_FORMATS } from '../../src/gpu/weight-formats.ts';
-import { weightRowBytes } from '../../src/model/weights.ts';
+import { weightRowBytes } from '../../src/gpu/weight-layout.ts';
 import { testGpu } from '../helpers/gpu.ts';
 import { randomF32 } from '../helpers/prng.ts';
 import {
