@@ -210,8 +210,6 @@ export const CHAT_PARAMS = {
     doc: "Add the tokenizer's BOS to the rendered prompt (vLLM; default false: templates write their own).",
   }),
 } satisfies Record<string, ParamRow<unknown>>;
-
-export type ChatParamName = keyof typeof CHAT_PARAMS;
 export type ChatParams = TableParams<typeof CHAT_PARAMS>;
 
 /** vLLM's chat extensions, as a TypeScript caller writes them (top level or in extra_body). */

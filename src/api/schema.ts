@@ -312,8 +312,6 @@ export const COMPLETION_PARAMS = {
   }),
 } satisfies Record<string, ParamRow<unknown>>;
 
-export type CompletionParamName = keyof typeof COMPLETION_PARAMS;
-
 /** A validated request: every parameter present, defaults filled in, values normalized (extra_body merged in). */
 export type CompletionParams = TableParams<typeof COMPLETION_PARAMS>;
 

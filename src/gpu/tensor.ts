@@ -36,8 +36,3 @@ export interface GpuMatrixPart {
 export function matrixParts(m: GpuMatrix): GpuMatrixPart[] {
   return m.parts ?? [{ buffer: m.buffer, firstRow: 0, rows: m.rows }];
 }
-
-/** Bytes one element takes in a float storage type (quantized types: see weightByteSize). */
-export function bytesPerElement(dtype: 'f32' | 'f16' | 'bf16'): number {
-  return dtype === 'f32' ? 4 : 2;
-}

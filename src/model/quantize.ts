@@ -235,10 +235,6 @@ const BLOCK_QUANTIZERS: Record<QuantDType, BlockQuantizer> = {
   q6_k: quantizeBlockQ6_K,
 };
 
-/** The load-time quantized storage types (LoadOptions.weightStorage), with their block sizes in bytes (32 weights each). */
-export const LOAD_QUANT_BLOCK_BYTES = { q8_0: 34, q4_0: 18 } as const;
-export type LoadQuantDType = keyof typeof LOAD_QUANT_BLOCK_BYTES;
-
 /**
  * Quantizes `values` (a whole number of `dtype` blocks) into `dtype` blocks: into `out` when given
  * (long enough; the bytes it covers are overwritten), else a new array. Returns the bytes written.
