@@ -8,6 +8,7 @@ import { urlLayout } from '../io/files.ts';
 import { DEFAULT_HUB_HOST, hubUrl, type HubSource } from '../io/hub.ts';
 import type { WeightStorage } from '../model/weights.ts';
 import { checkModelPath } from './files.ts';
+import { loadDawn } from './gpu.ts';
 
 /** What the CLI loads: the Engine's API, and its unload() when it has one (serve frees the GPU on exit). */
 export type CliEngine = ApiEngine & { unload?(): Promise<void> };
@@ -97,29 +98,6 @@ export function loadFailureHint(model: CliModelSource, withToken: boolean, err: 
   return withToken
     ? ' (the repo may be gated: check that the HF_TOKEN token has read access to it and that its license is accepted on the hub)'
     : ' (the repo may be gated or private: set HF_TOKEN to a Hugging Face access token with access to it)';
-}
-
-const DAWN_PACKAGE = 'webgpu@0.6.2';
-
-/**
- * Imports Dawn (the `webgpu` package) so that its failure is one clear line: the package
- * missing, or its native binary failing to load (no build for this platform, a missing shared
- * library), which would otherwise surface as a stack trace from deep inside the load.
- */
-export async function loadDawn(importDawn: () => Promise<unknown> = () => import('webgpu')): Promise<void> {
-  try {
-    await importDawn();
-  } catch (err) {
-    const message = errorMessage(err);
-    if ((err as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' && /['"]webgpu['"]/.test(message)) {
-      throw new Error(`the Node host needs the \`webgpu\` package (Dawn): npm install ${DAWN_PACKAGE}`);
-    }
-    // Node's "Cannot find module" message goes on with the require stack: the first line says it.
-    throw new Error(
-      `the \`webgpu\` package (Dawn) failed to load: ${message.split('\n')[0]} ` +
-        `(reinstall it, npm install ${DAWN_PACKAGE}, on a platform it has a build for: linux, macOS or Windows, x64 or arm64)`,
-    );
-  }
 }
 
 /** The CLI's loader: src/node/load.ts on Dawn, for paths (checked first), URLs and hub repos. */

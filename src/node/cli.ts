@@ -28,7 +28,8 @@ import {
 import { serve, type ServedModel } from './cli-serve.ts';
 import type { CliIo, CliOutput } from './cli-io.ts';
 
-export { loadDawn, parseModelSource, type CliEngine, type CliLoadOptions, type ModelLoader } from './cli-load.ts';
+export { loadDawn } from './gpu.ts';
+export { parseModelSource, type CliEngine, type CliLoadOptions, type ModelLoader } from './cli-load.ts';
 export type { CliIo, CliOutput } from './cli-io.ts';
 
 const SAMPLING_USAGE = `[--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--stop TEXT]...

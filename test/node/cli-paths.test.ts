@@ -5,7 +5,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 
-vi.mock('../../src/node/gpu.ts', () => ({
+vi.mock('../../src/node/gpu.ts', async (importOriginal) => ({
+  ...(await importOriginal<typeof import('../../src/node/gpu.ts')>()),
   SWIFTSHADER_ICD: '',
   createNodeGpu: vi.fn(async () => {
     throw new Error('No WebGPU adapter found.');
