@@ -1,5 +1,7 @@
-// Per-dispatch parameters: 256-byte uniform slots (the offset alignment WebGPU guarantees) in
-// chunked GPU buffers, filled on the CPU and uploaded once per batch or program.
+// Uniform parameters on the TS side: each shader's `struct Params` as a named packer (paramStruct),
+// and the 256-byte slots (the offset alignment WebGPU guarantees) that the kernels' batches and
+// programs fill on the CPU and upload once (UniformArena). The kernels and the GPU sampler share
+// them.
 export const UNIFORM_SLOT_BYTES = 256; // minUniformBufferOffsetAlignment is at most 256 on every device
 export const UNIFORM_SLOTS_PER_CHUNK = 128;
 /** A uniform value: plain numbers are u32; wrap f32 fields with f32(). */
@@ -32,11 +34,7 @@ export class UniformArena {
       this.chunks.push(chunk);
     }
     const offset = chunk.used;
-    const view = new DataView(chunk.data, offset, UNIFORM_SLOT_BYTES);
-    values.forEach((v, i) => {
-      if (typeof v === 'number') view.setUint32(i * 4, v, true);
-      else view.setFloat32(i * 4, v.f32, true);
-    });
+    writeUniformValues(new DataView(chunk.data, offset, UNIFORM_SLOT_BYTES), values);
     chunk.used += UNIFORM_SLOT_BYTES;
     return { buffer: chunk.buffer, offset, size: UNIFORM_SLOT_BYTES };
   }
@@ -82,10 +80,12 @@ export interface ParamStruct<F extends Record<string, ParamType>> {
 export function paramStruct<const F extends Record<string, ParamType>>(fields: F): ParamStruct<F> {
   const layout: { name: string; type: ParamType; offset: number }[] = [];
   let offset = 0;
-  for (const [name, type] of Object.entries(fields)) {
+  const entries = Object.entries(fields);
+  for (const [i, [name, type]] of entries.entries()) {
+    // An array is the struct's last field: its length is the values'.
+    if (type === 'u32[]' && i !== entries.length - 1) throw new Error(`paramStruct: the array ${name} must be the last field`);
     if (type === 'u32[]') offset = Math.ceil(offset / 16) * 16;
     layout.push({ name, type, offset });
-    // An array is the struct's last field (its length is the values').
     offset += 4;
   }
   return {

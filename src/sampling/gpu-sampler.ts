@@ -17,7 +17,7 @@
 // shader as a prelude; the pipelines come from a PipelineCache, so a device compiles each
 // (entry point, WG) once for every sampler and model.
 import type { GpuContext } from '../gpu/device.ts';
-import { UNIFORM_SLOT_BYTES, writeUniformValues } from '../gpu/kernels/uniforms.ts';
+import { UNIFORM_SLOT_BYTES, writeUniformValues } from '../gpu/uniforms.ts';
 import { PipelineCache, type ShaderSpec } from '../gpu/pipelines.ts';
 import type { GeneratedToken, SamplingParams, TokenLogprob } from './types.ts';
 import { philoxKey } from './philox.ts';

@@ -1,13 +1,13 @@
 // Every kernel's parameter packer against its shader's `struct Params`: the same fields in the same
 // order, of the same types, at the byte offsets WGSL's uniform layout gives them. The structs are
 // read from the .wgsl sources (no GPU needed).
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from '../../src/gpu/kernels/attention.ts';
 import { DECODE_LAYER_PARAMS } from '../../src/gpu/kernels/decode-layer.ts';
 import { KV_WRITE_PARAMS, RESIDUAL_PARAMS, RMSNORM_PARAMS, ROPE_PARAMS, SWIGLU_PARAMS } from '../../src/gpu/kernels/elementwise.ts';
 import { FUSED_MATVEC_PARAMS } from '../../src/gpu/kernels/fused-matvec.ts';
-import { paramStruct, type ParamStruct, type ParamType } from '../../src/gpu/kernels/uniforms.ts';
+import { paramStruct, type ParamStruct, type ParamType } from '../../src/gpu/uniforms.ts';
 import { EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS } from '../../src/gpu/kernels/weights.ts';
 import { SAMPLE_SEQUENCE_PARAMS, SAMPLE_STEP_PARAMS } from '../../src/sampling/sample-layout.ts';
 
@@ -112,6 +112,15 @@ describe('kernel parameter packers match their shaders', () => {
       }
     });
   }
+
+  it('every uniform struct of every shader has a packer here', () => {
+    const declared = readdirSync(new URL('../../shaders/', import.meta.url))
+      .filter((file) => file.endsWith('.wgsl'))
+      .flatMap((file) => [...shader(file).matchAll(/var<uniform>\s+\w+\s*:\s*(\w+)/g)].map((m) => `${file} ${m[1]}`));
+    const checked = PACKERS.map(([, , file, struct]) => `${file} ${struct ?? 'Params'}`);
+    expect(declared.length).toBeGreaterThanOrEqual(14);
+    expect(declared.filter((d) => !checked.includes(d))).toEqual([]);
+  });
 
   it('a packer with two fields swapped, one missing or one of the wrong type does not match', () => {
     const source = shader('rmsnorm.wgsl');

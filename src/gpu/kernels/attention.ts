@@ -5,7 +5,7 @@ import type { ShaderSpec } from '../pipelines.ts';
 import { assertCount, assertDistinct, assertFits } from './checks.ts';
 import { ropePairingCode, type KvDType, type RopePairing } from './elementwise.ts';
 import { ATTENTION_ITEMS_PER_WORKGROUP, type KernelTuning } from './tuning.ts';
-import { paramStruct, type PlannedDispatch } from './uniforms.ts';
+import { paramStruct, type PlannedDispatch } from '../uniforms.ts';
 import {
   headSlices,
   MAX_UNROLLED_SLICES,

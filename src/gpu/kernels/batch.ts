@@ -1,7 +1,7 @@
 // KernelBatch: dispatches encoded at once into one command encoder and submitted together.
 import { KernelRecorder } from './recorder.ts';
 import type { KernelRegistry } from './registry.ts';
-import { UniformArena } from './uniforms.ts';
+import { UniformArena } from '../uniforms.ts';
 
 /**
  * Dispatches recorded into one command encoder, submitted together. One batch at a time records

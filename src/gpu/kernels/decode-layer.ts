@@ -10,7 +10,7 @@ import { assertCount, assertDistinct, assertFits } from './checks.ts';
 import { ropePairingCode, type KvDType } from './elementwise.ts';
 import { blockDotWgsl } from './fused-matvec.ts';
 import type { KernelTuning } from './tuning.ts';
-import { paramStruct, type PlannedDispatch } from './uniforms.ts';
+import { paramStruct, type PlannedDispatch } from '../uniforms.ts';
 import { renameWgsl, takeWgslFunctions, unrollConstLoops } from './wgsl.ts';
 import decodeAttentionWgsl from '../../../shaders/decode_attention.wgsl?raw';
 import decodeLayerWgsl from '../../../shaders/decode_layer.wgsl?raw';

@@ -1,7 +1,7 @@
 // The kernels of one thread per element or row: rmsnorm.wgsl, rope.wgsl, swiglu.wgsl,
 // residual.wgsl and kv_cache.wgsl (the K/V append).
 import type { ShaderSpec } from '../pipelines.ts';
-import { paramStruct } from './uniforms.ts';
+import { paramStruct } from '../uniforms.ts';
 import { positionWgsl, type PositionSource } from './wgsl.ts';
 import rmsnormWgsl from '../../../shaders/rmsnorm.wgsl?raw';
 import ropeWgsl from '../../../shaders/rope.wgsl?raw';

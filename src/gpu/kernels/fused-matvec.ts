@@ -8,7 +8,7 @@ import { weightFormatWgsl, weightRunLength } from '../weight-formats.ts';
 import type { FusedShape, KernelTuning, MatvecPlan } from './tuning.ts';
 import { activationWgsl, reduceTeamWgsl } from './weights.ts';
 import { assertDistinct, assertFits } from './checks.ts';
-import { paramStruct, type PlannedDispatch } from './uniforms.ts';
+import { paramStruct, type PlannedDispatch } from '../uniforms.ts';
 import { renameWgsl, unrollConstLoops } from './wgsl.ts';
 import fusedMatvecWgsl from '../../../shaders/fused_matvec.wgsl?raw';
 
@@ -44,7 +44,6 @@ export type FusedVariant = {
   /** Per segment: its weights' storage, bias, and whether block_dot walks K by dot_run runs (Kernels.usesWeightRuns). */
   segments: { dtype: WeightDType; hasBias: boolean; runs: boolean }[];
 };
-
 
 export const fusedKey = (v: FusedVariant) =>
   `fused_matvec/${v.mode}/${v.norm ? 'norm' : 'plain'}/${v.aligned ? 'vec4' : 'scalar'}/team${v.plan.team}-${v.plan.reduction}/` +

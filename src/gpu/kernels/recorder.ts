@@ -28,7 +28,7 @@ import {
 import { planFusedMatvec, type FusedMatvecMode, type FusedSegment } from './fused-matvec.ts';
 import type { KernelRegistry } from './registry.ts';
 import { MATVEC_WORKGROUP, RMSNORM_ROWS_PER_WORKGROUP, type MatmulShape } from './tuning.ts';
-import { UniformArena, type UniformValue } from './uniforms.ts';
+import { UniformArena, type UniformValue } from '../uniforms.ts';
 import { BIAS_BINDING, EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS, PAIR_BIAS_BINDING, PAIR_OUTPUT_BINDING, WEIGHT_BINDING, WEIGHT_UP_BINDING, type Projection } from './weights.ts';
 import { withPosition, type TokenSpan } from './wgsl.ts';
 
@@ -170,8 +170,7 @@ export abstract class KernelRecorder {
 
   /**
    * Two projections of the same x for T tokens in one pass (matmul.wgsl PAIR): first.y = x·first.Wᵀ
-   * (+ first.bias) and second.y likewise, each X load serving both: the prefill's K and V (on
-   * SwiftShader, where loads are what costs, 6% of stories260K's prefill). The two Ws of one shape
+   * (+ first.bias) and second.y likewise, each X load serving both: the prefill's K and V (docs/tuning.md#matmul). The two Ws of one shape
    * and storage, whole, biases both or neither; otherwise (and for T = 1) two matmul() calls.
    */
   matmulPair(first: Projection, second: Projection, x: GPUBuffer, T: number): void {

@@ -20,7 +20,7 @@ import {
 } from './elementwise.ts';
 import { fusedKey, fusedMatvecSpec, type FusedVariant } from './fused-matvec.ts';
 import { kernelTuning, matmulShape, type DeviceTraits, type KernelTuning, type MatmulShape, type MatvecPlan } from './tuning.ts';
-import { UniformArena } from './uniforms.ts';
+import { UniformArena } from '../uniforms.ts';
 import { weightKernelKey, weightKernelSpec, type WeightKernel, type WeightVariant } from './weights.ts';
 import type { PositionSource } from './wgsl.ts';
 
@@ -29,7 +29,6 @@ import type { PositionSource } from './wgsl.ts';
  * holds a few prefill shapes of a large model.
  */
 export const MAX_CACHED_BIND_GROUPS = 2048;
-
 
 export interface KernelsOptions {
   /** Weight storage types whose embedding/matmul/matvec pipelines compile up front; the rest compile on first use. */

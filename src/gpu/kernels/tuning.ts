@@ -162,7 +162,6 @@ export const DECODE_CHUNK_KEYS_GPU = 256;
 export const DECODE_ATTENTION_THREADS_CPU = 8;
 export const DECODE_ATTENTION_THREADS_GPU = 64;
 
-
 /** rmsnorm.wgsl `per_row`: token rows (one thread each) per workgroup. */
 export const RMSNORM_ROWS_PER_WORKGROUP = 64;
 

@@ -5,7 +5,7 @@ import type { GpuMatrix, WeightDType } from '../tensor.ts';
 import type { ShaderSpec } from '../pipelines.ts';
 import { weightFormatWgsl, weightRunLength } from '../weight-formats.ts';
 import { matmulShape, MATVEC_WORKGROUP, type MatmulShape, type MatvecPlan } from './tuning.ts';
-import { paramStruct } from './uniforms.ts';
+import { paramStruct } from '../uniforms.ts';
 import { renameWgsl, unrollConstLoops } from './wgsl.ts';
 import embeddingWgsl from '../../../shaders/embedding.wgsl?raw';
 import matmulWgsl from '../../../shaders/matmul.wgsl?raw';
