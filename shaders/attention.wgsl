@@ -33,7 +33,7 @@
 //   are unrolled by kernels/attention.ts when they are short: SwiftShader keeps private arrays in memory
 //   when they are indexed by a loop variable). No workgroup memory and no barriers: on SwiftShader
 //   (the tests' CPU Vulkan) a barrier costs far more than the arithmetic, and this kernel is
-//   10-30x faster than `per_workgroup` there for prefill, 2-8x for decode. GROUP_HEADS and
+//   much faster than `per_workgroup` there (docs/tuning.md#attention). GROUP_HEADS and
 //   QUERIES are 1 on GPUs (more threads); on CPU devices, where every load is dear, GROUP_HEADS
 //   is the GQA group (attentionHeadsPerThread) and a prefill's QUERIES more than 1
 //   (attentionQueriesPerThread).

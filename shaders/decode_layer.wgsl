@@ -1,6 +1,6 @@
 // Decode layers (one token) in one dispatch of one workgroup, for CPU adapters and small models,
-// where a dispatch costs more than the layer's work (SwiftShader: ~20-40 µs a dispatch, against a
-// few µs for a workgroup barrier). Each layer is the same math as the five dispatches of
+// where a dispatch costs more than the layer's work and a workgroup barrier far less
+// (docs/tuning.md#decode-layer). Each layer is the same math as the five dispatches of
 // model/decode-step.ts, recordDecodeStep, as five phases separated by barriers:
 //
 //   1. qkv = s·(x∘γ_attn)·[Wq; Wk; Wv]ᵀ + [bq; bk; bv],  s = 1 / sqrt(mean(x²) + eps)

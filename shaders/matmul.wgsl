@@ -25,8 +25,8 @@
 // This is the matmul of CPU adapters, and of GPUs for fewer than 32 tokens; GPUs take the
 // shared-memory tiles of matmul_tiled.wgsl from there (kernels/tuning.ts, matmulShape). Why not tiles
 // everywhere: on SwiftShader (the CPU Vulkan the tests run on) a workgroupBarrier is extremely
-// expensive and global loads are cheap (CPU caches); a 16x16 tiled kernel with two barriers per K
-// tile ran 30-40x slower than this one (64x64 weights, T=128: ~50-75 ms vs ~1.5-2 ms).
+// expensive and global loads are cheap (CPU caches), so tiles with barriers are many times slower
+// there (measurements: docs/tuning.md#matmul).
 
 // MATMUL_WX x MATMUL_WY threads, each ROWS = 4 ROW_QUADS rows x TOKENS tokens (composed: kernels/weights.ts,
 // matmulShape); the `TOKENS`, `ROW_QUADS` and `ROWS` loops are unrolled there.

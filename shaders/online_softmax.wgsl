@@ -9,8 +9,7 @@
 //
 // Every key pays the rescale (a factor of 1 while the max holds) and two exps, with no branch: on
 // SwiftShader a branch that some lanes take makes every write to the state a masked one, which
-// costs more than the exp it saves (stories260K's 200-token prefill attention in Node, medians
-// side by side: 21.2 ms with the branch, 15.5 without). The state is the caller's: head g's q
+// costs more than the exp it saves (docs/tuning.md#attention). The state is the caller's: head g's q
 // and acc in slots g * HEAD_SLICES + i (slices of WIDTH floats), m[g] starting at NEG_LARGE (so
 // the first key's rescale factor is exp(-huge) = 0) and l[g] at 0.
 // Needs HEAD_DIM, HEADS, H, WIDTH, hsum, load_k / load_v and params.scale, params.window from the
