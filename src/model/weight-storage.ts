@@ -99,4 +99,5 @@ export function checkTensorFits(name: string, storage: TensorStorage, limits: Bu
   }
 }
 
-const align4 = (n: number) => Math.ceil(n / 4) * 4;
+/** `n` bytes rounded up to whole 4-byte words (GPU buffer sizes). */
+export const align4 = (n: number) => Math.ceil(n / 4) * 4;

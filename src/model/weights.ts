@@ -18,7 +18,7 @@ import type { LlamaConfig } from './config.ts';
 import { F16_MAX } from './quantize.ts';
 import { GLOBAL_TENSOR_NAMES, layerTensorNames } from './tensor-names.ts';
 import { checkTensors, requiredTensors, type ModelTensor } from './tensors.ts';
-import { checkTensorFits, planWeightStorage, type WeightStorage } from './weight-storage.ts';
+import { align4, checkTensorFits, planWeightStorage, type WeightStorage } from './weight-storage.ts';
 import { matrixSink, SplitSink, VectorSink, type TensorSink } from './weight-sinks.ts';
 // The upload's entry: importers of the tensors, the storage plan and the conversions find them here.
 export { f16ToF32 } from './quantize.ts';
@@ -273,4 +273,3 @@ export async function uploadLlamaWeights(
   };
 }
 
-const align4 = (n: number) => Math.ceil(n / 4) * 4;
