@@ -2,17 +2,17 @@
 // from their blocks in the shader, against the CPU reference on the dequantized weights
 // (test/reference/quant.ts). Rows are not multiples of the workgroups, T not a multiple of 4.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { GpuContext } from '../../src/gpu/device.ts';
-import type { QuantDType } from '../../src/gpu/tensor.ts';
-import { Kernels, TILED_MATMUL_SHAPE } from '../../src/gpu/kernels/index.ts';
-import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32 } from '../../src/gpu/buffers.ts';
-import { QUANT_FORMATS } from '../../src/gpu/weight-formats.ts';
-import { testGpu } from '../helpers/gpu.ts';
-import { randomF32 } from '../helpers/prng.ts';
-import { embeddingRef, matmulRef } from '../reference/cpu-ops.ts';
-import { dequantize } from '../reference/quant.ts';
-import { quantizeValues as quantize } from '../../src/model/quantize.ts';
-import { expectClose } from '../helpers/compare.ts';
+import type { GpuContext } from '../../../src/gpu/device.ts';
+import type { QuantDType } from '../../../src/gpu/tensor.ts';
+import { Kernels, TILED_MATMUL_SHAPE } from '../../../src/gpu/kernels/index.ts';
+import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32 } from '../../../src/gpu/buffers.ts';
+import { QUANT_FORMATS } from '../../../src/gpu/weight-formats.ts';
+import { testGpu } from '../../helpers/gpu.ts';
+import { randomF32 } from '../../helpers/prng.ts';
+import { embeddingRef, matmulRef } from '../../reference/cpu-ops.ts';
+import { dequantize } from '../../reference/quant.ts';
+import { quantizeValues as quantize } from '../../../src/model/quantize.ts';
+import { expectClose } from '../../helpers/compare.ts';
 
 const QUANT_DTYPES: QuantDType[] = ['q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1', 'q4_k', 'q5_k', 'q6_k'];
 

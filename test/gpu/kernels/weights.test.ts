@@ -1,11 +1,11 @@
 // Every GPU kernel against the plain CPU reference (test/reference/cpu-ops.ts), on seeded random
 // inputs whose sizes are deliberately not multiples of the workgroup sizes or of 4.
-import { mulberry32, randomF32 } from '../helpers/prng.ts';
+import { mulberry32, randomF32 } from '../../helpers/prng.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { GpuContext } from '../../src/gpu/device.ts';
-import { testGpu } from '../helpers/gpu.ts';
-import type { GpuMatrix, WeightDType } from '../../src/gpu/tensor.ts';
-import { attentionPlan, Kernels, type KernelTuning, type KvDType, matmulShape, type MatmulShape, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, TILED_MATMUL_SHAPE, type MatvecPlan } from '../../src/gpu/kernels/index.ts';
+import type { GpuContext } from '../../../src/gpu/device.ts';
+import { testGpu } from '../../helpers/gpu.ts';
+import type { GpuMatrix, WeightDType } from '../../../src/gpu/tensor.ts';
+import { attentionPlan, Kernels, type KernelTuning, type KvDType, matmulShape, type MatmulShape, matvecPlan, rmsNormPlan, RMSNORM_ROW_MAX_DIM, TILED_MATMUL_SHAPE, type MatvecPlan } from '../../../src/gpu/kernels/index.ts';
 import {
   createF32Buffer,
   createStorageBuffer,
@@ -13,7 +13,7 @@ import {
   createWeightMatrix,
   readBufferF32,
   readBufferU32,
-} from '../../src/gpu/buffers.ts';
+} from '../../../src/gpu/buffers.ts';
 import {
   addRef,
   attentionRef,
@@ -29,9 +29,9 @@ import {
   ropeRef,
   roundF16,
   swigluRef,
-} from '../reference/cpu-ops.ts';
-import { expectClose, maxAbs, maxAbsDiff } from '../helpers/compare.ts';
-import { counterDelta, gpuCounters } from '../../src/gpu/counters.ts';
+} from '../../reference/cpu-ops.ts';
+import { expectClose, maxAbs, maxAbsDiff } from '../../helpers/compare.ts';
+import { counterDelta, gpuCounters } from '../../../src/gpu/counters.ts';
 
 // ---- helpers -------------------------------------------------------------------------------
 

@@ -3,13 +3,13 @@
 // read from the .wgsl sources (no GPU needed).
 import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from '../../src/gpu/kernels/attention.ts';
-import { DECODE_LAYER_PARAMS } from '../../src/gpu/kernels/decode-layer.ts';
-import { KV_WRITE_PARAMS, RESIDUAL_PARAMS, RMSNORM_PARAMS, ROPE_PARAMS, SWIGLU_PARAMS } from '../../src/gpu/kernels/elementwise.ts';
-import { FUSED_MATVEC_PARAMS } from '../../src/gpu/kernels/fused-matvec.ts';
-import { paramStruct, type ParamStruct, type ParamType } from '../../src/gpu/uniforms.ts';
-import { EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS } from '../../src/gpu/kernels/weights.ts';
-import { SAMPLE_SEQUENCE_PARAMS, SAMPLE_STEP_PARAMS } from '../../src/sampling/sample-layout.ts';
+import { ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from '../../../src/gpu/kernels/attention.ts';
+import { DECODE_LAYER_PARAMS } from '../../../src/gpu/kernels/decode-layer.ts';
+import { KV_WRITE_PARAMS, RESIDUAL_PARAMS, RMSNORM_PARAMS, ROPE_PARAMS, SWIGLU_PARAMS } from '../../../src/gpu/kernels/elementwise.ts';
+import { FUSED_MATVEC_PARAMS } from '../../../src/gpu/kernels/fused-matvec.ts';
+import { paramStruct, type ParamStruct, type ParamType } from '../../../src/gpu/uniforms.ts';
+import { EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS } from '../../../src/gpu/kernels/weights.ts';
+import { SAMPLE_SEQUENCE_PARAMS, SAMPLE_STEP_PARAMS } from '../../../src/sampling/sample-layout.ts';
 
 type AnyStruct = ParamStruct<Record<string, ParamType>>;
 
@@ -31,7 +31,7 @@ const PACKERS: [string, AnyStruct, string, string?][] = [
   ['sampler step', SAMPLE_STEP_PARAMS, 'sample.wgsl', 'Step'],
 ];
 
-const shader = (file: string) => readFileSync(new URL(`../../shaders/${file}`, import.meta.url), 'utf8');
+const shader = (file: string) => readFileSync(new URL(`../../../shaders/${file}`, import.meta.url), 'utf8');
 
 /** The fields of `struct name { ... }` in WGSL source, comments removed. */
 function structFields(source: string, name: string): { name: string; type: string }[] {
@@ -114,7 +114,7 @@ describe('kernel parameter packers match their shaders', () => {
   }
 
   it('every uniform struct of every shader has a packer here', () => {
-    const declared = readdirSync(new URL('../../shaders/', import.meta.url))
+    const declared = readdirSync(new URL('../../../shaders/', import.meta.url))
       .filter((file) => file.endsWith('.wgsl'))
       .flatMap((file) => [...shader(file).matchAll(/var<uniform>\s+\w+\s*:\s*(\w+)/g)].map((m) => `${file} ${m[1]}`));
     const checked = PACKERS.map(([, , file, struct]) => `${file} ${struct ?? 'Params'}`);

@@ -4,14 +4,14 @@
 // (quantized ones decoded from their blocks), matrices split into row ranges (GpuMatrix.parts),
 // columns that are and are not multiples of 4, and every matvec team reduction.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { GpuContext } from '../../src/gpu/device.ts';
-import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../../src/gpu/tensor.ts';
-import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../../src/gpu/kernels/index.ts';
-import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../../src/gpu/buffers.ts';
-import { isQuantized, QUANT_FORMATS } from '../../src/gpu/weight-formats.ts';
-import { weightRowBytes } from '../../src/gpu/weight-layout.ts';
-import { testGpu } from '../helpers/gpu.ts';
-import { randomF32 } from '../helpers/prng.ts';
+import type { GpuContext } from '../../../src/gpu/device.ts';
+import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../../../src/gpu/tensor.ts';
+import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../../../src/gpu/kernels/index.ts';
+import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../../../src/gpu/buffers.ts';
+import { isQuantized, QUANT_FORMATS } from '../../../src/gpu/weight-formats.ts';
+import { weightRowBytes } from '../../../src/gpu/weight-layout.ts';
+import { testGpu } from '../../helpers/gpu.ts';
+import { randomF32 } from '../../helpers/prng.ts';
 import {
   attentionRef,
   bf16BitsToF32,
@@ -24,10 +24,10 @@ import {
   ropeRef,
   roundF16,
   swigluRef,
-} from '../reference/cpu-ops.ts';
-import { dequantize } from '../reference/quant.ts';
-import { quantizeValues as quantize } from '../../src/model/quantize.ts';
-import { expectClose } from '../helpers/compare.ts';
+} from '../../reference/cpu-ops.ts';
+import { dequantize } from '../../reference/quant.ts';
+import { quantizeValues as quantize } from '../../../src/model/quantize.ts';
+import { expectClose } from '../../helpers/compare.ts';
 
 let ctx: GpuContext;
 let device: GPUDevice;
