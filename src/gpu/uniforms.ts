@@ -69,7 +69,7 @@ type ParamValue<T extends ParamType> = T extends 'u32[]' ? readonly number[] : n
 /**
  * A shader's `struct Params` on the TS side: its fields in declaration order, with their WGSL names
  * and byte offsets, and `pack`, which lays named values out as the struct does. Arrays start at a
- * multiple of 16 bytes (the uniform address space's alignment of arrays). test/gpu/kernel-params.test.ts
+ * multiple of 16 bytes (the uniform address space's alignment of arrays). test/gpu/kernels/params.test.ts
  * checks every one against its shader's source.
  */
 export interface ParamStruct<F extends Record<string, ParamType>> {

@@ -1,6 +1,6 @@
 // What shaders/sample.wgsl and the sampler that drives it (gpu-sampler.ts) share: the constants,
 // defined here once and composed into the shader as a WGSL prelude (sampleWgslPrelude), and the
-// two uniform structs' packers, which test/gpu/kernel-params.test.ts checks against the shader.
+// two uniform structs' packers, which test/gpu/kernels/params.test.ts checks against the shader.
 import { paramStruct } from '../gpu/uniforms.ts';
 
 /** Most top alternatives a record holds (the API's logprobs maximum). */

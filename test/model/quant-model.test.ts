@@ -160,7 +160,8 @@ describe('GGUF with quantized weights: GPU forward vs CPU reference on the dequa
 
 describe('GGUF with quantized weights: the decode step with a dispatch per layer vs forward()', () => {
   // Every quantized type in decode_layer.wgsl's projections, walked by runs (CPU adapters) and 4 at
-  // a time. (The five-dispatch step's fused kernels are checked per type in test/gpu/fused-kernels.test.ts.)
+  // a time. (The five-dispatch step's fused kernels are checked per type in
+  // test/gpu/kernels/fused-matvec.test.ts.)
   const picked = cases.filter((c) => !c.limit && c.name !== 'Q4_0 throughout, tied embeddings (a quantized LM head)');
   for (const { name, config, storage } of picked) {
     it(name, async () => {

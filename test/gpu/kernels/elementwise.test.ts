@@ -1,0 +1,139 @@
+// The elementwise kernels (src/gpu/kernels/elementwise.ts: rmsNorm and its plan, rope, swiglu, the
+// residual add) against the plain CPU reference (test/reference/cpu-ops.ts), on seeded random inputs
+// whose sizes are deliberately not multiples of the workgroup sizes or of 4. The K/V cache write
+// (writeKv) is tested with attention (attention.test.ts).
+import { randomF32 } from '../../helpers/prng.ts';
+import { describe, expect, it } from 'vitest';
+import { rmsNormPlan, RMSNORM_ROW_MAX_DIM } from '../../../src/gpu/kernels/index.ts';
+import { addRef, rmsNormRef, ropeInvFreq, ropeRef, swigluRef } from '../../reference/cpu-ops.ts';
+import { expectClose, maxAbs, maxAbsDiff } from '../../helpers/compare.ts';
+import { expectNoGpuErrors, input, kernels, output, read, tuned, useKernelGpu } from '../../helpers/kernel-runs.ts';
+
+useKernelGpu();
+
+describe('rmsNorm', () => {
+  it('rmsNormPlan: one thread per row up to RMSNORM_ROW_MAX_DIM on GPUs, always on CPU devices', () => {
+    expect(rmsNormPlan(64, false)).toBe('per_row');
+    expect(rmsNormPlan(RMSNORM_ROW_MAX_DIM, false)).toBe('per_row');
+    expect(rmsNormPlan(RMSNORM_ROW_MAX_DIM + 1, false)).toBe('per_workgroup');
+    expect(rmsNormPlan(8192, true)).toBe('per_row');
+  });
+
+  // dim 61: scalar loads; 300, 8, 1100: vec4 rows. T=70: more rows than one per_row workgroup.
+  const cases = [[1, 61], [3, 61], [17, 61], [3, 300], [2, 8], [70, 8], [70, 61], [2, 1100]];
+  for (const entry of ['per_row', 'per_workgroup'] as const) {
+    for (const [T, dim] of cases) {
+      it(`${entry}: T=${T}, dim=${dim}`, async () => {
+        const x = randomF32(T * dim, 100 + dim + T, 3);
+        const gamma = randomF32(dim, 200 + dim, 2);
+        const eps = 1e-5;
+        const out = output(T * dim);
+        const batch = (await tuned({ rmsNormPlan: () => entry })).begin();
+        batch.rmsNorm(out, input(x), input(gamma), T, dim, eps);
+        batch.submit();
+        expectClose(await read(out, T * dim), rmsNormRef(x, gamma, T, dim, eps));
+      });
+    }
+  }
+
+  it('respects eps (tiny inputs)', async () => {
+    const T = 2;
+    const dim = 61;
+    const x = randomF32(T * dim, 7, 1e-3);
+    const gamma = randomF32(dim, 8);
+    const out = output(T * dim);
+    const batch = kernels.begin();
+    batch.rmsNorm(out, input(x), input(gamma), T, dim, 1e-2);
+    batch.submit();
+    expectClose(await read(out, T * dim), rmsNormRef(x, gamma, T, dim, 1e-2));
+  });
+});
+
+describe('rope', () => {
+  const cases = [
+    { T: 3, numHeads: 6, headDim: 8, startPos: 5, theta: 10000 },
+    { T: 17, numHeads: 2, headDim: 6, startPos: 0, theta: 10000 },
+    { T: 1, numHeads: 3, headDim: 64, startPos: 1000, theta: 500000 }, // angles far outside [-π, π]
+    { T: 2, numHeads: 1, headDim: 128, startPos: 7000, theta: 10000 },
+    { T: 3, numHeads: 2, headDim: 64, startPos: 7, theta: 10000 },
+  ];
+  for (const { T, numHeads, headDim, startPos, theta } of cases) {
+    for (const pairing of ['adjacent', 'halves'] as const) {
+      it(`${pairing}, T=${T}, heads=${numHeads}, headDim=${headDim}, startPos=${startPos}`, async () => {
+        const n = T * numHeads * headDim;
+        const x = randomF32(n, 800 + n + startPos);
+        const invFreq = ropeInvFreq(headDim, theta);
+        const xBuf = input(x);
+        const batch = kernels.begin();
+        batch.rope(xBuf, input(invFreq), { T, startPos }, { heads: numHeads, headDim, pairing });
+        batch.submit();
+        expectClose(await read(xBuf, n), ropeRef(x, T, numHeads, headDim, startPos, invFreq, pairing));
+      });
+    }
+  }
+
+  it("'adjacent' and 'halves' differ by far more than the tolerance (the tests can tell them apart)", async () => {
+    const [T, numHeads, headDim, startPos] = [3, 6, 8, 5];
+    const n = T * numHeads * headDim;
+    const x = randomF32(n, 900);
+    const invFreq = ropeInvFreq(headDim, 10000);
+    const xBuf = input(x);
+    const batch = kernels.begin();
+    batch.rope(xBuf, input(invFreq), { T, startPos }, { heads: numHeads, headDim, pairing: 'adjacent' });
+    batch.submit();
+    const got = await read(xBuf, n);
+    const halves = ropeRef(x, T, numHeads, headDim, startPos, invFreq, 'halves');
+    const adjacent = ropeRef(x, T, numHeads, headDim, startPos, invFreq, 'adjacent');
+    expect(maxAbsDiff(adjacent, halves)).toBeGreaterThan(1000 * 1e-4 * maxAbs(halves));
+    expectClose(got, adjacent);
+    expect(() => expectClose(got, halves)).toThrow(/exceeds/);
+  });
+});
+
+describe('swiglu', () => {
+  for (const n of [1, 61, 1000]) {
+    it(`n=${n}`, async () => {
+      const gate = randomF32(n, 1300 + n, 8);
+      if (n > 2) gate[2] = -200; // exp(200) overflows f32: must still give -0 * up, not NaN
+      const up = randomF32(n, 1400 + n, 2);
+      const out = output(n);
+      const batch = kernels.begin();
+      batch.swiglu(out, input(gate), input(up), n);
+      batch.submit();
+      expectClose(await read(out, n), swigluRef(gate, up));
+    });
+  }
+});
+
+describe('add', () => {
+  const n = 1003;
+  const a = randomF32(n, 1500);
+  const b = randomF32(n, 1600);
+  it('out = a + b', async () => {
+    const out = output(n);
+    const batch = kernels.begin();
+    batch.add(out, input(a), input(b), n);
+    batch.submit();
+    expectClose(await read(out, n), addRef(a, b));
+  });
+  it('in place: out aliases a (residual x += f(x))', async () => {
+    const aBuf = input(a);
+    await expectNoGpuErrors(async () => {
+      const batch = kernels.begin();
+      batch.add(aBuf, aBuf, input(b), n);
+      batch.submit();
+    });
+    expectClose(await read(aBuf, n), addRef(a, b));
+  });
+  it('in place: out aliases b', async () => {
+    const bBuf = input(b);
+    const batch = kernels.begin();
+    batch.add(bBuf, input(a), bBuf, n);
+    batch.submit();
+    expectClose(await read(bBuf, n), addRef(a, b));
+  });
+  it('refuses out == a == b', () => {
+    const buf = input(a);
+    expect(() => kernels.begin().add(buf, buf, buf, n)).toThrow(/one buffer/);
+  });
+});
