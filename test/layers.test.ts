@@ -37,6 +37,7 @@ const SRC = findSrc(import.meta.dirname);
 //    2    tokenizer    tokenizer/                   tokenizers and chat templates
 //    2    sampling     sampling/                    token sampling on CPU and GPU, logprobs
 //    3    engine       engine/                      opening and loading a model, the generation loop
+//    3    grammar      grammar/                     structured output: grammars (XGrammar) and token constraints
 //    4    api          api/                         OpenAI-style requests, the Engine, the fetch shim, loadModel
 //    5    worker       worker/                      Web Worker and Service Worker placements
 //    5    node         node/                        the Node host: Dawn, files from paths, HTTP, CLI
@@ -53,6 +54,7 @@ const LAYERS: readonly { layer: string; rank: number; paths: readonly string[] }
   { layer: 'tokenizer', rank: 2, paths: ['tokenizer/'] },
   { layer: 'sampling', rank: 2, paths: ['sampling/'] },
   { layer: 'engine', rank: 3, paths: ['engine/'] },
+  { layer: 'grammar', rank: 3, paths: ['grammar/'] },
   { layer: 'api', rank: 4, paths: ['api/'] },
   { layer: 'worker', rank: 5, paths: ['worker/'] },
   { layer: 'node', rank: 5, paths: ['node/'] },

@@ -1,10 +1,10 @@
 // The contract between the request layer (src/api) and the generation loop (src/engine).
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import type { WeightDType } from '../gpu/tensor.ts';
-import type { GeneratedToken, SamplingParams } from '../sampling/types.ts';
+import type { GeneratedToken, SamplingParams, TokenConstraint } from '../sampling/types.ts';
 
 // The sampling layer's request and result types, part of this contract too.
-export type { GeneratedToken, SamplingParams, TokenLogprob } from '../sampling/types.ts';
+export type { GeneratedToken, SamplingParams, TokenConstraint, TokenLogprob } from '../sampling/types.ts';
 
 export interface GenerationRequest {
   promptTokens: readonly number[];
@@ -113,6 +113,12 @@ export interface SequenceOptions {
   stopTokenIds: readonly number[];
   /** Stop ids are not sampled before this many tokens were generated (vLLM `min_tokens`). */
   minTokens?: number;
+  /**
+   * Structured output: every token comes from those the constraint allows (it is told each token;
+   * the caller disposes of it). The sequence ends with 'stop' when the constraint allows nothing but
+   * stop ids, or nothing at all: the structure is complete (no stop id is sampled then).
+   */
+  constraint?: TokenConstraint;
 }
 
 export interface GenerationSession {

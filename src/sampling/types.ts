@@ -34,4 +34,31 @@ export interface GeneratedToken extends TokenLogprob {
    * (when the session asked for logprobs; [] for logprobs 0; absent when it did not ask).
    */
   topLogprobs?: TokenLogprob[];
+  /** The token was appended without sampling: a grammar allowed no other (jump-forward). */
+  forced?: boolean;
+}
+
+/**
+ * Structured output, as the generation loop sees it: a grammar that says which tokens may come
+ * next as a sequence grows (src/grammar builds them). One per sequence, never shared. The loop asks
+ * for the mask of allowed tokens before each sampled token, and the sampler draws among those only,
+ * before any other parameter applies.
+ */
+export interface TokenConstraint {
+  /** Words of a mask: ceil(vocabSize / 32), vocabSize being the sampler's. */
+  readonly maskWords: number;
+  /**
+   * Writes the tokens allowed next into `mask` (maskWords words; bit `id & 31` of word `id >> 5`,
+   * 1 = allowed). All zero: nothing may follow (the structure is complete and no stop token ends it).
+   */
+  fillNextMask(mask: Uint32Array): Promise<void>;
+  /** Advances the grammar by `id`; false (the state unchanged) when the grammar does not allow it. */
+  accept(id: number): boolean;
+  /**
+   * Tokens the grammar allows as the only way on from here (jump-forward), already accepted, in
+   * order; [] when there is a choice. The loop appends them without sampling from the mask.
+   */
+  forced(): number[];
+  /** Frees what the constraint holds (its matcher); it is not used afterwards. */
+  dispose(): void;
 }
