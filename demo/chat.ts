@@ -11,7 +11,8 @@ import { CHATML_TEMPLATE, chatBody, parseTools, pendingToolCalls, TOOLS_EXAMPLE 
 import { runChat, type ChatMessage } from './chat-run.ts';
 import { ApiRequestError, LiveStats } from './completion-run.ts';
 import { errorMessage } from './format.ts';
-import { ParamsPanel, type ParamTable } from './params-panel.ts';
+import { ParamsPanel, STRUCTURED_PARAMS, type ParamTable } from './params-panel.ts';
+import { StructuredPanel } from './structured-panel.ts';
 import { chatOpenaiSnippet, copyText, curlSnippet } from './snippets.ts';
 import type { AlternativesPopover } from './token-view.ts';
 
@@ -46,6 +47,7 @@ export class ChatView {
   private readonly stats = $('chat-stats');
   private readonly showPrompt = $<HTMLInputElement>('chat-show-prompt');
   private readonly params: ParamsPanel;
+  private readonly structured: StructuredPanel;
 
   private history: ChatMessage[] = [];
   private modelId = '';
@@ -67,9 +69,10 @@ export class ChatView {
       idPrefix: 'chat-param-',
       collapsed: host.narrow,
       // Set in their own fields, or by the conversation itself.
-      omit: ['messages', 'tools', 'chat_template'],
+      omit: ['messages', 'tools', 'chat_template', ...STRUCTURED_PARAMS],
       start: { max_tokens: '', max_completion_tokens: '64', logprobs: true, top_logprobs: '5' },
     });
+    this.structured = new StructuredPanel($('chat-params'), 'chat', { idPrefix: 'chat-structured-', collapsed: true });
     host.popover.watch(this.log);
     this.wire();
     this.updateRequestView();
@@ -171,7 +174,7 @@ export class ChatView {
   }
 
   private body(messages: readonly ChatMessage[]): Record<string, unknown> {
-    const settings = { model: this.modelId, system: this.system.value, template: this.template.value, tools: this.tools.value, params: () => this.params.read() };
+    const settings = { model: this.modelId, system: this.system.value, template: this.template.value, tools: this.tools.value, params: () => ({ ...this.params.read(), ...this.structured.read() }) };
     const body = chatBody(settings, messages);
     // The panel's logprobs count of alternatives goes only with logprobs (the API refuses it alone).
     if (!body.logprobs) delete body.top_logprobs;

@@ -10,7 +10,8 @@ import { ChatView } from './chat.ts';
 import { ApiRequestError, LiveStats, runCompletion } from './completion-run.ts';
 import { errorMessage, formatBytes } from './format.ts';
 import { parseModelSource } from './model-source.ts';
-import { ParamsPanel } from './params-panel.ts';
+import { ParamsPanel, STRUCTURED_PARAMS } from './params-panel.ts';
+import { prettyJson, StructuredPanel } from './structured-panel.ts';
 import { copyText, curlSnippet, openaiSnippet } from './snippets.ts';
 import { AlternativesPopover, ChoiceView } from './token-view.ts';
 
@@ -55,7 +56,9 @@ Object.assign(window, { OpenAI });
 
 /** Phone width: one column, parameter groups closed until opened. */
 const narrow = matchMedia('(max-width: 60rem)');
-const params = new ParamsPanel($('params'), { collapsed: narrow.matches });
+const params = new ParamsPanel($('params'), { collapsed: narrow.matches, omit: STRUCTURED_PARAMS });
+const structured = new StructuredPanel($('params'), 'completions', { collapsed: narrow.matches });
+const structuredView = $('structured-json');
 const popover = new AlternativesPopover(output);
 const chat = new ChatView({
   popover,
@@ -301,7 +304,7 @@ let modelId = DEFAULT_ID;
 
 /** The request body from the prompt and the panel; throws on a malformed JSON field. */
 function requestBody(): Record<string, unknown> {
-  return { model: modelId, prompt: promptInput.value, ...params.read() };
+  return { model: modelId, prompt: promptInput.value, ...params.read(), ...structured.read() };
 }
 
 function updateRequestView(id = modelId): void {
@@ -368,6 +371,8 @@ async function generate(): Promise<void> {
   responseView.textContent = '';
   responseNote.textContent = '';
   output.replaceChildren();
+  structuredView.replaceChildren();
+  structuredView.hidden = true;
   delete output.dataset.finish;
   running = new AbortController();
   button.textContent = 'Stop';
@@ -380,6 +385,7 @@ async function generate(): Promise<void> {
   const promptLength = body.echo && typeof body.prompt === 'string' ? body.prompt.length : 0;
   const context = typeof body.prompt === 'string' ? body.prompt : '';
   const finishes: string[] = [];
+  const texts = new Map<number, string>();
   const choice = (index: number) => {
     let view = choices.get(index);
     if (!view) {
@@ -396,6 +402,7 @@ async function generate(): Promise<void> {
     const result = await runCompletion(body, running.signal, {
       text(index, text, logprobs) {
         const view = choice(index);
+        texts.set(index, (texts.get(index) ?? '') + text);
         const before = view.tokens;
         view.append(text, logprobs);
         // With logprobs each generated token is counted; without, each piece of text (one per token, nearly).
@@ -424,6 +431,7 @@ async function generate(): Promise<void> {
     }
     const finish = finishes.length === 1 ? finishes[0]! : finishes.join(', ') || 'done';
     output.dataset.finish = finish;
+    if (structured.wantsJson) showPrettyJson(texts);
     setState('ready', `Done (${finish}): ${live.tokens} tokens in ${live.elapsedSeconds.toFixed(2)} s.`);
   } catch (error) {
     if ((error as Error).name === 'AbortError') {
@@ -442,6 +450,20 @@ async function generate(): Promise<void> {
     running = undefined;
     button.textContent = 'Generate';
   }
+}
+
+/** Each choice's JSON output, pretty-printed (a choice cut by max_tokens is not JSON: said so). */
+function showPrettyJson(texts: Map<number, string>): void {
+  const blocks = [...texts.entries()].sort(([a], [b]) => a - b).map(([index, text]) => {
+    const pretty = prettyJson(text);
+    const pre = document.createElement('pre');
+    pre.textContent = pretty ?? `(choice ${index} is not whole JSON: it ended before the structure did)`;
+    pre.dataset.index = String(index);
+    if (pretty === null) pre.classList.add('incomplete');
+    return pre;
+  });
+  structuredView.replaceChildren(...blocks);
+  structuredView.hidden = blocks.length === 0;
 }
 
 form.addEventListener('submit', (event) => {

@@ -30,6 +30,18 @@ const GROUPS: ParamGroup[] = [
   { title: 'Chat template', names: ['add_generation_prompt', 'continue_final_message', 'add_special_tokens', 'chat_template_kwargs'] },
 ];
 
+/** The structured-output parameters: set in the panel's "Structured output" group (structured-panel.ts). */
+export const STRUCTURED_PARAMS = [
+  'response_format',
+  'guided_json',
+  'guided_regex',
+  'guided_choice',
+  'guided_grammar',
+  'guided_whitespace_pattern',
+  'guided_decoding_backend',
+  'structured_outputs',
+];
+
 /** Set elsewhere on the page (model, prompt), or only a container for the others (extra_body). */
 const NOT_IN_PANEL = new Set<string>(['model', 'prompt', 'extra_body']);
 
