@@ -18,6 +18,10 @@
 //                    [--smol-runs 1] [--smol-prompt-tokens 16] [--smol-decode-tokens 8]
 //                    [--wllama-threads 1,2] [--probe-matrix 8192x2048] [--copy-mib 128]
 //                    [--request-timeout-s 600]  (a request running longer is taken for a hang)
+//                    [--no-structured] [--structured-runs 3] [--structured-tokens 64]
+//
+// Structured output (bench/structured.ts): on stories260K, per host, decoding free, under a grammar
+// every text matches, and under a JSON schema, side by side: the cost of a constrained token.
 //
 // `npm run bench -- --real-shapes ...` is the memory bench of bench/real-shapes.ts (Node only:
 // peak memory while loading SmolLM2-135M / Llama-3.2-1B shaped models).
@@ -32,6 +36,7 @@ import { DEFAULT_PROBE_OPTIONS, FILE_ONLY_PROBE_DTYPES, type ProbeDType, type Pr
 import { ensureGenerated, realShapesTable, runRealShapes } from './real-shapes.ts';
 import { bestOf, casesTable, countersTable, probesTable, ratios, wllamaTable } from './report.ts';
 import { openWllama, type WllamaContestant, type WllamaFigures } from './wllama.ts';
+import { measureStructured, structuredTable, type StructuredFigures } from './structured.ts';
 import { buildPrompt, ROOT, smolCase, storiesCase, type BenchCase } from './workload.ts';
 
 const log = (message: string) => process.stderr.write(message + '\n');
@@ -58,6 +63,9 @@ const { values } = parseArgs({
     'probe-matrix': { type: 'string', default: `${DEFAULT_PROBE_OPTIONS.matvecRows}x${DEFAULT_PROBE_OPTIONS.matvecCols}` },
     'copy-mib': { type: 'string', default: String(DEFAULT_PROBE_OPTIONS.copyMiB) },
     'request-timeout-s': { type: 'string', default: '600' },
+    'no-structured': { type: 'boolean', default: false },
+    'structured-runs': { type: 'string', default: '3' },
+    'structured-tokens': { type: 'string', default: '64' },
     // --real-shapes: the memory bench (bench/real-shapes.ts)
     'real-shapes': { type: 'boolean', default: false },
     'prefill-tokens': { type: 'string', default: '64' },
@@ -120,6 +128,9 @@ function plan(): Plan {
   };
 }
 
+/** The structured-output figures of every host. */
+const structured: StructuredFigures[] = [];
+
 /** The prompt of each model, built once with its tokenizer (the same text on every host and storage). */
 const prompts = new Map<string, { prompt: string; tokens: number }>();
 
@@ -142,6 +153,11 @@ async function runHost(host: Host, p: Plan, results: CaseFigures[], interleave?:
       const warmup = c.warmupWords ? prompt.prompt.split(' ').slice(0, c.warmupWords).join(' ') : prompt.prompt;
       const between = await interleave?.(c, prompt);
       results.push(await measureCase(host, c, prompt, warmup, loaded, between));
+      if (c.model === 'stories260K' && !values['no-structured']) {
+        await host.load(c);
+        structured.push(...(await measureStructured(host, c, prompt.prompt, int('structured-runs'), int('structured-tokens'))));
+        await host.unload();
+      }
     } catch (error) {
       log(`${host.name} ${c.model} ${c.storage}: ERROR ${(error as Error).stack ?? error}`);
       results.push({ host: host.name, model: c.model, storage: c.storage, runs: c.runs, error: String((error as Error).message ?? error) } as CaseFigures);
@@ -260,6 +276,11 @@ async function main(): Promise<void> {
     console.log(`Adapter probes: copy of ${p.probes!.copyMiB} MiB; matvec = batch.matmul T=1 on a random [${p.probes!.matvecRows}, ${p.probes!.matvecCols}] matrix (weight bytes/s, and x the copy rate); dispatch = per tiny dispatch in one submit; read-back = 4 bytes on an idle queue.`);
     console.log(probesTable(probes));
   }
+  if (structured.length) {
+    console.log();
+    console.log('Structured output on stories260K: the same prompt decoded free, under a grammar every text matches (the constrained loop\'s own cost), and under a JSON schema (jump-forward included; it ends when the object closes); greedy, ignore_eos; pairs as above:');
+    console.log(structuredTable(structured));
+  }
   if (wllama.length) {
     console.log();
     console.log(`wllama ${WLLAMA_VERSION} (llama.cpp in WebAssembly, CPU, n_gpu_layers 0) on the same stories260K GGUF in the same Chromium, same prompt and decode length; ratios are ours / wllama (tok/s: above 1 we are faster; ms: below 1 we are faster):`);
@@ -279,6 +300,7 @@ async function main(): Promise<void> {
       cases: p.cases.map(({ model, storage, promptTokens, decodeTokens, runs, warmupRuns, contextLength }) => ({ model, storage, promptTokens, decodeTokens, runs, warmupRuns, contextLength })),
       prompts: Object.fromEntries(prompts),
       results,
+      structured,
       probes,
       wllama: {
         version: WLLAMA_VERSION,
