@@ -260,7 +260,7 @@ function structuredOutputs(value: unknown, param: string): StructuredOutputsValu
     const output = parse(value[key], `${param}.${key}`);
     if (output) outputs.push({ value: output, param: `${param}.${key}` });
   }
-  if (outputs.length > 1) throw conflict(outputs.map((o) => o.param));
+  if (outputs.length > 1) conflict(outputs.map((o) => o.param));
   const output = outputs[0];
   if (!output) {
     throw invalidRequest(
@@ -284,7 +284,7 @@ function structuredOutputs(value: unknown, param: string): StructuredOutputsValu
   if (given('disable_any_whitespace') && boolean().parse(value.disable_any_whitespace, `${param}.disable_any_whitespace`)) {
     whitespaces.push({ value: COMPACT, param: `${param}.disable_any_whitespace` });
   }
-  if (whitespaces.length > 1) throw conflict(whitespaces.map((w) => w.param), 'whitespace option');
+  if (whitespaces.length > 1) conflict(whitespaces.map((w) => w.param), 'whitespace option');
   return { output, whitespace: whitespaces[0] ?? null };
 }
 
