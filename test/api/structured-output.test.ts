@@ -233,6 +233,20 @@ describe('constrained generation', () => {
     return { generator, tokens, fixed, send };
   };
 
+  it('runs on a fake generator that applies the constraint as the engine contract says', async () => {
+    const { generator, tokens, fixed } = setup({ forced: [2, 5] });
+    const constraint = await (await fixed.compile(generator.tokenizer, generator.tokenizer.vocabSize, { type: 'regex', pattern: '.*' })).createConstraint([EOS]);
+    const session = await generator.openSession({ promptTokens: generator.tokenizer.encode(PROMPT), sampling: { temperature: 1, topP: 1, seed: 1 } });
+    const sequence = session.sequence({ index: 0, maxTokens: 60, stopTokenIds: [EOS], constraint });
+    const out = [];
+    let step;
+    while (!(step = await sequence.next()).done) out.push(step.value);
+    session.close();
+    expect(step.value).toBe('stop');
+    expect(out.map((t) => t.id)).toEqual(tokens);
+    expect(out.map((t) => t.forced === true)).toEqual(tokens.map((_, i) => i >= 2 && i < 5));
+  });
+
   it('gives every choice its own constraint, disposed of when it ends', async () => {
     const { generator, tokens, fixed, send } = setup();
     const body: Json = json(await send({ guided_json: SCHEMA, n: 3, temperature: 1, seed: 5 }));
