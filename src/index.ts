@@ -16,6 +16,8 @@ export type {
   CompletionUsage,
   CompletionLogprobs,
   CompletionExtensions,
+  ResponseFormat,
+  StructuredOutputExtensions,
   ServiceTier,
 } from './api/completions.ts';
 export type {

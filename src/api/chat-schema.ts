@@ -4,10 +4,11 @@
 // API has them, vLLM's template controls, and the parameters a local text model cannot honour
 // (a 400 naming them). Messages come out normalized for the chat template (messages.ts).
 // Browser code: nothing here may import Node modules.
-import { invalidRequest, notSupportedYet } from './errors.ts';
+import { invalidRequest } from './errors.ts';
 import { parseMessages, parseTools, type ChatTool, type TemplateMessage } from './messages.ts';
 import { boolean, integer, isPlainObject, object, row, string, validateParams, wrongType, type ParamRow, type TableParams } from './params.ts';
 import { COMPLETION_PARAMS, MAX_LOGPROBS, type CompletionExtensions, type RequestServiceTier } from './schema.ts';
+import { STRUCTURED_OUTPUT_PARAMS, type ResponseFormat } from './structured-output.ts';
 
 export type { ChatTool, TemplateMessage } from './messages.ts';
 
@@ -125,27 +126,16 @@ export const CHAT_PARAMS = {
       }
       return { name: fn.name };
     },
-    doc: "'none': no call (the tools are left out of the prompt, as vLLM's --exclude-tools-when-tool-choice-none); 'auto' (the default with tools): the model decides. 'required' and a named function need constrained decoding, which is not supported yet.",
+    doc:
+      "'none': no call (the tools are left out of the prompt, as vLLM's --exclude-tools-when-tool-choice-none); 'auto' (the default with tools): the model decides; " +
+      "'required': the output is constrained to calls of the tools (one or more; exactly one with parallel_tool_calls false), in the model's own tool-call format, " +
+      "with arguments valid against each function's parameters; a named function: exactly one call of it. Not with another structured output parameter.",
   }),
   parallel_tool_calls: row<boolean>({
     ...boolean(),
     nullable: true,
     default: true,
-    doc: 'Whether a reply may hold several tool calls; false keeps the first. Only with tools.',
-  }),
-  response_format: row<'text'>({
-    type: "object {type: 'text'}",
-    nullable: true,
-    default: 'text',
-    parse(value, param) {
-      if (!isPlainObject(value)) wrongType(param, 'an object', value);
-      if (value.type === 'text') return 'text';
-      if (value.type === 'json_object' || value.type === 'json_schema') {
-        throw notSupportedYet(param, `{"type": "${value.type}"} needs structured output (constrained decoding); only {"type": "text"} is accepted`);
-      }
-      throw invalidRequest(`Invalid '${param}.type': expected 'text', 'json_object' or 'json_schema'.`, `${param}.type`, 'invalid_value');
-    },
-    doc: '{type: "text"}. json_object and json_schema need structured output, which is not supported yet (400).',
+    doc: "Whether a reply may hold several tool calls; false keeps the first (with tool_choice 'required', the output holds exactly one). Only with tools.",
   }),
   modalities: row<null>({
     type: "array ['text']",
@@ -173,6 +163,7 @@ export const CHAT_PARAMS = {
   stop_token_ids: COMPLETION_PARAMS.stop_token_ids,
   skip_special_tokens: COMPLETION_PARAMS.skip_special_tokens,
   include_stop_str_in_output: COMPLETION_PARAMS.include_stop_str_in_output,
+  ...STRUCTURED_OUTPUT_PARAMS,
   echo: row<boolean>({
     ...boolean(),
     nullable: true,
@@ -268,7 +259,7 @@ export interface ChatCompletionRequest extends ChatExtensions {
   tools?: { type: 'function'; function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean | null } }[] | null;
   tool_choice?: 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } } | null;
   parallel_tool_calls?: boolean | null;
-  response_format?: { type: 'text' | 'json_object' | 'json_schema'; [key: string]: unknown } | null;
+  response_format?: ResponseFormat | null;
   modalities?: 'text'[] | null;
   audio?: null;
   prediction?: null;
@@ -305,8 +296,8 @@ export function checkTemplateFlags(
  * tool that is not valid, or a bad combination (stream_options without stream, top_logprobs
  * without logprobs, add_generation_prompt with continue_final_message, tool_choice or
  * parallel_tool_calls without tools, a named tool_choice for a tool not given, min_tokens over
- * the token limit). tool_choice 'required' or a named function
- * is a 400 until constrained decoding exists.
+ * the token limit). The structured output parameters are resolved, and checked together with
+ * tool_choice, when the request is planned (chat.ts).
  */
 export function validateChatRequest(body: unknown): ChatParams {
   const { params, named, given } = validateParams(CHAT_PARAMS, body);
@@ -325,14 +316,8 @@ export function validateChatRequest(body: unknown): ChatParams {
     if (without) throw invalidRequest(`Invalid value for '${without}': '${without}' is only allowed when 'tools' are specified.`, named(without), 'invalid_value');
   }
   const choice = params.tool_choice;
-  if (choice !== null && choice !== 'none' && choice !== 'auto') {
-    if (typeof choice === 'object' && !params.tools?.some((t) => t.function.name === choice.name)) {
-      throw invalidRequest(`Invalid 'tool_choice': no tool named '${choice.name}' was given in 'tools'.`, named('tool_choice'), 'invalid_value');
-    }
-    throw notSupportedYet(
-      named('tool_choice'),
-      `${typeof choice === 'string' ? "'required'" : 'a named function'} needs constrained decoding (structured output), which is not implemented yet; use 'auto'`,
-    );
+  if (choice !== null && typeof choice === 'object' && !params.tools?.some((t) => t.function.name === choice.name)) {
+    throw invalidRequest(`Invalid 'tool_choice': no tool named '${choice.name}' was given in 'tools'.`, named('tool_choice'), 'invalid_value');
   }
   const limit = params.max_completion_tokens ?? params.max_tokens;
   if (limit !== null && params.min_tokens > limit) {

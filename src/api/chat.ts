@@ -1,8 +1,9 @@
 // POST /v1/chat/completions without the HTTP: a parsed JSON body in, an OpenAI chat completion (or
 // an async iterable of chat.completion.chunk objects) out. The messages become a prompt through the
 // model's chat template (chat-prompt.ts); from there the request runs exactly as a completion
-// does (the same planning, sampling settings and runPrompt), and each choice's text is split into
-// content and tool calls (tool-parsers.ts) in the model's own tool-call format.
+// does (the same planning, sampling settings, structured output and runPrompt), and each choice's
+// text is split into content and tool calls (tool-parsers.ts) in the model's own tool-call format;
+// tool_choice 'required' or a named function constrains the output to those calls.
 // Browser code: nothing here may import Node modules.
 import type { FinishReason, TextGenerator } from '../engine/types.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
@@ -15,11 +16,14 @@ import {
   planPrompt,
   randomId,
   type CompletionUsage,
+  type RequestOptions,
 } from './completions.ts';
 import { invalidRequest, modelNotFound } from './errors.ts';
 import type { LogprobEntry } from './logprobs.ts';
 import type { ServiceTier } from './schema.ts';
 import { runPrompt, type ChoiceSettings, type PromptPlan } from './stream.ts';
+import { compileRequestStructure, requestStructure, type RequestStructure } from './structured-output.ts';
+import { toolCallStructure } from './tool-call-grammar.ts';
 import { parseToolCalls, TOOL_CALL_MARKERS, ToolCallStream, type ParsedToolCall, type ToolCallFormat, type ToolParse } from './tool-parsers.ts';
 
 export type { ChatCompletionRequest, ChatMessage, ChatContentPart, ChatExtensions, ChatParams } from './chat-schema.ts';
@@ -140,6 +144,36 @@ interface ChatPlan {
   parallelToolCalls: boolean;
   /** Content put before each choice's (echo of the continued assistant message). */
   echo: string;
+  /** The structure the output must have (tool_choice 'required' or named: the calls); null: none. */
+  structure: RequestStructure | null;
+}
+
+/**
+ * The structure a chat request asks for: its structured output parameters', or with tool_choice
+ * 'required' or a named function, calls in the model's tool-call format (tool-call-grammar.ts).
+ * 400: both at once, or forced calls where the tool-call format is not known.
+ */
+function chatStructure(params: ChatParams, format: ToolCallFormat | null, template: string): RequestStructure | null {
+  const requested = requestStructure(params);
+  const choice = params.tool_choice;
+  if (choice !== 'required' && (choice === null || typeof choice !== 'object')) return requested;
+  const forced = choice === 'required' ? "'required'" : `the function '${choice.name}'`;
+  if (requested) {
+    throw invalidRequest(
+      `'tool_choice' ${forced} constrains the output to tool calls, so '${requested.param}' cannot constrain it too; give one of them.`,
+      requested.param,
+      'invalid_value',
+    );
+  }
+  if (format === null) {
+    throw invalidRequest(
+      `'tool_choice' ${forced} needs the model's tool-call format, and its chat template implies none; load the model with the 'toolCallFormat' option, or use 'auto'.`,
+      'tool_choice',
+      'unsupported_value',
+    );
+  }
+  const output = toolCallStructure({ format, tools: params.tools ?? [], choice, parallel: params.parallel_tool_calls, template });
+  return { output, param: 'tools' };
 }
 
 /** The template's input from a request: tool_choice 'none' leaves the tools out of the prompt (as vLLM). */
@@ -182,6 +216,7 @@ async function planChat(generator: TextGenerator, params: ChatParams): Promise<C
     format,
     parallelToolCalls: params.parallel_tool_calls,
     echo: params.echo && last?.role === 'assistant' ? (last.content ?? '') : '',
+    structure: chatStructure(params, format, rendered.template),
   };
 }
 
@@ -208,20 +243,21 @@ function toolCall(call: ParsedToolCall): ChatToolCall {
 
 /**
  * Creates a chat completion. `body` is the parsed JSON request body. Validation, the model check,
- * rendering and tokenization happen before this resolves, so their errors (ApiError: 400, 404)
- * reject it; generation errors reject it too (non-stream) or are thrown by the iterable (stream).
+ * rendering, tokenization and the compile of a structured output happen before this resolves
+ * (nothing has been queued for the GPU then), so their errors (ApiError: 400, 404) reject it; generation errors reject it too (non-stream) or are thrown by the iterable (stream).
  * With `stream: true` it resolves to an async iterable of chunks whose generation starts on the
  * first next(); ending the iteration early ends the generation. `signal` aborts it at the next token.
  */
 export async function createChatCompletion(
   generator: TextGenerator,
   body: unknown,
-  options: { signal?: AbortSignal } = {},
+  options: RequestOptions = {},
 ): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>> {
   const params = validateChatRequest(body);
   const info = generator.info;
   if (!modelMatches(info, params.model)) throw modelNotFound(params.model);
   const plan = await planChat(generator, params);
+  if (plan.structure) plan.settings.structure = await compileRequestStructure(generator, plan.structure, options.compileStructuredOutput);
   const meta = {
     id: randomId('chatcmpl-', 24),
     created: Math.floor(Date.now() / 1000),

@@ -10,9 +10,17 @@ import { ApiError, invalidRequest, modelNotFound } from './errors.ts';
 import { toLegacyLogprobs, type CompletionLogprobs, type LogprobEntry } from './logprobs.ts';
 import { validateCompletionRequest, type CompletionParams, type ServiceTier } from './schema.ts';
 import { runPrompt, type ChoiceSettings, type PromptPlan, type SequencePiece } from './stream.ts';
+import { compileRequestStructure, requestStructure, type RequestStructure, type StructureCompiler } from './structured-output.ts';
 
 export type { CompletionRequest, CompletionParams, CompletionExtensions, ServiceTier } from './schema.ts';
 export type { CompletionLogprobs } from './logprobs.ts';
+export type { ResponseFormat, StructuredOutputExtensions } from './structured-output.ts';
+
+/** How a request runs: `signal` aborts it; `compileStructuredOutput` compiles its structure (default: src/grammar's). */
+export interface RequestOptions {
+  signal?: AbortSignal;
+  compileStructuredOutput?: StructureCompiler;
+}
 
 export interface CompletionUsage {
   prompt_tokens: number;
@@ -95,6 +103,8 @@ export interface CompletionPlan {
   settings: ChoiceSettings;
   n: number;
   bestOf: number;
+  /** The structure the output must have; null: none. */
+  structure: RequestStructure | null;
 }
 
 function contextExceeded(message: string, param: string): ApiError {
@@ -224,8 +234,8 @@ export function checkPromptVocabulary(generator: TextGenerator, tokens: readonly
 }
 
 /**
- * Prompts tokenized and checked against the vocabulary and the context (see planPrompt), and the
- * settings the engine gets.
+ * Prompts tokenized and checked against the vocabulary and the context (see planPrompt), the
+ * settings the engine gets, and the structure asked for (not compiled yet).
  */
 export function planCompletion(generator: TextGenerator, params: CompletionParams): CompletionPlan {
   const { tokenizer } = generator;
@@ -255,12 +265,14 @@ export function planCompletion(generator: TextGenerator, params: CompletionParam
     n: params.n,
     bestOf,
     settings: choiceSettings(generator, params, { sequences: bestOf, logprobs: params.logprobs, echo: params.echo }),
+    structure: requestStructure(params),
   };
 }
 
 /**
- * Creates a completion. `body` is the parsed JSON request body. Validation, the model check and
- * tokenization happen before this resolves, so their errors (ApiError: 400, 404) reject it;
+ * Creates a completion. `body` is the parsed JSON request body. Validation, the model check,
+ * tokenization and the compile of a structured output happen before this resolves (nothing has
+ * been queued for the GPU then), so their errors (ApiError: 400, 404) reject it;
  * generation errors reject it too (non-stream) or are thrown by the iterable (stream). With
  * `stream: true` it resolves to an async iterable of chunks whose generation starts on the first
  * next(); ending the iteration early (return()) ends the generation. `signal` aborts it (an
@@ -269,12 +281,13 @@ export function planCompletion(generator: TextGenerator, params: CompletionParam
 export async function createCompletion(
   generator: TextGenerator,
   body: unknown,
-  options: { signal?: AbortSignal } = {},
+  options: RequestOptions = {},
 ): Promise<CompletionResponse | AsyncIterable<CompletionChunk>> {
   const params = validateCompletionRequest(body);
   const info = generator.info;
   if (!modelMatches(info, params.model)) throw modelNotFound(params.model);
   const plan = planCompletion(generator, params);
+  if (plan.structure) plan.settings.structure = await compileRequestStructure(generator, plan.structure, options.compileStructuredOutput);
   const meta = {
     id: newCompletionId(),
     object: 'text_completion' as const,

@@ -3,7 +3,7 @@
 // Browser code: nothing here may import Node modules.
 import type { ModelInfo, TextGenerator } from '../engine/types.ts';
 import { createChatCompletion } from './chat.ts';
-import { createCompletion, modelMatches, randomId } from './completions.ts';
+import { createCompletion, modelMatches, randomId, type RequestOptions } from './completions.ts';
 import {
   ApiError,
   errorMessage,
@@ -16,6 +16,7 @@ import {
   serviceUnavailable,
   toApiError,
 } from './errors.ts';
+import type { StructureCompiler } from './structured-output.ts';
 import { detokenize, tokenize } from './tokenize.ts';
 
 /**
@@ -48,6 +49,8 @@ export interface ApiHandlerOptions {
   basePath?: string;
   /** Told about every 5xx error (for a host's log). */
   onError?: (error: ApiError) => void;
+  /** Compiles requests' structured output (default: src/grammar's compileStructuredOutput); tests give their own. */
+  compileStructuredOutput?: StructureCompiler;
 }
 
 export const DEFAULT_BASE_PATH = '/v1';
@@ -299,7 +302,7 @@ async function route(engine: ApiEngine | Promise<ApiEngine>, request: ApiRequest
 }
 
 /** What a POST route does with the parsed body: a JSON value, or an async iterable of stream chunks. */
-type PostRoute = (generator: TextGenerator, body: unknown, options: { signal?: AbortSignal }) => Promise<unknown> | unknown;
+type PostRoute = (generator: TextGenerator, body: unknown, options: RequestOptions) => Promise<unknown> | unknown;
 
 const POST_ROUTES: Record<string, PostRoute | undefined> = {
   '/completions': createCompletion,
@@ -361,7 +364,10 @@ async function postJson(generator: TextGenerator, request: ApiRequest, options: 
       'invalid_json',
     );
   }
-  const result = await run(generator, body, request.signal ? { signal: request.signal } : {});
+  const result = await run(generator, body, {
+    ...(request.signal ? { signal: request.signal } : {}),
+    ...(options.compileStructuredOutput ? { compileStructuredOutput: options.compileStructuredOutput } : {}),
+  });
   if (!isAsyncIterable(result)) return jsonResponse(200, result);
 
   // Wait for the first chunk, so that a failure to start is a real error status, not a broken stream.

@@ -1,7 +1,8 @@
 // The request parameters of POST /v1/completions: ONE table (COMPLETION_PARAMS) of name, type,
 // range, default and nullability that validation runs over. A parameter is a row here and a use
-// in completions.ts. vLLM's sampling extensions (top_k, min_p, ...) are rows too: they are
+// in completions.ts. vLLM's extensions (top_k, min_p, ..., guided_json) are rows too: they are
 // accepted at the top level and inside `extra_body`, whose keys count as top-level parameters.
+// The structured-output rows come from structured-output.ts, which chat shares.
 // Browser code: nothing here may import Node modules.
 import { invalidRequest } from './errors.ts';
 import {
@@ -19,6 +20,7 @@ import {
   type ParamRow,
   type TableParams,
 } from './params.ts';
+import { STRUCTURED_OUTPUT_PARAMS, type ResponseFormat, type StructuredOutputExtensions } from './structured-output.ts';
 
 export type { ParamRow } from './params.ts';
 
@@ -310,13 +312,15 @@ export const COMPLETION_PARAMS = {
     extension: true,
     doc: 'Keep the stop string that ended the text in it (vLLM).',
   }),
+  // Structured output: response_format (as vLLM takes it here too), guided_*, structured_outputs.
+  ...STRUCTURED_OUTPUT_PARAMS,
 } satisfies Record<string, ParamRow<unknown>>;
 
 /** A validated request: every parameter present, defaults filled in, values normalized (extra_body merged in). */
 export type CompletionParams = TableParams<typeof COMPLETION_PARAMS>;
 
-/** vLLM's sampling extensions, as a TypeScript caller writes them (top level or in extra_body). */
-export interface CompletionExtensions {
+/** vLLM's extensions (sampling, structured output), as a TypeScript caller writes them (top level or in extra_body). */
+export interface CompletionExtensions extends StructuredOutputExtensions {
   top_k?: number | null;
   min_p?: number | null;
   repetition_penalty?: number | null;
@@ -348,6 +352,7 @@ export interface CompletionRequest extends CompletionExtensions {
   seed?: number | null;
   user?: string | null;
   service_tier?: RequestServiceTier | null;
+  response_format?: ResponseFormat | null;
   extra_body?: (CompletionExtensions & Partial<Omit<CompletionRequest, 'extra_body'>>) | null;
 }
 

@@ -9,10 +9,12 @@ import type {
   GenerationSession,
   SamplingParams,
   TextGenerator,
+  TokenConstraint,
 } from '../engine/types.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { IncrementalDetokenizer, PROMPT_CONTEXT_TOKENS } from './detokenize.ts';
 import { finiteLogprob, topLogprobsObject, type LogprobEntry } from './logprobs.ts';
+import { sequenceConstraint, type CompiledRequestStructure } from './structured-output.ts';
 
 /**
  * Finds stop strings in text that arrives in pieces. Text that could be the start of a stop
@@ -331,6 +333,8 @@ export interface ChoiceSettings {
   skipSpecialTokens: boolean;
   logprobs: number | null;
   echo: boolean;
+  /** Structured output: each sequence gets its own constraint from it. */
+  structure?: CompiledRequestStructure;
 }
 
 /** A piece of sequence `sequence` of a prompt; `end` on its last piece. */
@@ -407,13 +411,33 @@ async function* runSequence(
     yield { sequence: index, ...head, end: { finishReason: 'length', completionTokens: 0, logprobSum: 0 } };
     return;
   }
-  if (head.text || head.entries.length > 0) yield { sequence: index, ...head };
-  signal?.throwIfAborted();
+  // The sequence's own constraint, disposed of however the sequence ends (after the engine's generator has).
+  const constraint = settings.structure ? await sequenceConstraint(settings.structure, settings.stopTokenIds) : undefined;
+  try {
+    if (head.text || head.entries.length > 0) yield { sequence: index, ...head };
+    signal?.throwIfAborted();
+    yield* decodeSequence(session, index, prompt, settings, choice, constraint, signal);
+  } finally {
+    constraint?.dispose();
+  }
+}
+
+/** Decodes one sequence of the session into the choice's pieces, the last one with `end`. */
+async function* decodeSequence(
+  session: GenerationSession,
+  index: number,
+  prompt: PromptPlan,
+  settings: ChoiceSettings,
+  choice: ChoiceText,
+  constraint: TokenConstraint | undefined,
+  signal: AbortSignal | undefined,
+): AsyncGenerator<SequencePiece, void, void> {
   const tokens = session.sequence({
     index,
     maxTokens: prompt.maxTokens,
     stopTokenIds: settings.stopTokenIds,
     ...(settings.minTokens > 0 ? { minTokens: settings.minTokens } : {}),
+    ...(constraint ? { constraint } : {}),
   });
   let logprobSum = 0;
   try {

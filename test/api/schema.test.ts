@@ -202,6 +202,15 @@ describe('validation', () => {
       stop_token_ids: [],
       skip_special_tokens: true,
       include_stop_str_in_output: false,
+      response_format: null,
+      guided_json: null,
+      guided_regex: null,
+      guided_choice: null,
+      guided_grammar: null,
+      structural_tag: null,
+      guided_whitespace_pattern: null,
+      guided_decoding_backend: null,
+      structured_outputs: null,
     });
     // null means the default, except max_tokens: null = no limit.
     const nulls = validateCompletionRequest({ model: 'm', temperature: null, top_p: null, max_tokens: null, stop: null, top_k: null, service_tier: null });

@@ -3,7 +3,10 @@
 // and a "model" whose logits are a pure function of the token context, sampled exactly as the
 // engine contract says (logit_bias -> repetition/presence/frequency penalties -> temperature ->
 // top_k -> top_p -> min_p -> draw; greedy = argmax), with real log-softmax logprobs of the raw
-// logits, one prefill per session and one seeded random stream per sequence (seed, index).
+// logits, one prefill per session and one seeded random stream per sequence (seed, index). A
+// sequence's constraint (structured output) is honoured as the engine does: its jump-forward
+// tokens are yielded unsampled (forced: true), its mask applies before the draw, and a mask that
+// allows nothing but stop ids ends the sequence with 'stop'.
 import { mulberry32 } from './prng.ts';
 import { Scheduler, abortError } from '../../src/engine/scheduler.ts';
 import type {
@@ -455,6 +458,8 @@ export class FakeGenerator implements TextGenerator {
       const random = mulberry32(sequenceSeed(seed, options.index));
       const stops = new Set(options.stopTokenIds);
       const generated: number[] = [];
+      /** Jump-forward tokens the constraint gave (already accepted), yielded one a step. */
+      const forcedQueue: number[] = [];
       let how: FakeEndHow = 'returned';
       try {
         for (;;) {
@@ -468,12 +473,35 @@ export class FakeGenerator implements TextGenerator {
           }
           const context = [...promptTokens, ...generated];
           const raw = generator.logits(context, script);
-          const banned = generated.length < (options.minTokens ?? 0) ? [...stops] : [];
-          const adjusted = adjustLogits(raw, request.sampling, promptTokens, generated, banned);
-          const id = drawToken(adjusted, request.sampling, random);
-          if (stops.has(id)) return (how = 'stop');
           const lp = logSoftmax(raw);
           const top = alternatives(lp);
+          const constraint = options.constraint;
+          // Jump-forward: the tokens the grammar allows as the only way on, appended without sampling.
+          if (constraint && forcedQueue.length === 0) forcedQueue.push(...constraint.forced());
+          if (forcedQueue.length > 0) {
+            const id = forcedQueue.shift()!;
+            if (stops.has(id)) return (how = 'stop');
+            generated.push(id);
+            yield { id, logprob: lp[id]!, ...(top ? { topLogprobs: top } : {}), forced: true };
+            continue;
+          }
+          const banned = generated.length < (options.minTokens ?? 0) ? [...stops] : [];
+          const adjusted = adjustLogits(raw, request.sampling, promptTokens, generated, banned);
+          if (constraint) {
+            // The mask applies before anything else; nothing but stop ids allowed: the structure is complete.
+            const mask = new Uint32Array(constraint.maskWords);
+            await constraint.fillNextMask(mask);
+            const allowed = (id: number) => ((mask[id >> 5]! >>> (id & 31)) & 1) === 1;
+            let open = false;
+            for (let id = 0; id < adjusted.length; id++) {
+              if (!allowed(id)) adjusted[id] = -Infinity;
+              else if (!stops.has(id)) open = true;
+            }
+            if (!open) return (how = 'stop');
+          }
+          const id = drawToken(adjusted, request.sampling, random);
+          if (stops.has(id)) return (how = 'stop');
+          if (constraint && !constraint.accept(id)) throw new Error(`the constraint refused token ${id}, which its mask allowed`);
           generated.push(id);
           yield { id, logprob: lp[id]!, ...(top ? { topLogprobs: top } : {}) };
         }

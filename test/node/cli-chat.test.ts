@@ -265,7 +265,7 @@ describe('chat, against an engine that answers as the API does', () => {
       [['--model', 'm', '--temperature', 'hot'], /--temperature must be a number/],
       [['--model', 'm', '--temperature', '9'], /temperature/],
       [['--model', 'm', '--json', '{"top_k": "many"}'], /top_k/],
-      [['--model', 'm', '--json', '{"response_format": {"type": "json_object"}}'], /response_format/],
+      [['--model', 'm', '--json', '{"response_format": {"type": "xml"}}'], /response_format/],
       [['--model', 'm', '--chat-template', '/no/such/template.jinja'], /cannot read the --chat-template file: .*no\/such/],
       [['--model', 'hf:not a repo'], /not a Hugging Face repo/],
     ];
