@@ -40,6 +40,7 @@ export const STRUCTURED_PARAMS = [
   'guided_whitespace_pattern',
   'guided_decoding_backend',
   'structured_outputs',
+  'structural_tag',
 ];
 
 /** Set elsewhere on the page (model, prompt), or only a container for the others (extra_body). */
