@@ -114,9 +114,11 @@ export interface SequenceOptions {
   /** Stop ids are not sampled before this many tokens were generated (vLLM `min_tokens`). */
   minTokens?: number;
   /**
-   * Structured output: every token comes from those the constraint allows (it is told each token;
-   * the caller disposes of it). The sequence ends with 'stop' when the constraint allows nothing but
-   * stop ids, or nothing at all: the structure is complete (no stop id is sampled then).
+   * Structured output: every token comes from those the constraint allows (it is told each sampled
+   * token; the caller disposes of it). Tokens it forces (jump-forward) are yielded with `forced:
+   * true`, with their logprobs as if sampled, and count toward maxTokens. The sequence ends with
+   * 'stop' when the constraint allows nothing but stop ids, or nothing at all, or forces a stop id:
+   * the structure is complete (no stop id is sampled then).
    */
   constraint?: TokenConstraint;
 }
