@@ -128,8 +128,8 @@ export interface GenerationSession {
   readonly promptLogprobs: readonly (GeneratedToken | null)[] | undefined;
   /**
    * Decodes one sequence from the shared prefill; sequences run one after another. Returns 'stop'
-   * when a stop id is sampled (not yielded), 'length' after maxTokens tokens (0: none) or when
-   * prompt + generated tokens fill the context. Throws an AbortError at the next token once the
+   * when a stop id is sampled (not yielded) or the constraint ends the sequence, 'length' after
+   * maxTokens tokens (0: none) or when prompt + generated tokens fill the context. Throws an AbortError at the next token once the
    * session's signal aborts; misuse (a closed session, a second sequence while one runs) throws
    * from the first next().
    */

@@ -89,8 +89,9 @@ type EntryPoint = (typeof PASS_ENTRY_POINTS)[number] | 'fused';
 
 /**
  * The bindings of sample.wgsl: group 0 the sampler's state (binding 1, the step parameters, at
- * the record slot's offset; binding 7, the masks), group 1 the logits and where the token goes. Explicit, so that one
- * bind group serves every entry point.
+ * the record slot's offset; binding 7, the masks), group 1 the logits and where the token goes.
+ * Explicit, so that one bind group serves every entry point. Eight storage buffers: every device's
+ * maxStorageBuffersPerShaderStage, so another one must share a buffer.
  */
 const SAMPLE_LAYOUT: ShaderSpec['layout'] = [
   [

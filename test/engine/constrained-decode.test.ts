@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LlamaGenerator } from '../../src/engine/generator.ts';
 import type { DecodeResources } from '../../src/engine/decode-pipeline.ts';
 import type { FinishReason, GeneratedToken, GenerationSession, ModelInfo, SamplingParams, SequenceOptions, SessionRequest } from '../../src/engine/types.ts';
-import { gpuCounters } from '../../src/gpu/counters.ts';
+import { counterDelta, gpuCounters } from '../../src/gpu/counters.ts';
 import type { LlamaConfig } from '../../src/model/config.ts';
 import { LlamaModel } from '../../src/model/llama.ts';
 import { createRandomStream } from '../../src/sampling/random.ts';
@@ -225,10 +225,10 @@ for (const [shape, model] of SHAPES) {
       const script: ConstraintScript = { ...withForced, allowed: (tokens) => [...window12.allowed(tokens), 40] };
       const device = model().generator.model.ctx.device;
       const constraint = new ScriptedConstraint(V, script);
-      const { got, readBacks } = await inSession(model(), { sampling, logprobs: 2 }, async (session) => {
-        const before = gpuCounters(device).readBacks;
+      const { got, counts } = await inSession(model(), { sampling, logprobs: 2 }, async (session) => {
+        const before = gpuCounters(device);
         const got = await collect(session.sequence({ index: 0, maxTokens: 16, stopTokenIds: [STOP], constraint }));
-        return { got, readBacks: gpuCounters(device).readBacks - before };
+        return { got, counts: counterDelta(gpuCounters(device), before) };
       });
       const want = cpuConstrained(model(), script, { sampling, maxTokens: 16 });
       expectReference(got, want, 2);
@@ -239,7 +239,9 @@ for (const [shape, model] of SHAPES) {
       expect(got.ids[3]).not.toBe(40);
       // Each round is the forced tokens and the sampled step after them; the last may be forced tokens alone.
       const sampled = got.tokens.filter((t) => !t.forced).length;
-      expect(readBacks).toBe(sampled + (got.tokens.at(-1)!.forced ? 1 : 0));
+      expect(counts.readBacks).toBe(sampled + (got.tokens.at(-1)!.forced ? 1 : 0));
+      // After the first sequence (the test before), a token creates nothing on the GPU.
+      expect([counts.buffersCreated, counts.bindGroupsCreated, counts.pipelinesCreated]).toEqual([0, 0, 0]);
     });
 
     it('a forced run longer than the record slots takes several rounds; maxTokens inside a run ends with length', async () => {
@@ -291,6 +293,8 @@ describe('the ends of a constrained sequence', () => {
 
   it("stop when the mask allows nothing, or only stop ids (never sampled); a sampled stop id ends it unyielded", async () => {
     for (const [shape, model] of SHAPES) {
+      const none = await run(model(), after(0, []), {}, { maxTokens: 12 });
+      expect([none.ids, none.finish], shape).toEqual([[], 'stop']);
       const empty = await run(model(), after(3, []), {}, { maxTokens: 12 });
       expect([empty.ids.length, empty.finish], shape).toEqual([3, 'stop']);
       expect(empty.ids).toEqual(cpuConstrained(model(), after(3, []), { sampling: greedy, maxTokens: 12 }).tokens.map((t) => t.id));
