@@ -280,9 +280,9 @@ class LlamaSession implements GenerationSession {
    * alternatives (when the session asked for logprobs; [] for logprobs 0). Returns 'stop' when a
    * stop id is sampled (not yielded) or the constraint allows nothing but stop ids; 'length' after
    * maxTokens tokens or when prompt + generated fills the context. A constraint's forced tokens are
-   * yielded with `forced: true` and count as generated tokens. Throws an AbortError at the next token once the session's signal aborts.
-   * Misuse (a closed session, a second sequence while one runs, bad options) throws from the
-   * first next().
+   * yielded with `forced: true` and count as generated tokens. Throws an AbortError at the next
+   * token once the session's signal aborts. Misuse (a closed session, a second sequence while one
+   * runs, bad options) throws from the first next().
    */
   async *sequence(options: SequenceOptions): AsyncGenerator<GeneratedToken, FinishReason, void> {
     if (this.closed) throw new Error('the session is closed');
