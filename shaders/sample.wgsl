@@ -2,9 +2,9 @@
 // is its CPU reference and documents the chain). One step of a sequence is a fixed series of
 // dispatches, chosen at encode time from the sequence's parameters:
 //
-//   prepare        (chunks)  z = processed logits (bias, penalties, min_tokens ban), stored as
-//                            order-preserving u32 keys; per chunk: raw max and sum of exp (for the
-//                            log-softmax), argmax of z, the chunk's top-N raw logits (logprobs)
+//   prepare        (chunks)  z = processed logits (the mask, bias, penalties, min_tokens ban),
+//                            stored as order-preserving u32 keys; per chunk: raw max and sum of exp
+//                            (for the log-softmax), argmax of z, the chunk's top-N raw logits
 //   reduce         (1 wg)    log-sum-exp of the raw logits, argmax of z, the top-N alternatives
 //                            into the record; greedy: the token is the argmax, done
 //   weigh          (chunks)  e = exp((z - max z) / T); per chunk: count of e > 0 and sum of e
@@ -31,9 +31,9 @@
 
 // The constants this shader shares with the sampler (CHUNK, QUADS_PER_CHUNK, CHUNK_WORKGROUP,
 // MAX_TOP, the history flags SEEN, BANNED and COUNT_MASK, STATE_WORDS, CHUNK_STRIDE, the sequence
-// flags HAS_BIAS and USES_HISTORY, DIGIT_ROUNDS, RECORD_WORDS) and WG, the invocations of the
-// single-workgroup passes, come from src/sampling/sample-layout.ts, prepended as a prelude. WG is
-// set from the vocabulary alone, so every adapter sums in the same order.
+// flags HAS_BIAS, USES_HISTORY and CONSTRAINED, DIGIT_ROUNDS, RECORD_WORDS) and WG, the
+// invocations of the single-workgroup passes, come from src/sampling/sample-layout.ts, prepended
+// as a prelude. WG is set from the vocabulary alone, so every adapter sums in the same order.
 
 // work[]: the state words, then CHUNK_STRIDE words per chunk, then the top-N merge lists.
 const S_MAX_RAW: u32 = 0u;      // f32
@@ -55,6 +55,9 @@ const S_CUT_KEY: u32 = 15u;     // survivors: key > cut, or key == cut and id <=
 const S_CUT_LAST: u32 = 16u;
 const S_TOKEN: u32 = 17u;
 
+/** No id: above every id, so any id wins a tie-break against it. */
+const NO_ID: u32 = 0xffffffffu;
+
 struct Sequence {
   vocab: u32,
   num_chunks: u32,
@@ -71,7 +74,7 @@ struct Sequence {
   key1: u32,
   stream: u32,       // Philox counter word 0: the choice index
   quads: u32,        // ceil(vocab / 4): where e starts in vals
-  flags: u32,        // HAS_BIAS | USES_HISTORY: skip the loads a sequence does not need
+  flags: u32,        // HAS_BIAS | USES_HISTORY: skip the loads a sequence does not need; CONSTRAINED: the masks apply
 }
 
 struct Step {
@@ -89,6 +92,10 @@ struct Step {
 @group(0) @binding(4) var<storage, read_write> vals: array<vec4<u32>>; // quads [0, Q): z keys; [Q, 2Q): e (f32 bits)
 @group(0) @binding(5) var<storage, read_write> work: array<u32>;
 @group(0) @binding(6) var<storage, read_write> records: array<u32>;
+// Structured output: per record slot, ceil(vocab / 32) words, bit id & 31 of word id >> 5 set for
+// the ids the step may pick. A disallowed id is treated as one past the vocabulary: key 0, never a
+// candidate, before anything else applies. The raw logprobs ignore it.
+@group(0) @binding(7) var<storage, read> masks: array<u32>;
 @group(1) @binding(0) var<storage, read> logits: array<f32>;
 @group(1) @binding(1) var<storage, read_write> token_out: array<u32>;
 
@@ -248,11 +255,15 @@ fn prepare_chunk(c: u32) {
   let banned_now = stp.step < seq.min_tokens;
   let use_bias = (seq.flags & HAS_BIAS) != 0u;
   let use_history = (seq.flags & USES_HISTORY) != 0u;
+  let constrained = (seq.flags & CONSTRAINED) != 0u;
+  let mask_base = stp.slot * ((seq.vocab + 31u) / 32u);
   let n_top = seq.n_top;
   let lane = vec4<u32>(0u, 1u, 2u, 3u);
   let last = seq.vocab - 1u;
   var best_key = vec4<u32>(0u);
   var best_id = vec4<u32>(start) + lane;
+  // The lowest allowed id per component (constrained): the chunk's argmax when no key is above 0.
+  var first_allowed = vec4<u32>(NO_ID);
   // Online log-sum-exp of the raw logits (NaN and -inf skipped): s = sum of exp(raw - m).
   var m = vec4<f32>(neg_inf());
   var s = vec4<f32>(0.0);
@@ -268,6 +279,13 @@ fn prepare_chunk(c: u32) {
     let valid = ids < vec4<u32>(end); // ids past the vocabulary keep key 0: never candidates
     let raw = vec4<f32>(logits[ids.x], logits[min(ids.y, last)], logits[min(ids.z, last)], logits[min(ids.w, last)]);
     var banned = !valid;
+    if (constrained) {
+      // The quad's four bits sit in one word: bits 4 (q & 7) .. 4 (q & 7) + 3 of word q >> 3.
+      let bits = vec4<u32>(masks[mask_base + (q >> 3u)] >> ((q & 7u) * 4u)) >> lane;
+      let allowed = valid & ((bits & vec4<u32>(1u)) != vec4<u32>(0u));
+      banned = !allowed;
+      first_allowed = min(first_allowed, select(vec4<u32>(NO_ID), ids, allowed));
+    }
     if (banned_now) { banned = banned | ((h & vec4<u32>(BANNED)) != vec4<u32>(0u)); }
     let keys = select(z_key4(processed4(raw, b, h)), vec4<u32>(0u), banned);
     let better = keys > best_key; // strict: the lowest id of a component wins its ties
@@ -317,7 +335,12 @@ fn prepare_chunk(c: u32) {
       if (m[j] > neg_inf()) { sc += s[j] * exp(m[j] - mc); }
     }
   }
-  if (key == 0u) { id = start; } // nothing finite in the chunk: as the scalar walk left it
+  if (key == 0u) {
+    // Nothing finite in the chunk: its first id, or its first allowed id (NO_ID: none), so that
+    // the argmax of a step whose allowed logits are all -inf or NaN is still an allowed id.
+    id = start;
+    if (constrained) { id = min(min(first_allowed.x, first_allowed.y), min(first_allowed.z, first_allowed.w)); }
+  }
   let base = chunk_base(c);
   setf(base, mc);
   setf(base + 1u, sc);
@@ -406,7 +429,8 @@ fn reduce_final() {
       gid = sh_id[i];
     }
   }
-  if (gkey == 0u) { gid = 0u; } // nothing finite: argmax is id 0, as on the CPU
+  // Nothing finite: the lowest (allowed) id, as on the CPU; id 0 when the mask allows nothing.
+  if (gid >= seq.vocab) { gid = 0u; }
   var gs = 0.0;
   if (gm > neg_inf()) {
     for (var i = 0u; i < WG; i++) {

@@ -1,6 +1,7 @@
 // The generation loop on the GPU: a session prefills the prompt once, then decodes sequences
 // (choices) from it one after another. Sampling runs on the GPU too (src/sampling/gpu-sampler.ts),
-// so decode steps follow each other without waiting for the CPU (decode-pipeline.ts).
+// so decode steps follow each other without waiting for the CPU (decode-pipeline.ts); a sequence
+// with a constraint (structured output) waits for each sampled token (constrained-decode.ts).
 //
 // KV cache sharing: the prompt's K/V sit at positions 0..P-1 and decode steps only write
 // positions >= P, so every sequence of a session reuses the prompt's K/V without copying: sequence
@@ -13,7 +14,8 @@ import { maxBufferBytes } from '../gpu/device.ts';
 import { logSumExp, scoreToken } from '../sampling/logprobs.ts';
 import { randomSeed } from '../sampling/random.ts';
 import { GpuSampler, RECORD_BYTES } from '../sampling/gpu-sampler.ts';
-import { decodeTokens, MAX_BATCH_STEPS, type DecodeResources } from './decode-pipeline.ts';
+import { decodeTokens, MAX_BATCH_STEPS, type DecodePlan, type DecodeResources } from './decode-pipeline.ts';
+import { decodeConstrained } from './constrained-decode.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { Scheduler, abortError } from './scheduler.ts';
 import {
@@ -276,10 +278,11 @@ class LlamaSession implements GenerationSession {
    * (index, step), the same on every adapter), its own penalty history, starting from the
    * prefill's logits. Yields each generated token with its logprob (always) and its top
    * alternatives (when the session asked for logprobs; [] for logprobs 0). Returns 'stop' when a
-   * stop id is sampled (not yielded); 'length' after maxTokens tokens or when prompt + generated
-   * fills the context. Throws an AbortError at the next token once the session's signal aborts.
-   * Misuse (a closed session, a second sequence while one runs, bad options) throws from the
-   * first next().
+   * stop id is sampled (not yielded) or the constraint allows nothing but stop ids; 'length' after
+   * maxTokens tokens or when prompt + generated fills the context. A constraint's forced tokens are
+   * yielded with `forced: true` and count as generated tokens. Throws an AbortError at the next
+   * token once the session's signal aborts. Misuse (a closed session, a second sequence while one
+   * runs, bad options) throws from the first next().
    */
   async *sequence(options: SequenceOptions): AsyncGenerator<GeneratedToken, FinishReason, void> {
     if (this.closed) throw new Error('the session is closed');
@@ -293,6 +296,7 @@ class LlamaSession implements GenerationSession {
       const maxSteps = Math.min(options.maxTokens, this.cache.capacity - P);
       if (maxSteps <= 0) return 'length';
       const stops = new Set(options.stopTokenIds);
+      const { constraint } = options;
       this.resources.sampler.beginSequence({
         params: sampling,
         promptTokens,
@@ -301,12 +305,13 @@ class LlamaSession implements GenerationSession {
         banned: options.stopTokenIds,
         minTokens: options.minTokens ?? 0,
         ...(logprobs !== undefined ? { logprobs } : {}),
+        ...(constraint ? { constrained: true } : {}),
       });
-      const tokens = decodeTokens(
-        this.resources,
-        { promptLength: P, maxSteps, prefillLogits: this.prefillLogits, logprobs },
-        () => this.checkLive(signal),
-      );
+      const plan: DecodePlan = { promptLength: P, maxSteps, prefillLogits: this.prefillLogits, logprobs };
+      const beforeSubmit = () => this.checkLive(signal);
+      const tokens = constraint
+        ? decodeConstrained(this.resources, { ...plan, constraint, stopTokenIds: options.stopTokenIds }, beforeSubmit)
+        : decodeTokens(this.resources, plan, beforeSubmit);
       let generated = 0;
       for await (const token of tokens) {
         this.checkLive(signal);
@@ -321,7 +326,10 @@ class LlamaSession implements GenerationSession {
         this.checkLive(signal);
       }
       this.checkLive(signal);
-      if (generated < maxSteps) throw new Error('the decode pipeline ended early'); // never: it runs maxSteps steps
+      if (generated < maxSteps) {
+        if (constraint) return 'stop'; // the constraint allows nothing more but stop ids: complete
+        throw new Error('the decode pipeline ended early'); // never: it runs maxSteps steps
+      }
       return 'length';
     } finally {
       this.running = false;

@@ -114,9 +114,11 @@ export interface SequenceOptions {
   /** Stop ids are not sampled before this many tokens were generated (vLLM `min_tokens`). */
   minTokens?: number;
   /**
-   * Structured output: every token comes from those the constraint allows (it is told each token;
-   * the caller disposes of it). The sequence ends with 'stop' when the constraint allows nothing but
-   * stop ids, or nothing at all: the structure is complete (no stop id is sampled then).
+   * Structured output: every token comes from those the constraint allows (it is told each sampled
+   * token; the caller disposes of it). Tokens it forces (jump-forward) are yielded with `forced:
+   * true`, with their logprobs as if sampled, and count toward maxTokens. The sequence ends with
+   * 'stop' when the constraint allows nothing but stop ids, or nothing at all, or forces a stop id:
+   * the structure is complete (no stop id is sampled then).
    */
   constraint?: TokenConstraint;
 }
@@ -126,8 +128,8 @@ export interface GenerationSession {
   readonly promptLogprobs: readonly (GeneratedToken | null)[] | undefined;
   /**
    * Decodes one sequence from the shared prefill; sequences run one after another. Returns 'stop'
-   * when a stop id is sampled (not yielded), 'length' after maxTokens tokens (0: none) or when
-   * prompt + generated tokens fill the context. Throws an AbortError at the next token once the
+   * when a stop id is sampled (not yielded) or the constraint ends the sequence, 'length' after
+   * maxTokens tokens (0: none) or when prompt + generated tokens fill the context. Throws an AbortError at the next token once the
    * session's signal aborts; misuse (a closed session, a second sequence while one runs) throws
    * from the first next().
    */

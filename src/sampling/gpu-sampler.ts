@@ -9,6 +9,10 @@
 // with the Philox number of (seed, stream, step) (philox.ts). Logprobs are the log-softmax of the
 // RAW logits. The shader's header explains the passes.
 //
+// Structured output: a constrained sequence (beginSequence's `constrained`) draws only among the
+// ids its step's mask allows (setMask, one mask per record slot), applied before everything else;
+// when every allowed id's processed logit is -inf or NaN, the step picks the lowest allowed id.
+//
 // Per-sequence state (the prompt's seen-mask and the generated counts, the bias, the parameters)
 // lives in GPU buffers written by beginSequence(); the counts are updated by the GPU itself as
 // tokens are sampled.
@@ -23,6 +27,7 @@ import type { GeneratedToken, SamplingParams, TokenLogprob } from './types.ts';
 import { philoxKey } from './philox.ts';
 import {
   MAX_WG,
+  maskWordsFor,
   SAMPLE_CONSTANTS,
   SAMPLE_SEQUENCE_PARAMS,
   SAMPLE_STEP_PARAMS,
@@ -43,6 +48,8 @@ export interface GpuSequenceSetup {
   minTokens: number;
   /** Top alternatives per token (0..20); undefined = none. */
   logprobs?: number;
+  /** Each step draws only among the ids its record slot's mask allows (setMask). */
+  constrained?: boolean;
 }
 
 export interface GpuSamplerOptions {
@@ -57,7 +64,7 @@ export interface GpuSamplerOptions {
   pipelines?: PipelineCache;
 }
 
-const { CHUNK, CHUNK_WORKGROUP, STATE_WORDS, CHUNK_STRIDE, SEEN, BANNED, HAS_BIAS, USES_HISTORY, DIGIT_ROUNDS, RECORD_WORDS } = SAMPLE_CONSTANTS;
+const { CHUNK, CHUNK_WORKGROUP, STATE_WORDS, CHUNK_STRIDE, SEEN, BANNED, HAS_BIAS, USES_HISTORY, CONSTRAINED, DIGIT_ROUNDS, RECORD_WORDS } = SAMPLE_CONSTANTS;
 
 /** Most top alternatives a record holds (the API's logprobs maximum). */
 export const MAX_TOP_LOGPROBS = SAMPLE_CONSTANTS.MAX_TOP;
@@ -82,8 +89,9 @@ type EntryPoint = (typeof PASS_ENTRY_POINTS)[number] | 'fused';
 
 /**
  * The bindings of sample.wgsl: group 0 the sampler's state (binding 1, the step parameters, at
- * the record slot's offset), group 1 the logits and where the token goes. Explicit, so that one
- * bind group serves every entry point.
+ * the record slot's offset; binding 7, the masks), group 1 the logits and where the token goes.
+ * Explicit, so that one bind group serves every entry point. Eight storage buffers: every device's
+ * maxStorageBuffersPerShaderStage, so another one must share a buffer.
  */
 const SAMPLE_LAYOUT: ShaderSpec['layout'] = [
   [
@@ -94,6 +102,7 @@ const SAMPLE_LAYOUT: ShaderSpec['layout'] = [
     { type: 'storage' },
     { type: 'storage' },
     { type: 'storage' },
+    { type: 'read-only-storage' },
   ],
   [{ type: 'read-only-storage' }, { type: 'storage' }],
 ];
@@ -108,7 +117,7 @@ function sampleSpec(entryPoint: EntryPoint, wg: number): ShaderSpec {
 /** How a sequence's steps are recorded (decided by its parameters, at beginSequence). */
 interface StepShape {
   greedy: boolean;
-  /** Greedy on the raw logits (no bias, penalties or min_tokens ban) and no top alternatives asked. */
+  /** Greedy on the raw logits (no mask, bias, penalties or min_tokens ban) and no top alternatives asked. */
   plainGreedy: boolean;
   /** Radix selections per step: top_k, top_p, or both. */
   selections: number;
@@ -126,6 +135,8 @@ export class GpuSampler {
   private readonly bias: GPUBuffer;
   private readonly values: GPUBuffer;
   private readonly work: GPUBuffer;
+  /** recordSlots masks of maskWords u32 each. */
+  private readonly masks: GPUBuffer;
   private readonly stateGroup: GPUBindGroup;
   private readonly ioGroups = new Map<GPUBuffer, Map<GPUBuffer, GPUBindGroup>>();
   private readonly ioLayout: GPUBindGroupLayout;
@@ -137,6 +148,8 @@ export class GpuSampler {
   private sequenceLogprobs: number | undefined;
   /** One dispatch per step (small vocabularies), else one per pass. */
   readonly fused: boolean;
+  /** Words of one mask: ceil(vocabSize / 32) (setMask; TokenConstraint.maskWords). */
+  readonly maskWords: number;
   private oneShot: { token: GPUBuffer; staging: GPUBuffer } | null = null;
 
   private constructor(
@@ -149,6 +162,7 @@ export class GpuSampler {
     this.device = device;
     this.numChunks = Math.ceil(vocabSize / CHUNK);
     this.quads = Math.ceil(vocabSize / 4);
+    this.maskWords = maskWordsFor(vocabSize);
     this.fused = 'fused' in pipelines;
     // Every entry point has the same explicit layout: any pipeline's bind group layouts serve all.
     const anyPipeline = (pipelines.fused ?? pipelines.prepare)!;
@@ -166,6 +180,7 @@ export class GpuSampler {
     this.values = storage('sampler_values', 2 * this.quads * 16);
     this.work = storage('sampler_work', (STATE_WORDS + this.numChunks * CHUNK_STRIDE + MAX_WG * MAX_TOP_LOGPROBS) * 4, GPUBufferUsage.COPY_SRC);
     this.records = storage('sampler_records', recordSlots * RECORD_BYTES, GPUBufferUsage.COPY_SRC);
+    this.masks = storage('sampler_masks', recordSlots * this.maskWords * 4);
     this.historyHost = new Uint32Array(this.quads * 4);
     this.biasHost = new Float32Array(this.quads * 4);
     this.stateGroup = device.createBindGroup({
@@ -179,6 +194,7 @@ export class GpuSampler {
         { binding: 4, resource: { buffer: this.values } },
         { binding: 5, resource: { buffer: this.work } },
         { binding: 6, resource: { buffer: this.records } },
+        { binding: 7, resource: { buffer: this.masks } },
       ],
     });
   }
@@ -230,7 +246,8 @@ export class GpuSampler {
     const presence = Math.fround(params.presencePenalty ?? 0);
     const frequency = Math.fround(params.frequencyPenalty ?? 0);
     const usesHistory = repetition !== 1 || presence !== 0 || frequency !== 0 || (setup.minTokens > 0 && setup.banned.length > 0);
-    const flags = (params.logitBias && params.logitBias.size > 0 ? HAS_BIAS : 0) | (usesHistory ? USES_HISTORY : 0);
+    const flags =
+      (params.logitBias && params.logitBias.size > 0 ? HAS_BIAS : 0) | (usesHistory ? USES_HISTORY : 0) | (setup.constrained ? CONSTRAINED : 0);
     const sequence = SAMPLE_SEQUENCE_PARAMS.pack({
       vocab: V,
       num_chunks: this.numChunks,
@@ -266,8 +283,20 @@ export class GpuSampler {
   }
 
   /**
+   * Sets the mask of record slot `slot` (maskWords words: bit `id & 31` of word `id >> 5`, 1 =
+   * allowed; bits past the vocabulary are ignored) for a constrained sequence's next step there.
+   * A queue write at call time, as encode()'s step parameters: call it before submitting the step
+   * that uses the slot, after submitting the one before it that used it.
+   */
+  setMask(slot: number, mask: Uint32Array): void {
+    if (!(Number.isInteger(slot) && slot >= 0 && slot < this.recordSlots)) throw new RangeError(`slot must be in 0..${this.recordSlots - 1}, got ${slot}`);
+    if (mask.length !== this.maskWords) throw new RangeError(`a mask has ${this.maskWords} words, got ${mask.length}`);
+    this.device.queue.writeBuffer(this.masks, slot * this.maskWords * 4, mask.buffer, mask.byteOffset, mask.byteLength);
+  }
+
+  /**
    * Whether the current sequence's tokens are the argmax of the raw logits (the lowest id on
-   * ties), with no top alternatives to record: then a decode step may pick them itself
+   * ties; never for a constrained sequence), with no top alternatives to record: then a decode step may pick them itself
    * (DecodeStep.greedy), with the same id and the logprob up to rounding (its sum runs in
    * another order).
    */
@@ -384,7 +413,7 @@ export class GpuSampler {
   }
 
   destroy(): void {
-    for (const buffer of [this.sequenceParams, this.stepParams, this.history, this.bias, this.values, this.work, this.records]) buffer.destroy();
+    for (const buffer of [this.sequenceParams, this.stepParams, this.history, this.bias, this.values, this.work, this.records, this.masks]) buffer.destroy();
     if (this.oneShot) {
       this.oneShot.token.destroy();
       this.oneShot.staging.destroy();

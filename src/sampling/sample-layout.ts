@@ -23,9 +23,10 @@ export const SAMPLE_CONSTANTS = {
   /** work[]: STATE_WORDS state words, then CHUNK_STRIDE words per chunk, then the top-N merge lists. */
   STATE_WORDS: 64,
   CHUNK_STRIDE: 32,
-  /** Sequence.flags: skip the loads a sequence does not need. */
+  /** Sequence.flags: skip the loads a sequence does not need; CONSTRAINED: the record slot's mask applies. */
   HAS_BIAS: 1,
   USES_HISTORY: 2,
+  CONSTRAINED: 4,
   /** Radix-select rounds per selection: 4 bits of the 32-bit key a round. */
   DIGIT_ROUNDS: 8,
   /** A record: id, logprob, count, 0, then MAX_TOP x (id, logprob). */
@@ -38,6 +39,11 @@ export const SAMPLE_CONSTANTS = {
  * the same order.
  */
 export const MAX_WG = 256;
+
+/** Words of one allowed-token mask (a bit an id) over `vocab` ids: what sample.wgsl computes from seq.vocab. */
+export function maskWordsFor(vocab: number): number {
+  return Math.ceil(vocab / 32);
+}
 
 /** The workgroup of the single-workgroup passes for `chunks` chunks. */
 export function sampleWorkgroup(chunks: number): number {

@@ -1,6 +1,7 @@
 // Turning a step's logits into the next token, on the CPU. The chain, in this exact order (the
 // API's, documented in docs/api.md, "Sampling order"):
 //
+//   0. mask                structured output: ids the mask disallows get -Infinity (mask.ts)
 //   1. logit_bias          logit[id] += bias[id]
 //   2. repetition penalty  each distinct token of prompt + generated: logit > 0 ? logit / p : logit * p
 //   3. presence/frequency  logit[j] -= c[j] * frequency + (c[j] > 0) * presence  (c: generated counts)
@@ -20,17 +21,22 @@
 // penalties; the probabilities here are float64, so the two can differ only where a decision sits
 // within rounding of its boundary.
 //
-// Steps 1-3 live in penalties.ts, 5-8 in truncation.ts (beside this file, in test/reference/).
+// When no id keeps a finite logit, greedy and the draw pick id 0, or with a mask the lowest id it
+// allows (so a constrained step always picks an allowed id when there is one).
+//
+// Step 0 lives in mask.ts, 1-3 in penalties.ts, 5-8 in truncation.ts (beside this file, in
+// test/reference/).
 // Logprobs (src/sampling/logprobs.ts) are computed from the raw logits, before any of this.
 import type { SamplingParams } from '../../src/sampling/types.ts';
 import { applyLogitBias, applyPresenceFrequency, applyRepetitionPenalty, TokenHistory } from './penalties.ts';
 import type { RandomStream } from '../../src/sampling/random.ts';
 import { argmax, drawToken, DrawScratch } from './truncation.ts';
+import { applyMask, lowestAllowed, type TokenMask } from './mask.ts';
 
 export { argmax } from './truncation.ts';
 
 /**
- * Steps 1-3 and the min_tokens ban: the logits the draw sees, written to `out` (float32 values,
+ * Steps 0-3 and the min_tokens ban: the logits the draw sees, written to `out` (float32 values,
  * as the GPU sampler computes them). `raw` is left untouched.
  */
 export function processLogits(
@@ -39,8 +45,10 @@ export function processLogits(
   history: TokenHistory | null,
   banned: Iterable<number> | null = null,
   out: Float64Array = new Float64Array(raw.length),
+  mask: TokenMask | null = null,
 ): Float64Array {
   for (let i = 0; i < raw.length; i++) out[i] = Math.fround(raw[i]);
+  if (mask) applyMask(out, mask);
   applyLogitBias(out, params.logitBias);
   if (history) {
     applyRepetitionPenalty(out, history.seen, params.repetitionPenalty ?? 1);
@@ -50,10 +58,12 @@ export function processLogits(
   return out;
 }
 
-/** Steps 4-8 on processed logits. */
-export function pickToken(logits: Float64Array, params: SamplingParams, random: RandomStream, scratch?: DrawScratch): number {
-  if (params.temperature === 0) return argmax(logits);
-  return drawToken(logits, params, random, scratch);
+/** Steps 4-8 on processed logits; `mask`: the one step 0 applied (it picks when nothing is finite). */
+export function pickToken(logits: Float64Array, params: SamplingParams, random: RandomStream, scratch?: DrawScratch, mask: TokenMask | null = null): number {
+  const id = params.temperature === 0 ? argmax(logits) : drawToken(logits, params, random, scratch);
+  // Both fall back to argmax, id 0, when no logit is finite (+Infinity is, for this).
+  if (mask && !(logits[id] > -Infinity)) return lowestAllowed(mask, logits.length);
+  return id;
 }
 
 /** The whole chain for one step without history (no repetition/presence/frequency state). */
@@ -81,10 +91,13 @@ export class SequenceSampler {
     this.scratch = params.temperature === 0 ? undefined : new DrawScratch(vocabSize);
   }
 
-  /** The next token from this step's raw logits; `banned` ids (stop ids before min_tokens) cannot be picked. */
-  sample(raw: ArrayLike<number>, banned: Iterable<number> | null = null): number {
-    const x = processLogits(raw, this.params, this.history, banned, this.work);
-    return pickToken(x, this.params, this.random, this.scratch);
+  /**
+   * The next token from this step's raw logits; `banned` ids (stop ids before min_tokens) cannot
+   * be picked, nor ids `mask` disallows (structured output).
+   */
+  sample(raw: ArrayLike<number>, banned: Iterable<number> | null = null, mask: TokenMask | null = null): number {
+    const x = processLogits(raw, this.params, this.history, banned, this.work, mask);
+    return pickToken(x, this.params, this.random, this.scratch, mask);
   }
 
   /** Records the token the sequence went on with (it counts for the penalties from now on). */

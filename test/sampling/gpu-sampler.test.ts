@@ -2,7 +2,8 @@
 // same Philox numbers: greedy and every truncation combination, penalties, logit_bias, min_tokens
 // bans, ties, -Infinity and NaN logits, vocabularies that are not multiples of the chunk, one of
 // 128256; logprobs and top alternatives; penalty state across steps and sequences; seeded
-// reproducibility; and the distribution of many draws.
+// reproducibility; the distribution of many draws; and the allowed-token masks of structured
+// output, which come before all of it.
 //
 // The CPU computes probabilities in float64 and the GPU in float32 with its own exp, so a
 // decision that sits within rounding of its boundary (u at a cumulative mass, the top_p mass at
@@ -15,8 +16,9 @@ import { GpuSampler, readRecord, RECORD_BYTES } from '../../src/sampling/gpu-sam
 import { scoreToken } from '../../src/sampling/logprobs.ts';
 import { TokenHistory } from '../reference/penalties.ts';
 import { createRandomStream } from '../../src/sampling/random.ts';
-import { processLogits } from '../reference/sampler.ts';
+import { pickToken, processLogits } from '../reference/sampler.ts';
 import { argmax, candidates, drawToken } from '../reference/truncation.ts';
+import { isAllowed, maskOf, type TokenMask } from '../reference/mask.ts';
 import { testGpu } from '../helpers/gpu.ts';
 import { mulberry32 } from '../helpers/prng.ts';
 
@@ -34,17 +36,23 @@ const DRAW_MARGIN = 1e-6;
 const params = (p: Partial<SamplingParams>): SamplingParams => ({ temperature: 1, topP: 1, ...p });
 
 /** The CPU's token for one step, and whether any decision was within rounding of its boundary. */
-function reference(raw: Float32Array, p: SamplingParams, history: TokenHistory, banned: number[] | null, u: number): { id: number; marginal: boolean } {
-  const x = processLogits(raw, p, history, banned);
+function reference(
+  raw: Float32Array,
+  p: SamplingParams,
+  history: TokenHistory,
+  banned: number[] | null,
+  u: number,
+  mask: TokenMask | null = null,
+): { id: number; marginal: boolean } {
+  const x = processLogits(raw, p, history, banned, undefined, mask);
   const finite = Array.from(x.keys()).filter((id) => x[id] > -Infinity);
   const nearTie = (a: number, b: number) => a !== b && Math.abs(a - b) <= MARGIN * Math.max(1, Math.abs(a));
   const order = finite.sort((a, b) => x[b] - x[a] || a - b);
+  const id = pickToken(x, p, { next: () => u }, undefined, mask);
   if (p.temperature === 0) {
-    const id = argmax(x);
     const second = order.find((j) => x[j] !== x[id]);
     return { id, marginal: second !== undefined && nearTie(x[id], x[second]) };
   }
-  const id = drawToken(x, p, { next: () => u });
   let marginal = false;
   let kept = order;
   const k = p.topK ?? 0;
@@ -76,7 +84,7 @@ function reference(raw: Float32Array, p: SamplingParams, history: TokenHistory, 
 }
 
 function expectClose(actual: number, expected: number, what: string): void {
-  if (expected === -Infinity) expect(actual, what).toBe(-Infinity);
+  if (expected === -Infinity || Number.isNaN(expected)) expect(actual, what).toBe(expected);
   else expect(Math.abs(actual - expected), `${what}: ${actual} vs ${expected}`).toBeLessThan(1e-5);
 }
 
@@ -130,27 +138,54 @@ async function compareSequence(
   logitsBuffer: GPUBuffer,
   makeLogits: (step: number) => Float32Array,
   p: SamplingParams,
-  options: { seed: number; stream: number; prompt: number[]; banned: number[]; minTokens: number; logprobs: number | undefined; steps: number; what: string },
+  options: {
+    seed: number;
+    stream: number;
+    prompt: number[];
+    banned: number[];
+    minTokens: number;
+    logprobs: number | undefined;
+    steps: number;
+    what: string;
+    /** Structured output: the step's mask (it may also change the step's logits: `raw` is the step's own copy). */
+    mask?: (step: number, raw: Float32Array) => TokenMask;
+  },
 ): Promise<[number, number]> {
   const V = sampler.vocabSize;
-  sampler.beginSequence({ params: p, promptTokens: options.prompt, seed: options.seed, stream: options.stream, banned: options.banned, minTokens: options.minTokens, ...(options.logprobs !== undefined ? { logprobs: options.logprobs } : {}) });
+  const constrained = options.mask !== undefined;
+  sampler.beginSequence({
+    params: p,
+    promptTokens: options.prompt,
+    seed: options.seed,
+    stream: options.stream,
+    banned: options.banned,
+    minTokens: options.minTokens,
+    ...(options.logprobs !== undefined ? { logprobs: options.logprobs } : {}),
+    ...(constrained ? { constrained } : {}),
+  });
+  if (constrained) expect(sampler.plainGreedy).toBe(false);
   const history = new TokenHistory(V, options.prompt);
   const random = createRandomStream(options.seed, options.stream);
   let compared = 0;
   let marginal = 0;
   for (let step = 0; step < options.steps; step++) {
-    const raw = makeLogits(step);
+    const raw = makeLogits(step).slice();
+    const slot = step % sampler.recordSlots;
+    const mask = options.mask?.(step, raw) ?? null;
+    if (mask) sampler.setMask(slot, mask);
     uploadF32(ctx.device, logitsBuffer, raw);
-    const token = await sampler.sample(logitsBuffer, step, step % sampler.recordSlots);
+    const token = await sampler.sample(logitsBuffer, step, slot);
     const what = `${options.what} step ${step}`;
     const banned = step < options.minTokens ? options.banned : null;
-    const ref = reference(raw, p, history, banned, random.at(step));
+    const ref = reference(raw, p, history, banned, random.at(step), mask);
+    if (mask) expect(isAllowed(mask, token.id) && token.id < V, `${what}: ${token.id} is not allowed`).toBe(true);
     if (ref.marginal) marginal++;
     else {
       compared++;
       expect(token.id, what).toBe(ref.id);
     }
-    if (banned) expect(banned, what).not.toContain(token.id);
+    // A mask that allows only banned ids (or none with a finite logit otherwise) has one of them picked.
+    if (banned && !(mask && banned.includes(ref.id))) expect(banned, what).not.toContain(token.id);
     expectScores(token, raw, options.logprobs, what);
     history.accept(token.id); // the CPU follows the GPU's token, so a marginal step does not fork them
   }
@@ -232,6 +267,137 @@ describe('the GPU sampler equals the CPU chain', () => {
     expect(compared).toBeGreaterThanOrEqual(5);
     sampler.destroy();
     buffer.destroy();
+  });
+});
+
+/**
+ * A step's mask (structured output); some kinds also change the step's logits. Every mask sets the
+ * bits of its last word past the vocabulary: they must be ignored.
+ */
+type MaskKind = (V: number, next: () => number, raw: Float32Array, step: number, stop: number) => TokenMask;
+const someId = (V: number, next: () => number) => Math.floor(next() * V);
+const ids = (V: number, keep: (id: number) => boolean) => Array.from({ length: V }, (_, id) => id).filter(keep);
+const MASKS: Record<string, MaskKind> = {
+  dense: (V, next) => maskOf(V, ids(V, () => next() < 0.8)),
+  sparse: (V, next) => maskOf(V, [someId(V, next), ...ids(V, () => next() < 0.03)]),
+  'one id': (V, next) => maskOf(V, [someId(V, next)]),
+  // Allowed ids with -inf or NaN logits: some of them at even steps, all of them at odd ones.
+  'dead logits': (V, next, raw, step) => {
+    const allowed = Array.from({ length: 6 }, () => someId(V, next));
+    allowed.forEach((id, i) => {
+      if (step % 2 === 1 || i % 2 === 0) raw[id] = i % 3 === 0 ? NaN : -Infinity;
+    });
+    return maskOf(V, allowed);
+  },
+  'last word': (V, next) => {
+    const first = Math.floor((V - 1) / 32) * 32;
+    return maskOf(V, [V - 1, ...ids(V, (id) => id >= first && next() < 0.5)]);
+  },
+  // min_tokens bans the stop id for the first steps: the one allowed id is picked even so.
+  'stop only': (V, _next, _raw, _step, stop) => maskOf(V, [stop]),
+  // The ids the bias configurations push far down, and one more.
+  biased: (V, next) => maskOf(V, [1, 2, 7, V - 1, someId(V, next)]),
+};
+
+function withBitsPastVocabulary(mask: TokenMask, V: number): TokenMask {
+  if (V % 32 !== 0) mask[mask.length - 1] |= ~0 << V % 32;
+  return mask;
+}
+
+describe('allowed-token masks (structured output)', () => {
+  const configs: [string, Partial<SamplingParams>, number | undefined][] = [
+    ...CONFIGS,
+    // Finite but huge: candidates still, below every other allowed id.
+    ['huge negative bias', { temperature: 0.9, topK: 3, logitBias: new Map([[1, -3e38], [7, -3e38], [2, -1e38]]) }, 2],
+    ['greedy huge negative bias', { temperature: 0, logitBias: new Map([[1, -3e38], [7, -3e38], [2, -1e38]]) }, undefined],
+  ];
+  for (const [V, fused] of [[300, true], [1000, false], [4099, true], [333, false]] as const) {
+    it(`the GPU equals the CPU chain masked first, and draws only allowed ids: vocabulary ${V} (${fused ? 'one dispatch' : 'one dispatch per pass'})`, async () => {
+      const sampler = await GpuSampler.create(ctx, V, { recordSlots: 2, fused });
+      expect(sampler.maskWords).toBe(Math.ceil(V / 32));
+      const buffer = logitsBufferFor(V);
+      const generators = Object.values(GENERATORS);
+      let compared = 0;
+      let marginal = 0;
+      let seed = 10 * V;
+      for (const [k, [kind, makeMask]] of Object.entries(MASKS).entries()) {
+        for (const [name, config, logprobs] of configs) {
+          seed++;
+          const next = mulberry32(seed);
+          const make = generators[k % generators.length];
+          const base = make(V, next);
+          const p = params(config);
+          if (name === 'penalties') p.logitBias = new Map([[1, 3], [2, -2], [V - 1, -100], [7, 0.25]]);
+          const stop = argmax(base);
+          const [c, m] = await compareSequence(sampler, buffer, (step) => (step === 0 ? base : make(V, next)), p, {
+            seed: seed * 31 + 7,
+            stream: seed % 3,
+            prompt: [0, 4, 9, stop],
+            banned: [stop, 2],
+            minTokens: 2,
+            logprobs,
+            steps: 3,
+            what: `${kind} mask, ${name}, V=${V}`,
+            mask: (step, raw) => withBitsPastVocabulary(makeMask(V, next, raw, step, stop), V),
+          });
+          compared += c;
+          marginal += m;
+        }
+      }
+      expect(compared).toBeGreaterThan(250);
+      expect(marginal).toBeLessThanOrEqual(Math.ceil(0.06 * (compared + marginal)));
+      sampler.destroy();
+      buffer.destroy();
+    });
+  }
+
+  it('when every allowed logit is -inf or NaN, greedy and sampled steps pick the lowest allowed id, across chunks', async () => {
+    const V = 300;
+    const allowed = [290, 131, 200, 131 + 128];
+    for (const fused of [true, false]) {
+      const sampler = await GpuSampler.create(ctx, V, { recordSlots: 1, fused });
+      const buffer = logitsBufferFor(V);
+      const raw = GENERATORS.smooth(V, mulberry32(5));
+      allowed.forEach((id, i) => (raw[id] = i % 2 ? NaN : -Infinity));
+      uploadF32(ctx.device, buffer, raw);
+      for (const config of [{ temperature: 0 }, { temperature: 1 }, { temperature: 0.5, topK: 2, topP: 0.5, minP: 0.1 }, { temperature: 0, presencePenalty: 1 }]) {
+        sampler.beginSequence({ params: params(config), promptTokens: [], seed: 3, stream: 0, banned: [], minTokens: 0, constrained: true });
+        sampler.setMask(0, maskOf(V, allowed));
+        for (let step = 0; step < 2; step++) expect((await sampler.sample(buffer, step)).id, `${JSON.stringify(config)} fused ${fused}`).toBe(131);
+      }
+      // The same logits unconstrained: an id the mask did not allow.
+      sampler.beginSequence({ params: params({ temperature: 0 }), promptTokens: [], seed: 3, stream: 0, banned: [], minTokens: 0 });
+      expect(allowed).not.toContain((await sampler.sample(buffer, 0)).id);
+      sampler.destroy();
+      buffer.destroy();
+    }
+  });
+
+  it('each record slot has its own mask, read at its own step', async () => {
+    const V = 97;
+    const slots = 4;
+    const sampler = await GpuSampler.create(ctx, V, { recordSlots: slots });
+    const buffer = logitsBufferFor(V);
+    uploadF32(ctx.device, buffer, GENERATORS.smooth(V, mulberry32(9)));
+    const token = ctx.device.createBuffer({ size: 4, usage: GPUBufferUsage.STORAGE });
+    const staging = ctx.device.createBuffer({ size: slots * RECORD_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    sampler.beginSequence({ params: params({ temperature: 0 }), promptTokens: [], seed: 0, stream: 0, banned: [], minTokens: 0, constrained: true });
+    const want = [5, 96, 40, 64];
+    const encoder = ctx.device.createCommandEncoder();
+    for (let slot = 0; slot < slots; slot++) {
+      sampler.setMask(slot, maskOf(V, [want[slot]]));
+      sampler.encode(encoder, buffer, slot, token, slot);
+    }
+    encoder.copyBufferToBuffer(sampler.records, 0, staging, 0, slots * RECORD_BYTES);
+    ctx.device.queue.submit([encoder.finish()]);
+    await staging.mapAsync(GPUMapMode.READ);
+    const bytes = staging.getMappedRange().slice(0);
+    staging.unmap();
+    expect(want.map((_, slot) => readRecord(bytes, slot, undefined).id)).toEqual(want);
+    expect(() => sampler.setMask(slots, maskOf(V, [1]))).toThrow(RangeError);
+    expect(() => sampler.setMask(0, new Uint32Array(3))).toThrow(RangeError);
+    sampler.destroy();
+    for (const b of [buffer, token, staging]) b.destroy();
   });
 });
 

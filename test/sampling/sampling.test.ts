@@ -7,6 +7,7 @@ import { applyLogitBias, applyPresenceFrequency, applyRepetitionPenalty, TokenHi
 import { createRandomStream, type RandomStream } from '../../src/sampling/random.ts';
 import { processLogits, sampleToken, SequenceSampler } from '../reference/sampler.ts';
 import { argmax, candidates, drawToken, selectNucleus, selectTop, type DrawSettings } from '../reference/truncation.ts';
+import { allowedIds, maskOf } from '../reference/mask.ts';
 
 /** A "random" stream that returns the given numbers, to pin the draw's u exactly. */
 function fixed(...us: number[]): RandomStream & { used: number } {
@@ -436,5 +437,25 @@ describe('a sequence sampler', () => {
     const s = new SequenceSampler(3, params({ temperature: 1, logitBias: new Map([[1, 100]]) }), [], createRandomStream(1));
     for (let i = 0; i < 20; i++) expect(s.sample([0, 0, 0], new Set([1]))).not.toBe(1);
     expect(s.sample([0, 0, 0])).toBe(1);
+  });
+
+  it('a mask comes first: disallowed ids are out whatever the bias; with no allowed id finite, the lowest allowed is picked', () => {
+    const mask = maskOf(40, [3, 33, 39]);
+    expect(allowedIds(mask, 40)).toEqual([3, 33, 39]);
+    const raw = Array.from({ length: 40 }, (_, id) => id / 10);
+    const biased = params({ temperature: 0, logitBias: new Map([[5, 100], [39, -10]]) });
+    // Disallowed ids are -Infinity before the bias: 5's +100 does not bring it back.
+    const x = processLogits(raw, biased, null, null, undefined, mask);
+    expect(x[5]).toBe(-Infinity);
+    expect(x[39]).toBe(Math.fround(Math.fround(3.9) - 10));
+    const greedy = new SequenceSampler(40, biased, [], fixed());
+    expect(greedy.sample(raw, null, mask)).toBe(33);
+    const sampled = new SequenceSampler(40, params({ temperature: 1 }), [], createRandomStream(2));
+    for (let i = 0; i < 20; i++) expect([3, 33, 39]).toContain(sampled.sample(raw, null, mask));
+    const dead = raw.map((v, id) => ([3, 33, 39].includes(id) ? (id === 33 ? NaN : -Infinity) : v));
+    expect(greedy.sample(dead, null, mask)).toBe(3);
+    expect(sampled.sample(dead, null, mask)).toBe(3);
+    // A stop id banned by min_tokens is still picked when it is the only allowed id.
+    expect(greedy.sample(raw, new Set([33]), maskOf(40, [33]))).toBe(33);
   });
 });
