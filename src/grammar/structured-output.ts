@@ -1,43 +1,28 @@
 // Structured output: what a request may constrain its output to, compiled into grammars for one
 // model's vocabulary, and the per-sequence constraints (sampling/types.ts TokenConstraint) that the
 // generation loop applies. The grammar engine is XGrammar (@mlc-ai/web-xgrammar), loaded only when a
-// request first asks for structure.
+// request first asks for structure (xgrammar.ts). The entry of the grammar layer: the rest of the
+// runtime imports this module only.
 // Browser code: nothing here may import Node modules.
 import type { TokenConstraint } from '../sampling/types.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
+import { GrammarConstraint } from './constraint.ts';
+import { JumpForwardTokens } from './jump-forward.ts';
+import { modelGrammars } from './model-grammars.ts';
+import { prepareOutput } from './prepare.ts';
+import type { StructuredOutput } from './types.ts';
 
-/** How JSON output may place whitespace between its tokens. */
-export type JsonWhitespace =
-  /** One line, `, ` and `: ` between items (Python's json.dumps): no room for runaway whitespace. */
-  | { kind: 'compact' }
-  /** Any JSON whitespace, at most `maxRun` characters in a row (default: unbounded). */
-  | { kind: 'any'; maxRun?: number };
-
-/** A structure a request may ask its output to have. */
-export type StructuredOutput =
-  /** JSON valid against a JSON schema (an object, or true / false). */
-  | { type: 'json_schema'; schema: Record<string, unknown> | boolean; whitespace: JsonWhitespace }
-  /** Any JSON object. */
-  | { type: 'json_object'; whitespace: JsonWhitespace }
-  /** Text matching a regular expression, whole. */
-  | { type: 'regex'; pattern: string }
-  /** Exactly one of these strings. */
-  | { type: 'choice'; choices: readonly string[] }
-  /** Text of an EBNF grammar (XGrammar's dialect, which takes llama.cpp's GBNF) from rule `root`. */
-  | { type: 'grammar'; grammar: string }
-  /** An XGrammar structural tag (the JSON object form): tool calls in a model's own format. */
-  | { type: 'structural_tag'; tag: Record<string, unknown> };
-
-/** The request's structure cannot be compiled: its message says why (the API answers 400). */
-export class StructuredOutputError extends Error {
-  override name = 'StructuredOutputError';
-}
+export { StructuredOutputError } from './types.ts';
+export type { JsonWhitespace, StructuredOutput } from './types.ts';
 
 /** A structure compiled for one model's vocabulary, cached; each sequence gets its own constraint from it. */
 export interface CompiledStructuredOutput {
   /** A fresh constraint for one sequence; `stopTokenIds` end the structure once it is complete. */
   createConstraint(stopTokenIds: readonly number[]): Promise<TokenConstraint>;
 }
+
+/** The largest vocabulary taken (XGrammar keeps a bitset and a string per id). */
+const MAX_VOCAB_SIZE = 1 << 22;
 
 /**
  * Compiles `output` for the tokenizer's first `vocabSize` ids (the sampler's), through a bounded
@@ -49,8 +34,29 @@ export async function compileStructuredOutput(
   vocabSize: number,
   output: StructuredOutput,
 ): Promise<CompiledStructuredOutput> {
-  void tokenizer;
-  void vocabSize;
-  void output;
-  throw new StructuredOutputError('structured output is not built yet');
+  if (!Number.isInteger(vocabSize) || vocabSize < 1 || vocabSize > MAX_VOCAB_SIZE) {
+    throw new RangeError(`vocabSize must be an integer from 1 to ${MAX_VOCAB_SIZE}, not ${vocabSize}`);
+  }
+  const prepared = prepareOutput(output);
+  const model = await modelGrammars(tokenizer, vocabSize);
+  await model.compile(prepared);
+  return {
+    async createConstraint(stopTokenIds) {
+      const stops = [...new Set(stopTokenIds)];
+      const outside = stops.find((id) => !Number.isInteger(id) || id < 0 || id >= vocabSize);
+      if (outside !== undefined) throw new RangeError(`stop token id ${outside} is outside the vocabulary (0..${vocabSize - 1})`);
+      const matcher = await model.matcher(prepared);
+      return new GrammarConstraint(matcher, vocabSize, model.emptyIds, stops, jumpForwardTokens(tokenizer, vocabSize));
+    },
+  };
+}
+
+const jumpForwards = new WeakMap<TextTokenizer, Map<number, JumpForwardTokens>>();
+
+function jumpForwardTokens(tokenizer: TextTokenizer, vocabSize: number): JumpForwardTokens {
+  let bySize = jumpForwards.get(tokenizer);
+  if (!bySize) jumpForwards.set(tokenizer, (bySize = new Map()));
+  let tokens = bySize.get(vocabSize);
+  if (!tokens) bySize.set(vocabSize, (tokens = new JumpForwardTokens(tokenizer, vocabSize)));
+  return tokens;
 }
