@@ -1,28 +1,31 @@
 // Structured output: what a request may constrain its output to, compiled into grammars for one
 // model's vocabulary, and the per-sequence constraints (sampling/types.ts TokenConstraint) that the
-// generation loop applies. The grammar engine is XGrammar (@mlc-ai/web-xgrammar), loaded only when a
-// request first asks for structure (xgrammar.ts). The entry of the grammar layer: the rest of the
-// runtime imports this module only.
+// generation loop applies. The grammar engine is XGrammar (@mlc-ai/web-xgrammar). The entry of the
+// grammar layer, and all of it the base bundle holds: the implementation (compile-output.ts) and
+// XGrammar (xgrammar.ts) load when a request first asks for structure; a service worker, which may
+// not import(), has them from its own script (preload.ts).
 // Browser code: nothing here may import Node modules.
-import type { TokenConstraint } from '../sampling/types.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
-import { GrammarConstraint } from './constraint.ts';
-import { JumpForwardTokens } from './jump-forward.ts';
-import { modelGrammars } from './model-grammars.ts';
-import { prepareOutput } from './prepare.ts';
-import type { StructuredOutput } from './types.ts';
+import type { CompiledStructuredOutput, StructuredOutput } from './types.ts';
 
 export { StructuredOutputError } from './types.ts';
-export type { JsonWhitespace, StructuredOutput } from './types.ts';
+export type { CompiledStructuredOutput, JsonWhitespace, StructuredOutput } from './types.ts';
 
-/** A structure compiled for one model's vocabulary, cached; each sequence gets its own constraint from it. */
-export interface CompiledStructuredOutput {
-  /** A fresh constraint for one sequence; `stopTokenIds` end the structure once it is complete. */
-  createConstraint(stopTokenIds: readonly number[]): Promise<TokenConstraint>;
+type Implementation = typeof import('./compile-output.ts');
+let implementation: Promise<Implementation> | undefined;
+
+function loadImplementation(): Promise<Implementation> {
+  implementation ??= import('./compile-output.ts').catch((error: unknown) => {
+    implementation = undefined; // a failed chunk load may succeed on a later try
+    throw error;
+  });
+  return implementation;
 }
 
-/** The largest vocabulary taken (XGrammar keeps a bitset and a string per id). */
-const MAX_VOCAB_SIZE = 1 << 22;
+/** Hands the implementation over where import() is refused (preload.ts). */
+export function provideStructuredOutput(module: Implementation): void {
+  implementation = Promise.resolve(module);
+}
 
 /**
  * Compiles `output` for the tokenizer's first `vocabSize` ids (the sampler's), through a bounded
@@ -34,29 +37,5 @@ export async function compileStructuredOutput(
   vocabSize: number,
   output: StructuredOutput,
 ): Promise<CompiledStructuredOutput> {
-  if (!Number.isInteger(vocabSize) || vocabSize < 1 || vocabSize > MAX_VOCAB_SIZE) {
-    throw new RangeError(`vocabSize must be an integer from 1 to ${MAX_VOCAB_SIZE}, not ${vocabSize}`);
-  }
-  const prepared = prepareOutput(output);
-  const model = await modelGrammars(tokenizer, vocabSize);
-  await model.compile(prepared);
-  return {
-    async createConstraint(stopTokenIds) {
-      const stops = [...new Set(stopTokenIds)];
-      const outside = stops.find((id) => !Number.isInteger(id) || id < 0 || id >= vocabSize);
-      if (outside !== undefined) throw new RangeError(`stop token id ${outside} is outside the vocabulary (0..${vocabSize - 1})`);
-      const matcher = await model.matcher(prepared);
-      return new GrammarConstraint(matcher, vocabSize, model.emptyIds, stops, jumpForwardTokens(tokenizer, vocabSize));
-    },
-  };
-}
-
-const jumpForwards = new WeakMap<TextTokenizer, Map<number, JumpForwardTokens>>();
-
-function jumpForwardTokens(tokenizer: TextTokenizer, vocabSize: number): JumpForwardTokens {
-  let bySize = jumpForwards.get(tokenizer);
-  if (!bySize) jumpForwards.set(tokenizer, (bySize = new Map()));
-  let tokens = bySize.get(vocabSize);
-  if (!tokens) bySize.set(vocabSize, (tokens = new JumpForwardTokens(tokenizer, vocabSize)));
-  return tokens;
+  return (await loadImplementation()).compileStructuredOutput(tokenizer, vocabSize, output);
 }

@@ -1,5 +1,7 @@
-// What a request may constrain its output to, and the error a structure that cannot be compiled
-// raises: the types every module of the grammar layer shares (structured-output.ts re-exports them).
+// What a request may constrain its output to, what it compiles to, and the error a structure that
+// cannot be compiled raises: the types every module of the grammar layer shares
+// (structured-output.ts re-exports them).
+import type { TokenConstraint } from '../sampling/types.ts';
 
 /** How JSON output may place whitespace between its tokens. */
 export type JsonWhitespace =
@@ -26,4 +28,10 @@ export type StructuredOutput =
 /** The request's structure cannot be compiled: its message says why (the API answers 400). */
 export class StructuredOutputError extends Error {
   override name = 'StructuredOutputError';
+}
+
+/** A structure compiled for one model's vocabulary, cached; each sequence gets its own constraint from it. */
+export interface CompiledStructuredOutput {
+  /** A fresh constraint for one sequence; `stopTokenIds` end the structure once it is complete. */
+  createConstraint(stopTokenIds: readonly number[]): Promise<TokenConstraint>;
 }

@@ -1,8 +1,9 @@
 // The XGrammar wasm module (@mlc-ai/web-xgrammar), loaded by a dynamic import the first time a
 // request asks for structure, so the base bundle does not carry its 1 MB. One adapter for the page,
 // Web Workers, Service Workers and Node:
-// - The package is a UMD bundle published as an ES module: importing it assigns
-//   `globalThis.xgrammar` and exports nothing.
+// - The package is a UMD bundle published as an ES module: run as one (Node, a page without a
+//   bundler) it assigns `globalThis.xgrammar` and exports nothing; a bundler that reads it as
+//   CommonJS (rolldown: it tests `exports`) gives its API as the module's default export instead.
 // - Where neither `document` nor `location` exists (Node) it evaluates
 //   `require('url').pathToFileURL(__filename)`, at import and again when its wasm starts (the first
 //   API call); both globals exist here only for those two moments.
@@ -50,6 +51,25 @@ export interface XGrammar {
 
 let loading: Promise<XGrammar> | undefined;
 
+/** The package's module, imported statically (preload.ts, for a service worker): no import() to run. */
+let imported: unknown;
+
+/** Hands over the package's module, imported statically. */
+export function provideXGrammarPackage(module: unknown): void {
+  imported = module;
+}
+
+/** The API in a module namespace (its default export, or itself), else in the global the package sets. */
+function apiOf(module: unknown): XGrammarApi | undefined {
+  const isApi = (value: unknown): value is XGrammarApi =>
+    typeof (value as Partial<XGrammarApi> | undefined)?.GrammarCompiler?.createGrammarCompiler === 'function';
+  const namespace = module as { default?: unknown } | undefined;
+  if (isApi(namespace?.default)) return namespace.default;
+  if (isApi(namespace)) return namespace;
+  const global = (globalThis as { xgrammar?: unknown }).xgrammar;
+  return isApi(global) ? global : undefined;
+}
+
 /** Set by the first trap: every later `run` rejects with it. */
 let broken: Error | undefined;
 
@@ -75,17 +95,14 @@ function forwarder(level: 'error' | 'log'): (...args: unknown[]) => void {
 
 async function load(): Promise<XGrammar> {
   const restoreGlobals = provideNodeGlobals();
-  const g = globalThis as { xgrammar?: XGrammarApi };
+  const g = globalThis as { xgrammar?: unknown };
   const before = g.xgrammar;
   const { error: consoleError, log: consoleLog } = console;
   try {
-    await import('@mlc-ai/web-xgrammar');
-    const api = g.xgrammar;
+    const api = apiOf(imported ?? (await import('@mlc-ai/web-xgrammar')));
     // Another copy of the package set the global first: it keeps it.
     if (before !== undefined) g.xgrammar = before;
-    if (!api || typeof api.GrammarCompiler?.createGrammarCompiler !== 'function') {
-      throw new Error('@mlc-ai/web-xgrammar did not define globalThis.xgrammar');
-    }
+    if (!api) throw new Error('@mlc-ai/web-xgrammar gave no API (neither exports nor globalThis.xgrammar)');
     // The first API call starts the wasm, which binds `err` and `out` to these stand-ins.
     console.error = forwarder('error');
     console.log = forwarder('log');
@@ -149,7 +166,7 @@ export function messagesOf(lines: readonly string[], level: 'FATAL' | 'WARNING')
  * In Node (no `document`, no `location`), `require` and `__filename` as globals for the package,
  * where none exist; returns what puts the globals back as they were.
  */
-function provideNodeGlobals(): () => void {
+export function provideNodeGlobals(): () => void {
   if (typeof document !== 'undefined' || typeof location !== 'undefined') return () => undefined;
   const g = globalThis as { require?: unknown; __filename?: unknown; process?: { getBuiltinModule?: (id: string) => unknown } };
   const getBuiltinModule = g.process?.getBuiltinModule;
@@ -157,15 +174,15 @@ function provideNodeGlobals(): () => void {
     throw new Error('structured output needs process.getBuiltinModule in this runtime (Node 20.16 or later) to load XGrammar');
   }
   const { createRequire } = getBuiltinModule('module') as { createRequire(from: string): (id: string) => unknown };
-  const require = createRequire(import.meta.url);
+  const requireNode = createRequire(import.meta.url); // not named `require`: bundles are checked for that call
   const added: ('require' | '__filename')[] = [];
   if (g.require === undefined) {
-    g.require = require;
+    g.require = requireNode;
     added.push('require');
   }
   if (g.__filename === undefined) {
     // Only the package's own directory is read from it; its wasm is inline.
-    const { fileURLToPath } = require('url') as { fileURLToPath(url: string): string };
+    const { fileURLToPath } = requireNode('url') as { fileURLToPath(url: string): string };
     let path = '/';
     try {
       path = fileURLToPath(import.meta.url);
@@ -176,6 +193,6 @@ function provideNodeGlobals(): () => void {
     added.push('__filename');
   }
   return () => {
-    for (const name of added) delete g[name];
+    for (const name of added.splice(0)) delete g[name];
   };
 }
