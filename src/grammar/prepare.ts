@@ -53,9 +53,7 @@ function jsonSchema(schema: unknown, whitespace: JsonWhitespace): PreparedOutput
   }
   const { anyWhitespace, maxRun } = whitespaceOptions(whitespace);
   const text = jsonText(schema, 'JSON schema');
-  const cost = checkJsonSchema(JSON.parse(text) as unknown);
-  // Each character of a whitespace run is a state of every separator (~25 ms a character, measured).
-  if (maxRun !== undefined) cost.cost += maxRun * 25;
+  const cost = checkJsonSchema(JSON.parse(text) as unknown, { kind: anyWhitespace ? 'any' : 'compact', maxRun });
   return {
     key: JSON.stringify(['json_schema', anyWhitespace, maxRun ?? null, text]),
     subject: 'JSON schema',

@@ -58,14 +58,33 @@ const SCHEMA_MAPS = ['properties', 'patternProperties'];
 const FORMAT_COST = 80;
 /** A number with bounds: a generated range regex, up to ~55 ms each. */
 const NUMBER_RANGE_COST = 60;
+/**
+ * Optional properties: XGrammar's rules for k of them cost ~0.5 ms each and grow with k², by
+ * ~0.001 ms per k² with compact separators (128: 78 ms, 512: 0.5 s; ten objects of 150: 1 s) and
+ * ~0.025 with any whitespace (128: 0.34 s, 256: 1.4-1.8 s).
+ */
+const OPTIONAL_COST = { each: 0.5, squared: { compact: 0.001, any: 0.025 } } as const;
+/**
+ * With JSON whitespace runs bounded (maxRun), each separator of an object (one per property and two
+ * more) or an array (three) unzips maxRun positions, ~4 ms each (measured 2.7-4.9 ms: 16 required
+ * properties with maxRun 32 take 1.9 s, 64 take 9.2 s).
+ */
+const BOUNDED_WHITESPACE_COST = 4;
+
+/** How the output places whitespace, as the cost of a schema depends on it. */
+export interface SchemaWhitespace {
+  kind: 'compact' | 'any';
+  maxRun?: number;
+}
 
 /**
- * Checks `schema` (a JSON value) and estimates its cost; throws StructuredOutputError naming the
- * place. `depth`: the nesting level the schema starts at (inside a structural tag, deeper than 1).
+ * Checks `schema` (a JSON value) and estimates its cost with that whitespace; throws
+ * StructuredOutputError naming the place. `depth`: the nesting level the schema starts at (inside
+ * a structural tag, deeper than 1).
  */
-export function checkJsonSchema(schema: unknown, depth = 1): SchemaCost {
+export function checkJsonSchema(schema: unknown, whitespace: SchemaWhitespace, depth = 1): SchemaCost {
   if (schema === false) throw invalid('false accepts no value', '#');
-  const checker = new SchemaChecker(schema);
+  const checker = new SchemaChecker(schema, whitespace);
   checker.schema(schema, '#', depth);
   return { cost: checker.cost, largest: checker.largest };
 }
@@ -79,7 +98,10 @@ class SchemaChecker {
   private readonly checkedAt = new Map<unknown, number>();
   private readonly following = new Set<unknown>();
 
-  constructor(private readonly root: unknown) {}
+  constructor(
+    private readonly root: unknown,
+    private readonly whitespace: SchemaWhitespace,
+  ) {}
 
   schema(node: unknown, path: string, depth: number): void {
     if (depth > MAX_DEPTH) throw tooDeep(path);
@@ -160,8 +182,9 @@ class SchemaChecker {
     this.costs(node, path);
   }
 
-  /** What the keywords XGrammar expands cost: string lengths, patterns, formats, number ranges. */
+  /** What the keywords XGrammar expands cost: string lengths, patterns, formats, number ranges, properties, separators. */
   private costs(node: Json, path: string): void {
+    this.structureCosts(node, path);
     if (typeof node.pattern === 'string') {
       const beside = ['minLength', 'maxLength', 'format'].find((k) => k in node);
       if (beside) throw unsupported(`"${beside}" beside "pattern" is not supported (XGrammar ignores it)`, path);
@@ -175,6 +198,26 @@ class SchemaChecker {
     const types = Array.isArray(node.type) ? node.type : [node.type];
     if (types.includes('number') && BOUNDS.some((k) => k in node)) {
       this.add(`range ${BOUNDS.map((k) => node[k]).join(' ')}`, NUMBER_RANGE_COST, `number bounds at ${path}`);
+    }
+  }
+
+  /** Optional properties, and the separators of objects and arrays when whitespace runs are bounded. */
+  private structureCosts(node: Json, path: string): void {
+    const types = Array.isArray(node.type) ? node.type : [node.type];
+    const object = types.includes('object') || 'properties' in node || 'additionalProperties' in node || 'unevaluatedProperties' in node;
+    const array = types.includes('array') || 'items' in node || 'prefixItems' in node || 'unevaluatedItems' in node;
+    const names = isObject(node.properties) ? Object.keys(node.properties) : [];
+    const required = new Set(Array.isArray(node.required) ? node.required : []);
+    const optional = names.filter((name) => !required.has(name)).length;
+    const key = JSON.stringify(node);
+    if (optional > 0) {
+      const cost = optional * OPTIONAL_COST.each + optional ** 2 * OPTIONAL_COST.squared[this.whitespace.kind];
+      this.add(`optional ${key}`, cost, `${optional} optional properties at ${path}`);
+    }
+    const { maxRun } = this.whitespace;
+    if (maxRun !== undefined && (object || array)) {
+      const separators = (object ? names.length + 2 : 0) + (array ? 3 : 0);
+      this.add(`separators ${key}`, separators * maxRun * BOUNDED_WHITESPACE_COST, `whitespace runs of up to ${maxRun} between the items at ${path}`);
     }
   }
 

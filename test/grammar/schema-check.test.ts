@@ -5,9 +5,11 @@ import { MAX_DEPTH, MAX_PROPERTIES } from '../../src/grammar/limits.ts';
 import { checkJsonSchema } from '../../src/grammar/schema-check.ts';
 import { StructuredOutputError } from '../../src/grammar/types.ts';
 
+const compact = { kind: 'compact' } as const;
+
 function refusal(schema: unknown): string {
   try {
-    checkJsonSchema(schema);
+    checkJsonSchema(schema, compact);
   } catch (error) {
     expect(error).toBeInstanceOf(StructuredOutputError);
     return (error as Error).message;
@@ -84,14 +86,24 @@ describe('checkJsonSchema', () => {
   });
 
   it('estimates string lengths, patterns, formats and number ranges, once for equal ones', () => {
-    expect(checkJsonSchema({ type: 'string', maxLength: 30 }).cost).toBe(30 * 50);
-    expect(checkJsonSchema({ type: 'string', minLength: 1000 }).cost).toBe(256 * 50);
-    const twice = { type: 'object', properties: { a: { type: 'string', maxLength: 10 }, b: { type: 'string', maxLength: 10, description: 'the same rule' } } };
-    expect(checkJsonSchema(twice).cost).toBe(10 * 50);
-    expect(checkJsonSchema({ type: 'string', pattern: '[^"]{0,10}' }).cost).toBe(500);
-    expect(checkJsonSchema({ type: 'number', minimum: 0.5, maximum: 2 }).cost).toBe(60);
-    expect(checkJsonSchema({ type: 'integer', minimum: 0, maximum: 1e9 }).cost).toBe(0);
-    const { largest } = checkJsonSchema({ type: 'object', properties: { a: { type: 'string', format: 'email' }, name: { type: 'string', maxLength: 20 } } });
+    expect(checkJsonSchema({ type: 'string', maxLength: 30 }, compact).cost).toBe(30 * 50);
+    expect(checkJsonSchema({ type: 'string', minLength: 1000 }, compact).cost).toBe(256 * 50);
+    const twice = { type: 'object', properties: { a: { type: 'string', maxLength: 10 }, b: { type: 'string', maxLength: 10, description: 'the same rule' } }, required: ['a', 'b'] };
+    expect(checkJsonSchema(twice, compact).cost).toBe(10 * 50);
+    expect(checkJsonSchema({ type: 'string', pattern: '[^"]{0,10}' }, compact).cost).toBe(500);
+    expect(checkJsonSchema({ type: 'number', minimum: 0.5, maximum: 2 }, compact).cost).toBe(60);
+    expect(checkJsonSchema({ type: 'integer', minimum: 0, maximum: 1e9 }, compact).cost).toBe(0);
+    const { largest } = checkJsonSchema({ type: 'object', properties: { a: { type: 'string', format: 'email' }, name: { type: 'string', maxLength: 20 } }, required: ['a', 'name'] }, compact);
     expect(largest).toEqual({ cost: 1000, what: 'string length bounds at #/properties/name' });
+  });
+
+  it('estimates optional properties by their number and its square, and bounded whitespace by the separators', () => {
+    const properties = Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`p${i}`, { type: 'integer' }]));
+    expect(checkJsonSchema({ type: 'object', properties }, compact).cost).toBeCloseTo(100 * 0.5 + 100 ** 2 * 0.001);
+    expect(checkJsonSchema({ type: 'object', properties }, { kind: 'any' }).cost).toBeCloseTo(100 * 0.5 + 100 ** 2 * 0.025);
+    expect(checkJsonSchema({ type: 'object', properties, required: Object.keys(properties) }, { kind: 'any' }).cost).toBe(0);
+    // 3 properties and 2 more separators, 3 for the array, 8 characters each, ~4 ms a position.
+    const bounded = { type: 'object', properties: { a: { type: 'array', items: { type: 'integer' } }, b: { type: 'null' }, c: { type: 'null' } }, required: ['a', 'b', 'c'] };
+    expect(checkJsonSchema(bounded, { kind: 'any', maxRun: 8 }).cost).toBe((5 + 3) * 8 * 4);
   });
 });

@@ -50,6 +50,9 @@ describe('checkStructuralTag', () => {
     expect(refusal({ format: { type: 'json_schema', json_schema: { type: 'object', properties: { a: { not: {} } } } } })).toMatch(/^Unsupported JSON schema: "not"/);
     expect(refusal({ format: { type: 'regex', pattern: '('.repeat(40) + ')'.repeat(40) } })).toMatch(/nests groups more than 32/);
     const cost = checkStructuralTag({ format: { type: 'sequence', elements: [{ type: 'regex', pattern: '[^"]{0,10}' }, { type: 'json_schema', json_schema: { type: 'string', maxLength: 10 } }] } });
-    expect(cost).toBe(1000);
+    expect(cost).toBe(500 + 45 + 500); // the regex, the schema's own rules, its string length
+    const tools = (n: number) => ({ type: 'triggered_tags', triggers: ['<tool_call>'], tags: Array.from({ length: n }, (_, i) => toolCall(`f${i}`)) });
+    expect(checkStructuralTag({ format: tools(30) })).toBeLessThan(1600);
+    expect(checkStructuralTag({ format: tools(40) })).toBeGreaterThan(1600); // 50 took 2.2 s
   });
 });
