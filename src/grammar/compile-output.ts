@@ -1,10 +1,9 @@
 // compileStructuredOutput's implementation (structured-output.ts loads it on first use, so the
 // base bundle stays without the grammar layer): check and prepare the output (prepare.ts), compile
 // it through the model's cache (model-grammars.ts), and make each sequence's constraint
-// (constraint.ts) with its jump-forward tokenizer (jump-forward.ts).
+// (constraint.ts).
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { GrammarConstraint } from './constraint.ts';
-import { JumpForwardTokens } from './jump-forward.ts';
 import { modelGrammars } from './model-grammars.ts';
 import { prepareOutput } from './prepare.ts';
 import type { CompiledStructuredOutput, StructuredOutput } from './types.ts';
@@ -30,17 +29,7 @@ export async function compileStructuredOutput(
       const outside = stops.find((id) => !Number.isInteger(id) || id < 0 || id >= vocabSize);
       if (outside !== undefined) throw new RangeError(`stop token id ${outside} is outside the vocabulary (0..${vocabSize - 1})`);
       const matcher = await model.matcher(prepared);
-      return new GrammarConstraint(matcher, vocabSize, model.emptyIds, stops, jumpForwardTokens(tokenizer, vocabSize));
+      return new GrammarConstraint(matcher, vocabSize, model.emptyIds, stops, model.jumpForward);
     },
   };
-}
-
-const jumpForwards = new WeakMap<TextTokenizer, Map<number, JumpForwardTokens>>();
-
-function jumpForwardTokens(tokenizer: TextTokenizer, vocabSize: number): JumpForwardTokens {
-  let bySize = jumpForwards.get(tokenizer);
-  if (!bySize) jumpForwards.set(tokenizer, (bySize = new Map()));
-  let tokens = bySize.get(vocabSize);
-  if (!tokens) bySize.set(vocabSize, (tokens = new JumpForwardTokens(tokenizer, vocabSize)));
-  return tokens;
 }

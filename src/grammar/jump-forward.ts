@@ -12,14 +12,24 @@ const MAX_PIECE_BYTES = 32;
 
 export class JumpForwardTokens {
   private readonly bytesOf: (id: number) => Uint8Array | undefined;
-  /** Byte-level piece → id, built the first time a dummy space needs it. */
+  /** Byte-level piece → id; built from the tokenizer the first time a dummy space needs it, unless given. */
   private byPiece: Map<string, number> | undefined;
 
   constructor(
     private readonly tokenizer: TextTokenizer,
     private readonly vocabSize: number,
+    /** The vocabulary as byte-level pieces (vocabulary.ts), when the tokenizer writes a dummy space. */
+    pieces?: readonly string[],
   ) {
     this.bytesOf = tokenBytesOf(tokenizer);
+    if (pieces) this.byPiece = pieceIds(pieces);
+  }
+
+  /** Whether the tokenizer writes a dummy space before the text it encodes (SentencePiece). */
+  static writesDummySpace(tokenizer: TextTokenizer): boolean {
+    const bytesOf = tokenBytesOf(tokenizer);
+    const spelled = tokenizer.encode('a', { addBos: false }).flatMap((id) => [...(bytesOf(id) ?? [])]);
+    return spelled.length === 2 && spelled[0] === 0x20 && spelled[1] === 0x61;
   }
 
   /** Ids whose bytes spell a prefix of `text`, as the tokenizer splits it. */
@@ -63,7 +73,7 @@ export class JumpForwardTokens {
 
   /** Tokens spelling `bytes`, longest vocabulary piece first; fewer when some byte has no token. */
   private spell(bytes: Uint8Array): { id: number; bytes: Uint8Array }[] {
-    this.byPiece ??= this.pieceIds();
+    this.byPiece ??= pieceIds(this.pieces());
     const spelled: { id: number; bytes: Uint8Array }[] = [];
     let at = 0;
     while (at < bytes.length) {
@@ -80,15 +90,12 @@ export class JumpForwardTokens {
     return spelled;
   }
 
-  /** Every usable token by its bytes (of two with the same bytes, the higher id: byte-fallback tokens come first). */
-  private pieceIds(): Map<string, number> {
-    const byPiece = new Map<string, number>();
-    const size = Math.min(this.vocabSize, this.tokenizer.vocabSize);
-    for (let id = 0; id < size; id++) {
+  /** The byte-level piece of every id ('' for one that may not be forced). */
+  private pieces(): string[] {
+    return Array.from({ length: this.vocabSize }, (_, id) => {
       const bytes = this.usable(id);
-      if (bytes) byPiece.set(byteLevelPiece(bytes), id);
-    }
-    return byPiece;
+      return bytes ? byteLevelPiece(bytes) : '';
+    });
   }
 
   /** The bytes of a token that may be forced, or undefined for one that may not. */
@@ -97,6 +104,15 @@ export class JumpForwardTokens {
     const bytes = this.bytesOf(id);
     return bytes && bytes.length > 0 ? bytes : undefined;
   }
+}
+
+/** Every token by its piece (of two with the same bytes, the higher id: byte-fallback tokens come first). */
+function pieceIds(pieces: readonly string[]): Map<string, number> {
+  const byPiece = new Map<string, number>();
+  pieces.forEach((piece, id) => {
+    if (piece !== '') byPiece.set(piece, id);
+  });
+  return byPiece;
 }
 
 function startsWith(text: Uint8Array, part: Uint8Array, at: number): boolean {

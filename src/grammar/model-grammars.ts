@@ -7,6 +7,7 @@
 import type { CompiledGrammar, GrammarCompiler, GrammarMatcher, TokenizerInfo } from '@mlc-ai/web-xgrammar';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { MAX_COST, scaledCost } from './limits.ts';
+import { JumpForwardTokens } from './jump-forward.ts';
 import { compileError, ignoredPartError, tooCostly, type PreparedOutput } from './prepare.ts';
 import { StructuredOutputError } from './types.ts';
 import { byteLevelVocabulary } from './vocabulary.ts';
@@ -49,6 +50,8 @@ export class ModelGrammars {
     readonly vocabSize: number,
     /** Per id: 1 when XGrammar's vocabulary entry is empty (special, control, no bytes). */
     readonly emptyIds: Uint8Array,
+    /** The tokens of jump-forward strings, for every constraint of this model. */
+    readonly jumpForward: JumpForwardTokens,
     private readonly compiler: GrammarCompiler,
     held: Held,
   ) {
@@ -65,7 +68,9 @@ export class ModelGrammars {
     const { value: compiler } = await xg.run((api) => api.GrammarCompiler.createGrammarCompiler(info, false));
     const held: Held = { info, compiler, entries: new Map() };
     registry.register(tokenizer, held);
-    return new ModelGrammars(xg, vocabSize, emptyIds, compiler, held);
+    // The pieces by id, for spelling a first token without its dummy space, where there is one.
+    const jumpForward = new JumpForwardTokens(tokenizer, vocabSize, JumpForwardTokens.writesDummySpace(tokenizer) ? vocabulary : undefined);
+    return new ModelGrammars(xg, vocabSize, emptyIds, jumpForward, compiler, held);
   }
 
   /** Compiles `prepared` or takes it from the cache; throws StructuredOutputError. */
