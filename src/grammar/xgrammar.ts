@@ -169,11 +169,10 @@ export function messagesOf(lines: readonly string[], level: 'FATAL' | 'WARNING')
 export function provideNodeGlobals(): () => void {
   if (typeof document !== 'undefined' || typeof location !== 'undefined') return () => undefined;
   const g = globalThis as { require?: unknown; __filename?: unknown; process?: { getBuiltinModule?: (id: string) => unknown } };
-  const getBuiltinModule = g.process?.getBuiltinModule;
-  if (typeof getBuiltinModule !== 'function') {
+  if (typeof g.process?.getBuiltinModule !== 'function') {
     throw new Error('structured output needs process.getBuiltinModule in this runtime (Node 20.16 or later) to load XGrammar');
   }
-  const { createRequire } = getBuiltinModule('module') as { createRequire(from: string): (id: string) => unknown };
+  const { createRequire } = g.process.getBuiltinModule('module') as { createRequire(from: string): (id: string) => unknown };
   const requireNode = createRequire(import.meta.url); // not named `require`: bundles are checked for that call
   const added: ('require' | '__filename')[] = [];
   if (g.require === undefined) {
