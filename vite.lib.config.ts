@@ -8,6 +8,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { defineConfig, type Plugin } from 'vite';
+import { xgrammarForBundles } from './scripts/vite-xgrammar.ts';
 
 const src = (path: string) => fileURLToPath(new URL(`./src/${path}`, import.meta.url));
 
@@ -52,7 +53,7 @@ function distWorkerStart(): Plugin {
 }
 
 export default defineConfig({
-  plugins: [bundledLicenses(), distWorkerStart()],
+  plugins: [bundledLicenses(), distWorkerStart(), xgrammarForBundles()],
   // No public/ copy (the models are not part of the package), no HTML.
   publicDir: false,
   build: {
@@ -85,9 +86,19 @@ export default defineConfig({
           // The chat template engine (jinja-runtime.ts with @huggingface/jinja) stays out of it: its
           // own chunk, loaded by a page's first chat request (import()), and imported by the
           // service worker entry.
+          // Structured output likewise: XGrammar (~1.1 MB, its wasm inline) in a chunk of its own,
+          // and the grammar layer but its entry (structured-output.ts, types.ts) left out of the
+          // engine chunk, so that it lands in the chunk of its lazy entry (compile-output.ts). Both
+          // load with a page's first structured request (import()); the service worker imports
+          // them. (A 'grammar' group would take types.ts along, as a group takes its modules'
+          // imports, and the engine chunk would import it.)
           groups: [
             { name: 'jinja', test: /\/node_modules\/@huggingface\/jinja\/|\/src\/tokenizer\/jinja-[a-z]+\.ts$/ },
-            { name: 'engine', test: /\/(shaders|node_modules\/(?!@huggingface\/jinja\/))|\/src\/(?!node\/|worker\/(worker-entry|service-worker)\.ts$|tokenizer\/jinja-[a-z]+\.ts$)/ },
+            { name: 'xgrammar', test: /\/node_modules\/@mlc-ai\/web-xgrammar\// },
+            {
+              name: 'engine',
+              test: /\/(shaders|node_modules\/(?!@huggingface\/jinja\/|@mlc-ai\/web-xgrammar\/))|\/src\/(?!node\/|worker\/(worker-entry|service-worker)\.ts$|tokenizer\/jinja-[a-z]+\.ts$|grammar\/(?!structured-output\.ts$|types\.ts$))/,
+            },
           ],
         },
       },

@@ -99,9 +99,10 @@ describe('the npm package', () => {
     const entries = [...new Set(Object.values(pkg.exports as Record<string, Conditions>).flatMap(exportTargets))].filter((t) => t.endsWith('.js')).sort();
     const acting = entries.filter((entry) => importTimeStatements(join(root, entry)).length > 0);
     expect([...pkg.sideEffects].sort()).toEqual(acting);
-    // What they do: the worker serves the engine host, the service worker hands over its template engine.
+    // What they do: the worker serves the engine host, the service worker hands over its template
+    // engine and its structured-output grammars.
     expect(importTimeStatements(join(dist, 'worker.js'))).toEqual(['serveEngineHost(self, loadModel);']);
-    expect(importTimeStatements(join(dist, 'service-worker.js'))).toEqual([expect.stringMatching(/^provideJinjaRuntime\(/)]);
+    expect(importTimeStatements(join(dist, 'service-worker.js'))).toEqual([expect.stringMatching(/^provideJinjaRuntime\(/), expect.stringMatching(/^preloadStructuredOutput\(/)]);
     // The other entries only declare and re-export: a bundler may drop them when nothing is used.
     for (const entry of ['index.js', 'node.js']) expect(importTimeStatements(join(dist, entry)), entry).toEqual([]);
   });
@@ -116,19 +117,22 @@ describe('the npm package', () => {
       }
     }
     // Service workers may not call import(): the service worker's graph has only static imports,
-    // but for the chat template engine's, which the service worker entry imports statically and
-    // hands over (provideJinjaRuntime) before anything could call it.
+    // but for those of the chunks the service worker entry imports statically and hands over before
+    // anything could call them: the chat template engine (provideJinjaRuntime), the structured-output
+    // grammar layer and XGrammar (preloadStructuredOutput).
     const worker = importGraph(join(dist, 'service-worker.js'));
-    const jinja = /\bfrom\s*["'](\.\/jinja-[\w-]+\.js)["']/.exec(readFileSync(join(dist, 'service-worker.js'), 'utf8'))?.[1];
-    expect(jinja, 'the service worker imports the template engine statically').toBeDefined();
+    const staticImports = (file: string) => [...readFileSync(file, 'utf8').matchAll(/\bfrom\s*["'](\.\/[\w-]+\.js)["']/g)].map((m) => m[1]!);
+    const preloaded = staticImports(join(dist, 'service-worker.js'));
+    expect(preloaded.some((s) => /^\.\/jinja-/.test(s)), 'the service worker imports the template engine statically').toBe(true);
+    expect(preloaded.some((s) => /^\.\/xgrammar-/.test(s)), 'the service worker imports XGrammar statically').toBe(true);
     for (const file of worker.files) {
       const code = readFileSync(file, 'utf8').replace(/\/\/.*$|\/\*[\s\S]*?\*\//gm, '');
       const dynamic = [...code.matchAll(/\bimport\(\s*["']([^"']*)["']\s*\)/g)].map((m) => m[1]!);
       expect(/\bimport\(/.test(code.replace(/\bimport\(\s*["'][^"']*["']\s*\)/g, '')), `${file} calls import() on a computed specifier`).toBe(false);
       for (const specifier of dynamic) {
-        // The lazy entry of the engine re-exports the chunk the worker already has.
-        const target = readFileSync(join(dist, specifier), 'utf8');
-        expect(target.includes(jinja!) || specifier === jinja, `${file} imports ${specifier}`).toBe(true);
+        // A lazy entry re-exports chunks the worker already has.
+        const lazy = preloaded.includes(specifier) || staticImports(join(dist, specifier)).every((s) => preloaded.includes(s));
+        expect(lazy, `${file} imports ${specifier}`).toBe(true);
       }
     }
     // The WGSL is in the JavaScript as strings: no .wgsl file is fetched at run time.

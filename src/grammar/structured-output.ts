@@ -1,42 +1,30 @@
 // Structured output: what a request may constrain its output to, compiled into grammars for one
 // model's vocabulary, and the per-sequence constraints (sampling/types.ts TokenConstraint) that the
-// generation loop applies. The grammar engine is XGrammar (@mlc-ai/web-xgrammar), loaded only when a
-// request first asks for structure.
+// generation loop applies. The grammar engine is XGrammar (@mlc-ai/web-xgrammar). The entry of the
+// grammar layer, and all of it the base bundle holds: the implementation (compile-output.ts) and
+// XGrammar (xgrammar.ts) load when a request first asks for structure; a service worker, which may
+// not import(), has them from its own script (preload.ts).
 // Browser code: nothing here may import Node modules.
-import type { TokenConstraint } from '../sampling/types.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
+import type { CompiledStructuredOutput, StructuredOutput } from './types.ts';
 
-/** How JSON output may place whitespace between its tokens. */
-export type JsonWhitespace =
-  /** One line, `, ` and `: ` between items (Python's json.dumps): no room for runaway whitespace. */
-  | { kind: 'compact' }
-  /** Any JSON whitespace, at most `maxRun` characters in a row (default: unbounded). */
-  | { kind: 'any'; maxRun?: number };
+export { StructuredOutputError } from './types.ts';
+export type { CompiledStructuredOutput, JsonWhitespace, StructuredOutput } from './types.ts';
 
-/** A structure a request may ask its output to have. */
-export type StructuredOutput =
-  /** JSON valid against a JSON schema (an object, or true / false). */
-  | { type: 'json_schema'; schema: Record<string, unknown> | boolean; whitespace: JsonWhitespace }
-  /** Any JSON object. */
-  | { type: 'json_object'; whitespace: JsonWhitespace }
-  /** Text matching a regular expression, whole. */
-  | { type: 'regex'; pattern: string }
-  /** Exactly one of these strings. */
-  | { type: 'choice'; choices: readonly string[] }
-  /** Text of an EBNF grammar (XGrammar's dialect, which takes llama.cpp's GBNF) from rule `root`. */
-  | { type: 'grammar'; grammar: string }
-  /** An XGrammar structural tag (the JSON object form): tool calls in a model's own format. */
-  | { type: 'structural_tag'; tag: Record<string, unknown> };
+type Implementation = typeof import('./compile-output.ts');
+let implementation: Promise<Implementation> | undefined;
 
-/** The request's structure cannot be compiled: its message says why (the API answers 400). */
-export class StructuredOutputError extends Error {
-  override name = 'StructuredOutputError';
+function loadImplementation(): Promise<Implementation> {
+  implementation ??= import('./compile-output.ts').catch((error: unknown) => {
+    implementation = undefined; // a failed chunk load may succeed on a later try
+    throw error;
+  });
+  return implementation;
 }
 
-/** A structure compiled for one model's vocabulary, cached; each sequence gets its own constraint from it. */
-export interface CompiledStructuredOutput {
-  /** A fresh constraint for one sequence; `stopTokenIds` end the structure once it is complete. */
-  createConstraint(stopTokenIds: readonly number[]): Promise<TokenConstraint>;
+/** Hands the implementation over where import() is refused (preload.ts). */
+export function provideStructuredOutput(module: Implementation): void {
+  implementation = Promise.resolve(module);
 }
 
 /**
@@ -49,8 +37,5 @@ export async function compileStructuredOutput(
   vocabSize: number,
   output: StructuredOutput,
 ): Promise<CompiledStructuredOutput> {
-  void tokenizer;
-  void vocabSize;
-  void output;
-  throw new StructuredOutputError('structured output is not built yet');
+  return (await loadImplementation()).compileStructuredOutput(tokenizer, vocabSize, output);
 }

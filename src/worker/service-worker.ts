@@ -29,11 +29,14 @@ import {
 } from './protocol.ts';
 import { provideJinjaRuntime } from '../tokenizer/chat-template.ts';
 import * as jinjaRuntime from '../tokenizer/jinja-runtime.ts';
+import { preloadStructuredOutput } from '../grammar/preload.ts';
 import { trackRequests } from './tracked-engine.ts';
 
-// A service worker may not import() (the HTML spec refuses it), so the chat template engine, which
-// pages load on the first chat request, comes with the worker's own script.
+// A service worker may not import() (the HTML spec refuses it), so the chat template engine and the
+// structured-output grammars (XGrammar), which pages load on the first request that needs them,
+// come with the worker's own script.
 provideJinjaRuntime(jinjaRuntime);
+preloadStructuredOutput();
 
 export interface ServiceWorkerEngineOptions extends Omit<LoadModelOptions, 'gpu' | 'onProgress'> {
   /**

@@ -1,0 +1,92 @@
+// One sequence's TokenConstraint (sampling/types.ts) over an XGrammar GrammarMatcher.
+// The stop tokens are handled here, not by XGrammar: its matcher is made to end without one
+// (terminateWithoutStopToken), so isTerminated() says whether the structure is complete, and a stop
+// token is allowed exactly then. XGrammar's own stop handling drops a stop token that its
+// vocabulary counts as special (an empty entry, as every control token here is) from masks that
+// allow most tokens (SetTokenBitmask, cpp/grammar_matcher.cc): a structure ending in free text
+// (any_text) could never stop.
+// The matcher would also print a warning for a token it cannot take (a special one, one out of
+// range): those are refused here without asking it.
+import type { GrammarMatcher } from '@mlc-ai/web-xgrammar';
+import type { TokenConstraint } from '../sampling/types.ts';
+import type { JumpForwardTokens } from './jump-forward.ts';
+
+export class GrammarConstraint implements TokenConstraint {
+  readonly maskWords: number;
+  private readonly stopIds: ReadonlySet<number>;
+  /** A stop token was accepted: nothing may follow. */
+  private stopped = false;
+  private disposed = false;
+
+  constructor(
+    private readonly matcher: GrammarMatcher,
+    private readonly vocabSize: number,
+    /** Per id: 1 when XGrammar's vocabulary entry is empty (it never takes the token as text). */
+    private readonly emptyIds: Uint8Array,
+    stopIds: readonly number[],
+    private readonly jumpForward: JumpForwardTokens,
+  ) {
+    this.maskWords = Math.ceil(vocabSize / 32);
+    this.stopIds = new Set(stopIds);
+  }
+
+  async fillNextMask(mask: Uint32Array): Promise<void> {
+    this.check();
+    if (mask.length < this.maskWords) throw new RangeError(`a mask of ${mask.length} words where ${this.maskWords} are needed`);
+    if (this.stopped) {
+      mask.fill(0, 0, this.maskWords);
+      return;
+    }
+    const bits = await this.matcher.getNextTokenBitmask(); // Int32Array of ceil(vocabSize / 32) words
+    mask.set(new Uint32Array(bits.buffer, bits.byteOffset, this.maskWords));
+    const tail = this.vocabSize % 32;
+    if (tail !== 0) mask[this.maskWords - 1] &= 2 ** tail - 1;
+    const complete = this.stopIds.size > 0 && this.matcher.isTerminated();
+    for (const id of this.stopIds) {
+      if (complete) mask[id >>> 5] |= 1 << (id & 31);
+      else mask[id >>> 5] &= ~(1 << (id & 31));
+    }
+  }
+
+  accept(id: number): boolean {
+    this.check();
+    if (this.stopped || !Number.isInteger(id) || id < 0 || id >= this.vocabSize) return false;
+    if (this.stopIds.has(id)) {
+      if (!this.matcher.isTerminated()) return false; // the structure is not complete yet
+      this.stopped = true;
+      return true;
+    }
+    if (this.emptyIds[id] === 1) return false;
+    return this.matcher.acceptToken(id);
+  }
+
+  /**
+   * The jump-forward string's tokens, accepted. Of a string of several tokens the last is left to
+   * sampling, where a longer token may join it to what follows (` ` then `"a`, rather than ` "a`); it
+   * comes back at the next call as a shorter string, and one token alone is forced.
+   */
+  forced(): number[] {
+    this.check();
+    if (this.stopped) return [];
+    const text = this.matcher.findJumpForwardString();
+    if (text === '') return [];
+    const ids = this.jumpForward.tokens(text);
+    const take = ids.length > 1 ? ids.length - 1 : ids.length;
+    const accepted: number[] = [];
+    for (const id of ids.slice(0, take)) {
+      if (this.stopIds.has(id) || this.emptyIds[id] === 1 || !this.matcher.acceptToken(id)) break;
+      accepted.push(id);
+    }
+    return accepted;
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.matcher.dispose();
+  }
+
+  private check(): void {
+    if (this.disposed) throw new Error('the token constraint was used after dispose()');
+  }
+}

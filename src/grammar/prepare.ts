@@ -1,0 +1,172 @@
+// A StructuredOutput made ready for XGrammar: checked against the limits (limits.ts), its text as
+// XGrammar takes it, its cache key, its estimated compile cost, and the compile call itself; and
+// what XGrammar reports when the call fails, as a StructuredOutputError with a clean message.
+import type { CompiledGrammar, GrammarCompiler } from '@mlc-ai/web-xgrammar';
+import { choiceGrammar } from './choice.ts';
+import { ebnfShape } from './ebnf-cost.ts';
+import { hasLoneSurrogate, MAX_DEPTH, MAX_REGEX_CHARS, MAX_TEXT_BYTES, MAX_WHITESPACE_RUN, utf8Length } from './limits.ts';
+import { regexShape } from './regex-cost.ts';
+import { checkJsonSchema, type SchemaCost } from './schema-check.ts';
+import { checkStructuralTag, structuralTagFormat } from './structural-tag-check.ts';
+import { StructuredOutputError, type JsonWhitespace, type StructuredOutput } from './types.ts';
+import type { XGrammarApi, XGrammarCallError } from './xgrammar.ts';
+
+/** What the error messages call each kind of input. */
+type Subject = 'JSON schema' | 'regex' | 'grammar' | 'structural tag';
+
+export interface PreparedOutput {
+  /** The cache key: equal for outputs that compile alike. */
+  readonly key: string;
+  readonly subject: Subject;
+  /** Estimated compile milliseconds on a vocabulary of up to COST_VOCAB tokens, and its largest part. */
+  readonly cost: SchemaCost;
+  /** Compiles it (inside XGrammar.run). */
+  compile(api: XGrammarApi, compiler: GrammarCompiler): Promise<CompiledGrammar>;
+  /** Whether XGrammar's warnings during the compile mean part of the input was ignored (an error). */
+  readonly warningsAreErrors: boolean;
+}
+
+/** Checks `output` and readies it for XGrammar; throws StructuredOutputError. */
+export function prepareOutput(output: StructuredOutput): PreparedOutput {
+  if (typeof output !== 'object' || output === null) throw new StructuredOutputError('Invalid structured output: expected an object with a type');
+  switch (output.type) {
+    case 'json_schema':
+      return jsonSchema(output.schema, output.whitespace);
+    case 'json_object':
+      return jsonSchema({ type: 'object' }, output.whitespace);
+    case 'regex':
+      return regex(output.pattern);
+    case 'choice':
+      return grammar(choiceGrammar(output.choices), ['choice', output.choices]);
+    case 'grammar':
+      return grammar(output.grammar, ['grammar', output.grammar]);
+    case 'structural_tag':
+      return structuralTag(output.tag);
+    default:
+      throw new StructuredOutputError(`Invalid structured output: unknown type ${JSON.stringify((output as { type?: unknown }).type)}`);
+  }
+}
+
+function jsonSchema(schema: unknown, whitespace: JsonWhitespace): PreparedOutput {
+  if (typeof schema !== 'boolean' && (typeof schema !== 'object' || schema === null || Array.isArray(schema))) {
+    throw new StructuredOutputError('Invalid JSON schema: a schema must be an object or a boolean');
+  }
+  const { anyWhitespace, maxRun } = whitespaceOptions(whitespace);
+  const text = jsonText(schema, 'JSON schema');
+  const cost = checkJsonSchema(JSON.parse(text) as unknown, { kind: anyWhitespace ? 'any' : 'compact', maxRun });
+  return {
+    key: JSON.stringify(['json_schema', anyWhitespace, maxRun ?? null, text]),
+    subject: 'JSON schema',
+    cost,
+    warningsAreErrors: true,
+    // One line (indent -1), strict: no properties or items the schema does not name.
+    compile: (_api, compiler) => compiler.compileJSONSchema(text, anyWhitespace, -1, undefined, true, maxRun),
+  };
+}
+
+function whitespaceOptions(whitespace: JsonWhitespace): { anyWhitespace: boolean; maxRun?: number } {
+  if (whitespace?.kind === 'compact') return { anyWhitespace: false };
+  if (whitespace?.kind !== 'any') throw new StructuredOutputError("Invalid JSON whitespace: kind must be 'compact' or 'any'");
+  const { maxRun } = whitespace;
+  if (maxRun === undefined) return { anyWhitespace: true };
+  if (!Number.isInteger(maxRun) || maxRun < 1 || maxRun > MAX_WHITESPACE_RUN) {
+    throw new StructuredOutputError(`Invalid JSON whitespace: maxRun must be an integer from 1 to ${MAX_WHITESPACE_RUN}`);
+  }
+  return { anyWhitespace: true, maxRun };
+}
+
+function regex(pattern: unknown): PreparedOutput {
+  if (typeof pattern !== 'string' || pattern === '') throw new StructuredOutputError('Invalid regex: the pattern must be a non-empty string');
+  if (pattern.length > MAX_REGEX_CHARS) throw new StructuredOutputError(`Invalid regex: ${pattern.length} characters; at most ${MAX_REGEX_CHARS} are supported`);
+  if (hasLoneSurrogate(pattern)) throw new StructuredOutputError('Invalid regex: not well-formed Unicode (a lone surrogate)');
+  const shape = regexShape(pattern);
+  if (shape.depth > MAX_DEPTH) throw new StructuredOutputError(`Invalid regex: groups nested ${shape.depth} deep; at most ${MAX_DEPTH} are supported`);
+  // XGrammar's web API compiles a regex as a structural tag.
+  const tag = JSON.stringify({ type: 'structural_tag', format: { type: 'regex', pattern } });
+  return {
+    key: JSON.stringify(['regex', pattern]),
+    subject: 'regex',
+    cost: { cost: shape.cost, largest: { cost: shape.cost, what: 'its repetitions' } },
+    warningsAreErrors: false,
+    compile: (_api, compiler) => compiler.compileStructuralTag(tag),
+  };
+}
+
+function grammar(text: unknown, key: unknown[]): PreparedOutput {
+  if (typeof text !== 'string' || text.trim() === '') throw new StructuredOutputError('Invalid grammar: expected a non-empty string');
+  const bytes = utf8Length(text);
+  if (bytes > MAX_TEXT_BYTES) throw new StructuredOutputError(`Invalid grammar: ${bytes} bytes; at most ${MAX_TEXT_BYTES} are supported`);
+  if (hasLoneSurrogate(text)) throw new StructuredOutputError('Invalid grammar: not well-formed Unicode (a lone surrogate)');
+  const shape = ebnfShape(text);
+  if (shape.depth > MAX_DEPTH) throw new StructuredOutputError(`Invalid grammar: groups nested ${shape.depth} deep; at most ${MAX_DEPTH} are supported`);
+  return {
+    key: JSON.stringify(key),
+    subject: 'grammar',
+    cost: { cost: shape.cost, largest: { cost: shape.cost, what: 'its repetitions and character classes' } },
+    warningsAreErrors: false,
+    // The Grammar is parsed here and freed after (compileGrammar(text) would keep it forever).
+    compile: async (api, compiler) => {
+      const parsed = await api.Grammar.fromEBNF(text, 'root');
+      try {
+        return await compiler.compileGrammar(parsed);
+      } finally {
+        parsed.dispose();
+      }
+    },
+  };
+}
+
+function structuralTag(tag: unknown): PreparedOutput {
+  if (typeof tag !== 'object' || tag === null || Array.isArray(tag)) throw new StructuredOutputError('Invalid structural tag: expected an object');
+  const text = jsonText(tag, 'structural tag');
+  const parsed = JSON.parse(text) as Record<string, unknown>;
+  const cost = checkStructuralTag(parsed);
+  const normalized = JSON.stringify({ type: 'structural_tag', format: structuralTagFormat(parsed).format });
+  return {
+    key: JSON.stringify(['structural_tag', normalized]),
+    subject: 'structural tag',
+    cost: { cost, largest: { cost, what: 'its schemas, regexes and grammars' } },
+    warningsAreErrors: true,
+    compile: (_api, compiler) => compiler.compileStructuralTag(normalized),
+  };
+}
+
+/** `value` as JSON text within MAX_TEXT_BYTES. */
+function jsonText(value: unknown, subject: Subject): string {
+  let text: string;
+  try {
+    text = JSON.stringify(value);
+  } catch (error) {
+    throw new StructuredOutputError(`Invalid ${subject}: not serializable as JSON (${(error as Error).message})`);
+  }
+  const bytes = utf8Length(text);
+  if (bytes > MAX_TEXT_BYTES) throw new StructuredOutputError(`Invalid ${subject}: ${bytes} bytes as JSON; at most ${MAX_TEXT_BYTES} are supported`);
+  if (hasLoneSurrogate(text)) throw new StructuredOutputError(`Invalid ${subject}: not well-formed Unicode (a lone surrogate)`);
+  return text;
+}
+
+/** The refusal of a structure whose estimated compile time (scaled to the vocabulary) is over `limit`. */
+export function tooCostly(prepared: PreparedOutput, estimate: number, limit: number): StructuredOutputError {
+  const largest = prepared.cost.largest;
+  const part = largest ? `; the largest part: ${largest.what} (~${Math.round(largest.cost)} ms)` : '';
+  return new StructuredOutputError(
+    `${prepared.subject === 'regex' ? 'Invalid regex' : `Invalid ${prepared.subject}`}: too costly to compile, an estimated ` +
+      `${Math.round(estimate)} ms where at most ${Math.round(limit)} ms are allowed${part}. Bounded repetitions of wide ` +
+      'character sets cost the most (each character of a string with minLength/maxLength ~50 ms)',
+  );
+}
+
+/** XGrammar's report of a failed compile as the request's error. */
+export function compileError(prepared: PreparedOutput, failure: XGrammarCallError): StructuredOutputError {
+  const subject = prepared.subject;
+  let message = failure.fatal.replace(/^Check failed: \(.*?\) is false: ?/s, '').trim();
+  if (subject === 'regex') message = message.replace(/^Regex parsing error /, '');
+  if (subject === 'grammar') message = message.replace(/^EBNF parser error at /, '').replace(/but got$/, 'but got the end of the grammar');
+  if (message === '') message = 'XGrammar rejected it without saying why';
+  return new StructuredOutputError(`Invalid ${subject}: ${message}`);
+}
+
+/** A compile that printed warnings where those mean part of the input was ignored. */
+export function ignoredPartError(prepared: PreparedOutput, warnings: readonly string[]): StructuredOutputError {
+  return new StructuredOutputError(`Unsupported ${prepared.subject}: ${warnings.join('; ')}`);
+}

@@ -1,0 +1,109 @@
+// JSON schemas checked before XGrammar: keyword shapes, what XGrammar would ignore, nesting with
+// $refs followed, and the estimated cost.
+import { describe, expect, it } from 'vitest';
+import { MAX_DEPTH, MAX_PROPERTIES } from '../../src/grammar/limits.ts';
+import { checkJsonSchema } from '../../src/grammar/schema-check.ts';
+import { StructuredOutputError } from '../../src/grammar/types.ts';
+
+const compact = { kind: 'compact' } as const;
+
+function refusal(schema: unknown): string {
+  try {
+    checkJsonSchema(schema, compact);
+  } catch (error) {
+    expect(error).toBeInstanceOf(StructuredOutputError);
+    return (error as Error).message;
+  }
+  return 'accepted';
+}
+
+/** `inner` under `levels` levels of object properties (two JSON levels each). */
+function nestedObjects(levels: number, inner: unknown = { type: 'integer' }): unknown {
+  let schema = inner;
+  for (let i = 0; i < levels; i++) schema = { type: 'object', properties: { a: schema }, required: ['a'] };
+  return schema;
+}
+
+describe('checkJsonSchema', () => {
+  it('accepts what XGrammar supports, pydantic-style schemas among them', () => {
+    const pydantic = {
+      $defs: { Pet: { type: 'object', properties: { name: { type: 'string', title: 'Name' }, kind: { enum: ['cat', 'dog'], type: 'string' } }, required: ['name'], title: 'Pet' } },
+      type: 'object',
+      properties: {
+        pets: { type: 'array', items: { $ref: '#/$defs/Pet' }, maxItems: 10 },
+        owner: { anyOf: [{ type: 'string', maxLength: 20 }, { type: 'null' }], default: null, title: 'Owner' },
+        tree: { $ref: '#' },
+        tags: { type: 'array', prefixItems: [{ type: 'integer', minimum: 0 }], items: { const: 'x' } },
+      },
+      required: ['pets'],
+      additionalProperties: false,
+    };
+    expect(refusal(pydantic)).toBe('accepted');
+    expect(refusal(true)).toBe('accepted');
+    expect(refusal({})).toBe('accepted');
+  });
+
+  it('refuses keywords XGrammar would ignore, naming them and where they are', () => {
+    expect(refusal({ type: 'object', properties: { a: { not: { type: 'null' } } } })).toBe('Unsupported JSON schema: "not" is not supported (at #/properties/a/not)');
+    expect(refusal({ type: 'integer', multipleOf: 5 })).toBe('Unsupported JSON schema: "multipleOf" is not supported (at #/multipleOf)');
+    expect(refusal({ type: 'array', uniqueItems: true })).toMatch(/"uniqueItems" is not supported/);
+    expect(refusal({ if: {}, then: {} })).toMatch(/"if" is not supported/);
+    expect(refusal({ allOf: [{ type: 'object' }, { required: ['a'] }] })).toBe('Unsupported JSON schema: "allOf" of more than one schema is not supported (at #/allOf)');
+    expect(refusal({ type: 'string', pattern: '^a+$', maxLength: 3 })).toBe('Unsupported JSON schema: "maxLength" beside "pattern" is not supported (XGrammar ignores it) (at #)');
+    expect(refusal({ $ref: '#/$defs/a', type: 'object', $defs: { a: {} } })).toMatch(/"type" beside "\$ref" is not supported/);
+    expect(refusal({ anyOf: [{ type: 'string' }], properties: {} })).toMatch(/"properties" beside "anyOf"/);
+    expect(refusal({ enum: ['a'], minLength: 3 })).toMatch(/"minLength" beside "enum"/);
+    expect(refusal({ $ref: 'https://example.com/schema' })).toMatch(/only local references/);
+  });
+
+  it('refuses keyword shapes XGrammar would fail on without a message', () => {
+    expect(refusal(false)).toBe('Invalid JSON schema: false accepts no value (at #)');
+    expect(refusal({ type: 'object', properties: 5 })).toBe('Invalid JSON schema: properties must be an object (at #/properties)');
+    expect(refusal({ type: 'object', required: ['a', 1] })).toBe('Invalid JSON schema: required must be an array of strings (at #/required)');
+    expect(refusal({ type: 'strings' })).toBe('Invalid JSON schema: type "strings" is not a JSON schema type (at #/type)');
+    expect(refusal({ type: 'array', maxItems: -1 })).toMatch(/maxItems must be a non-negative integer/);
+    expect(refusal({ type: 'number', minimum: '0' })).toMatch(/minimum must be a number/);
+    expect(refusal({ items: [{ type: 'string' }] })).toBe('Invalid JSON schema: a schema must be an object or a boolean (at #/items)');
+    expect(refusal({ $ref: '#/$defs/missing' })).toMatch(/points at nothing/);
+    expect(refusal({ enum: [] })).toMatch(/enum must be a non-empty array/);
+  });
+
+  it(`refuses nesting past ${MAX_DEPTH} levels, following $refs`, () => {
+    expect(refusal(nestedObjects(MAX_DEPTH / 2 - 1))).toBe('accepted');
+    expect(refusal(nestedObjects(MAX_DEPTH / 2 + 1))).toMatch(/nested more than 32 levels deep/);
+    const defs: Record<string, unknown> = { d0: { type: 'integer' } };
+    for (let i = 1; i <= 20; i++) defs[`d${i}`] = { type: 'array', items: { $ref: `#/$defs/d${i - 1}` } };
+    expect(refusal({ $defs: defs, $ref: '#/$defs/d20' })).toMatch(/nested more than 32 levels deep/);
+    expect(refusal({ $defs: defs, $ref: '#/$defs/d5' })).toBe('accepted');
+    expect(refusal({ const: JSON.parse('['.repeat(40) + ']'.repeat(40)) })).toMatch(/nested more than/);
+    // Recursion through a $ref is a rule that refers to itself: no nesting.
+    expect(refusal({ $defs: { node: { type: 'object', properties: { next: { $ref: '#/$defs/node' } } } }, $ref: '#/$defs/node' })).toBe('accepted');
+  });
+
+  it(`refuses more than ${MAX_PROPERTIES} properties in one object`, () => {
+    const properties = Object.fromEntries(Array.from({ length: MAX_PROPERTIES + 1 }, (_, i) => [`p${i}`, { type: 'integer' }]));
+    expect(refusal({ type: 'object', properties })).toBe(`Invalid JSON schema: ${MAX_PROPERTIES + 1} properties in one object; at most ${MAX_PROPERTIES} are supported (at #/properties)`);
+  });
+
+  it('estimates string lengths, patterns, formats and number ranges, once for equal ones', () => {
+    expect(checkJsonSchema({ type: 'string', maxLength: 30 }, compact).cost).toBe(30 * 50);
+    expect(checkJsonSchema({ type: 'string', minLength: 1000 }, compact).cost).toBe(256 * 50);
+    const twice = { type: 'object', properties: { a: { type: 'string', maxLength: 10 }, b: { type: 'string', maxLength: 10, description: 'the same rule' } }, required: ['a', 'b'] };
+    expect(checkJsonSchema(twice, compact).cost).toBe(10 * 50);
+    expect(checkJsonSchema({ type: 'string', pattern: '[^"]{0,10}' }, compact).cost).toBe(500);
+    expect(checkJsonSchema({ type: 'number', minimum: 0.5, maximum: 2 }, compact).cost).toBe(60);
+    expect(checkJsonSchema({ type: 'integer', minimum: 0, maximum: 1e9 }, compact).cost).toBe(0);
+    const { largest } = checkJsonSchema({ type: 'object', properties: { a: { type: 'string', format: 'email' }, name: { type: 'string', maxLength: 20 } }, required: ['a', 'name'] }, compact);
+    expect(largest).toEqual({ cost: 1000, what: 'string length bounds at #/properties/name' });
+  });
+
+  it('estimates optional properties by their number and its square, and bounded whitespace by the separators', () => {
+    const properties = Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`p${i}`, { type: 'integer' }]));
+    expect(checkJsonSchema({ type: 'object', properties }, compact).cost).toBeCloseTo(100 * 0.5 + 100 ** 2 * 0.001);
+    expect(checkJsonSchema({ type: 'object', properties }, { kind: 'any' }).cost).toBeCloseTo(100 * 0.5 + 100 ** 2 * 0.025);
+    expect(checkJsonSchema({ type: 'object', properties, required: Object.keys(properties) }, { kind: 'any' }).cost).toBe(0);
+    // 3 properties and 2 more separators, 3 for the array, 8 characters each, ~4 ms a position.
+    const bounded = { type: 'object', properties: { a: { type: 'array', items: { type: 'integer' } }, b: { type: 'null' }, c: { type: 'null' } }, required: ['a', 'b', 'c'] };
+    expect(checkJsonSchema(bounded, { kind: 'any', maxRun: 8 }).cost).toBe((5 + 3) * 8 * 4);
+  });
+});
