@@ -66,15 +66,14 @@ export async function* decodeConstrained(
   let next = 0;
   let inFlight: Round | undefined;
 
-  /** Drains the grammar's forced tokens (at most the steps left), then fills `mask` if a sampled step follows. */
+  /**
+   * The grammar's forced tokens from here (at most the steps left), then `mask` filled if a sampled
+   * step follows. forced() is asked once a stretch: it holds back the last token of a forced string,
+   * whose boundary a longer token may cross, for the sampled step to choose among.
+   */
   const nextStretch = async (): Promise<Stretch> => {
     const left = maxSteps - next;
-    const forced: number[] = [];
-    while (forced.length < left) {
-      const more = constraint.forced();
-      if (more.length === 0) break;
-      forced.push(...more);
-    }
+    const forced = constraint.forced();
     for (const id of forced) if (!(Number.isInteger(id) && id >= 0 && id < vocab)) throw new Error(`the constraint forced token ${id}, outside the vocabulary`);
     const kept = forced.slice(0, left);
     const stopAt = kept.findIndex((id) => stops.has(id));
