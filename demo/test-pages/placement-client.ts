@@ -121,6 +121,33 @@ export const placementClient = {
     return { texts, finishReason, completionText: completion.choices[0]!.text, promptTokens: tokenized.count as number };
   },
 
+  /**
+   * Structured output in this placement (XGrammar loads on first use, here): the openai client's
+   * chat with a json_schema response_format, and a completion with vLLM's guided_choice, both
+   * sampled at temperature 1 with a seed.
+   */
+  async structured() {
+    const client = new OpenAI({ baseURL: location.origin + '/v1', apiKey: 'unused', dangerouslyAllowBrowser: true });
+    const template = '{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}';
+    const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['name', 'age'], additionalProperties: false };
+    const chat = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Who is the hero?' }],
+      max_tokens: 64,
+      temperature: 1,
+      seed: 7,
+      response_format: { type: 'json_schema', json_schema: { name: 'hero', schema, strict: true } },
+      ...({ chat_template: template } as Record<string, unknown>),
+    });
+    const choice = await client.completions.create({ model: MODEL, prompt: 'The cat was', max_tokens: 8, temperature: 1, seed: 7, ...({ guided_choice: ['happy', 'sad'] } as Record<string, unknown>) });
+    return {
+      chatContent: chat.choices[0]!.message.content,
+      chatFinish: chat.choices[0]!.finish_reason,
+      choiceText: choice.choices[0]!.text,
+      choiceFinish: choice.choices[0]!.finish_reason,
+    };
+  },
+
   async badParameter() {
     const response = await post({ model: MODEL, prompt: 'Once upon a time', temperature: 5 });
     return { status: response.status, contentType: response.headers.get('content-type'), body: await response.json() };

@@ -28,6 +28,7 @@ type Client = {
   badParameter(): Promise<{ status: number; contentType: string | null; body: any }>;
   openaiStream(prompt: string, maxTokens: number): Promise<{ texts: string[]; errorStatus: number | null; errorParam: string | null }>;
   openaiChat(maxTokens: number): Promise<{ texts: string[]; finishReason: string | null; completionText: string; promptTokens: number }>;
+  structured(): Promise<{ chatContent: string | null; chatFinish: string; choiceText: string; choiceFinish: string }>;
 };
 
 const call = <K extends keyof Client>(page: Page, name: K, ...args: Parameters<Client[K]>): Promise<Awaited<ReturnType<Client[K]>>> =>
@@ -83,6 +84,18 @@ async function expectAnsweredAsTheApiSays(page: Page): Promise<void> {
   expect(chat.texts.length).toBeGreaterThan(1);
   expect(chat.texts.join('')).toBe(chat.completionText);
   expect(chat.finishReason).not.toBeNull();
+
+  // Structured output: the grammar engine loads and constrains decoding in this placement too.
+  const structured = await call(page, 'structured');
+  expect(structured.choiceFinish).toBe('stop');
+  expect(['happy', 'sad']).toContain(structured.choiceText);
+  if (structured.chatFinish === 'stop') {
+    const hero = JSON.parse(structured.chatContent!);
+    expect(Object.keys(hero).sort()).toEqual(['age', 'name']);
+    expect(hero.age).toBeGreaterThanOrEqual(1);
+  } else {
+    expect(structured.chatFinish).toBe('length');
+  }
 
   const bad = await call(page, 'badParameter');
   expect(bad.status).toBe(400);
