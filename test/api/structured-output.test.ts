@@ -203,8 +203,12 @@ describe('the compile', () => {
   });
 
   it('runs through src/grammar by default: a structure it refuses is a 400 that queues nothing', async () => {
-    // The stub refuses everything; the real compile refuses an unbalanced regex.
+    // The real compile refuses an unbalanced regex (the grammar's vocabulary needs token bytes).
     const generator = chatGenerator();
+    const tokenizer = generator.tokenizer;
+    Object.assign(tokenizer, {
+      tokenBytes: (id: number) => (tokenizer.isByte(id) ? Uint8Array.of(id - tokenizer.id(0)) : new TextEncoder().encode(tokenizer.vocab[id]!.replaceAll('▁', ' '))),
+    });
     await expectError(post(generator, { model: 'fake', prompt: PROMPT, guided_regex: '(' }), 400, 'guided_regex', 'invalid_value');
     await expectError(post(generator, { model: 'fake', messages, extra_body: { structured_outputs: { regex: '(' } } }, '/v1/chat/completions'), 400, 'extra_body.structured_outputs.regex', 'invalid_value');
     expect(generator.events).toEqual([]);
