@@ -102,7 +102,7 @@ export async function measureStructured(host: Host, c: BenchCase, prompt: string
 /** The table: per host and mode, tok/s and ms per token, and the cost over free decoding. */
 export function structuredTable(figures: StructuredFigures[]): string {
   const rows = figures.map((f) => {
-    if (f.error) return [f.host, f.model, f.mode, `ERROR: ${f.error.split('\n')[0]!.slice(0, 120)}`];
+    if (f.error) return [f.host, f.model, f.mode, '-', `ERROR: ${f.error.split('\n')[0]!.slice(0, 160)}`];
     const free = figures.find((g) => g.host === f.host && g.model === f.model && g.mode === 'free' && !g.error);
     const extra = free && f.mode !== 'free' ? `+${(f.ms_per_token.median - free.ms_per_token.median).toFixed(2)} ms` : '';
     return [
