@@ -91,8 +91,11 @@ describe('checkJsonSchema', () => {
     const twice = { type: 'object', properties: { a: { type: 'string', maxLength: 10 }, b: { type: 'string', maxLength: 10, description: 'the same rule' } }, required: ['a', 'b'] };
     expect(checkJsonSchema(twice, compact).cost).toBe(10 * 50);
     expect(checkJsonSchema({ type: 'string', pattern: '[^"]{0,10}' }, compact).cost).toBe(500);
-    expect(checkJsonSchema({ type: 'number', minimum: 0.5, maximum: 2 }, compact).cost).toBe(60);
-    expect(checkJsonSchema({ type: 'integer', minimum: 0, maximum: 1e9 }, compact).cost).toBe(0);
+    // A number range: 20 ms and 2 per digit of the bounds' integer parts.
+    expect(checkJsonSchema({ type: 'number', minimum: 0.5, maximum: 2 }, compact).cost).toBe(20 + 2 * 2);
+    expect(checkJsonSchema({ type: 'integer', minimum: 0, maximum: 1e9 }, compact).cost).toBe(20 + 2 * 11);
+    expect(checkJsonSchema({ type: 'number', minimum: -1e300, maximum: 1e300 }, compact).cost).toBe(20 + 2 * 602);
+    expect(checkJsonSchema({ type: 'string', format: 'hostname' }, compact).cost).toBe(250);
     const { largest } = checkJsonSchema({ type: 'object', properties: { a: { type: 'string', format: 'email' }, name: { type: 'string', maxLength: 20 } }, required: ['a', 'name'] }, compact);
     expect(largest).toEqual({ cost: 1000, what: 'string length bounds at #/properties/name' });
   });
