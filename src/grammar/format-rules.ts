@@ -135,13 +135,14 @@ export function formatPlan(format: string): FormatPlan {
 
 /**
  * The EBNF rules of one format, names prefixed with `prefix` (`prefix` + `date`, `prefix` +
- * `year`, ...): the rule itself and every rule it uses. Returns the name of the format's rule and
- * the rules' text.
+ * `year`, ...): the rule itself and every rule it uses, but those in `written` (rules already
+ * written with the same prefix, for another format; the set is updated). Returns the name of the
+ * format's rule and the rules' text.
  */
-export function formatRules(rule: FormatRuleName, prefix: string): { name: string; text: string } {
+export function formatRules(rule: FormatRuleName, prefix: string, written = new Set<string>()): { name: string; text: string } {
   const name = (local: string) => `${prefix}${local.replaceAll('-', '_')}`;
   const lines: string[] = [];
-  const done = new Set<string>();
+  const done = written;
   const visit = (local: FormatRuleName) => {
     if (done.has(local)) return;
     done.add(local);

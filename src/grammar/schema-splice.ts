@@ -62,6 +62,8 @@ class Splicer {
   readonly rules: string[] = [];
   private readonly visited = new Set<unknown>();
   private readonly formats = new Map<FormatRuleName, string>();
+  /** The format rules written so far (formats share some: date-time uses date). */
+  private readonly formatRulesWritten = new Set<string>();
 
   constructor(
     private readonly root: unknown,
@@ -122,8 +124,8 @@ class Splicer {
   private formatRule(rule: FormatRuleName): string {
     let name = this.formats.get(rule);
     if (name === undefined) {
-      const written = formatRules(rule, `${this.prefix}f_`);
-      this.rules.push(written.text);
+      const written = formatRules(rule, `${this.prefix}f_`, this.formatRulesWritten);
+      if (written.text !== '') this.rules.push(written.text);
       name = written.name;
       this.formats.set(rule, name);
     }

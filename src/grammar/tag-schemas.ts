@@ -18,10 +18,11 @@ export interface TagSchemas {
   withGrammars(grammars: readonly string[]): Json;
 }
 
-/** The schemas of a checked structural tag (`{type: 'structural_tag', format}`). */
+/** The schemas of a checked structural tag (`{type: 'structural_tag', format}`); the tag is not changed. */
 export function tagSchemas(tag: Json): TagSchemas {
   const spliced: SplicedSchema[] = [];
-  visitSchemas(tag.format, (node) => {
+  const copy = JSON.parse(JSON.stringify(tag)) as Json;
+  visitSchemas(copy.format, (node) => {
     const schema = spliceSchema(node.json_schema);
     if (node.type === 'json_schema') spliced.push(schema);
     else if (schema.markers.length > 0) {
@@ -30,7 +31,7 @@ export function tagSchemas(tag: Json): TagSchemas {
       );
     } else node.json_schema = JSON.parse(schema.text) as unknown; // formats renamed to their aliases
   });
-  const text = JSON.stringify(tag);
+  const text = JSON.stringify(copy);
   return {
     spliced,
     withGrammars(grammars) {

@@ -54,6 +54,27 @@ describe('checkJsonSchema', () => {
     expect(refusal({ anyOf: [{ type: 'string' }], properties: {} })).toMatch(/"properties" beside "anyOf"/);
     expect(refusal({ enum: ['a'], minLength: 3 })).toMatch(/"minLength" beside "enum"/);
     expect(refusal({ $ref: 'https://example.com/schema' })).toMatch(/only local references/);
+    expect(refusal({ type: 'string', format: 'date', maxLength: 10 })).toBe('Unsupported JSON schema: "maxLength" beside "format" is not supported (XGrammar ignores it) (at #)');
+  });
+
+  it('refuses formats that no rule enforces, naming them', () => {
+    expect(refusal({ type: 'string', format: 'regex' })).toMatch(/^Unsupported JSON schema: format "regex" is not supported: .* \(at #\/format\)$/);
+    expect(refusal({ type: 'object', properties: { u: { type: 'string', format: 'url' } } })).toBe('Unsupported JSON schema: format "url" is not supported: use "uri" (at #/properties/u/format)');
+    expect(refusal({ type: 'string', format: 'zip-code' })).toMatch(/format "zip-code" is not supported: it is not one of date, time, date-time, /);
+    for (const format of ['date', 'date-time', 'email', 'hostname', 'ipv6', 'uri', 'uuid', 'duration', 'idn-email', 'iri-reference', 'byte', 'password']) {
+      expect(refusal({ type: 'string', format }), format).toBe('accepted');
+    }
+  });
+
+  it('refuses the keywords of a type in a schema without "type" that XGrammar reads as any value', () => {
+    expect(refusal({ minimum: 3 })).toBe('Unsupported JSON schema: "minimum" without "type" is not supported (XGrammar ignores it there; name the type) (at #)');
+    expect(refusal({ type: 'object', properties: { a: { format: 'date' } } })).toMatch(/"format" without "type" .* \(at #\/properties\/a\)/);
+    expect(refusal({ required: ['a'] })).toMatch(/"required" without "type"/);
+    expect(refusal({ minItems: 1 })).toMatch(/"minItems" without "type"/);
+    // Read as an object or an array: the other types' keywords cannot apply.
+    expect(refusal({ properties: { a: { type: 'integer' } }, required: ['a'], minimum: 3 })).toBe('accepted');
+    expect(refusal({ items: { type: 'integer' }, minItems: 1 })).toBe('accepted');
+    expect(refusal({ description: 'anything', title: 'x' })).toBe('accepted');
   });
 
   it('refuses keyword shapes XGrammar would fail on without a message', () => {
