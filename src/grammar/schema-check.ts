@@ -185,6 +185,11 @@ class SchemaChecker {
         throw invalid(`${keys.length} properties in one object; at most ${MAX_PROPERTIES} are supported`, `${path}/${k}`);
       }
       for (const key of keys) {
+        if (k === 'properties' && /["\\\u0000-\u001f]/.test(key)) {
+          // XGrammar writes a name into its grammar unescaped: a control character would be raw in
+          // the output (invalid JSON), a backslash would start an escape, a quote breaks the grammar.
+          throw unsupported(`property name ${JSON.stringify(key)} is not supported: names with ", \\ or control characters are not`, `${path}/${k}`);
+        }
         if (k === 'patternProperties') this.pattern(key, `${path}/${k}/${escapePointer(key)} (the key)`);
         this.schema(map[key], `${path}/${k}/${escapePointer(key)}`, depth + 2);
       }

@@ -1,5 +1,5 @@
 // A JSON schema's grammar with rules of ours where XGrammar's are wrong: numbers with bounds
-// (number-range.ts) and string formats (format-rules.ts). Before XGrammar sees the schema, each
+// (number-range.ts), string formats (format-rules.ts) and strings with length bounds. Before XGrammar sees the schema, each
 // such subschema becomes a placeholder, `{"const": "<marker>"}`, which XGrammar prints as the
 // literal `"\"<marker>\""`; XGrammar writes the grammar of the whole schema
 // (Testings._jsonSchemaToEBNF, with the compile's options), and each placeholder's literal is
@@ -102,6 +102,8 @@ class Splicer {
       } else if (type === 'string' && plan?.kind === 'rule') {
         const rule = this.formatRule(plan.rule);
         placeholders.set(type, this.placeholder((name) => `${name} ::= "\\"" ${rule} "\\""`));
+      } else if (type === 'string' && ('minLength' in node || 'maxLength' in node)) {
+        placeholders.set(type, this.placeholder((name) => lengthRule(name, node, path)));
       }
     }
     if (placeholders.size === 0) return;
@@ -145,6 +147,19 @@ function numberRules(name: string, integer: boolean, node: Json, extra: NumberBo
     throw new StructuredOutputError(`Invalid JSON schema: no ${integer ? 'integer' : 'number'} satisfies ${given.join(', ')} (at ${path})`);
   }
   return rules;
+}
+
+/**
+ * A string of minLength to maxLength characters (code points, as validators count them), none of
+ * which needs escaping. XGrammar's own rule takes control characters other than CR and LF as they
+ * are, which JSON does not allow (a raw tab makes the output unparseable).
+ */
+function lengthRule(name: string, node: Json, path: string): string {
+  const min = typeof node.minLength === 'number' ? node.minLength : 0;
+  const max = typeof node.maxLength === 'number' ? node.maxLength : undefined;
+  if (max !== undefined && max < min) throw new StructuredOutputError(`Invalid JSON schema: no string satisfies minLength ${min}, maxLength ${max} (at ${path})`);
+  const count = max === undefined ? `{${min},}` : `{${min},${max}}`;
+  return `${name} ::= "\\"" [^\\0-\\x1f"\\\\]${count} "\\""`;
 }
 
 /**

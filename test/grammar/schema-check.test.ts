@@ -57,6 +57,15 @@ describe('checkJsonSchema', () => {
     expect(refusal({ type: 'string', format: 'date', maxLength: 10 })).toBe('Unsupported JSON schema: "maxLength" beside "format" is not supported (XGrammar ignores it) (at #)');
   });
 
+  it('refuses property names XGrammar would write unescaped', () => {
+    expect(refusal({ type: 'object', properties: { 'a\tb': { type: 'string' } } })).toBe(
+      'Unsupported JSON schema: property name "a\\tb" is not supported: names with ", \\ or control characters are not (at #/properties)',
+    );
+    expect(refusal({ type: 'object', properties: { 'a"b': {} } })).toMatch(/property name "a\\"b"/);
+    expect(refusal({ type: 'object', properties: { 'a\\b': {} } })).toMatch(/property name "a\\\\b"/);
+    expect(refusal({ type: 'object', properties: { 'a/b é \u2028': {} } })).toBe('accepted');
+  });
+
   it('refuses formats that no rule enforces, naming them', () => {
     expect(refusal({ type: 'string', format: 'regex' })).toMatch(/^Unsupported JSON schema: format "regex" is not supported: .* \(at #\/format\)$/);
     expect(refusal({ type: 'object', properties: { u: { type: 'string', format: 'url' } } })).toBe('Unsupported JSON schema: format "url" is not supported: use "uri" (at #/properties/u/format)');

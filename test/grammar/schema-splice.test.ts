@@ -93,6 +93,7 @@ describe('spliceSchema', () => {
     );
     expect(() => spliceSchema({ type: 'number', exclusiveMinimum: 1, exclusiveMaximum: 1 })).toThrow(/no number satisfies exclusiveMinimum 1, exclusiveMaximum 1 \(at #\)/);
     expect(() => spliceSchema({ type: 'integer', format: 'int32', minimum: 2 ** 32 })).toThrow(/no integer satisfies minimum 4294967296, format int32/);
+    expect(() => spliceSchema({ type: 'string', minLength: 4, maxLength: 3 })).toThrow(/no string satisfies minLength 4, maxLength 3 \(at #\)/);
   });
 
   it('fails loudly where a placeholder is printed twice or a rule name of ours is taken', () => {
@@ -127,6 +128,7 @@ describe('spliced grammars where XGrammar’s own are wrong', () => {
     [{ type: 'string', format: 'uri' }, ['"a:"'], ['"https://example.com/x?y#z"']],
     [{ type: 'string', format: 'uri-template' }, ['"{a.b}"'], ['"/x{?a,b}"']],
     [{ type: 'string', format: 'json-pointer' }, ['"/a"b"'], ['"/a/~0"']],
+    [{ type: 'string', minLength: 1, maxLength: 3 }, ['"a\tb"', '"\u0000"'], ['"abc"', '"é👋"', '"a b"']],
   ];
 
   it('XGrammar’s grammar accepts each invalid value; the spliced one refuses it and accepts the valid ones', async () => {
