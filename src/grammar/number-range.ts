@@ -1,8 +1,8 @@
 // The JSON numbers within a schema's bounds (minimum, maximum, exclusiveMinimum, exclusiveMaximum)
 // as EBNF rules. XGrammar's own range rules are wrong in both directions (measured on 0.1.27:
 // `exclusiveMinimum: 0, maximum: 1` lets 0 and 1.2 through, `minimum: 0.5` takes any character as
-// the decimal point, `maximum: 123` takes 129, `minimum: -5` takes no negative number at all), so
-// bounded numbers get these rules instead (schema-splice.ts).
+// the decimal point, `maximum: 123` takes 129, `minimum: -5` takes a bare '-' and no negative
+// number), so bounded numbers get these rules instead (schema-splice.ts).
 //
 // The language: an optional '-', an integer part without leading zeros and, for type number, an
 // optional fraction of 1 to `fractionDigits` digits; no exponent, and no negative zero. A string is

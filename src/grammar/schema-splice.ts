@@ -1,11 +1,11 @@
 // A JSON schema's grammar with rules of ours where XGrammar's are wrong: numbers with bounds
-// (number-range.ts), string formats (format-rules.ts) and strings with length bounds. Before XGrammar sees the schema, each
-// such subschema becomes a placeholder, `{"const": "<marker>"}`, which XGrammar prints as the
-// literal `"\"<marker>\""`; XGrammar writes the grammar of the whole schema
-// (Testings._jsonSchemaToEBNF, with the compile's options), and each placeholder's literal is
-// replaced by the name of our rule, whose text is appended. Markers and rule names share a prefix
-// that the schema's text does not contain, so no literal XGrammar prints from the schema's own
-// strings can be a marker, and no rule it names can clash with ours.
+// (number-range.ts), string formats (format-rules.ts) and strings with length bounds. Before
+// XGrammar sees the schema, each such subschema becomes a placeholder, `{"const": "<marker>"}`,
+// which XGrammar prints as the literal `"\"<marker>\""`; XGrammar writes the grammar of the
+// whole schema (Testings._jsonSchemaToEBNF, with the compile's options), and each placeholder's
+// literal is replaced by the name of our rule, whose text is appended. Markers and rule names share
+// a prefix that the schema's text does not contain, so no literal XGrammar prints from the
+// schema's own strings can be a marker, and no rule it names can clash with ours.
 // Browser code: nothing here may import Node modules.
 import type { XGrammarApi } from './xgrammar.ts';
 import { formatPlan, formatRules, type FormatRuleName } from './format-rules.ts';
@@ -37,9 +37,9 @@ const INTEGER_FORMATS: Readonly<Record<string, NumberBounds>> = {
 };
 
 /**
- * Rewrites a checked schema (schema-check.ts) for XGrammar: placeholders for bounded numbers and
- * string formats with rules of ours, aliases of formats renamed. Throws StructuredOutputError for
- * a range no number lies in.
+ * Rewrites a checked schema (schema-check.ts) for XGrammar: placeholders for bounded numbers,
+ * formatted strings with rules of ours and length-bounded strings, aliases of formats renamed.
+ * Throws StructuredOutputError for bounds no value meets.
  */
 export function spliceSchema(schema: unknown): SplicedSchema {
   const copy = JSON.parse(JSON.stringify(schema)) as unknown;
@@ -86,7 +86,7 @@ class Splicer {
     if (!HEADS.some((k) => k in node)) this.rewrite(node, path);
   }
 
-  /** Puts placeholders in place of the node's bounded numbers and formatted strings. */
+  /** Puts placeholders in place of the node's bounded numbers, formatted strings and length-bounded strings. */
   private rewrite(node: Json, path: string): void {
     const format = typeof node.format === 'string' ? node.format : undefined;
     const plan = format === undefined ? undefined : formatPlan(format);
