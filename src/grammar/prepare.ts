@@ -176,6 +176,8 @@ export function tooCostly(prepared: PreparedOutput, estimate: number, limit: num
 
 /** XGrammar's report of a failed compile as the request's error. */
 export function compileError(prepared: PreparedOutput, failure: XGrammarCallError): StructuredOutputError {
+  // Our own refusal from inside the compile (a pattern XGrammar cannot match right: pattern-rule.ts).
+  if (failure.cause instanceof StructuredOutputError) return failure.cause;
   const subject = prepared.subject;
   let message = failure.fatal.replace(/^Check failed: \(.*?\) is false: ?/s, '').trim();
   if (subject === 'regex') message = message.replace(/^Regex parsing error /, '');
