@@ -27,7 +27,7 @@ export function tagSchemas(tag: Json): TagSchemas {
     if (node.type === 'json_schema') spliced.push(schema);
     else if (schema.markers.length > 0) {
       throw new StructuredOutputError(
-        'Unsupported structural tag: a qwen_xml_parameter schema may not have number bounds or the formats date, time, date-time, email, hostname, ip addresses, uri, ... (XGrammar gets them wrong there)',
+        'Unsupported structural tag: a qwen_xml_parameter schema may not have number bounds, string lengths, patterns, or formats but uuid, duration, uri-reference, password and binary (XGrammar gets them wrong, and its XML form takes no rules of ours)',
       );
     } else node.json_schema = JSON.parse(schema.text) as unknown; // formats renamed to their aliases
   });
