@@ -7,15 +7,20 @@
 // (any_text) could never stop.
 // The matcher would also print a warning for a token it cannot take (a special one, one out of
 // range): those are refused here without asking it.
+// Tokens whose bytes would not continue the output as UTF-8 are left out of each mask
+// (utf8-tokens.ts): XGrammar counts malformed bytes as characters.
 import type { GrammarMatcher } from '@mlc-ai/web-xgrammar';
 import type { TokenConstraint } from '../sampling/types.ts';
 import type { JumpForwardTokens } from './jump-forward.ts';
+import type { Utf8Tokens } from './utf8-tokens.ts';
 
 export class GrammarConstraint implements TokenConstraint {
   readonly maskWords: number;
   private readonly stopIds: ReadonlySet<number>;
   /** A stop token was accepted: nothing may follow. */
   private stopped = false;
+  /** The UTF-8 decoder's state after the output so far (0: between characters). */
+  private utf8State = 0;
   private disposed = false;
 
   constructor(
@@ -25,6 +30,7 @@ export class GrammarConstraint implements TokenConstraint {
     private readonly emptyIds: Uint8Array,
     stopIds: readonly number[],
     private readonly jumpForward: JumpForwardTokens,
+    private readonly utf8: Utf8Tokens,
   ) {
     this.maskWords = Math.ceil(vocabSize / 32);
     this.stopIds = new Set(stopIds);
@@ -41,6 +47,7 @@ export class GrammarConstraint implements TokenConstraint {
     mask.set(new Uint32Array(bits.buffer, bits.byteOffset, this.maskWords));
     const tail = this.vocabSize % 32;
     if (tail !== 0) mask[this.maskWords - 1] &= 2 ** tail - 1;
+    this.keepUtf8(mask);
     const complete = this.stopIds.size > 0 && this.matcher.isTerminated();
     for (const id of this.stopIds) {
       if (complete) mask[id >>> 5] |= 1 << (id & 31);
@@ -57,7 +64,9 @@ export class GrammarConstraint implements TokenConstraint {
       return true;
     }
     if (this.emptyIds[id] === 1) return false;
-    return this.matcher.acceptToken(id);
+    if (!this.matcher.acceptToken(id)) return false;
+    this.advanceUtf8(id);
+    return true;
   }
 
   /**
@@ -75,6 +84,7 @@ export class GrammarConstraint implements TokenConstraint {
     const accepted: number[] = [];
     for (const id of ids.slice(0, take)) {
       if (this.stopIds.has(id) || this.emptyIds[id] === 1 || !this.matcher.acceptToken(id)) break;
+      this.advanceUtf8(id);
       accepted.push(id);
     }
     return accepted;
@@ -84,6 +94,23 @@ export class GrammarConstraint implements TokenConstraint {
     if (this.disposed) return;
     this.disposed = true;
     this.matcher.dispose();
+  }
+
+  /**
+   * Leaves out of `mask` the tokens that would not continue the output as UTF-8, unless none would
+   * be left (a grammar that asks for malformed bytes gets them rather than a dead end).
+   */
+  private keepUtf8(mask: Uint32Array): void {
+    const valid = this.utf8.valid(this.utf8State);
+    let any = 0;
+    for (let w = 0; w < this.maskWords; w++) any |= mask[w]! & valid[w]!;
+    if (any === 0) return;
+    for (let w = 0; w < this.maskWords; w++) mask[w]! &= valid[w]!;
+  }
+
+  private advanceUtf8(id: number): void {
+    const next = this.utf8.after(this.utf8State, id);
+    this.utf8State = next < 0 ? 0 : next; // malformed (allowed where nothing else was): start over
   }
 
   private check(): void {

@@ -10,6 +10,7 @@ import { MAX_COST, scaledCost } from './limits.ts';
 import { JumpForwardTokens } from './jump-forward.ts';
 import { compileError, ignoredPartError, tooCostly, type PreparedOutput } from './prepare.ts';
 import { StructuredOutputError } from './types.ts';
+import { Utf8Tokens } from './utf8-tokens.ts';
 import { byteLevelVocabulary } from './vocabulary.ts';
 import { loadXGrammar, XGrammarCallError, type XGrammar } from './xgrammar.ts';
 
@@ -52,6 +53,8 @@ export class ModelGrammars {
     readonly emptyIds: Uint8Array,
     /** The tokens of jump-forward strings, for every constraint of this model. */
     readonly jumpForward: JumpForwardTokens,
+    /** Which tokens continue the output as UTF-8, for every constraint of this model. */
+    readonly utf8: Utf8Tokens,
     private readonly compiler: GrammarCompiler,
     held: Held,
   ) {
@@ -70,7 +73,7 @@ export class ModelGrammars {
     registry.register(tokenizer, held);
     // The pieces by id, for spelling a first token without its dummy space, where there is one.
     const jumpForward = new JumpForwardTokens(tokenizer, vocabSize, JumpForwardTokens.writesDummySpace(tokenizer) ? vocabulary : undefined);
-    return new ModelGrammars(xg, vocabSize, emptyIds, jumpForward, compiler, held);
+    return new ModelGrammars(xg, vocabSize, emptyIds, jumpForward, new Utf8Tokens(vocabulary), compiler, held);
   }
 
   /** Compiles `prepared` or takes it from the cache; throws StructuredOutputError. */

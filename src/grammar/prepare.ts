@@ -7,7 +7,9 @@ import { ebnfShape } from './ebnf-cost.ts';
 import { hasLoneSurrogate, MAX_DEPTH, MAX_REGEX_CHARS, MAX_TEXT_BYTES, MAX_WHITESPACE_RUN, utf8Length } from './limits.ts';
 import { regexShape } from './regex-cost.ts';
 import { checkJsonSchema, type SchemaCost } from './schema-check.ts';
+import { schemaGrammar, spliceSchema, type SchemaGrammarOptions } from './schema-splice.ts';
 import { checkStructuralTag, structuralTagFormat } from './structural-tag-check.ts';
+import { tagSchemas } from './tag-schemas.ts';
 import { StructuredOutputError, type JsonWhitespace, type StructuredOutput } from './types.ts';
 import type { XGrammarApi, XGrammarCallError } from './xgrammar.ts';
 
@@ -41,7 +43,7 @@ export function prepareOutput(output: StructuredOutput): PreparedOutput {
     case 'grammar':
       return grammar(output.grammar, ['grammar', output.grammar]);
     case 'structural_tag':
-      return structuralTag(output.tag);
+      return structuralTag(output.tag, output.whitespace ?? { kind: 'compact' });
     default:
       throw new StructuredOutputError(`Invalid structured output: unknown type ${JSON.stringify((output as { type?: unknown }).type)}`);
   }
@@ -51,20 +53,36 @@ function jsonSchema(schema: unknown, whitespace: JsonWhitespace): PreparedOutput
   if (typeof schema !== 'boolean' && (typeof schema !== 'object' || schema === null || Array.isArray(schema))) {
     throw new StructuredOutputError('Invalid JSON schema: a schema must be an object or a boolean');
   }
-  const { anyWhitespace, maxRun } = whitespaceOptions(whitespace);
+  const options = whitespaceOptions(whitespace);
   const text = jsonText(schema, 'JSON schema');
-  const cost = checkJsonSchema(JSON.parse(text) as unknown, { kind: anyWhitespace ? 'any' : 'compact', maxRun });
+  const parsed = JSON.parse(text) as unknown;
+  const cost = checkJsonSchema(parsed, { kind: options.anyWhitespace ? 'any' : 'compact', maxRun: options.maxRun });
+  const spliced = spliceSchema(parsed);
   return {
-    key: JSON.stringify(['json_schema', anyWhitespace, maxRun ?? null, text]),
+    key: JSON.stringify(['json_schema', options.anyWhitespace, options.maxRun ?? null, text]),
     subject: 'JSON schema',
     cost,
     warningsAreErrors: true,
-    // One line (indent -1), strict: no properties or items the schema does not name.
-    compile: (_api, compiler) => compiler.compileJSONSchema(text, anyWhitespace, -1, undefined, true, maxRun),
+    // XGrammar's grammar of the schema with our rules spliced in (schema-splice.ts), compiled.
+    compile: async (api, compiler) => compileEbnf(api, compiler, await schemaGrammar(api, spliced, options)),
   };
 }
 
-function whitespaceOptions(whitespace: JsonWhitespace): { anyWhitespace: boolean; maxRun?: number } {
+/** Compiles EBNF text from rule `root`; the Grammar is parsed here and freed after (compileGrammar(text) would keep it forever). */
+async function compileEbnf(api: XGrammarApi, compiler: GrammarCompiler, text: string): Promise<CompiledGrammar> {
+  const parsed = await api.Grammar.fromEBNF(text, 'root');
+  try {
+    return await compiler.compileGrammar(parsed);
+  } finally {
+    parsed.dispose();
+  }
+}
+
+/**
+ * XGrammar's options for JSON output: one line (indent -1) and strict (no properties or items the
+ * schema does not name) always; any whitespace or the compact separators.
+ */
+function whitespaceOptions(whitespace: JsonWhitespace): SchemaGrammarOptions {
   if (whitespace?.kind === 'compact') return { anyWhitespace: false };
   if (whitespace?.kind !== 'any') throw new StructuredOutputError("Invalid JSON whitespace: kind must be 'compact' or 'any'");
   const { maxRun } = whitespace;
@@ -104,30 +122,30 @@ function grammar(text: unknown, key: unknown[]): PreparedOutput {
     subject: 'grammar',
     cost: { cost: shape.cost, largest: { cost: shape.cost, what: 'its repetitions and character classes' } },
     warningsAreErrors: false,
-    // The Grammar is parsed here and freed after (compileGrammar(text) would keep it forever).
-    compile: async (api, compiler) => {
-      const parsed = await api.Grammar.fromEBNF(text, 'root');
-      try {
-        return await compiler.compileGrammar(parsed);
-      } finally {
-        parsed.dispose();
-      }
-    },
+    compile: (api, compiler) => compileEbnf(api, compiler, text),
   };
 }
 
-function structuralTag(tag: unknown): PreparedOutput {
+function structuralTag(tag: unknown, whitespace: JsonWhitespace): PreparedOutput {
   if (typeof tag !== 'object' || tag === null || Array.isArray(tag)) throw new StructuredOutputError('Invalid structural tag: expected an object');
+  const options = whitespaceOptions(whitespace);
   const text = jsonText(tag, 'structural tag');
   const parsed = JSON.parse(text) as Record<string, unknown>;
-  const cost = checkStructuralTag(parsed);
+  const cost = checkStructuralTag(parsed, { kind: options.anyWhitespace ? 'any' : 'compact', maxRun: options.maxRun });
   const normalized = JSON.stringify({ type: 'structural_tag', format: structuralTagFormat(parsed).format });
+  // Each json_schema content becomes a grammar content: XGrammar's own would get free whitespace
+  // and its wrong number and format rules (schema-splice.ts).
+  const schemas = tagSchemas(JSON.parse(normalized) as Record<string, unknown>);
   return {
-    key: JSON.stringify(['structural_tag', normalized]),
+    key: JSON.stringify(['structural_tag', options.anyWhitespace, options.maxRun ?? null, normalized]),
     subject: 'structural tag',
     cost: { cost, largest: { cost, what: 'its schemas, regexes and grammars' } },
     warningsAreErrors: true,
-    compile: (_api, compiler) => compiler.compileStructuralTag(normalized),
+    compile: async (api, compiler) => {
+      const grammars: string[] = [];
+      for (const spliced of schemas.spliced) grammars.push(await schemaGrammar(api, spliced, options));
+      return compiler.compileStructuralTag(JSON.stringify(schemas.withGrammars(grammars)));
+    },
   };
 }
 
@@ -158,6 +176,8 @@ export function tooCostly(prepared: PreparedOutput, estimate: number, limit: num
 
 /** XGrammar's report of a failed compile as the request's error. */
 export function compileError(prepared: PreparedOutput, failure: XGrammarCallError): StructuredOutputError {
+  // Our own refusal from inside the compile (a pattern XGrammar cannot match right: pattern-rule.ts).
+  if (failure.cause instanceof StructuredOutputError) return failure.cause;
   const subject = prepared.subject;
   let message = failure.fatal.replace(/^Check failed: \(.*?\) is false: ?/s, '').trim();
   if (subject === 'regex') message = message.replace(/^Regex parsing error /, '');

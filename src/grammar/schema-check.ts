@@ -11,6 +11,20 @@
 import { repeatPositions, POSITION_COST } from './char-cost.ts';
 import { MAX_DEPTH, MAX_PROPERTIES } from './limits.ts';
 import { regexShape } from './regex-cost.ts';
+import { formatPlan } from './format-rules.ts';
+import {
+  ARRAY_INFERRED_FROM,
+  BOUNDS,
+  escapePointer,
+  isObject,
+  OBJECT_INFERRED_FROM,
+  refTarget,
+  SCHEMA_LISTS,
+  SCHEMA_MAPS,
+  SCHEMA_VALUED,
+  VALIDATION,
+  type Json,
+} from './schema-keywords.ts';
 import { StructuredOutputError } from './types.ts';
 
 /** What a checked schema is estimated to cost, and the largest part of it (for the message). */
@@ -19,7 +33,6 @@ export interface SchemaCost {
   largest?: { cost: number; what: string };
 }
 
-type Json = Record<string, unknown>;
 
 /** Keywords XGrammar does not enforce. */
 const UNSUPPORTED = [
@@ -39,25 +52,23 @@ const UNSUPPORTED = [
   '$recursiveRef',
 ];
 
-/** Keywords XGrammar reads: beside `$ref`, `anyOf`, ... it would ignore them. */
-const VALIDATION = new Set([
-  'type', 'enum', 'const', '$ref', 'anyOf', 'oneOf', 'allOf',
-  'properties', 'required', 'patternProperties', 'propertyNames', 'additionalProperties', 'unevaluatedProperties', 'minProperties', 'maxProperties',
-  'items', 'prefixItems', 'unevaluatedItems', 'minItems', 'maxItems',
-  'minLength', 'maxLength', 'pattern', 'format',
-  'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum',
-]);
-
+/** Keywords of one type (objects: those that do not make XGrammar infer the type). */
+const TYPED_KEYWORDS = [
+  ...BOUNDS, 'minLength', 'maxLength', 'pattern', 'format', 'required', 'minProperties', 'maxProperties', 'patternProperties', 'propertyNames', 'minItems', 'maxItems',
+];
 const TYPES = new Set(['string', 'number', 'integer', 'boolean', 'null', 'array', 'object']);
 const COUNTS = ['minItems', 'maxItems', 'minLength', 'maxLength', 'minProperties', 'maxProperties'];
-const BOUNDS = ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum'];
-const SCHEMA_VALUED = ['items', 'additionalProperties', 'unevaluatedProperties', 'unevaluatedItems', 'propertyNames'];
-const SCHEMA_LISTS = ['anyOf', 'oneOf', 'allOf', 'prefixItems'];
-const SCHEMA_MAPS = ['properties', 'patternProperties'];
-/** What a `format` is estimated to cost (email, uri, ipv6, hostname: 30-80 ms measured; the rest less). */
+/**
+ * What a `format` is estimated to cost: up to ~50 ms measured, uri-reference and uri-template up to
+ * ~110, hostname (labels of up to 41 characters: a bounded repetition) ~200.
+ */
 const FORMAT_COST = 80;
-/** A number with bounds: a generated range regex, up to ~55 ms each. */
-const NUMBER_RANGE_COST = 60;
+const COSTLIER_FORMATS: Readonly<Record<string, number>> = { 'uri-reference': 120, 'iri-reference': 120, 'uri-template': 120, hostname: 250, 'idn-hostname': 250 };
+/**
+ * A number with bounds (number-range.ts): ~20 ms, and each digit of the bounds' integer parts adds
+ * a state to its rules (bounds of ±1e300: 1.0 s for a number, 0.4 s for an integer of 0 to 1e300).
+ */
+const NUMBER_RANGE_COST = { base: 20, digit: 2 };
 /**
  * Optional properties: XGrammar's rules for k of them cost ~0.5 ms each and grow with k², by
  * ~0.001 ms per k² with compact separators (128: 78 ms, 512: 0.5 s; ten objects of 150: 1 s) and
@@ -138,6 +149,7 @@ class SchemaChecker {
   }
 
   private keywords(node: Json, path: string, depth: number): void {
+    this.typeless(node, path);
     if ('type' in node) {
       const types = Array.isArray(node.type) ? node.type : [node.type];
       if (types.length === 0) throw invalid('type must be a type name or a non-empty list of them', `${path}/type`);
@@ -173,6 +185,11 @@ class SchemaChecker {
         throw invalid(`${keys.length} properties in one object; at most ${MAX_PROPERTIES} are supported`, `${path}/${k}`);
       }
       for (const key of keys) {
+        if (k === 'properties' && /["\\\u0000-\u001f]/.test(key)) {
+          // XGrammar writes a name into its grammar unescaped: a control character would be raw in
+          // the output (invalid JSON), a backslash would start an escape, a quote breaks the grammar.
+          throw unsupported(`property name ${JSON.stringify(key)} is not supported: names with ", \\ or control characters are not`, `${path}/${k}`);
+        }
         if (k === 'patternProperties') this.pattern(key, `${path}/${k}/${escapePointer(key)} (the key)`);
         this.schema(map[key], `${path}/${k}/${escapePointer(key)}`, depth + 2);
       }
@@ -180,6 +197,16 @@ class SchemaChecker {
     // Everything else is data to XGrammar's JSON reader ($defs are checked as schemas where a $ref leads).
     this.data(node, path, depth, [...SCHEMA_VALUED, ...SCHEMA_LISTS, ...SCHEMA_MAPS]);
     this.costs(node, path);
+  }
+
+  /**
+   * Without `type` XGrammar reads a schema as an object, an array (OBJECT_INFERRED_FROM,
+   * ARRAY_INFERRED_FROM) or any value; as any value it ignores the keywords of every type.
+   */
+  private typeless(node: Json, path: string): void {
+    if ('type' in node || [...OBJECT_INFERRED_FROM, ...ARRAY_INFERRED_FROM].some((k) => k in node)) return;
+    const ignored = TYPED_KEYWORDS.find((k) => k in node);
+    if (ignored) throw unsupported(`"${ignored}" without "type" is not supported (XGrammar ignores it there; name the type)`, path);
   }
 
   /** What the keywords XGrammar expands cost: string lengths, patterns, formats, number ranges, properties, separators. */
@@ -194,10 +221,19 @@ class SchemaChecker {
       const max = node.maxLength as number | undefined;
       this.add(`length ${min} ${max}`, repeatPositions(min, max) * POSITION_COST.wide, `string length bounds at ${path}`);
     }
-    if (typeof node.format === 'string') this.add(`format ${node.format}`, FORMAT_COST, `format "${node.format}" at ${path}`);
+    if (typeof node.format === 'string') {
+      const plan = formatPlan(node.format);
+      if (plan.kind === 'refused') throw unsupported(`format ${JSON.stringify(node.format)} is not supported: ${plan.why}`, `${path}/format`);
+      const beside = ['minLength', 'maxLength'].find((k) => k in node);
+      if (beside) throw unsupported(`"${beside}" beside "format" is not supported (XGrammar ignores it)`, path);
+      this.add(`format ${node.format}`, COSTLIER_FORMATS[node.format] ?? FORMAT_COST, `format "${node.format}" at ${path}`);
+    }
     const types = Array.isArray(node.type) ? node.type : [node.type];
-    if (types.includes('number') && BOUNDS.some((k) => k in node)) {
-      this.add(`range ${BOUNDS.map((k) => node[k]).join(' ')}`, NUMBER_RANGE_COST, `number bounds at ${path}`);
+    const bounds = BOUNDS.filter((k) => typeof node[k] === 'number').map((k) => node[k] as number);
+    if ((types.includes('number') || types.includes('integer')) && bounds.length > 0) {
+      const digits = bounds.reduce((sum, b) => sum + BigInt(Math.trunc(Math.abs(b))).toString().length, 0);
+      const cost = NUMBER_RANGE_COST.base + digits * NUMBER_RANGE_COST.digit;
+      this.add(`range ${types.join(' ')} ${bounds.join(' ')}`, cost, `number bounds at ${path}`);
     }
   }
 
@@ -239,12 +275,8 @@ class SchemaChecker {
     if (typeof ref !== 'string') throw invalid('$ref must be a string', path);
     if (ref === '#') return; // the root: a recursive rule
     if (!ref.startsWith('#/')) throw unsupported(`$ref ${JSON.stringify(ref)} is not supported: only local references ("#/...") are`, path);
-    let target: unknown = this.root;
-    for (const part of ref.slice(2).split('/')) {
-      if (part === '') continue;
-      if (!isObject(target) || !(part in target)) throw invalid(`$ref ${JSON.stringify(ref)} points at nothing`, path);
-      target = target[part];
-    }
+    const target = refTarget(this.root, ref);
+    if (target === undefined) throw invalid(`$ref ${JSON.stringify(ref)} points at nothing`, path);
     if (this.following.has(target) || (this.checkedAt.get(target) ?? 0) >= depth) return;
     this.checkedAt.set(target, depth);
     this.following.add(target);
@@ -260,14 +292,6 @@ class SchemaChecker {
       for (const [k, v] of Object.entries(value)) if (!skip.includes(k)) this.data(v, `${path}/${escapePointer(k)}`, depth + 1);
     }
   }
-}
-
-function isObject(value: unknown): value is Json {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-function escapePointer(key: string): string {
-  return key.replaceAll('~', '~0').replaceAll('/', '~1');
 }
 
 function invalid(problem: string, path: string): StructuredOutputError {

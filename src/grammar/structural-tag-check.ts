@@ -6,7 +6,7 @@ import { POSITION_COST } from './char-cost.ts';
 import { ebnfShape } from './ebnf-cost.ts';
 import { MAX_DEPTH, MAX_REGEX_CHARS } from './limits.ts';
 import { regexShape } from './regex-cost.ts';
-import { checkJsonSchema } from './schema-check.ts';
+import { checkJsonSchema, type SchemaWhitespace } from './schema-check.ts';
 import { StructuredOutputError } from './types.ts';
 
 type Json = Record<string, unknown>;
@@ -24,16 +24,21 @@ export function structuralTagFormat(tag: Json): { format: unknown; path: string 
   return { format: tag.format, path: '#/format' };
 }
 
-/** Checks a structural tag's format and estimates its compile cost (milliseconds, limits.ts). */
-export function checkStructuralTag(tag: Json): number {
+/**
+ * Checks a structural tag's format and estimates its compile cost (milliseconds, limits.ts), its
+ * JSON schemas written with `whitespace` (compact by default).
+ */
+export function checkStructuralTag(tag: Json, whitespace: SchemaWhitespace = { kind: 'compact' }): number {
   const { format, path } = structuralTagFormat(tag);
-  const checker = new TagChecker();
+  const checker = new TagChecker(whitespace);
   checker.format(format, path, path === '#' ? 1 : 2);
   return checker.cost;
 }
 
 class TagChecker {
   cost = 0;
+
+  constructor(private readonly whitespace: SchemaWhitespace) {}
 
   /** Checks one format; returns whether it is unlimited (its end is not its own: any_text, triggered tags, ...). */
   format(node: unknown, path: string, depth: number): boolean {
@@ -66,8 +71,10 @@ class TagChecker {
       case 'qwen_xml_parameter': {
         const schema = node.json_schema;
         if (typeof schema !== 'boolean' && !isObject(schema)) throw invalid(`a ${node.type} format must have a json_schema field with an object or a boolean`, at('json_schema'));
-        // XGrammar compiles a tag's schema with any whitespace, unbounded.
-        this.cost += SCHEMA_FORMAT_COST + checkJsonSchema(schema, { kind: 'any' }, depth + 1).cost;
+        // A json_schema is compiled with the tag's whitespace (tag-schemas.ts); XGrammar compiles a
+        // qwen_xml_parameter's with any whitespace, unbounded.
+        const whitespace = node.type === 'json_schema' ? this.whitespace : { kind: 'any' as const };
+        this.cost += SCHEMA_FORMAT_COST + checkJsonSchema(schema, whitespace, depth + 1).cost;
         return false;
       }
       case 'grammar': {

@@ -22,8 +22,11 @@ export type StructuredOutput =
   | { type: 'choice'; choices: readonly string[] }
   /** Text of an EBNF grammar (XGrammar's dialect, which takes llama.cpp's GBNF) from rule `root`. */
   | { type: 'grammar'; grammar: string }
-  /** An XGrammar structural tag (the JSON object form): tool calls in a model's own format. */
-  | { type: 'structural_tag'; tag: Record<string, unknown> };
+  /**
+   * An XGrammar structural tag (the JSON object form): tool calls in a model's own format. Its
+   * JSON schemas are written with `whitespace` (default compact).
+   */
+  | { type: 'structural_tag'; tag: Record<string, unknown>; whitespace?: JsonWhitespace };
 
 /** The request's structure cannot be compiled: its message says why (the API answers 400). */
 export class StructuredOutputError extends Error {

@@ -18,6 +18,20 @@ const BYTE_TO_CHAR: readonly string[] = (() => {
   return chars;
 })();
 
+/** The byte each character of a byte-level piece stands for (by char code; -1: none). */
+const CHAR_TO_BYTE: Int16Array = (() => {
+  const table = new Int16Array(512).fill(-1);
+  BYTE_TO_CHAR.forEach((char, byte) => (table[char.charCodeAt(0)] = byte));
+  return table;
+})();
+
+/** The bytes of a byte-level vocabulary piece. */
+export function pieceBytes(piece: string): Uint8Array {
+  const bytes = new Uint8Array(piece.length);
+  for (let i = 0; i < piece.length; i++) bytes[i] = CHAR_TO_BYTE[piece.charCodeAt(i)]!;
+  return bytes;
+}
+
 /** `bytes` as a byte-level vocabulary piece (one character per byte). */
 export function byteLevelPiece(bytes: Uint8Array): string {
   let piece = '';

@@ -1,5 +1,5 @@
 // The structured-output guarantee, proven on real decoding: for every structure in
-// test/fixtures/structured-cases.ts (20 JSON schemas, 5 regexes, 3 choice lists, 2 grammars), on a
+// test/fixtures/structured-cases.ts (22 JSON schemas, 5 regexes, 3 choice lists, 2 grammars), on a
 // random-weight model (llama-2-tiny-random: Llama 2's 32,000-token vocabulary, gibberish weights)
 // and on stories260K (a trained model with a 512-token byte-fallback vocabulary), 25 sequences
 // (n = 25, one random stream each) at temperature 1: every output that ends with finish_reason

@@ -54,6 +54,36 @@ describe('checkJsonSchema', () => {
     expect(refusal({ anyOf: [{ type: 'string' }], properties: {} })).toMatch(/"properties" beside "anyOf"/);
     expect(refusal({ enum: ['a'], minLength: 3 })).toMatch(/"minLength" beside "enum"/);
     expect(refusal({ $ref: 'https://example.com/schema' })).toMatch(/only local references/);
+    expect(refusal({ type: 'string', format: 'date', maxLength: 10 })).toBe('Unsupported JSON schema: "maxLength" beside "format" is not supported (XGrammar ignores it) (at #)');
+  });
+
+  it('refuses property names XGrammar would write unescaped', () => {
+    expect(refusal({ type: 'object', properties: { 'a\tb': { type: 'string' } } })).toBe(
+      'Unsupported JSON schema: property name "a\\tb" is not supported: names with ", \\ or control characters are not (at #/properties)',
+    );
+    expect(refusal({ type: 'object', properties: { 'a"b': {} } })).toMatch(/property name "a\\"b"/);
+    expect(refusal({ type: 'object', properties: { 'a\\b': {} } })).toMatch(/property name "a\\\\b"/);
+    expect(refusal({ type: 'object', properties: { 'a/b é \u2028': {} } })).toBe('accepted');
+  });
+
+  it('refuses formats that no rule enforces, naming them', () => {
+    expect(refusal({ type: 'string', format: 'regex' })).toMatch(/^Unsupported JSON schema: format "regex" is not supported: .* \(at #\/format\)$/);
+    expect(refusal({ type: 'object', properties: { u: { type: 'string', format: 'url' } } })).toBe('Unsupported JSON schema: format "url" is not supported: use "uri" (at #/properties/u/format)');
+    expect(refusal({ type: 'string', format: 'zip-code' })).toMatch(/format "zip-code" is not supported: it is not one of date, time, date-time, /);
+    for (const format of ['date', 'date-time', 'email', 'hostname', 'ipv6', 'uri', 'uuid', 'duration', 'idn-email', 'iri-reference', 'byte', 'password']) {
+      expect(refusal({ type: 'string', format }), format).toBe('accepted');
+    }
+  });
+
+  it('refuses the keywords of a type in a schema without "type" that XGrammar reads as any value', () => {
+    expect(refusal({ minimum: 3 })).toBe('Unsupported JSON schema: "minimum" without "type" is not supported (XGrammar ignores it there; name the type) (at #)');
+    expect(refusal({ type: 'object', properties: { a: { format: 'date' } } })).toMatch(/"format" without "type" .* \(at #\/properties\/a\)/);
+    expect(refusal({ required: ['a'] })).toMatch(/"required" without "type"/);
+    expect(refusal({ minItems: 1 })).toMatch(/"minItems" without "type"/);
+    // Read as an object or an array: the other types' keywords cannot apply.
+    expect(refusal({ properties: { a: { type: 'integer' } }, required: ['a'], minimum: 3 })).toBe('accepted');
+    expect(refusal({ items: { type: 'integer' }, minItems: 1 })).toBe('accepted');
+    expect(refusal({ description: 'anything', title: 'x' })).toBe('accepted');
   });
 
   it('refuses keyword shapes XGrammar would fail on without a message', () => {
@@ -91,8 +121,11 @@ describe('checkJsonSchema', () => {
     const twice = { type: 'object', properties: { a: { type: 'string', maxLength: 10 }, b: { type: 'string', maxLength: 10, description: 'the same rule' } }, required: ['a', 'b'] };
     expect(checkJsonSchema(twice, compact).cost).toBe(10 * 50);
     expect(checkJsonSchema({ type: 'string', pattern: '[^"]{0,10}' }, compact).cost).toBe(500);
-    expect(checkJsonSchema({ type: 'number', minimum: 0.5, maximum: 2 }, compact).cost).toBe(60);
-    expect(checkJsonSchema({ type: 'integer', minimum: 0, maximum: 1e9 }, compact).cost).toBe(0);
+    // A number range: 20 ms and 2 per digit of the bounds' integer parts.
+    expect(checkJsonSchema({ type: 'number', minimum: 0.5, maximum: 2 }, compact).cost).toBe(20 + 2 * 2);
+    expect(checkJsonSchema({ type: 'integer', minimum: 0, maximum: 1e9 }, compact).cost).toBe(20 + 2 * 11);
+    expect(checkJsonSchema({ type: 'number', minimum: -1e300, maximum: 1e300 }, compact).cost).toBe(20 + 2 * 602);
+    expect(checkJsonSchema({ type: 'string', format: 'hostname' }, compact).cost).toBe(250);
     const { largest } = checkJsonSchema({ type: 'object', properties: { a: { type: 'string', format: 'email' }, name: { type: 'string', maxLength: 20 } }, required: ['a', 'name'] }, compact);
     expect(largest).toEqual({ cost: 1000, what: 'string length bounds at #/properties/name' });
   });

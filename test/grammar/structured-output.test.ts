@@ -253,8 +253,8 @@ describe('structured output errors', () => {
 
   it('says what is wrong with a schema, from our checks and from XGrammar', async () => {
     expect(await message(schema({ type: 'object', properties: 5 }))).toBe('Invalid JSON schema: properties must be an object (at #/properties)');
-    expect(await message(schema({ type: 'integer', minimum: 0, maximum: 1e300 }))).toBe('Invalid JSON schema: Integer exceeds maximum limit');
-    expect(await message(schema({ type: 'integer', minimum: 5, maximum: 1 }))).toMatch(/^Invalid JSON schema: .*minimum/i);
+    expect(await message(schema({ type: 'string', pattern: 'a(' }))).toBe('Invalid JSON schema: Regex parsing error at position 3: The parenthesis is not closed.');
+    expect(await message(schema({ type: 'integer', minimum: 5, maximum: 1 }))).toBe('Invalid JSON schema: no integer satisfies minimum 5, maximum 1 (at #)');
     expect(await message(schema([1]))).toBe('Invalid JSON schema: a schema must be an object or a boolean');
     const cyclic: Record<string, unknown> = {};
     cyclic.self = cyclic;
