@@ -18,9 +18,9 @@ export const SCHEMA_EXAMPLES: Record<string, Record<string, unknown>> = {
   'A character': {
     type: 'object',
     properties: {
-      name: { type: 'string', maxLength: 20 },
+      name: { type: 'string', maxLength: 12 },
       age: { type: 'integer', minimum: 1, maximum: 99 },
-      friends: { type: 'array', items: { type: 'string', maxLength: 20 }, maxItems: 3 },
+      friends: { type: 'array', items: { type: 'string', maxLength: 12 }, maxItems: 2 },
       mood: { enum: ['happy', 'sad', 'sleepy'] },
     },
     required: ['name', 'age', 'mood'],
@@ -29,7 +29,7 @@ export const SCHEMA_EXAMPLES: Record<string, Record<string, unknown>> = {
   'Weather call': {
     type: 'object',
     properties: {
-      location: { type: 'string', description: 'City and country', maxLength: 40 },
+      location: { type: 'string', description: 'City and country', maxLength: 24 },
       unit: { enum: ['celsius', 'fahrenheit'] },
       days: { type: 'integer', minimum: 1, maximum: 7 },
     },

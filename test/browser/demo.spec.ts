@@ -4,6 +4,8 @@
 // saved as test artifacts (test-results/, attached to the report).
 import { expect, test, type Locator, type Page } from '@playwright/test';
 import { COMPLETION_PARAMS } from '../../src/api/schema.ts';
+import { STRUCTURED_PARAMS } from '../../demo/params-panel.ts';
+import { SCHEMA_EXAMPLES } from '../../demo/structured-panel.ts';
 import { reference } from './reference.ts';
 import { runInConsole } from './console.ts';
 
@@ -123,7 +125,7 @@ test('the panel has a control for every API parameter; changed parameters are se
   // Every parameter of the API's own table, except the ones set elsewhere (model, prompt) or
   // that only wrap others (extra_body), has a control showing its default (and range).
   for (const [name, row] of Object.entries(COMPLETION_PARAMS)) {
-    if (['model', 'prompt', 'extra_body'].includes(name)) continue;
+    if (['model', 'prompt', 'extra_body', ...STRUCTURED_PARAMS].includes(name)) continue;
     const control = page.locator(`#params [data-param="${name}"]`);
     await expect(control, name).toHaveCount(1);
     await expect(control.locator('.hint'), name).toContainText('default');
@@ -177,6 +179,34 @@ test('the panel has a control for every API parameter; changed parameters are se
   const texts = await output(page).locator('.choice-text').allTextContents();
   expect(texts).toEqual(response.choices.map((c: { text: string }) => c.text));
   await expect(page.locator('#stats')).toContainText('not streamed');
+  expect(pageErrors).toEqual([]);
+});
+
+test('Structured output: an example schema constrains the completion, shown pretty-printed', async ({ page }) => {
+  const pageErrors = watchPageErrors(page);
+  await readyWithDefaultModel(page);
+  await page.locator('#prompt').fill(reference.prompt);
+  await param(page, 'max_tokens').fill('96');
+  await page.locator('#structured-kind').selectOption('json_schema');
+  await page.locator('.structured-examples button', { hasText: 'A character' }).click();
+  const request = JSON.parse((await page.getByTestId('request-json').textContent())!);
+  expect(request.guided_json).toEqual(SCHEMA_EXAMPLES['A character']);
+  await generate(page);
+  expect(await errorBox(page).textContent()).toBe('');
+  await expect(output(page)).toHaveAttribute('data-finish', 'stop');
+  const text = (await output(page).locator('.choice-text').allTextContents()).join('');
+  const pretty = page.getByTestId('structured-json').locator('pre');
+  await expect(pretty).toHaveCount(1);
+  expect(await pretty.textContent()).toBe(JSON.stringify(JSON.parse(text), null, 2));
+  expect(Object.keys(JSON.parse(text))).toEqual(expect.arrayContaining(['name', 'age', 'mood']));
+
+  // A regex, and a choice: the text is one of them.
+  await page.locator('#structured-kind').selectOption('choice');
+  await page.locator('#structured-spec').fill('happy\nsad');
+  await generate(page);
+  await expect(output(page)).toHaveAttribute('data-finish', 'stop');
+  expect(['happy', 'sad']).toContain((await output(page).locator('.choice-text').allTextContents()).join(''));
+  await expect(page.getByTestId('structured-json')).toBeHidden();
   expect(pageErrors).toEqual([]);
 });
 
