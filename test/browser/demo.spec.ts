@@ -188,7 +188,7 @@ test('Structured output: an example schema constrains the completion, shown pret
   await page.locator('#prompt').fill(reference.prompt);
   await param(page, 'max_tokens').fill('96');
   await page.locator('#structured-kind').selectOption('json_schema');
-  await page.locator('.structured-examples button', { hasText: 'A character' }).click();
+  await page.locator('#params .structured-examples button', { hasText: 'A character' }).click();
   const request = JSON.parse((await page.getByTestId('request-json').textContent())!);
   expect(request.guided_json).toEqual(SCHEMA_EXAMPLES['A character']);
   await generate(page);

@@ -123,8 +123,8 @@ test.describe('engine placements', () => {
     await expectAnsweredAsTheApiSays(page);
     const stats = await page.evaluate(() => (window as any).placementStats());
     // complete, stream, abort, complete, openai stream and error, chat, tokenize and completion, bad
-    // parameter: the abort was seen in the worker.
-    expect(stats).toEqual({ inFlight: 0, completed: 9, aborted: 1 });
+    // parameter, and the two structured ones: the abort was seen in the worker.
+    expect(stats).toEqual({ inFlight: 0, completed: 11, aborted: 1 });
 
     // A local File loads in a worker too, and the RemoteEngine answers complete() as an Engine does.
     const direct = await page.evaluate(([prompt, max]) => (window as any).placementFileEngine(prompt, max), [reference.prompt, MAX_TOKENS] as const);
@@ -147,7 +147,7 @@ test.describe('engine placements', () => {
     expect(await page.evaluate(() => !!navigator.serviceWorker.controller)).toBe(true);
     await expectAnsweredAsTheApiSays(page);
     // The page's abort reached the service worker too.
-    expect(await page.evaluate(() => (window as any).placementStats())).toEqual({ inFlight: 0, completed: 9, aborted: 1 });
+    expect(await page.evaluate(() => (window as any).placementStats())).toEqual({ inFlight: 0, completed: 11, aborted: 1 });
 
     // A second tab that installs nothing: plain fetch, answered by the service worker.
     const other = await context.newPage();
