@@ -11,33 +11,17 @@ import type { LlamaConfig } from '../../src/model/config.ts';
 import { LlamaModel } from '../../src/model/llama.ts';
 import { createRandomStream } from '../../src/sampling/random.ts';
 import { logSoftmax } from '../../src/sampling/logprobs.ts';
-import type { TextTokenizer } from '../../src/tokenizer/types.ts';
 import { testGpu } from '../helpers/gpu.ts';
 import { buildRandomModel, tinyConfig } from '../helpers/random-model.ts';
 import { allowAll, ScriptedConstraint, type ConstraintScript } from '../helpers/scripted-constraint.ts';
 import { CpuLlama, type CpuLlamaWeights } from '../reference/cpu-llama.ts';
 import { isAllowed, maskOf } from '../reference/mask.ts';
 import { SequenceSampler } from '../reference/sampler.ts';
+import { IdTokenizer } from '../helpers/id-tokenizer.ts';
 
 const CAPACITY = 64;
 const V = 97;
-const STOP = 2;
-
-class IdTokenizer implements TextTokenizer {
-  readonly vocabSize = V;
-  readonly bosId = 1;
-  readonly eosIds = [STOP];
-  readonly addBos = true;
-  encode(text: string): number[] {
-    return text.split(/\s+/).filter(Boolean).map(Number);
-  }
-  decode(ids: readonly number[]): string {
-    return ids.join(' ');
-  }
-  isSpecial(id: number): boolean {
-    return id === 1 || id === STOP;
-  }
-}
+const STOP = 2; // IdTokenizer's EOS
 
 const info: ModelInfo = { id: 'random', aliases: [], architecture: 'llama', contextLength: CAPACITY, vocabSize: V, format: 'gguf', created: 0 };
 
@@ -55,7 +39,7 @@ async function testModel(intermediateSize: number, decodeLayer: boolean, seed: n
   const config = tinyConfig({ vocabSize: V, contextLength: 64, intermediateSize });
   const built = buildRandomModel(ctx, config, 'f32', seed);
   const model = await LlamaModel.create(ctx, config, built.gpu, decodeLayer ? { tuning: { decodeLayer: () => true } } : {});
-  const generator = new LlamaGenerator(model, new IdTokenizer(), info, model.createKvCache(CAPACITY));
+  const generator = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY));
   return { generator, reference: { config, weights: built.cpu } };
 }
 

@@ -7,31 +7,14 @@ import { QueueFullError } from '../../src/engine/scheduler.ts';
 import type { FinishReason, GeneratedToken, GenerationSession, ModelInfo, SamplingParams, SequenceOptions, SessionRequest } from '../../src/engine/types.ts';
 import type { LlamaConfig } from '../../src/model/config.ts';
 import { LlamaModel } from '../../src/model/llama.ts';
-import type { TextTokenizer } from '../../src/tokenizer/types.ts';
 import { testGpu } from '../helpers/gpu.ts';
 import { buildRandomModel, tinyConfig } from '../helpers/random-model.ts';
 import { CpuLlama, type CpuLlamaWeights } from '../reference/cpu-llama.ts';
+import { IdTokenizer } from '../helpers/id-tokenizer.ts';
 
 const CAPACITY = 40;
 const config: LlamaConfig = tinyConfig({ vocabSize: 97, contextLength: 64 });
 const V = config.vocabSize;
-
-/** Ids as text: enough of a tokenizer for the engine, which never decodes. */
-class IdTokenizer implements TextTokenizer {
-  readonly vocabSize = V;
-  readonly bosId = 1;
-  readonly eosIds = [2];
-  readonly addBos = true;
-  encode(text: string): number[] {
-    return text.split(/\s+/).filter(Boolean).map(Number);
-  }
-  decode(ids: readonly number[]): string {
-    return ids.join(' ');
-  }
-  isSpecial(id: number): boolean {
-    return id === 1 || id === 2;
-  }
-}
 
 const info: ModelInfo = { id: 'random', aliases: [], architecture: 'llama', contextLength: CAPACITY, vocabSize: V, format: 'gguf', created: 0 };
 
@@ -46,8 +29,8 @@ beforeAll(async () => {
   const built = buildRandomModel(ctx, config, 'f32', 5);
   cpuWeights = built.cpu;
   model = await LlamaModel.create(ctx, config, built.gpu);
-  generator = new LlamaGenerator(model, new IdTokenizer(), info, model.createKvCache(CAPACITY), { maxQueued: 4 });
-  chunked = new LlamaGenerator(model, new IdTokenizer(), info, model.createKvCache(CAPACITY), { prefillChunkTokens: 3 });
+  generator = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY), { maxQueued: 4 });
+  chunked = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY), { prefillChunkTokens: 3 });
 });
 
 afterAll(() => {
@@ -170,7 +153,7 @@ describe('sessions against the CPU reference', () => {
 
   it('a plain greedy sequence, picked by the decode step itself (no sampler dispatch), equals the CPU greedy decoding', async () => {
     const { model: m, reference } = await layeredModel();
-    const g = new LlamaGenerator(m, new IdTokenizer(), info, m.createKvCache(CAPACITY));
+    const g = new LlamaGenerator(m, new IdTokenizer(V), info, m.createKvCache(CAPACITY));
     try {
       const { decodeStep } = await (g as unknown as { decodeResources(): Promise<DecodeResources> }).decodeResources();
       expect(decodeStep.greedy).toBeDefined();
@@ -189,7 +172,7 @@ describe('sessions against the CPU reference', () => {
     // 5 and 9 layers: the last dispatch runs one layer in both, but the greedy records sit past every layer's constants.
     for (const numLayers of [5, 9, 5]) {
       const { model: m, reference } = await layeredModel({ numLayers }, numLayers);
-      const g = new LlamaGenerator(m, new IdTokenizer(), info, m.createKvCache(CAPACITY));
+      const g = new LlamaGenerator(m, new IdTokenizer(V), info, m.createKvCache(CAPACITY));
       try {
         const plain = await run(g, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 12 });
         expect(plain.ids, `${numLayers} layers`).toEqual(cpuGreedy(PROMPT, 12, {}, reference).tokens);
@@ -202,10 +185,7 @@ describe('sessions against the CPU reference', () => {
   it('samples and scores only the ids its tokenizer knows, when the model has more logit rows (padding)', async () => {
     const { model: m, reference } = await layeredModel();
     const known = 48;
-    class FewerIds extends IdTokenizer {
-      override readonly vocabSize = known;
-    }
-    const g = new LlamaGenerator(m, new FewerIds(), info, m.createKvCache(CAPACITY));
+    const g = new LlamaGenerator(m, new IdTokenizer(known), info, m.createKvCache(CAPACITY));
     const prompt = [1, 17, 42, 5, 23, 9];
     try {
       expect(cpuGreedy(prompt, 20, {}, reference).tokens.some((id) => id >= known)).toBe(true); // the padding rows would be picked
@@ -226,7 +206,7 @@ describe('sessions against the CPU reference', () => {
   });
 
   it('a prompt longer than DEFAULT_PREFILL_CHUNK_TOKENS is prefilled in passes of at most that many tokens', async () => {
-    const long = new LlamaGenerator(model, new IdTokenizer(), info, model.createKvCache(DEFAULT_PREFILL_CHUNK_TOKENS + 100));
+    const long = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(DEFAULT_PREFILL_CHUNK_TOKENS + 100));
     const passes: number[] = [];
     const forward = model.forward.bind(model);
     const spy = vi.spyOn(model, 'forward').mockImplementation(((tokens: readonly number[], ...rest: unknown[]) => {

@@ -8,21 +8,12 @@ import { jsonStringPattern } from '../../src/grammar/pattern-rule.ts';
 import { schemaGrammar, spliceSchema } from '../../src/grammar/schema-splice.ts';
 import { compileStructuredOutput, StructuredOutputError } from '../../src/grammar/structured-output.ts';
 import { loadXGrammar } from '../../src/grammar/xgrammar.ts';
-import { grammarAccepts } from '../helpers/grammar-accepts.ts';
+import { grammarAcceptsAll } from '../helpers/grammar-accepts.ts';
 import { grammarTokenizer } from '../helpers/grammar-tokenizers.ts';
 import { mulberry32 } from '../helpers/prng.ts';
 import { randomWalks } from '../helpers/random-walk.ts';
 
-async function accepts(ebnf: string, texts: readonly string[]): Promise<boolean[]> {
-  const grammar = await grammarAccepts(ebnf);
-  try {
-    const results: boolean[] = [];
-    for (const text of texts) results.push(await grammar.accepts(text));
-    return results;
-  } finally {
-    grammar.dispose();
-  }
-}
+const accepts = grammarAcceptsAll;
 
 describe('jsonStringPattern', () => {
   it('writes literal quotes, backslashes and control characters as JSON escapes, grouped where a quantifier may follow', () => {

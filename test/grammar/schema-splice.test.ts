@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { schemaGrammar, spliceGrammar, spliceSchema, type SchemaGrammarOptions } from '../../src/grammar/schema-splice.ts';
 import { StructuredOutputError } from '../../src/grammar/types.ts';
 import { loadXGrammar } from '../../src/grammar/xgrammar.ts';
-import { grammarAccepts } from '../helpers/grammar-accepts.ts';
+import { grammarAcceptsAll } from '../helpers/grammar-accepts.ts';
 
 const compact: SchemaGrammarOptions = { anyWhitespace: false };
 
@@ -22,16 +22,7 @@ async function splicedEbnf(schema: unknown, options = compact): Promise<string> 
   return (await xg.run((api) => schemaGrammar(api, spliceSchema(schema), options))).value;
 }
 
-async function acceptsAll(ebnf: string, texts: readonly string[]): Promise<boolean[]> {
-  const grammar = await grammarAccepts(ebnf);
-  try {
-    const results: boolean[] = [];
-    for (const text of texts) results.push(await grammar.accepts(text));
-    return results;
-  } finally {
-    grammar.dispose();
-  }
-}
+const acceptsAll = grammarAcceptsAll;
 
 describe('spliceSchema', () => {
   it('relies on XGrammar printing a const string as its JSON text in one literal', async () => {

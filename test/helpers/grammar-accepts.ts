@@ -11,3 +11,15 @@ export async function grammarAccepts(ebnf: string, root = 'root'): Promise<{ acc
     dispose: () => grammar.dispose(),
   };
 }
+
+/** Whether `ebnf` accepts each of `texts`, in order. */
+export async function grammarAcceptsAll(ebnf: string, texts: readonly string[]): Promise<boolean[]> {
+  const grammar = await grammarAccepts(ebnf);
+  try {
+    const results: boolean[] = [];
+    for (const text of texts) results.push(await grammar.accepts(text));
+    return results;
+  } finally {
+    grammar.dispose();
+  }
+}
