@@ -153,16 +153,22 @@ async function runHost(host: Host, p: Plan, results: CaseFigures[], interleave?:
       const warmup = c.warmupWords ? prompt.prompt.split(' ').slice(0, c.warmupWords).join(' ') : prompt.prompt;
       const between = await interleave?.(c, prompt);
       results.push(await measureCase(host, c, prompt, warmup, loaded, between));
-      if (c.model === 'stories260K' && !values['no-structured']) {
-        await host.load(c);
-        structured.push(...(await measureStructured(host, c, prompt.prompt, int('structured-runs'), int('structured-tokens'))));
-        await host.unload();
-      }
     } catch (error) {
       log(`${host.name} ${c.model} ${c.storage}: ERROR ${(error as Error).stack ?? error}`);
       results.push({ host: host.name, model: c.model, storage: c.storage, runs: c.runs, error: String((error as Error).message ?? error) } as CaseFigures);
       // A hung request still holds the engine and the GPU: nothing more can run on this host.
       if (error instanceof RequestTimeout) return undefined;
+      await host.unload().catch(() => {});
+    }
+  }
+  const stories = p.cases.find((c) => c.model === 'stories260K');
+  if (stories && !values['no-structured']) {
+    try {
+      await host.load(stories);
+      structured.push(...(await measureStructured(host, stories, prompts.get(stories.model)!.prompt, int('structured-runs'), int('structured-tokens'))));
+    } catch (error) {
+      log(`${host.name} structured: ERROR ${(error as Error).stack ?? error}`);
+    } finally {
       await host.unload().catch(() => {});
     }
   }

@@ -13,6 +13,7 @@ import {
 } from '../grammar/structured-output.ts';
 import { invalidRequest } from './errors.ts';
 import { boolean, isPlainObject, jsonType, row, string, wrongType, type ParamRow, type TableParams } from './params.ts';
+import { MAX_WHITESPACE_RUN } from '../grammar/limits.ts';
 
 /** What compiles a request's structure for a model (src/grammar's compileStructuredOutput; tests inject their own). */
 export type StructureCompiler = typeof compileStructuredOutput;
@@ -161,7 +162,8 @@ export function whitespaceFromPattern(pattern: string): JsonWhitespace {
   else if (low === undefined) maxRun = 1;
   else if (!comma) maxRun = Number(low);
   else maxRun = high ? Number(high) : DEFAULT_WHITESPACE_RUN;
-  return maxRun === 0 ? COMPACT : { kind: 'any', maxRun };
+  // The grammar bounds a run (MAX_WHITESPACE_RUN): a longer bound in the pattern is taken as it.
+  return maxRun === 0 ? COMPACT : { kind: 'any', maxRun: Math.min(maxRun, MAX_WHITESPACE_RUN) };
 }
 
 /** Keys of a JSON schema whose value is a schema, a list of schemas, or a map of names to schemas. */

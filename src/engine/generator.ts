@@ -327,7 +327,9 @@ class LlamaSession implements GenerationSession {
       }
       this.checkLive(signal);
       if (generated < maxSteps) {
-        if (constraint) return 'stop'; // the constraint allows nothing more but stop ids: complete
+        // The constraint allows nothing more but stop ids: a whole structure stops; a dead end did
+        // not finish it, so it ends as cut short.
+        if (constraint) return constraint.isComplete() ? 'stop' : 'length';
         throw new Error('the decode pipeline ended early'); // never: it runs maxSteps steps
       }
       return 'length';

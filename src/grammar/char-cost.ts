@@ -1,4 +1,4 @@
-// What a character position costs to compile, for the estimates of cost.ts callers (regex-cost.ts,
+// What a character position costs to compile, for the cost estimates (regex-cost.ts,
 // ebnf-cost.ts, schema-check.ts). XGrammar computes a token mask for every position of a
 // repetition, and the work grows with the share of the vocabulary that can continue through it:
 // measured per position of `X{0,100}` on Qwen2.5's vocabulary, [0-9], [a-f0-9], \d and \s take

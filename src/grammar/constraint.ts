@@ -12,6 +12,7 @@
 import type { GrammarMatcher } from '@mlc-ai/web-xgrammar';
 import type { TokenConstraint } from '../sampling/types.ts';
 import type { JumpForwardTokens } from './jump-forward.ts';
+import { checkNotBroken } from './xgrammar.ts';
 import type { Utf8Tokens } from './utf8-tokens.ts';
 
 export class GrammarConstraint implements TokenConstraint {
@@ -48,7 +49,8 @@ export class GrammarConstraint implements TokenConstraint {
     const tail = this.vocabSize % 32;
     if (tail !== 0) mask[this.maskWords - 1] &= 2 ** tail - 1;
     this.keepUtf8(mask);
-    const complete = this.stopIds.size > 0 && this.matcher.isTerminated();
+    // A stop token ends the output only between characters.
+    const complete = this.stopIds.size > 0 && this.utf8State === 0 && this.matcher.isTerminated();
     for (const id of this.stopIds) {
       if (complete) mask[id >>> 5] |= 1 << (id & 31);
       else mask[id >>> 5] &= ~(1 << (id & 31));
@@ -59,7 +61,7 @@ export class GrammarConstraint implements TokenConstraint {
     this.check();
     if (this.stopped || !Number.isInteger(id) || id < 0 || id >= this.vocabSize) return false;
     if (this.stopIds.has(id)) {
-      if (!this.matcher.isTerminated()) return false; // the structure is not complete yet
+      if (!this.isComplete()) return false; // the structure is not complete yet
       this.stopped = true;
       return true;
     }
@@ -90,6 +92,11 @@ export class GrammarConstraint implements TokenConstraint {
     return accepted;
   }
 
+  isComplete(): boolean {
+    this.check();
+    return this.stopped || (this.utf8State === 0 && this.matcher.isTerminated());
+  }
+
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
@@ -115,5 +122,6 @@ export class GrammarConstraint implements TokenConstraint {
 
   private check(): void {
     if (this.disposed) throw new Error('the token constraint was used after dispose()');
+    checkNotBroken();
   }
 }

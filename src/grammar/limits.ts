@@ -30,7 +30,7 @@ export const MAX_WHITESPACE_RUN = 32;
  * The compile time a structure may be estimated to take, in milliseconds; estimates are measured
  * on a vocabulary of COST_VOCAB tokens and scale with the vocabulary (a mask is work per token:
  * maxLength 24 compiled in 16 ms on 512 tokens, 174 ms on 32,000, 893 ms on 151,936). Most
- * structures estimate at 0: the estimate counts what was measured to cost (cost.ts), not the
+ * structures estimate at 0: the estimate counts what was measured to cost (char-cost.ts and its callers), not the
  * structure's size. The bound lets a structure take a few seconds once (it is cached per model),
  * never a hang.
  */

@@ -12,6 +12,7 @@ import { checkStructuralTag, structuralTagFormat } from './structural-tag-check.
 import { tagSchemas } from './tag-schemas.ts';
 import { StructuredOutputError, type JsonWhitespace, type StructuredOutput } from './types.ts';
 import type { XGrammarApi, XGrammarCallError } from './xgrammar.ts';
+import { nonAsciiClassAt } from './char-classes.ts';
 
 /** What the error messages call each kind of input. */
 type Subject = 'JSON schema' | 'regex' | 'grammar' | 'structural tag';
@@ -99,6 +100,8 @@ function regex(pattern: unknown): PreparedOutput {
   if (hasLoneSurrogate(pattern)) throw new StructuredOutputError('Invalid regex: not well-formed Unicode (a lone surrogate)');
   const shape = regexShape(pattern);
   if (shape.depth > MAX_DEPTH) throw new StructuredOutputError(`Invalid regex: groups nested ${shape.depth} deep; at most ${MAX_DEPTH} are supported`);
+  const at = nonAsciiClassAt(pattern, false);
+  if (at >= 0) throw new StructuredOutputError(`Unsupported regex: the character class at position ${at} names characters beyond ASCII, which XGrammar does not match exactly`);
   // XGrammar's web API compiles a regex as a structural tag.
   const tag = JSON.stringify({ type: 'structural_tag', format: { type: 'regex', pattern } });
   return {
@@ -117,6 +120,8 @@ function grammar(text: unknown, key: unknown[]): PreparedOutput {
   if (hasLoneSurrogate(text)) throw new StructuredOutputError('Invalid grammar: not well-formed Unicode (a lone surrogate)');
   const shape = ebnfShape(text);
   if (shape.depth > MAX_DEPTH) throw new StructuredOutputError(`Invalid grammar: groups nested ${shape.depth} deep; at most ${MAX_DEPTH} are supported`);
+  const at = nonAsciiClassAt(text, true);
+  if (at >= 0) throw new StructuredOutputError(`Unsupported grammar: the character class at offset ${at} names characters beyond ASCII, which XGrammar does not match exactly`);
   return {
     key: JSON.stringify(key),
     subject: 'grammar',

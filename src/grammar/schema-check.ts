@@ -34,9 +34,15 @@ export interface SchemaCost {
 }
 
 
-/** Keywords XGrammar does not enforce. */
+/**
+ * Keywords XGrammar does not enforce. patternProperties and propertyNames: beside them it drops
+ * the object's properties, required and additionalProperties, and writes key patterns as given
+ * (a raw quote in a key).
+ */
 const UNSUPPORTED = [
   'not',
+  'patternProperties',
+  'propertyNames',
   'if',
   'then',
   'else',

@@ -73,6 +73,11 @@ function apiOf(module: unknown): XGrammarApi | undefined {
 /** Set by the first trap: every later `run` rejects with it. */
 let broken: Error | undefined;
 
+/** Throws once the module has trapped: its memory may be corrupt, so live matchers stop too. */
+export function checkNotBroken(): void {
+  if (broken) throw broken;
+}
+
 /** The XGrammar module, loaded and started on the first call (later calls share it). */
 export function loadXGrammar(): Promise<XGrammar> {
   loading ??= load().catch((error: unknown) => {

@@ -59,6 +59,12 @@ export interface TokenConstraint {
    * order; [] when there is a choice. The loop appends them without sampling from the mask.
    */
   forced(): number[];
+  /**
+   * Whether the output so far is a whole structure. When a mask allows nothing but stop ids (or
+   * nothing), this tells a finished structure from a dead end (a stop id or a vocabulary that
+   * cannot spell what the structure needs next).
+   */
+  isComplete(): boolean;
   /** Frees what the constraint holds (its matcher); it is not used afterwards. */
   dispose(): void;
 }

@@ -109,13 +109,15 @@ describe.each([0, 1])('structured output through the openai client (host %i)', (
   }, 120_000);
 
   it('chat: response_format json_object gives a JSON object', async () => {
-    const reply = await client().chat.completions.create({ model: 'stories', messages, temperature: 0.7, seed: 5, max_tokens: 48, response_format: { type: 'json_object' } });
-    if (reply.choices[0]!.finish_reason === 'stop') {
+    let stopped = 0;
+    for (const seed of SEEDS) {
+      const reply = await client().chat.completions.create({ model: 'stories', messages, temperature: 0.7, seed, max_tokens: 64, response_format: { type: 'json_object' } });
+      if (reply.choices[0]!.finish_reason !== 'stop') continue;
+      stopped++;
       const value = JSON.parse(reply.choices[0]!.message.content!);
       expect(typeof value === 'object' && value !== null && !Array.isArray(value)).toBe(true);
-    } else {
-      expect(reply.choices[0]!.finish_reason).toBe('length');
     }
+    expect(stopped).toBeGreaterThan(0);
   }, 60_000);
 
   it('completions: extra_body.guided_json, with n = 4', async () => {

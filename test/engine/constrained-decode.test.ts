@@ -275,7 +275,7 @@ describe('the ends of a constrained sequence', () => {
     allowed: (tokens) => (tokens.length < n ? window12.allowed(tokens) : then),
   });
 
-  it("stop when the mask allows nothing, or only stop ids (never sampled); a sampled stop id ends it unyielded", async () => {
+  it("stop when the mask allows nothing, or only stop ids, and the structure is whole (never sampled); a sampled stop id ends it unyielded", async () => {
     for (const [shape, model] of SHAPES) {
       const none = await run(model(), after(0, []), {}, { maxTokens: 12 });
       expect([none.ids, none.finish], shape).toEqual([[], 'stop']);
@@ -297,6 +297,9 @@ describe('the ends of a constrained sequence', () => {
       const forcedStop: ConstraintScript = { allowed: window12.allowed, forced: (tokens) => (tokens.length === 1 ? [30, 31, STOP, 33] : []) };
       const forced = await run(model(), forcedStop, {}, { maxTokens: 12 });
       expect([forced.ids.slice(1), forced.finish], shape).toEqual([[30, 31], 'stop']);
+      // A dead end (only stop ids allowed, the structure not whole): cut short, not stopped.
+      const deadEnd = await run(model(), { ...after(3, [STOP]), complete: () => false }, {}, { maxTokens: 12 });
+      expect([deadEnd.ids.length, deadEnd.finish], shape).toEqual([3, 'length']);
     }
   });
 

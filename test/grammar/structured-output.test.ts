@@ -285,6 +285,18 @@ describe('structured output errors', () => {
     expect(await message({ type: 'json_object', whitespace: { kind: 'any', maxRun: 100 } })).toBe('Invalid JSON whitespace: maxRun must be an integer from 1 to 32');
   });
 
+  it('refuses what XGrammar would not enforce: patternProperties, propertyNames, classes beyond ASCII in regexes and grammars', async () => {
+    expect(await message(schema({ type: 'object', properties: { a: { type: 'string' } }, required: ['a'], patternProperties: { '^x': { type: 'string' } } }))).toMatch(
+      /^Unsupported JSON schema: "patternProperties" is not supported/,
+    );
+    expect(await message(schema({ type: 'object', propertyNames: { pattern: '^[a-z]+$' } }))).toMatch(/^Unsupported JSON schema: "propertyNames" is not supported/);
+    expect(await message({ type: 'regex', pattern: 'x[\\u4e00-\\u9fff]+' })).toMatch(/^Unsupported regex: the character class at position 1 /);
+    expect(await message({ type: 'regex', pattern: '[^é]' })).toMatch(/^Unsupported regex: the character class at position 0 /);
+    expect(await message({ type: 'grammar', grammar: 'root ::= "[é]" [a-z]+' })).toBe('compiled'); // a literal, not a class
+    expect(await message({ type: 'grammar', grammar: 'root ::= [à-ÿ]+' })).toMatch(/^Unsupported grammar: the character class at offset 9 /);
+    expect(await message({ type: 'regex', pattern: 'café [a-z]+' })).toBe('compiled');
+  });
+
   it('refuses a schema part XGrammar reports it ignores', async () => {
     expect(await message(schema({ type: 'string', pattern: 'a+', format: 'email' }))).toMatch(/^Unsupported JSON schema: "format" beside "pattern"/);
   });

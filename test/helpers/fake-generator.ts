@@ -497,7 +497,7 @@ export class FakeGenerator implements TextGenerator {
               if (!allowed(id)) adjusted[id] = -Infinity;
               else if (!stops.has(id)) open = true;
             }
-            if (!open) return (how = 'stop');
+            if (!open) return (how = constraint.isComplete() ? 'stop' : 'length');
           }
           const id = drawToken(adjusted, request.sampling, random);
           if (stops.has(id)) return (how = 'stop');

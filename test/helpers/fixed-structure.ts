@@ -77,6 +77,9 @@ export class FixedStructure {
         at = to;
         return out;
       },
+      isComplete() {
+        return at >= tokens.length;
+      },
       dispose() {
         record.disposals++;
       },

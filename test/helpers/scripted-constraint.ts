@@ -7,6 +7,8 @@ export interface ConstraintScript {
   allowed(tokens: readonly number[]): Iterable<number>;
   /** The tokens forced after `tokens` (asked again once they are accepted, until []); default none. */
   forced?(tokens: readonly number[]): readonly number[];
+  /** Whether `tokens` are a whole structure; default true. */
+  complete?(tokens: readonly number[]): boolean;
 }
 
 export class ScriptedConstraint implements TokenConstraint {
@@ -43,6 +45,10 @@ export class ScriptedConstraint implements TokenConstraint {
     const ids = [...(this.script.forced?.(this.tokens) ?? [])];
     this.tokens.push(...ids);
     return ids;
+  }
+
+  isComplete(): boolean {
+    return this.script.complete?.(this.tokens) ?? true;
   }
 
   dispose(): void {
