@@ -19,9 +19,9 @@ const PERMISSIVE_GRAMMAR = 'root ::= [^\\x00]*';
 const JSON_SCHEMA = {
   type: 'object',
   properties: {
-    name: { type: 'string', maxLength: 24 },
+    name: { type: 'string', maxLength: 12 },
     age: { type: 'integer', minimum: 1, maximum: 99 },
-    friends: { type: 'array', items: { type: 'string', maxLength: 16 }, maxItems: 3 },
+    friends: { type: 'array', items: { type: 'string', maxLength: 10 }, maxItems: 2 },
     happy: { type: 'boolean' },
   },
   required: ['name', 'age', 'friends', 'happy'],
