@@ -11,7 +11,7 @@ import { compileStructuredOutput, StructuredOutputError } from '../../src/gramma
 import { grammarAccepts } from '../helpers/grammar-accepts.ts';
 import { grammarTokenizer } from '../helpers/grammar-tokenizers.ts';
 import { mulberry32 } from '../helpers/prng.ts';
-import { randomWalks } from '../helpers/random-walk.ts';
+import { expectSchemaWalksValid } from '../helpers/random-walk.ts';
 
 const ajv = new Ajv2020({ strict: false });
 addFormats(ajv);
@@ -117,15 +117,7 @@ describe('formats compiled in schemas: random walks give only valid strings', ()
   it('every supported format, ours and XGrammar’s', async () => {
     const random = mulberry32(99);
     for (const format of supported) {
-      const schema = { type: 'string', format };
-      const compiled = await compileStructuredOutput(tokenizer, vocabSize, { type: 'json_schema', schema, whitespace: { kind: 'compact' } });
-      const texts = await randomWalks(compiled, tokenizer, vocabSize, { walks: 60, maxSteps: 120, random });
-      expect(texts.length, `${format}: walks that stopped`).toBeGreaterThanOrEqual(5);
-      for (const text of texts) {
-        let value: unknown;
-        expect(() => (value = JSON.parse(text)), `${format}: ${text}`).not.toThrow();
-        expect(ajv.validate(schema, value), `${format}: ${text}`).toBe(true);
-      }
+      await expectSchemaWalksValid({ type: 'string', format }, (s, v) => ajv.validate(s, v), format, tokenizer, vocabSize, { walks: 60, maxSteps: 120, random });
     }
   }, 120_000);
 

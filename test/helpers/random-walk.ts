@@ -1,9 +1,9 @@
 // Seeded random walks through a compiled structure: at each step the forced tokens, then a random
 // token the mask allows (the stop token, one that closes a string or a container, or one without
 // letters and digits, more often than chance, so that walks reach separators like "@" and end);
-// the text of each walk that stopped.
+// the text of each walk that stopped; and the check that a schema's walks that stop are valid.
 import { expect } from 'vitest';
-import type { CompiledStructuredOutput } from '../../src/grammar/structured-output.ts';
+import { compileStructuredOutput, type CompiledStructuredOutput } from '../../src/grammar/structured-output.ts';
 import type { HfTokenizer } from '../../src/tokenizer/hf-tokenizer.ts';
 import { allowedIds } from './grammar-walk.ts';
 
@@ -55,4 +55,26 @@ export async function randomWalks(compiled: CompiledStructuredOutput, tokenizer:
     if (stopped) texts.push(tokenizer.decode(ids));
   }
   return texts;
+}
+
+/**
+ * Compiles `schema` (compact JSON), walks it, and expects at least 5 walks to stop and every
+ * stopped text to parse and validate with `validate` (ajv's), each failure labelled `label`.
+ */
+export async function expectSchemaWalksValid(
+  schema: Record<string, unknown>,
+  validate: (schema: Record<string, unknown>, value: unknown) => boolean,
+  label: string,
+  tokenizer: HfTokenizer,
+  vocabSize: number,
+  options: WalkOptions,
+): Promise<void> {
+  const compiled = await compileStructuredOutput(tokenizer, vocabSize, { type: 'json_schema', schema, whitespace: { kind: 'compact' } });
+  const texts = await randomWalks(compiled, tokenizer, vocabSize, options);
+  expect(texts.length, `${label}: walks that stopped`).toBeGreaterThanOrEqual(5);
+  for (const text of texts) {
+    let value: unknown;
+    expect(() => (value = JSON.parse(text)), `${label}: ${text}`).not.toThrow();
+    expect(validate(schema, value), `${label}: ${text}`).toBe(true);
+  }
 }
