@@ -160,6 +160,7 @@ export const CHAT_PARAMS = {
   repetition_penalty: COMPLETION_PARAMS.repetition_penalty,
   ignore_eos: COMPLETION_PARAMS.ignore_eos,
   min_tokens: COMPLETION_PARAMS.min_tokens,
+  cache_prompt: COMPLETION_PARAMS.cache_prompt,
   stop_token_ids: COMPLETION_PARAMS.stop_token_ids,
   skip_special_tokens: COMPLETION_PARAMS.skip_special_tokens,
   include_stop_str_in_output: COMPLETION_PARAMS.include_stop_str_in_output,

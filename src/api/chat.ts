@@ -17,6 +17,7 @@ import {
   randomId,
   type CompletionUsage,
   type RequestOptions,
+  usageOf,
 } from './completions.ts';
 import { invalidRequest, modelNotFound } from './errors.ts';
 import type { LogprobEntry } from './logprobs.ts';
@@ -265,22 +266,19 @@ export async function createChatCompletion(
     service_tier: (params.service_tier === 'auto' ? 'default' : params.service_tier) as ServiceTier,
     system_fingerprint: systemFingerprint(info),
   };
-  const usage = (completionTokens: number): CompletionUsage => ({
-    prompt_tokens: plan.prompt.tokens.length,
-    completion_tokens: completionTokens,
-    total_tokens: plan.prompt.tokens.length + completionTokens,
-  });
+  const usage = (completionTokens: number, cachedTokens: number): CompletionUsage => usageOf(plan.prompt.tokens.length, cachedTokens, completionTokens);
   if (params.stream) {
     return streamChat(generator, plan, { ...meta, object: 'chat.completion.chunk' }, usage, params.stream_options?.include_usage ?? false, options.signal);
   }
 
   options.signal?.throwIfAborted();
   const texts = Array.from({ length: plan.n }, () => ({ text: '', entries: [] as LogprobEntry[], finish: 'length' as FinishReason, tokens: 0 }));
+  let cachedTokens = 0;
   for await (const piece of runPrompt(generator, plan.prompt, plan.settings, options.signal)) {
     const choice = texts[piece.sequence]!;
     choice.text += piece.text;
     choice.entries.push(...piece.entries);
-    if (piece.end) [choice.finish, choice.tokens] = [piece.end.finishReason, piece.end.completionTokens];
+    if (piece.end) [choice.finish, choice.tokens, cachedTokens] = [piece.end.finishReason, piece.end.completionTokens, piece.end.cachedTokens];
   }
   const choices = texts.map((c, index): ChatCompletionChoice => {
     // The echo is content before what the model wrote; only the latter is parsed for calls (as the stream does).
@@ -298,7 +296,7 @@ export async function createChatCompletion(
     };
   });
   const completionTokens = texts.reduce((sum, c) => sum + c.tokens, 0);
-  return { ...meta, object: 'chat.completion', choices, usage: usage(completionTokens) };
+  return { ...meta, object: 'chat.completion', choices, usage: usage(completionTokens, cachedTokens) };
 }
 
 /** parallel_tool_calls false: the first call only. */
@@ -319,7 +317,7 @@ async function* streamChat(
   generator: TextGenerator,
   plan: ChatPlan,
   meta: ChunkMeta,
-  usage: (completionTokens: number) => CompletionUsage,
+  usage: (completionTokens: number, cachedTokens: number) => CompletionUsage,
   includeUsage: boolean,
   signal: AbortSignal | undefined,
 ): AsyncGenerator<ChatCompletionChunk, void, void> {
@@ -334,6 +332,7 @@ async function* streamChat(
   };
   const states = new Map<number, StreamedChoice>();
   let completionTokens = 0;
+  let cachedTokens = 0;
   for await (const piece of runPrompt(generator, plan.prompt, plan.settings, signal)) {
     const index = piece.sequence;
     let state = states.get(index);
@@ -358,8 +357,9 @@ async function* streamChat(
     }
     if (piece.end) {
       completionTokens += piece.end.completionTokens;
+      cachedTokens = piece.end.cachedTokens;
       yield chunk(index, {}, state, state.calls > 0 ? 'tool_calls' : piece.end.finishReason);
     }
   }
-  if (includeUsage) yield { ...meta, choices: [], usage: usage(completionTokens) };
+  if (includeUsage) yield { ...meta, choices: [], usage: usage(completionTokens, cachedTokens) };
 }

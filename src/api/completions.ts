@@ -26,6 +26,18 @@ export interface CompletionUsage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  /** cached_tokens: prompt tokens whose K/V was reused from earlier requests (not prefilled). */
+  prompt_tokens_details: { cached_tokens: number };
+}
+
+/** The usage of a request whose prompts have `promptTokens` tokens, `cachedTokens` of them cached. */
+export function usageOf(promptTokens: number, cachedTokens: number, completionTokens: number): CompletionUsage {
+  return {
+    prompt_tokens: promptTokens,
+    completion_tokens: completionTokens,
+    total_tokens: promptTokens + completionTokens,
+    prompt_tokens_details: { cached_tokens: cachedTokens },
+  };
 }
 
 export interface CompletionChoice {
@@ -199,7 +211,7 @@ export function planPrompt(generator: TextGenerator, tokens: number[], text: str
 export type SharedSamplingParams = Pick<
   CompletionParams,
   | 'temperature' | 'top_p' | 'seed' | 'top_k' | 'min_p' | 'repetition_penalty' | 'presence_penalty' | 'frequency_penalty' | 'logit_bias'
-  | 'stop_token_ids' | 'ignore_eos' | 'min_tokens' | 'stop' | 'include_stop_str_in_output' | 'skip_special_tokens'
+  | 'stop_token_ids' | 'ignore_eos' | 'min_tokens' | 'stop' | 'include_stop_str_in_output' | 'skip_special_tokens' | 'cache_prompt'
 >;
 
 /**
@@ -225,6 +237,7 @@ export function choiceSettings(
     skipSpecialTokens: params.skip_special_tokens,
     logprobs: run.logprobs,
     echo: run.echo,
+    cachePrompt: params.cache_prompt,
   };
 }
 
@@ -296,11 +309,7 @@ export async function createCompletion(
     service_tier: (params.service_tier === 'auto' ? 'default' : params.service_tier) as ServiceTier,
   };
   const promptTokens = plan.prompts.reduce((sum, p) => sum + p.tokens.length, 0);
-  const usage = (completionTokens: number): CompletionUsage => ({
-    prompt_tokens: promptTokens,
-    completion_tokens: completionTokens,
-    total_tokens: promptTokens + completionTokens,
-  });
+  const usage = (completionTokens: number, cachedTokens: number): CompletionUsage => usageOf(promptTokens, cachedTokens, completionTokens);
 
   if (params.stream) {
     const includeUsage = params.stream_options?.include_usage ?? false;
@@ -310,6 +319,7 @@ export async function createCompletion(
   options.signal?.throwIfAborted();
   const choices: CompletionChoice[] = [];
   let completionTokens = 0;
+  let cachedTokens = 0;
   for (const [position, prompt] of plan.prompts.entries()) {
     const candidates = Array.from({ length: plan.bestOf }, () => ({ text: '', entries: [] as LogprobEntry[], end: null as SequencePiece['end'] | null }));
     for await (const piece of runPrompt(generator, prompt, plan.settings, options.signal)) {
@@ -320,6 +330,7 @@ export async function createCompletion(
     }
     const ranked = candidates.map((c, j) => ({ ...c, j, end: c.end! }));
     for (const c of ranked) completionTokens += c.end.completionTokens;
+    cachedTokens += ranked[0]!.end.cachedTokens;
     if (plan.bestOf > plan.n) {
       // best_of: the n with the highest mean token logprob, best first (the lower index on ties);
       // a candidate without tokens has no mean and comes last.
@@ -335,7 +346,7 @@ export async function createCompletion(
       });
     });
   }
-  return { ...meta, choices, usage: usage(completionTokens) };
+  return { ...meta, choices, usage: usage(completionTokens, cachedTokens) };
 }
 
 type ChunkMeta = Pick<CompletionChunk, 'id' | 'object' | 'created' | 'model' | 'service_tier'>;
@@ -344,15 +355,17 @@ async function* streamChunks(
   generator: TextGenerator,
   plan: CompletionPlan,
   meta: ChunkMeta,
-  usage: (completionTokens: number) => CompletionUsage,
+  usage: (completionTokens: number, cachedTokens: number) => CompletionUsage,
   includeUsage: boolean,
   signal: AbortSignal | undefined,
 ): AsyncGenerator<CompletionChunk, void, void> {
   // With stream, best_of is n (validation refuses more): sequence j is choice j.
   let completionTokens = 0;
+  let cachedTokens = 0;
   for (const [position, prompt] of plan.prompts.entries()) {
     for await (const piece of runPrompt(generator, prompt, plan.settings, signal)) {
       if (piece.end) completionTokens += piece.end.completionTokens;
+      if (piece.end && piece.sequence === 0) cachedTokens += piece.end.cachedTokens;
       yield {
         ...meta,
         choices: [
@@ -367,5 +380,5 @@ async function* streamChunks(
       };
     }
   }
-  if (includeUsage) yield { ...meta, choices: [], usage: usage(completionTokens) };
+  if (includeUsage) yield { ...meta, choices: [], usage: usage(completionTokens, cachedTokens) };
 }

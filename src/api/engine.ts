@@ -238,6 +238,7 @@ function countingGenerator<G extends TextGenerator>(generator: G, admit: () => (
     }
     return {
       promptLogprobs: session.promptLogprobs,
+      cachedTokens: session.cachedTokens,
       sequence: (options) => session.sequence(options),
       close() {
         try {

@@ -290,6 +290,13 @@ export const COMPLETION_PARAMS = {
     extension: true,
     doc: 'EOS, stop_token_ids and stop strings take effect only once this many tokens were generated (vLLM).',
   }),
+  cache_prompt: row<boolean>({
+    ...boolean(),
+    nullable: true,
+    default: true,
+    extension: true,
+    doc: "Reuse the K/V of a cached prompt prefix (earlier requests' prompts and completions) and leave this one's for later requests; false prefills the whole prompt and keeps nothing (llama.cpp's name). `usage.prompt_tokens_details.cached_tokens` counts the reused tokens.",
+  }),
   stop_token_ids: row<number[]>({
     type: 'array of token ids',
     nullable: true,
@@ -326,6 +333,7 @@ export interface CompletionExtensions extends StructuredOutputExtensions {
   repetition_penalty?: number | null;
   ignore_eos?: boolean | null;
   min_tokens?: number | null;
+  cache_prompt?: boolean | null;
   stop_token_ids?: number[] | null;
   skip_special_tokens?: boolean | null;
   include_stop_str_in_output?: boolean | null;

@@ -333,6 +333,8 @@ export interface ChoiceSettings {
   skipSpecialTokens: boolean;
   logprobs: number | null;
   echo: boolean;
+  /** Whether the prompt may reuse cached K/V and leave its own (SessionRequest.cachePrompt). */
+  cachePrompt: boolean;
   /** Structured output: each sequence gets its own constraint from it. */
   structure?: CompiledRequestStructure;
 }
@@ -349,6 +351,8 @@ export interface SequenceEnd {
   completionTokens: number;
   /** Sum of the generated tokens' logprobs (for best_of). */
   logprobSum: number;
+  /** The prompt's tokens whose K/V was reused (the same for every sequence of the prompt). */
+  cachedTokens: number;
 }
 
 /**
@@ -374,6 +378,7 @@ export async function* runPrompt(
       sampling: settings.sampling,
       ...(settings.logprobs !== null ? { logprobs: settings.logprobs } : {}),
       ...(needPromptLogprobs ? { promptLogprobs: true } : {}),
+      ...(settings.cachePrompt ? {} : { cachePrompt: false }),
       ...(signal ? { signal } : {}),
     });
   }
@@ -408,7 +413,7 @@ async function* runSequence(
     textOffset: head.text.length,
   });
   if (!session || prompt.maxTokens <= 0) {
-    yield { sequence: index, ...head, end: { finishReason: 'length', completionTokens: 0, logprobSum: 0 } };
+    yield { sequence: index, ...head, end: { finishReason: 'length', completionTokens: 0, logprobSum: 0, cachedTokens: session?.cachedTokens ?? 0 } };
     return;
   }
   // The sequence's own constraint, disposed of however the sequence ends (after the engine's generator has).
@@ -446,13 +451,13 @@ async function* decodeSequence(
       const step = await tokens.next();
       if (step.done) {
         const last = choice.finish();
-        yield { sequence: index, ...last, end: { finishReason: step.value, completionTokens: choice.tokens, logprobSum } };
+        yield { sequence: index, ...last, end: { finishReason: step.value, completionTokens: choice.tokens, logprobSum, cachedTokens: session.cachedTokens } };
         return;
       }
       logprobSum += step.value.logprob;
       const { piece, stopped } = choice.push(step.value);
       if (stopped) {
-        yield { sequence: index, ...piece, end: { finishReason: 'stop', completionTokens: choice.tokens, logprobSum } };
+        yield { sequence: index, ...piece, end: { finishReason: 'stop', completionTokens: choice.tokens, logprobSum, cachedTokens: session.cachedTokens } };
         return;
       }
       if (piece.text || piece.entries.length > 0) yield { sequence: index, ...piece };

@@ -7,7 +7,9 @@
 // positions >= P, so every sequence of a session reuses the prompt's K/V without copying: sequence
 // j overwrites what sequence j-1 wrote past the prompt, and attention at position q reads only
 // positions <= q, all written by sequence j itself. The one cache is lent to the session that
-// holds the scheduler; nothing else is shared between sessions.
+// holds the scheduler. Across sessions, the prefix cache (prefix-cache.ts) knows which tokens'
+// K/V the cache holds: a prompt that begins with them is prefilled from the first token it does
+// not share, which computes what a whole prefill computes (as the chunks of a long prompt do).
 import type { LlamaModel } from '../model/llama.ts';
 import type { KvCache } from '../model/kv-cache.ts';
 import { maxBufferBytes } from '../gpu/device.ts';
@@ -18,6 +20,7 @@ import { decodeTokens, MAX_BATCH_STEPS, type DecodePlan, type DecodeResources } 
 import { decodeConstrained } from './constrained-decode.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { Scheduler, abortError } from './scheduler.ts';
+import { PrefixCache } from './prefix-cache.ts';
 import {
   usableVocabSize,
   type FinishReason,
@@ -41,6 +44,12 @@ export interface LlamaGeneratorOptions {
    * most 64 MiB of logits per pass when every position's logits are needed, for prompt logprobs).
    */
   prefillChunkTokens?: number;
+  /**
+   * Automatic prefix caching (prefix-cache.ts): whether requests reuse K/V already on the GPU
+   * (default true), and the bytes saved prefixes may take beyond the KV cache (default: the KV
+   * cache's own size; 0: only what the KV cache holds from the last request is reused).
+   */
+  prefixCache?: { enabled?: boolean; maxBytes?: number };
 }
 
 /** Bytes of logits one prefill pass may return when every position's logits are read back. */
@@ -60,6 +69,7 @@ export class LlamaGenerator implements TextGenerator {
   private decode: Promise<DecodeResources> | undefined;
   /** The last prompt position's logits, left on the GPU by the prefill for the sequences' first step. */
   private readonly prefillLogits: GPUBuffer;
+  private readonly prefixCache: PrefixCache;
   private destroyed = false;
 
   constructor(
@@ -79,6 +89,16 @@ export class LlamaGenerator implements TextGenerator {
       size: model.config.vocabSize * 4,
       usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC,
     });
+    this.prefixCache = new PrefixCache(model.ctx.device, cache, {
+      enabled: options.prefixCache?.enabled ?? true,
+      maxBytes: options.prefixCache?.maxBytes ?? cache.byteSize,
+      maxBufferBytes: maxBufferBytes(model.ctx.limits),
+    });
+  }
+
+  /** The prefix cache: saved prefixes' bytes and count (for tests and stats). */
+  get prefixCacheStats(): { enabled: boolean; bytes: number; saved: number } {
+    return { enabled: this.prefixCache.enabled, bytes: this.prefixCache.bytes, saved: this.prefixCache.size };
   }
 
   /** Requests waiting for the GPU. */
@@ -100,9 +120,16 @@ export class LlamaGenerator implements TextGenerator {
       if (this.destroyed) throw new Error('the model was unloaded');
       if (signal?.aborted) throw abortError(signal);
       const resources = await this.decodeResources();
-      const promptLogprobs = await this.prefill(request);
+      // The session's own copy: what the prefix cache records must not change under it.
+      const tokens = request.promptTokens.slice();
+      // Scoring the prompt needs every position's logits: it runs the whole prompt.
+      const keep = request.cachePrompt !== false;
+      const cached = await this.prefixCache.prepare(tokens, keep && request.promptLogprobs !== true);
+      if (!keep) this.prefixCache.forgetWorking();
+      const promptLogprobs = await this.prefill(request, tokens, cached, keep);
       if (signal?.aborted) throw abortError(signal);
-      return new LlamaSession(this.cache, resources, request, this.prefillLogits, promptLogprobs, release);
+      const prefix = keep ? this.prefixCache : undefined;
+      return new LlamaSession(this.cache, resources, { ...request, promptTokens: tokens }, this.prefillLogits, promptLogprobs, cached, prefix, release);
     } catch (err) {
       release();
       throw err;
@@ -165,19 +192,21 @@ export class LlamaGenerator implements TextGenerator {
   }
 
   /**
-   * Runs the prompt through the model (in chunks if it is long), leaving the last position's
-   * logits in prefillLogits on the GPU and, when asked, scoring every prompt token from the logits
-   * of the position before it (read back: the only read-back of a prefill).
+   * Runs the prompt from position `from` (the tokens before it are cached) through the model, in
+   * chunks if it is long, leaving the last position's logits in prefillLogits on the GPU and, when
+   * asked (then `from` is 0), scoring every prompt token from the logits of the position before it
+   * (read back: the only read-back of a prefill). With `keep`, the prefix cache learns of each
+   * chunk once it is queued.
    */
-  private async prefill(request: SessionRequest): Promise<(GeneratedToken | null)[] | undefined> {
-    const { promptTokens: tokens, signal } = request;
+  private async prefill(request: SessionRequest, tokens: readonly number[], from: number, keep: boolean): Promise<(GeneratedToken | null)[] | undefined> {
+    const { signal } = request;
     const P = tokens.length;
     const vocab = this.model.config.vocabSize;
     const allLogits = request.promptLogprobs === true;
     const chunk = this.prefillChunk(allLogits);
     const promptLogprobs: (GeneratedToken | null)[] | undefined = allLogits ? [null] : undefined;
-    for (let start = 0; start < P; start += chunk) {
-      if (start > 0 && signal?.aborted) throw abortError(signal);
+    for (let start = from; start < P; start += chunk) {
+      if (start > from && signal?.aborted) throw abortError(signal);
       const part = tokens.slice(start, start + chunk);
       const last = start + part.length === P;
       const logits = await this.model.forward(part, start, this.cache, {
@@ -185,6 +214,7 @@ export class LlamaGenerator implements TextGenerator {
         readBack: allLogits,
         ...(last ? { lastLogitsTo: this.prefillLogits } : {}),
       });
+      if (keep) this.prefixCache.holds(tokens, start + part.length);
       if (!allLogits || !logits) continue;
       for (let r = 0; r < part.length; r++) {
         const position = start + r;
@@ -224,6 +254,7 @@ export class LlamaGenerator implements TextGenerator {
       () => {},
     );
     this.prefillLogits.destroy();
+    this.prefixCache.clear();
     this.cache.destroy();
     this.model.destroy();
   }
@@ -248,6 +279,10 @@ class LlamaSession implements GenerationSession {
     private readonly request: SessionRequest,
     private readonly prefillLogits: GPUBuffer,
     readonly promptLogprobs: readonly (GeneratedToken | null)[] | undefined,
+    /** Prompt tokens whose K/V came from the prefix cache. */
+    readonly cachedTokens: number,
+    /** Told which tokens' K/V the cache holds as sequences write it; absent when the request keeps nothing. */
+    private readonly prefixCache: PrefixCache | undefined,
     private readonly releaseGpu: () => void,
   ) {
     this.seed = request.sampling.seed ?? randomSeed();
@@ -289,8 +324,13 @@ class LlamaSession implements GenerationSession {
     if (this.running) throw new Error('another sequence of this session is still running; finish or return() it first');
     checkSequenceOptions(options);
     this.running = true;
+    const { promptTokens } = this.request;
+    // The sequence overwrites the positions past the prompt; it holds its tokens' K/V as it goes.
+    this.prefixCache?.holds(promptTokens);
+    const yielded: number[] = [];
+    let stopSampled = false;
     try {
-      const { promptTokens, sampling, signal, logprobs } = this.request;
+      const { sampling, signal, logprobs } = this.request;
       const P = promptTokens.length;
       // Token s needs the model run at position P + s - 1 < capacity (s >= 1).
       const maxSteps = Math.min(options.maxTokens, this.cache.capacity - P);
@@ -315,8 +355,12 @@ class LlamaSession implements GenerationSession {
       let generated = 0;
       for await (const token of tokens) {
         this.checkLive(signal);
-        if (stops.has(token.id)) return 'stop';
+        if (stops.has(token.id)) {
+          stopSampled = true;
+          return 'stop';
+        }
         generated++;
+        yielded.push(token.id);
         this.suspendedTokens = tokens;
         try {
           yield token;
@@ -334,6 +378,10 @@ class LlamaSession implements GenerationSession {
       }
       return 'length';
     } finally {
+      // Token i's K/V is written by the step that samples token i + 1: every yielded token's when
+      // a stop id was sampled after them, all but the last one's otherwise.
+      const written = stopSampled ? yielded.length : Math.max(0, yielded.length - 1);
+      this.prefixCache?.holds(promptTokens.concat(yielded.slice(0, written)));
       this.running = false;
       if (this.closed) this.release();
     }

@@ -9,7 +9,7 @@ import { openModel, uploadLlamaWeights, type LoadProgress } from './open-model.t
 import { checkChatTemplate } from '../tokenizer/chat-template.ts';
 import { planWeightStorage, type LlamaWeights, type WeightStorage } from '../model/weights.ts';
 import { LlamaGenerator } from './generator.ts';
-import { checkMemory, estimateMemory, MiB } from './memory.ts';
+import { checkMemory, estimateMemory, MiB, type MemoryEstimate } from './memory.ts';
 import { TOOL_CALL_FORMATS, type ModelInfo, type ToolCallFormat } from './types.ts';
 
 export interface LoadOptions {
@@ -43,6 +43,19 @@ export interface LoadOptions {
    * with an error naming needed vs available.
    */
   memoryBudgetBytes?: number;
+  /**
+   * Automatic prefix caching (default true): a request whose tokens begin with tokens whose K/V
+   * is on the GPU (an earlier request's prompt and completion) prefills only the rest. False:
+   * every request prefills its whole prompt.
+   */
+  prefixCache?: boolean;
+  /**
+   * GPU memory for saved prefixes, beyond the KV cache (which keeps the last request's K/V
+   * anyway): earlier conversations' K/V, evicted least recently used. Default: the KV cache's
+   * size, and at most what memoryBudgetBytes leaves. 0 keeps only the last request's.
+   * `info.storage.prefixCacheBytes` reports it.
+   */
+  prefixCacheBytes?: number;
   /**
    * A Jinja chat template that replaces the model's own (tokenizer_config.json `chat_template`,
    * GGUF `tokenizer.chat_template`) for chat requests; rendered as transformers renders templates,
@@ -104,6 +117,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const estimate = estimateMemory(config, plan, capacity, kvDType);
   const id = options.id ?? files.id;
   checkMemory(estimate, plan, ctx.limits, options.memoryBudgetBytes, { modelId: id, storage, contextLength: capacity });
+  const prefixCacheBytes = prefixCacheBudget(options, estimate);
   const info: ModelInfo = {
     id,
     aliases: options.aliases ?? [],
@@ -116,6 +130,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
     storage: {
       weightStorage: storage,
       kvCacheDType: kvDType,
+      prefixCacheBytes,
       tensors: Object.fromEntries([...plan.tensors].map(([name, s]) => [name, { ...s }])),
       ...estimate,
     },
@@ -134,7 +149,10 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
     try {
       weights = await uploadLlamaWeights(ctx, opened, options.onProgress, { storage, onWarning: options.onWarning });
       model = await LlamaModel.create(ctx, config, weights);
-      generator = new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity, kvDType), { maxQueued: options.maxQueued });
+      generator = new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity, kvDType), {
+        maxQueued: options.maxQueued,
+        prefixCache: { enabled: options.prefixCache !== false, maxBytes: prefixCacheBytes },
+      });
       await generator.prepare();
     } catch (err) {
       failure = err;
@@ -164,6 +182,29 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
     }
     return generator!;
   });
+}
+
+/**
+ * The bytes saved prefixes may take: LoadOptions.prefixCacheBytes, by default the KV cache's size;
+ * within memoryBudgetBytes, what the model leaves of it (an explicit size that does not fit is an
+ * error). 0 when the prefix cache is off.
+ */
+function prefixCacheBudget(options: LoadOptions, estimate: MemoryEstimate): number {
+  const { prefixCache, prefixCacheBytes, memoryBudgetBytes } = options;
+  if (prefixCache !== undefined && typeof prefixCache !== 'boolean') throw new Error(`prefixCache must be true or false, got ${JSON.stringify(prefixCache)}`);
+  if (prefixCacheBytes !== undefined && !(Number.isSafeInteger(prefixCacheBytes) && prefixCacheBytes >= 0)) {
+    throw new Error(`prefixCacheBytes must be a whole number of bytes >= 0, got ${prefixCacheBytes}`);
+  }
+  if (prefixCache === false) return 0;
+  const left = memoryBudgetBytes === undefined ? Infinity : Math.max(0, memoryBudgetBytes - estimate.totalBytes);
+  if (prefixCacheBytes === undefined) return Math.min(estimate.kvCacheBytes, left);
+  if (prefixCacheBytes > left) {
+    throw new Error(
+      `prefixCacheBytes ${prefixCacheBytes} (${MiB(prefixCacheBytes)}) does not fit in memoryBudgetBytes: the model takes ${MiB(estimate.totalBytes)} ` +
+        `of its ${MiB(memoryBudgetBytes!)}, leaving ${MiB(left)}.`,
+    );
+  }
+  return prefixCacheBytes;
 }
 
 /** The upload running on each device, if any: the next waits for it. */

@@ -47,6 +47,8 @@ export interface ModelStorageInfo {
   weightStorage: 'f16' | 'f32' | 'source' | 'q8_0' | 'q4_0';
   /** Element type of the KV cache (LoadOptions.kvCacheDType). */
   kvCacheDType: 'f16' | 'f32';
+  /** GPU memory saved prefixes may take beyond the KV cache (LoadOptions.prefixCacheBytes; 0: none, or the prefix cache is off). */
+  prefixCacheBytes: number;
   /**
    * Every uploaded tensor by canonical Hugging Face name: its GPU storage type and buffer size (all
    * its buffers); `parts`: a matrix over the device's buffer limits, split into buffers of whole rows.
@@ -102,6 +104,11 @@ export interface SessionRequest {
   logprobs?: number;
   /** Also score the prompt (echo + logprobs): `promptLogprobs` is then filled. */
   promptLogprobs?: boolean;
+  /**
+   * Whether the prompt may reuse K/V cached from earlier requests, and leave its own for later
+   * ones (default true; llama.cpp's `cache_prompt`). False: prefilled whole, and kept from no one.
+   */
+  cachePrompt?: boolean;
   signal?: AbortSignal;
 }
 
@@ -126,6 +133,8 @@ export interface SequenceOptions {
 export interface GenerationSession {
   /** Per prompt token, its logprob given the tokens before it (the first is null); when asked for. */
   readonly promptLogprobs: readonly (GeneratedToken | null)[] | undefined;
+  /** Prompt tokens whose K/V was reused from earlier requests rather than prefilled (OpenAI's `cached_tokens`). */
+  readonly cachedTokens: number;
   /**
    * Decodes one sequence from the shared prefill; sequences run one after another. Returns 'stop'
    * when a stop id is sampled (not yielded) or the constraint ends the sequence, 'length' after

@@ -42,7 +42,7 @@ describe('chat completions', () => {
     const rendered = '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n';
     const prompt = generator.tokenizer.encode(rendered, { addBos: false });
     expect(generator.sessions[0]!.promptTokens).toEqual(prompt); // no BOS added to the template's text
-    expect(body.usage).toEqual({ prompt_tokens: prompt.length, completion_tokens: generator.tokenizer.encodePieces(' Hello there.').length, total_tokens: body.usage.prompt_tokens + body.usage.completion_tokens });
+    expect(body.usage).toEqual({ prompt_tokens: prompt.length, completion_tokens: generator.tokenizer.encodePieces(' Hello there.').length, total_tokens: body.usage.prompt_tokens + body.usage.completion_tokens, prompt_tokens_details: { cached_tokens: 0 } });
   });
 
   it('samples exactly as /v1/completions does on the same tokens', async () => {

@@ -24,7 +24,7 @@ describe('completions', () => {
     expect(body.choices).toEqual([{ text: DEFAULT_STORY, index: 0, logprobs: null, finish_reason: 'stop' }]);
     const promptTokens = engine.generator.tokenizer.encode(PROMPT).length;
     const storyTokens = engine.generator.tokenizer.encodePieces(DEFAULT_STORY).length;
-    expect(body.usage).toEqual({ prompt_tokens: promptTokens, completion_tokens: storyTokens, total_tokens: promptTokens + storyTokens });
+    expect(body.usage).toEqual({ prompt_tokens: promptTokens, completion_tokens: storyTokens, total_tokens: promptTokens + storyTokens, prompt_tokens_details: { cached_tokens: 0 } });
   });
 
   it('hands the generator the tokens, budget, sampling and stop ids', async () => {
@@ -94,14 +94,14 @@ describe('completions', () => {
     const engine = fakeEngine();
     const body = json(await post(engine, { model: 'fake-llama', prompt: PROMPT, max_tokens: 0 }));
     expect(body.choices[0]).toMatchObject({ text: '', finish_reason: 'length' });
-    expect(body.usage).toEqual({ prompt_tokens: 5, completion_tokens: 0, total_tokens: 5 });
+    expect(body.usage).toEqual({ prompt_tokens: 5, completion_tokens: 0, total_tokens: 5, prompt_tokens_details: { cached_tokens: 0 } });
   });
 
   it('max_tokens null runs until the context is full', async () => {
     const engine = fakeEngine({ contextLength: 12, script: 'a'.repeat(100) });
     const body = json(await post(engine, { model: 'fake-llama', prompt: PROMPT, max_tokens: null }));
     expect(body.choices[0].finish_reason).toBe('length');
-    expect(body.usage).toEqual({ prompt_tokens: 5, completion_tokens: 7, total_tokens: 12 });
+    expect(body.usage).toEqual({ prompt_tokens: 5, completion_tokens: 7, total_tokens: 12, prompt_tokens_details: { cached_tokens: 0 } });
     expect(body.choices[0].text).toBe('a'.repeat(7));
   });
 

@@ -199,6 +199,7 @@ describe('validation', () => {
       repetition_penalty: 1,
       ignore_eos: false,
       min_tokens: 0,
+      cache_prompt: true,
       stop_token_ids: [],
       skip_special_tokens: true,
       include_stop_str_in_output: false,

@@ -63,7 +63,7 @@ describe('streaming', () => {
     expect(evs.at(-1)).toBe('[DONE]');
     const usageChunk = evs.at(-2);
     expect(usageChunk.choices).toEqual([]);
-    expect(usageChunk.usage).toEqual({ prompt_tokens: 5, completion_tokens: 4, total_tokens: 9 });
+    expect(usageChunk.usage).toEqual({ prompt_tokens: 5, completion_tokens: 4, total_tokens: 9, prompt_tokens_details: { cached_tokens: 0 } });
     expect(usageChunk.id).toBe(evs[0].id);
     for (const chunk of evs.slice(0, -2)) expect(chunk.usage).toBeNull();
     expect(evs.at(-3).choices[0].finish_reason).toBe('length');

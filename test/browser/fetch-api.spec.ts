@@ -45,7 +45,7 @@ test.describe('fetch shim in the demo page', () => {
     expect(body.choices[0].index).toBe(0);
     expect(body.choices[0].text).toBe(reference.completion_text);
     expect(body.choices[0].finish_reason).toBe('length');
-    expect(body.usage).toEqual({ prompt_tokens: 5, completion_tokens: 32, total_tokens: 37 });
+    expect(body.usage).toEqual({ prompt_tokens: 5, completion_tokens: 32, total_tokens: 37, prompt_tokens_details: { cached_tokens: expect.any(Number) } });
   });
 
   test('streamed greedy completion (SSE) equals the reference', async () => {
@@ -97,7 +97,7 @@ test.describe('fetch shim in the demo page', () => {
     }
     expect(text).toBe(reference.completion_text);
     expect(finishReason).toBe('length');
-    expect(usage).toEqual({ prompt_tokens: 5, completion_tokens: 32, total_tokens: 37 });
+    expect(usage).toEqual({ prompt_tokens: 5, completion_tokens: 32, total_tokens: 37, prompt_tokens_details: { cached_tokens: expect.any(Number) } });
   });
 
   test('GET /v1/models lists the loaded model', async () => {

@@ -53,7 +53,7 @@ async function expectAnsweredAsTheApiSays(page: Page): Promise<void> {
   expect(completion.body.object).toBe('text_completion');
   expect(completion.body.model).toBe(MODEL);
   expect(completion.body.choices[0].text).toBe(reference.completion_text);
-  expect(completion.body.usage).toEqual({ prompt_tokens: 5, completion_tokens: MAX_TOKENS, total_tokens: 5 + MAX_TOKENS });
+  expect(completion.body.usage).toEqual({ prompt_tokens: 5, completion_tokens: MAX_TOKENS, total_tokens: 5 + MAX_TOKENS, prompt_tokens_details: { cached_tokens: expect.any(Number) } });
 
   const stream = await call(page, 'stream', reference.prompt, MAX_TOKENS);
   expect(stream.status).toBe(200);

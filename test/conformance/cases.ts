@@ -34,8 +34,11 @@ function checkResponseShape(api: Api, body: Json, what: string): void {
     ok(choice.finish_reason === 'stop' || choice.finish_reason === 'length', `${what}: finish_reason ${choice.finish_reason}`);
     if (choice.logprobs !== null) checkLogprobsShape(choice.logprobs, `${what}: choice ${choice.index}`);
   }
-  keys(body.usage, ['completion_tokens', 'prompt_tokens', 'total_tokens'], `${what}: usage`);
+  keys(body.usage, ['completion_tokens', 'prompt_tokens', 'total_tokens', 'prompt_tokens_details'], `${what}: usage`);
   eq(body.usage.total_tokens, body.usage.prompt_tokens + body.usage.completion_tokens, `${what}: total_tokens = prompt + completion`);
+  keys(body.usage.prompt_tokens_details, ['cached_tokens'], `${what}: usage.prompt_tokens_details`);
+  const cached = body.usage.prompt_tokens_details.cached_tokens;
+  ok(Number.isInteger(cached) && cached >= 0 && cached < body.usage.prompt_tokens, `${what}: cached_tokens ${cached} in [0, prompt_tokens)`);
 }
 
 function checkLogprobsShape(lp: Json, what: string): void {
@@ -334,7 +337,11 @@ add('max_tokens', 'max_tokens 0 generates nothing', async (api) => {
   const body = await api.complete({ max_tokens: 0 });
   eq(body.choices[0].text, '', 'text');
   eq(body.choices[0].finish_reason, 'length', 'finish_reason');
-  eq(body.usage, { prompt_tokens: promptIds(api).length, completion_tokens: 0, total_tokens: promptIds(api).length }, 'usage');
+  eq(
+    body.usage,
+    { prompt_tokens: promptIds(api).length, completion_tokens: 0, total_tokens: promptIds(api).length, prompt_tokens_details: { cached_tokens: 0 } },
+    'usage',
+  );
 });
 
 add('max_tokens', 'max_tokens null runs until the context is full', async (api) => {

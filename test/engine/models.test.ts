@@ -68,7 +68,7 @@ for (const layout of ['gguf', 'hf'] as const) {
       });
       expect(response.choices[0].text).toBe(reference.completion_text);
       expect(response.choices[0].finish_reason).toBe('length');
-      expect(response.usage).toEqual({ prompt_tokens: 5, completion_tokens: 32, total_tokens: 37 });
+      expect(response.usage).toEqual({ prompt_tokens: 5, completion_tokens: 32, total_tokens: 37, prompt_tokens_details: { cached_tokens: expect.any(Number) } });
     });
 
     it('matches the reference first-step log-probabilities within 2e-2', async () => {

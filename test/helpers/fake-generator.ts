@@ -516,6 +516,7 @@ export class FakeGenerator implements TextGenerator {
 
     return {
       promptLogprobs,
+      cachedTokens: 0,
       sequence,
       close,
     };

@@ -1,0 +1,223 @@
+// Automatic prefix caching: which tokens' K/V the working KV cache holds, and saved copies of
+// earlier requests' K/V within a byte budget, so that a request whose tokens begin with cached
+// ones prefills only the rest (a chat turn that resends the conversation, an agent that resends
+// its system prompt and tools).
+//
+// The working cache stays contiguous, as every attention kernel reads it by position. A request
+// that extends what the working cache holds (the previous turn's prompt and answer) reuses it in
+// place; one that matches a saved prefix better gets it copied back (copyBufferToBuffer, far
+// cheaper than its prefill: docs/prefix-cache.md). The working cache's content is saved only when
+// a request is about to overwrite a part of it worth keeping. Saved prefixes are evicted least
+// recently used first; a save that does not fit is skipped, so no request fails for the cache.
+// Only the session holding the GPU (the scheduler) calls into it.
+import type { KvCache } from '../model/kv-cache.ts';
+
+/** A saved prefix shorter than this many tokens is not worth a copy (nor a save). */
+export const MIN_SAVED_TOKENS = 16;
+
+export interface PrefixCacheOptions {
+  /** Whether requests reuse cached K/V at all (false: every request prefills its whole prompt). */
+  enabled: boolean;
+  /** GPU memory for saved prefixes, beyond the working cache (0: the working cache only). */
+  maxBytes: number;
+  /** The device's largest buffer: a saved prefix's layers are packed into buffers of at most this size. */
+  maxBufferBytes: number;
+}
+
+/** K and V of every layer for the positions 0..tokens.length-1 of a sequence, saved from the working cache. */
+interface SavedPrefix {
+  readonly tokens: readonly number[];
+  /** Layers [i * layersPerBuffer, (i + 1) * layersPerBuffer): K rows then V rows of each, in order. */
+  readonly buffers: GPUBuffer[];
+  readonly layersPerBuffer: number;
+  readonly bytes: number;
+  lastUse: number;
+}
+
+export class PrefixCache {
+  /** The tokens whose K/V the working cache holds at positions 0..workingLength-1 (a prefix of workingTokens). */
+  private workingTokens: readonly number[] = [];
+  private workingLength = 0;
+  private readonly saved: SavedPrefix[] = [];
+  private savedBytes = 0;
+  private maxBytes: number;
+  private clock = 0;
+
+  constructor(
+    private readonly device: GPUDevice,
+    private readonly cache: KvCache,
+    private readonly options: PrefixCacheOptions,
+  ) {
+    this.maxBytes = options.enabled ? Math.max(0, options.maxBytes) : 0;
+  }
+
+  get enabled(): boolean {
+    return this.options.enabled;
+  }
+
+  /** Bytes the saved prefixes take now. */
+  get bytes(): number {
+    return this.savedBytes;
+  }
+
+  /** How many prefixes are saved. */
+  get size(): number {
+    return this.saved.length;
+  }
+
+  /**
+   * Readies the working cache for a sequence that begins with `tokens` and returns how many of
+   * them it then holds (at most tokens.length - 1: the last prompt token is always run, for its
+   * logits). With `reuse` false it holds none of them. Before anything of the working cache is
+   * overwritten, what would be lost is saved when it is worth it. The copies are submitted to the
+   * queue ahead of anything the caller submits next.
+   */
+  async prepare(tokens: readonly number[], reuse: boolean): Promise<number> {
+    if (!this.options.enabled) return 0;
+    const limit = tokens.length - 1;
+    const matchWorking = commonPrefixLength(this.workingTokens, tokens, this.workingLength);
+    const fromWorking = reuse ? Math.min(matchWorking, limit) : 0;
+    let source: SavedPrefix | undefined;
+    let fromSaved = 0;
+    if (reuse) {
+      for (const s of this.saved) {
+        const n = Math.min(commonPrefixLength(s.tokens, tokens), limit);
+        if (n > fromSaved) [source, fromSaved] = [s, n];
+      }
+    }
+    if (fromSaved <= fromWorking) source = undefined;
+    const reused = source ? fromSaved : fromWorking;
+    // What of the working cache this sequence keeps: the rest is overwritten.
+    const kept = source ? Math.min(matchWorking, reused) : fromWorking;
+    if (this.workingLength - kept >= MIN_SAVED_TOKENS) await this.save(this.workingTokens.slice(0, this.workingLength), source);
+    if (source) {
+      source.lastUse = ++this.clock;
+      this.restore(source, reused);
+    }
+    this.holds(tokens, reused);
+    return reused;
+  }
+
+  /**
+   * Records that the working cache holds K/V for tokens[0..length-1] at positions 0..length-1
+   * (after a prefill chunk, or a sequence's tokens).
+   */
+  holds(tokens: readonly number[], length = tokens.length): void {
+    if (!this.options.enabled) return;
+    this.workingTokens = tokens;
+    this.workingLength = Math.min(length, tokens.length);
+  }
+
+  /** Forgets what the working cache holds (a request that must not be reused, or an unknown state). */
+  forgetWorking(): void {
+    this.workingTokens = [];
+    this.workingLength = 0;
+  }
+
+  /** Frees every saved prefix and forgets the working cache's content. */
+  clear(): void {
+    for (const s of this.saved) destroyAll(s.buffers);
+    this.saved.length = 0;
+    this.savedBytes = 0;
+    this.forgetWorking();
+  }
+
+  /**
+   * Saves K/V of positions 0..tokens.length-1 of the working cache, evicting least recently used
+   * prefixes (never `pinned`, which the caller is about to restore) until it fits. A prefix another
+   * saved one begins with is dropped; one already covered is not saved again. Skipped when it does
+   * not fit, or when the GPU cannot allocate it.
+   */
+  private async save(tokens: readonly number[], pinned: SavedPrefix | undefined): Promise<void> {
+    const covering = this.saved.find((s) => s.tokens.length >= tokens.length && commonPrefixLength(s.tokens, tokens) === tokens.length);
+    if (covering) {
+      covering.lastUse = ++this.clock;
+      return;
+    }
+    const cache = this.cache;
+    const layers = cache.keys.length;
+    const layerBytes = 2 * tokens.length * cache.rowBytes;
+    const bytes = layers * layerBytes;
+    if (bytes > this.maxBytes || layerBytes > this.options.maxBufferBytes) return;
+    for (const s of [...this.saved]) {
+      if (s !== pinned && commonPrefixLength(s.tokens, tokens) === s.tokens.length) this.drop(s);
+    }
+    while (this.savedBytes + bytes > this.maxBytes) {
+      const victim = this.leastRecentlyUsed(pinned);
+      if (!victim) return;
+      this.drop(victim);
+    }
+    const layersPerBuffer = Math.max(1, Math.floor(this.options.maxBufferBytes / layerBytes));
+    const device = this.device;
+    device.pushErrorScope('validation');
+    device.pushErrorScope('out-of-memory');
+    const buffers: GPUBuffer[] = [];
+    for (let first = 0; first < layers; first += layersPerBuffer) {
+      const n = Math.min(layersPerBuffer, layers - first);
+      buffers.push(device.createBuffer({ label: `saved_prefix.${first}`, size: n * layerBytes, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST }));
+    }
+    const encoder = device.createCommandEncoder({ label: 'save_prefix' });
+    const span = tokens.length * cache.rowBytes;
+    for (let l = 0; l < layers; l++) {
+      const [buffer, offset] = savedLayerAt(buffers, layersPerBuffer, layerBytes, l);
+      encoder.copyBufferToBuffer(cache.keys[l]!, 0, buffer, offset, span);
+      encoder.copyBufferToBuffer(cache.values[l]!, 0, buffer, offset + span, span);
+    }
+    device.queue.submit([encoder.finish()]);
+    const outOfMemory = device.popErrorScope();
+    const invalid = device.popErrorScope();
+    const failed = (await outOfMemory.catch(() => null)) ?? (await invalid.catch(() => null));
+    if (failed) {
+      // The GPU has less memory than the budget assumed: keep what is saved, save nothing more.
+      destroyAll(buffers);
+      this.maxBytes = this.savedBytes;
+      return;
+    }
+    this.saved.push({ tokens, buffers, layersPerBuffer, bytes, lastUse: ++this.clock });
+    this.savedBytes += bytes;
+  }
+
+  /** Copies positions 0..length-1 of `source` into the working cache. */
+  private restore(source: SavedPrefix, length: number): void {
+    const cache = this.cache;
+    const layerBytes = 2 * source.tokens.length * cache.rowBytes;
+    const span = source.tokens.length * cache.rowBytes;
+    const bytes = length * cache.rowBytes;
+    const encoder = this.device.createCommandEncoder({ label: 'restore_prefix' });
+    for (let l = 0; l < cache.keys.length; l++) {
+      const [buffer, offset] = savedLayerAt(source.buffers, source.layersPerBuffer, layerBytes, l);
+      encoder.copyBufferToBuffer(buffer, offset, cache.keys[l]!, 0, bytes);
+      encoder.copyBufferToBuffer(buffer, offset + span, cache.values[l]!, 0, bytes);
+    }
+    this.device.queue.submit([encoder.finish()]);
+  }
+
+  private leastRecentlyUsed(except: SavedPrefix | undefined): SavedPrefix | undefined {
+    let oldest: SavedPrefix | undefined;
+    for (const s of this.saved) if (s !== except && (!oldest || s.lastUse < oldest.lastUse)) oldest = s;
+    return oldest;
+  }
+
+  private drop(s: SavedPrefix): void {
+    this.saved.splice(this.saved.indexOf(s), 1);
+    this.savedBytes -= s.bytes;
+    destroyAll(s.buffers);
+  }
+}
+
+/** How many leading elements `a` (its first `aLength`) and `b` share. */
+export function commonPrefixLength(a: readonly number[], b: readonly number[], aLength = a.length): number {
+  const n = Math.min(aLength, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
+}
+
+/** The buffer and byte offset of layer `l`'s K rows in a saved prefix (its V rows follow them). */
+function savedLayerAt(buffers: readonly GPUBuffer[], layersPerBuffer: number, layerBytes: number, l: number): [GPUBuffer, number] {
+  return [buffers[Math.floor(l / layersPerBuffer)]!, (l % layersPerBuffer) * layerBytes];
+}
+
+function destroyAll(buffers: readonly GPUBuffer[]): void {
+  for (const b of buffers) b.destroy();
+}
