@@ -20,7 +20,7 @@ import { decodeTokens, MAX_BATCH_STEPS, type DecodePlan, type DecodeResources } 
 import { decodeConstrained } from './constrained-decode.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { Scheduler, abortError } from './scheduler.ts';
-import { PrefixCache } from './prefix-cache.ts';
+import { MIN_PREFILL_TOKENS, PrefixCache } from './prefix-cache.ts';
 import {
   usableVocabSize,
   type FinishReason,
@@ -129,7 +129,8 @@ export class LlamaGenerator implements TextGenerator {
       const promptLogprobs = await this.prefill(request, tokens, cached, keep);
       if (signal?.aborted) throw abortError(signal);
       const prefix = keep ? this.prefixCache : undefined;
-      return new LlamaSession(this.cache, resources, { ...request, promptTokens: tokens }, this.prefillLogits, promptLogprobs, cached, prefix, release);
+      const releaseAfterSettling = () => void this.settleDecoded().catch(() => {}).finally(release);
+      return new LlamaSession(this.cache, resources, { ...request, promptTokens: tokens }, this.prefillLogits, promptLogprobs, cached, prefix, releaseAfterSettling);
     } catch (err) {
       release();
       throw err;
@@ -224,6 +225,33 @@ export class LlamaGenerator implements TextGenerator {
       }
     }
     return promptLogprobs;
+  }
+
+  /**
+   * With an f16 cache, rewrites with the prefill's kernels the K/V that decode steps wrote for the
+   * tokens the cache holds (the last answer), before the next request gets the GPU: the two
+   * kernels' sums differ in the last bits, which rounding to f16 can turn into another half, so a
+   * prompt reusing them would compute otherwise than its whole prefill. A last single token is
+   * dropped rather than rewritten by a one-token pass (MIN_PREFILL_TOKENS). f32 keeps them as
+   * written: there the difference stays in the last bits (logprobs within ~1e-6).
+   */
+  private async settleDecoded(): Promise<void> {
+    const decoded = this.prefixCache.decoded;
+    if (!decoded || this.cache.kvDType !== 'f16' || this.destroyed) return;
+    const { tokens, from, to } = decoded;
+    const chunk = this.prefillChunk(false);
+    let end = from;
+    try {
+      while (to - end >= MIN_PREFILL_TOKENS) {
+        let n = Math.min(chunk, to - end);
+        if (to - end - n === 1) n--;
+        if (n < MIN_PREFILL_TOKENS) break;
+        await this.model.forward(tokens.slice(end, end + n), end, this.cache, { readBack: false });
+        end += n;
+      }
+    } finally {
+      this.prefixCache.holds(tokens, end);
+    }
   }
 
   /** Resolves with the driver's message once the model's GPU device is lost, for whatever reason: nothing more runs on it. */
@@ -381,7 +409,7 @@ class LlamaSession implements GenerationSession {
       // Token i's K/V is written by the step that samples token i + 1: every yielded token's when
       // a stop id was sampled after them, all but the last one's otherwise.
       const written = stopSampled ? yielded.length : Math.max(0, yielded.length - 1);
-      this.prefixCache?.holds(promptTokens.concat(yielded.slice(0, written)));
+      this.prefixCache?.holds(promptTokens.concat(yielded.slice(0, written)), undefined, promptTokens.length);
       this.running = false;
       if (this.closed) this.release();
     }

@@ -14,6 +14,12 @@ import type { KvCache } from '../model/kv-cache.ts';
 
 /** A saved prefix shorter than this many tokens is not worth a copy (nor a save). */
 export const MIN_SAVED_TOKENS = 16;
+/**
+ * Prompt tokens a request always prefills, however much of it is cached: its logits need the last
+ * one, and a pass of one token runs the matrix-vector kernels, whose sums round otherwise than
+ * the prefill's matrix kernels (whose rows do not depend on how many tokens a pass has).
+ */
+export const MIN_PREFILL_TOKENS = 2;
 
 export interface PrefixCacheOptions {
   /** Whether requests reuse cached K/V at all (false: every request prefills its whole prompt). */
@@ -38,6 +44,8 @@ export class PrefixCache {
   /** The tokens whose K/V the working cache holds at positions 0..workingLength-1 (a prefix of workingTokens). */
   private workingTokens: readonly number[] = [];
   private workingLength = 0;
+  /** Of those, the first prefilledLength were written by the prefill's kernels (the rest by decode steps). */
+  private prefilledLength = 0;
   private readonly saved: SavedPrefix[] = [];
   private savedBytes = 0;
   private maxBytes: number;
@@ -67,14 +75,14 @@ export class PrefixCache {
 
   /**
    * Readies the working cache for a sequence that begins with `tokens` and returns how many of
-   * them it then holds (at most tokens.length - 1: the last prompt token is always run, for its
-   * logits). With `reuse` false it holds none of them. Before anything of the working cache is
+   * them it then holds (at most tokens.length - MIN_PREFILL_TOKENS). With `reuse` false it holds
+   * none of them. Before anything of the working cache is
    * overwritten, what would be lost is saved when it is worth it. The copies are submitted to the
    * queue ahead of anything the caller submits next.
    */
   async prepare(tokens: readonly number[], reuse: boolean): Promise<number> {
     if (!this.options.enabled) return 0;
-    const limit = tokens.length - 1;
+    const limit = Math.max(0, tokens.length - MIN_PREFILL_TOKENS);
     const matchWorking = commonPrefixLength(this.workingTokens, tokens, this.workingLength);
     const fromWorking = reuse ? Math.min(matchWorking, limit) : 0;
     let source: SavedPrefix | undefined;
@@ -99,19 +107,28 @@ export class PrefixCache {
   }
 
   /**
-   * Records that the working cache holds K/V for tokens[0..length-1] at positions 0..length-1
-   * (after a prefill chunk, or a sequence's tokens).
+   * Records that the working cache holds K/V for tokens[0..length-1] at positions 0..length-1,
+   * the first `prefilled` of them written by the prefill's kernels (after a prefill chunk, or a
+   * sequence's tokens).
    */
-  holds(tokens: readonly number[], length = tokens.length): void {
+  holds(tokens: readonly number[], length = tokens.length, prefilled = length): void {
     if (!this.options.enabled) return;
     this.workingTokens = tokens;
     this.workingLength = Math.min(length, tokens.length);
+    this.prefilledLength = Math.min(prefilled, this.workingLength);
+  }
+
+  /** The held tokens whose K/V decode steps wrote (positions from..to-1), if any. */
+  get decoded(): { tokens: readonly number[]; from: number; to: number } | undefined {
+    if (this.prefilledLength >= this.workingLength) return undefined;
+    return { tokens: this.workingTokens, from: this.prefilledLength, to: this.workingLength };
   }
 
   /** Forgets what the working cache holds (a request that must not be reused, or an unknown state). */
   forgetWorking(): void {
     this.workingTokens = [];
     this.workingLength = 0;
+    this.prefilledLength = 0;
   }
 
   /** Frees every saved prefix and forgets the working cache's content. */

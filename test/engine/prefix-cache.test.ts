@@ -3,7 +3,7 @@
 // on the same weights), whichever way the cached K/V got there, and reports what it reused.
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { LlamaGenerator } from '../../src/engine/generator.ts';
-import { commonPrefixLength, MIN_SAVED_TOKENS } from '../../src/engine/prefix-cache.ts';
+import { commonPrefixLength, MIN_PREFILL_TOKENS, MIN_SAVED_TOKENS } from '../../src/engine/prefix-cache.ts';
 import type { FinishReason, GeneratedToken, ModelInfo, SamplingParams, SequenceOptions, SessionRequest } from '../../src/engine/types.ts';
 import type { LlamaConfig } from '../../src/model/config.ts';
 import type { KvDType } from '../../src/model/kv-cache.ts';
@@ -136,12 +136,12 @@ describe.each(VARIANTS)('with the prefix cache, outputs equal those without it (
     expect(cold.prefixCacheStats).toEqual({ enabled: false, bytes: 0, saved: 0 });
   });
 
-  it('the same prompt again reuses all but its last token', async () => {
+  it(`the same prompt again reuses all but its last ${MIN_PREFILL_TOKENS} tokens`, async () => {
     const warm = generator();
     const prompt = tokens(12, 4);
     const a = await run(warm, { promptTokens: prompt, sampling: seeded });
     const b = await run(warm, { promptTokens: prompt, sampling: seeded });
-    expect([a.cached, b.cached]).toEqual([0, prompt.length - 1]);
+    expect([a.cached, b.cached]).toEqual([0, prompt.length - MIN_PREFILL_TOKENS]);
     expectSameRun(b, a);
   });
 
@@ -191,8 +191,8 @@ describe.each(VARIANTS)('with the prefix cache, outputs equal those without it (
     await run(none, { promptTokens: prompts[1]!, sampling: greedy });
     expect(none.prefixCacheStats).toEqual({ enabled: true, bytes: 0, saved: 0 });
     expect((await run(none, { promptTokens: followUps[0]!, sampling: greedy })).cached).toBe(0);
-    // The previous prompt and one more token: all of the previous prompt is held.
-    expect((await run(none, { promptTokens: [...followUps[0]!, 2], sampling: greedy })).cached).toBe(followUps[0]!.length);
+    // The previous prompt and one more token: all of the previous prompt is held, all but the last MIN_PREFILL_TOKENS reused.
+    expect((await run(none, { promptTokens: [...followUps[0]!, 2], sampling: greedy })).cached).toBe(followUps[0]!.length + 1 - MIN_PREFILL_TOKENS);
   });
 
   it('cachePrompt false reuses nothing and leaves nothing; prompt logprobs score the whole prompt', async () => {

