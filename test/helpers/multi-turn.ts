@@ -166,6 +166,26 @@ export function maxLogprobDiff(a: number[][], b: number[][]): number {
   return max;
 }
 
+/**
+ * What is wrong with a conversation's turns (none: []): the first turn reuses nothing; each
+ * reports the cached_tokens the engine held, at least half the turn before's prompt; the request
+ * with cache_prompt false reports none and gives the same text, and logprobs within 1e-4.
+ */
+export function turnProblems(turns: readonly TurnResult[]): string[] {
+  const problems: string[] = [];
+  if (turns[0]?.cached !== 0) problems.push(`turn 1: cached_tokens ${turns[0]?.cached}, expected 0`);
+  for (const [i, t] of turns.entries()) {
+    const where = `turn ${i + 1} (${t.promptTokens} prompt tokens)`;
+    if (t.cached !== t.expectedCached) problems.push(`${where}: cached_tokens ${t.cached}, expected ${t.expectedCached}`);
+    if (i > 0 && !(t.cached > turns[i - 1]!.promptTokens / 2)) problems.push(`${where}: cached_tokens ${t.cached} reuses little of the turn before`);
+    if (t.coldCached !== 0) problems.push(`${where}: cache_prompt false reported cached_tokens ${t.coldCached}`);
+    if (t.text !== t.coldText) problems.push(`${where}: text ${JSON.stringify(t.text)}, without the cache ${JSON.stringify(t.coldText)}`);
+    const diff = maxLogprobDiff(t.logprobs, t.coldLogprobs);
+    if (!(diff < 1e-4)) problems.push(`${where}: logprobs differ by ${diff}`);
+  }
+  return problems;
+}
+
 /** A minimal ChatML template, for models generated without one. */
 export const CHATML_TEMPLATE =
   "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
