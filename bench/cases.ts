@@ -73,7 +73,7 @@ export class RequestTimeout extends Error {
   }
 }
 
-function withTimeout<T>(what: string, promise: Promise<T>): Promise<T> {
+export function withTimeout<T>(what: string, promise: Promise<T>): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new RequestTimeout(what)), requestTimeoutMs);

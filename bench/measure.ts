@@ -5,7 +5,7 @@
 /** A streamed completion chunk, as much of it as the bench reads. */
 export interface CompletionChunk {
   choices?: { text?: string; finish_reason?: string | null }[];
-  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens?: number } | null;
+  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;
   error?: { message: string };
 }
 
@@ -20,6 +20,8 @@ export interface RunTiming<S = never> {
   /** From usage (stream_options.include_usage); -1 when the stream carried none. */
   promptTokens: number;
   completionTokens: number;
+  /** usage.prompt_tokens_details.cached_tokens: prompt tokens reused from the prefix cache; -1 when the usage had none. */
+  cachedTokens?: number;
   finishReason: string | null;
   text: string;
   /** snapshot() taken when the first text chunk arrived, and at the end of the stream. */
@@ -40,6 +42,7 @@ export async function timeChunks<S = never>(start: number, chunks: AsyncIterable
     textChunks: 0,
     promptTokens: -1,
     completionTokens: -1,
+    cachedTokens: -1,
     finishReason: null,
     text: '',
   };
@@ -61,6 +64,7 @@ export async function timeChunks<S = never>(start: number, chunks: AsyncIterable
     if (chunk.usage) {
       t.promptTokens = chunk.usage.prompt_tokens;
       t.completionTokens = chunk.usage.completion_tokens;
+      t.cachedTokens = chunk.usage.prompt_tokens_details?.cached_tokens ?? -1;
     }
   }
   t.totalMs = performance.now() - start;

@@ -19,9 +19,20 @@
 //                    [--wllama-threads 1,2] [--probe-matrix 8192x2048] [--copy-mib 128]
 //                    [--request-timeout-s 600]  (a request running longer is taken for a hang)
 //                    [--no-structured] [--structured-runs 3] [--structured-tokens 64]
+//                    [--no-multi-turn | --multi-turn-only] [--multi-turn-runs 3] [--multi-turn-turns 8]
+//                    [--multi-turn-tokens 1000] [--multi-turn-answer-tokens 32]
+//                    [--smol-multi-turn-runs 1] [--smol-multi-turn-tokens 128] [--smol-multi-turn-answer-tokens 4]
 //
 // Structured output (bench/structured.ts): on stories260K, per host, decoding free, under a grammar
 // every text matches, and under a JSON schema, side by side: the cost of a constrained token.
+//
+// Multi-turn chat (bench/multi-turn.ts): per host, on stories260K and on the SmolLM2 shape (in the
+// first of --storages), a conversation of --multi-turn-turns turns growing to about
+// --multi-turn-tokens prompt tokens, each turn's TTFT with the prefix cache (warm) and with
+// cache_prompt: false (cold): with the cache a turn's TTFT should follow its new tokens only.
+// SmolLM2 prefills at ~3-15 tokens/s on SwiftShader, so its conversation is shorter
+// (--smol-multi-turn-*); --multi-turn-only runs this case alone (no other case, structured
+// output, probes or wllama).
 //
 // `npm run bench -- --real-shapes ...` is the memory bench of bench/real-shapes.ts (Node only:
 // peak memory while loading SmolLM2-135M / Llama-3.2-1B shaped models).
@@ -37,6 +48,7 @@ import { ensureGenerated, realShapesTable, runRealShapes } from './real-shapes.t
 import { bestOf, casesTable, countersTable, probesTable, ratios, wllamaTable } from './report.ts';
 import { openWllama, type WllamaContestant, type WllamaFigures } from './wllama.ts';
 import { measureStructured, structuredTable, type StructuredFigures } from './structured.ts';
+import { measureMultiTurn, multiTurnTable, type MultiTurnFigures, type MultiTurnOptions } from './multi-turn.ts';
 import { buildPrompt, ROOT, smolCase, storiesCase, type BenchCase } from './workload.ts';
 
 const log = (message: string) => process.stderr.write(message + '\n');
@@ -66,6 +78,16 @@ const { values } = parseArgs({
     'no-structured': { type: 'boolean', default: false },
     'structured-runs': { type: 'string', default: '3' },
     'structured-tokens': { type: 'string', default: '64' },
+    'no-multi-turn': { type: 'boolean', default: false },
+    'multi-turn-only': { type: 'boolean', default: false },
+    'multi-turn-runs': { type: 'string', default: '3' },
+    'multi-turn-turns': { type: 'string', default: '8' },
+    'multi-turn-tokens': { type: 'string', default: '1000' },
+    'multi-turn-answer-tokens': { type: 'string', default: '32' },
+    // SmolLM2's cold 1,000-token prefill takes ~7 minutes on SwiftShader (2 cores, loaded).
+    'smol-multi-turn-runs': { type: 'string', default: '1' },
+    'smol-multi-turn-tokens': { type: 'string', default: '128' },
+    'smol-multi-turn-answer-tokens': { type: 'string', default: '4' },
     // --real-shapes: the memory bench (bench/real-shapes.ts)
     'real-shapes': { type: 'boolean', default: false },
     'prefill-tokens': { type: 'string', default: '64' },
@@ -97,6 +119,8 @@ async function realShapes(): Promise<void> {
 
 interface Plan {
   cases: BenchCase[];
+  /** The multi-turn case's models (bench/multi-turn.ts), with their conversation's shape. */
+  multiTurn: { case: BenchCase; options: MultiTurnOptions }[];
   hosts: HostName[];
   wllamaThreads: number[];
   probes: ProbeOptions | null;
@@ -107,14 +131,26 @@ function plan(): Plan {
   for (const m of models) if (m !== 'stories260k' && m !== 'smollm2') throw new Error(`--models: unknown model ${m} (stories260K, smollm2)`);
   const storages = list(values.storages) as WeightStorage[];
   for (const s of storages) if (!['f32', 'f16', 'q8_0', 'q4_0'].includes(s)) throw new Error(`--storages: unknown storage ${s} (f32, f16, q8_0, q4_0)`);
+  if (values['no-multi-turn'] && values['multi-turn-only']) throw new Error('--no-multi-turn and --multi-turn-only exclude each other');
+  const only = values['multi-turn-only'];
   const cases: BenchCase[] = [];
+  const multiTurn: Plan['multiTurn'] = [];
+  const turns = int('multi-turn-turns');
   if (models.includes('stories260k')) {
-    cases.push(storiesCase({ promptTokens: int('prompt-tokens'), decodeTokens: int('decode-tokens'), runs: int('runs'), warmupRuns: int('warmup-runs', 0) }));
+    const stories = storiesCase({ promptTokens: int('prompt-tokens'), decodeTokens: int('decode-tokens'), runs: int('runs'), warmupRuns: int('warmup-runs', 0) });
+    if (!only) cases.push(stories);
+    if (!values['no-multi-turn']) {
+      multiTurn.push({ case: stories, options: { turns, tokens: int('multi-turn-tokens'), answerTokens: int('multi-turn-answer-tokens'), runs: int('multi-turn-runs') } });
+    }
   }
   if (models.includes('smollm2')) {
     const dir = ensureGenerated('smollm2', 'real');
     const counts = { promptTokens: int('smol-prompt-tokens'), decodeTokens: int('smol-decode-tokens'), runs: int('smol-runs'), warmupRuns: 0 };
-    for (const storage of storages) cases.push(smolCase(dir, storage, counts));
+    if (!only) for (const storage of storages) cases.push(smolCase(dir, storage, counts));
+    if (!values['no-multi-turn'] && storages.length) {
+      const options = { turns, tokens: int('smol-multi-turn-tokens'), answerTokens: int('smol-multi-turn-answer-tokens'), runs: int('smol-multi-turn-runs') };
+      multiTurn.push({ case: smolCase(dir, storages[0], counts), options });
+    }
   }
   const hosts: HostName[] = [];
   if (!values['browser-only']) hosts.push('node');
@@ -122,14 +158,18 @@ function plan(): Plan {
   const [rows, cols] = values['probe-matrix'].split('x').map(Number);
   return {
     cases,
+    multiTurn,
     hosts,
-    wllamaThreads: values['no-wllama'] || !hosts.includes('chromium') || !models.includes('stories260k') ? [] : list(values['wllama-threads']).map(Number),
-    probes: values['no-probes'] ? null : { ...DEFAULT_PROBE_OPTIONS, matvecRows: rows, matvecCols: cols, copyMiB: int('copy-mib'), dtypes: [...(storages as ProbeDType[]), ...FILE_ONLY_PROBE_DTYPES] },
+    wllamaThreads: only || values['no-wllama'] || !hosts.includes('chromium') || !models.includes('stories260k') ? [] : list(values['wllama-threads']).map(Number),
+    probes: only || values['no-probes'] ? null : { ...DEFAULT_PROBE_OPTIONS, matvecRows: rows, matvecCols: cols, copyMiB: int('copy-mib'), dtypes: [...(storages as ProbeDType[]), ...FILE_ONLY_PROBE_DTYPES] },
   };
 }
 
 /** The structured-output figures of every host. */
 const structured: StructuredFigures[] = [];
+
+/** The multi-turn figures of every host and model. */
+const multiTurn: MultiTurnFigures[] = [];
 
 /** The prompt of each model, built once with its tokenizer (the same text on every host and storage). */
 const prompts = new Map<string, { prompt: string; tokens: number }>();
@@ -162,13 +202,23 @@ async function runHost(host: Host, p: Plan, results: CaseFigures[], interleave?:
     }
   }
   const stories = p.cases.find((c) => c.model === 'stories260K');
-  if (stories && !values['no-structured']) {
+  if (stories && !values['no-structured'] && !values['multi-turn-only']) {
     try {
       await host.load(stories);
       structured.push(...(await measureStructured(host, stories, prompts.get(stories.model)!.prompt, int('structured-runs'), int('structured-tokens'))));
     } catch (error) {
       log(`${host.name} structured: ERROR ${(error as Error).stack ?? error}`);
     } finally {
+      await host.unload().catch(() => {});
+    }
+  }
+  for (const { case: c, options } of p.multiTurn) {
+    try {
+      multiTurn.push(await measureMultiTurn(host, c, options));
+    } catch (error) {
+      log(`${host.name} ${c.model} multi-turn: ERROR ${(error as Error).stack ?? error}`);
+      multiTurn.push({ host: host.name, model: c.model, storage: c.storage, runs: options.runs, error: String((error as Error).message ?? error) } as MultiTurnFigures);
+      if (error instanceof RequestTimeout) return undefined;
       await host.unload().catch(() => {});
     }
   }
@@ -263,7 +313,7 @@ async function main(): Promise<void> {
   const machine = `${cpus().length} CPU cores (${cpus()[0]?.model.trim() ?? '?'}), load average ${loadBefore.toFixed(1)} at the start, ${loadavg()[0].toFixed(1)} at the end`;
   console.log(`webgpu-llama bench${chromiumVersion ? `, Chromium ${chromiumVersion}` : ''}, Node ${process.version}; ${adapters.join('; ')}`);
   console.log(machine);
-  console.log(
+  if (results.length) console.log(
     'Medians (min-max) over the runs. TTFT: a max_tokens 1 request on the prompt in [brackets], to its end; prefill = prompt tokens / TTFT; ' +
       'decode: greedy, ignore_eos, max_tokens in [brackets] on the same prompt, (tokens - 1) / (its time - TTFT).',
   );
@@ -272,11 +322,13 @@ async function main(): Promise<void> {
     console.log(`SmolLM2-135M (random weights, real shape): ${smol.runs} run(s), ~${smol.promptTokens}-token prompt, ${smol.decodeTokens} decode tokens ` +
       '(smaller defaults: SwiftShader is slow at this size; --smol-runs, --smol-prompt-tokens, --smol-decode-tokens change them).');
   }
-  console.log();
-  console.log(casesTable(results));
-  console.log();
-  console.log('Device calls per decode token after warm-up ((full request - max_tokens 1 request) / (tokens - 1); buffers and bind groups: created; the last column is the whole max_tokens 1 request):');
-  console.log(countersTable(results));
+  if (results.length) {
+    console.log();
+    console.log(casesTable(results));
+    console.log();
+    console.log('Device calls per decode token after warm-up ((full request - max_tokens 1 request) / (tokens - 1); buffers and bind groups: created; the last column is the whole max_tokens 1 request):');
+    console.log(countersTable(results));
+  }
   if (Object.keys(probes).length) {
     console.log();
     console.log(`Adapter probes: copy of ${p.probes!.copyMiB} MiB; matvec = batch.matmul T=1 on a random [${p.probes!.matvecRows}, ${p.probes!.matvecCols}] matrix (weight bytes/s, and x the copy rate); dispatch = per tiny dispatch in one submit; read-back = 4 bytes on an idle queue.`);
@@ -286,6 +338,19 @@ async function main(): Promise<void> {
     console.log();
     console.log('Structured output on stories260K: the same prompt decoded free, under a grammar every text matches (the constrained loop\'s own cost), and under a JSON schema (jump-forward included; it ends when the object closes); greedy, ignore_eos; pairs as above:');
     console.log(structuredTable(structured));
+  }
+  if (multiTurn.length) {
+    console.log();
+    console.log(
+      'Multi-turn chat and the prefix cache: a /v1/completions prompt growing turn by turn (previous prompt + its greedy answer + new story text), ' +
+        'TTFT (a max_tokens 1 request, to its end) with the cache after the previous turn\'s answer (warm) and with cache_prompt: false (cold); medians (min-max) over the runs:',
+    );
+    for (const { case: c, options: o } of p.multiTurn) {
+      console.log(`  ${c.model} ${c.storage}: ${o.turns} turns to ~${o.tokens} prompt tokens, ${o.answerTokens}-token answers, ${o.runs} run(s)`);
+    }
+    console.log(multiTurnTable(multiTurn));
+    const headline = multiTurn.filter((f) => !f.error).map((f) => `${f.host} ${f.model}: ${f.last_turn_ratio.toFixed(1)}x`);
+    if (headline.length) console.log(`Last turn, cold / warm TTFT: ${headline.join('; ')}`);
   }
   if (wllama.length) {
     console.log();
@@ -307,6 +372,10 @@ async function main(): Promise<void> {
       prompts: Object.fromEntries(prompts),
       results,
       structured,
+      multi_turn: {
+        settings: p.multiTurn.map(({ case: c, options }) => ({ model: c.model, storage: c.storage, ...options })),
+        results: multiTurn,
+      },
       probes,
       wllama: {
         version: WLLAMA_VERSION,

@@ -70,7 +70,7 @@ export function smolCase(dir: string, storage: WeightStorage, counts: CaseCounts
 }
 
 // Plain story text, the kind stories260K was trained on; cut to the prompt length wanted.
-const STORY =
+export const STORY =
   'Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her ' +
   'friends. One day, she saw a big red ball under a tree. She ran to the ball and picked it up. It was ' +
   'soft and round. Lily wanted to share the ball with her friend Tom. Tom was sad because he lost his toy ' +
