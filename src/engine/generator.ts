@@ -20,7 +20,7 @@ import { decodeTokens, MAX_BATCH_STEPS, type DecodePlan, type DecodeResources } 
 import { decodeConstrained } from './constrained-decode.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { Scheduler, abortError } from './scheduler.ts';
-import { MIN_PREFILL_TOKENS, PrefixCache } from './prefix-cache.ts';
+import { PrefixCache } from './prefix-cache.ts';
 import {
   usableVocabSize,
   type FinishReason,
@@ -231,8 +231,7 @@ export class LlamaGenerator implements TextGenerator {
    * With an f16 cache, rewrites with the prefill's kernels the K/V that decode steps wrote for the
    * tokens the cache holds (the last answer), before the next request gets the GPU: the two
    * kernels' sums differ in the last bits, which rounding to f16 can turn into another half, so a
-   * prompt reusing them would compute otherwise than its whole prefill. A last single token is
-   * dropped rather than rewritten by a one-token pass (MIN_PREFILL_TOKENS). f32 keeps them as
+   * prompt reusing them would compute otherwise than its whole prefill. f32 keeps them as
    * written: there the difference stays in the last bits (logprobs within ~1e-6).
    */
   private async settleDecoded(): Promise<void> {
@@ -242,10 +241,8 @@ export class LlamaGenerator implements TextGenerator {
     const chunk = this.prefillChunk(false);
     let end = from;
     try {
-      while (to - end >= MIN_PREFILL_TOKENS) {
-        let n = Math.min(chunk, to - end);
-        if (to - end - n === 1) n--;
-        if (n < MIN_PREFILL_TOKENS) break;
+      while (end < to) {
+        const n = Math.min(chunk, to - end);
         await this.model.forward(tokens.slice(end, end + n), end, this.cache, { readBack: false });
         end += n;
       }

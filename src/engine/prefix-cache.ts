@@ -14,12 +14,8 @@ import type { KvCache } from '../model/kv-cache.ts';
 
 /** A saved prefix shorter than this many tokens is not worth a copy (nor a save). */
 export const MIN_SAVED_TOKENS = 16;
-/**
- * Prompt tokens a request always prefills, however much of it is cached: its logits need the last
- * one, and a pass of one token runs the matrix-vector kernels, whose sums round otherwise than
- * the prefill's matrix kernels (whose rows do not depend on how many tokens a pass has).
- */
-export const MIN_PREFILL_TOKENS = 2;
+/** Prompt tokens a request always prefills, however much of it is cached: its logits need the last one. */
+export const MIN_PREFILL_TOKENS = 1;
 
 export interface PrefixCacheOptions {
   /** Whether requests reuse cached K/V at all (false: every request prefills its whole prompt). */

@@ -157,12 +157,14 @@ export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activ
   }
 
   rec.rmsNorm(act.xb, act.x, w.outputNorm, T, s.dim, s.eps); // xb: [T, dim]
+  // One row of logits takes the matrix-vector kernel even in a prefill pass: the last token's
+  // logits are computed so however the prompt was split.
   if (act.allLogits || T === 1) {
-    rec.matmul(act.logits, act.xb, w.lmHead, T); // logits: [T, vocab]
+    rec.matmul(act.logits, act.xb, w.lmHead, T, undefined, { vector: true }); // logits: [T, vocab]
   } else {
     // Only the last token's logits are needed to pick the next token.
     rec.copy(act.xb, (T - 1) * s.dim * 4, act.lastXb, 0, s.dim * 4); // lastXb: [dim]
-    rec.matmul(act.logits, act.lastXb, w.lmHead, 1); // logits: [1, vocab]
+    rec.matmul(act.logits, act.lastXb, w.lmHead, 1, undefined, { vector: true }); // logits: [1, vocab]
   }
 }
 

@@ -101,7 +101,9 @@ export class LlamaModel {
     }
     const act = this.activationsFor(T, allLogits, cache.capacity);
     const kept = act === this.decodeActivations || act === this.prefillActivations;
-    const batch = this.kernels.begin();
+    // Kernels chosen as for any number of tokens: a prompt gives the same K/V and logits however it
+    // is split into passes (in chunks, or after a cached prefix).
+    const batch = this.kernels.begin({ prefill: true });
     let readback: GPUBuffer | undefined;
     let ownReadback: GPUBuffer | undefined;
     try {

@@ -72,15 +72,11 @@ function commonPrefix(a: readonly number[], b: readonly number[]): number {
   return i;
 }
 
-/**
- * The ids whose K/V a session left in the KV cache: its prompt and its last sequence's written
- * tokens (an f16 cache rewrites them with the prefill's kernels, and drops a single one).
- */
-function held(session: Recorded, kvDType: string | undefined): number[] {
+/** The ids whose K/V a session left in the KV cache: its prompt and its last sequence's written tokens. */
+function held(session: Recorded): number[] {
   const last = session.sequences.at(-1);
   if (!last) return session.prompt;
-  let written = last.stopSampled ? last.ids.length : Math.max(0, last.ids.length - 1);
-  if (kvDType === 'f16' && written < MIN_PREFILL_TOKENS) written = 0;
+  const written = last.stopSampled ? last.ids.length : Math.max(0, last.ids.length - 1);
   return [...session.prompt, ...last.ids.slice(0, written)];
 }
 
@@ -128,7 +124,7 @@ export async function multiTurn(generator: TextGenerator, options: { endpoint: '
       endpoint: options.endpoint,
       promptTokens: response.usage.prompt_tokens,
       cached: response.usage.prompt_tokens_details.cached_tokens,
-      expectedCached: previous ? Math.min(commonPrefix(held(previous, generator.info.storage?.kvCacheDType), session.prompt), session.prompt.length - MIN_PREFILL_TOKENS) : 0,
+      expectedCached: previous ? Math.min(commonPrefix(held(previous), session.prompt), session.prompt.length - MIN_PREFILL_TOKENS) : 0,
       text,
       logprobs: logprobsOf(response, chat),
       coldText: '',

@@ -242,6 +242,8 @@ export function planAttention(
   tokens: TokenSpan,
   shape: AttentionHeads,
   kvDType: KvDType,
+  /** A prefill pass: the entry chosen as for a long one, whatever T (KernelRecorder.prefill). */
+  prefill = false,
 ): PlannedDispatch | undefined {
   const { out, q, keys: kCache, values: vCache } = buffers;
   const { T, startPos, position } = tokens;
@@ -265,7 +267,7 @@ export function planAttention(
   const lastRow = position ? Math.floor(Math.min(kCache.size, vCache.size) / rowBytes) : startPos + T;
   const keys = Math.min(lastRow, slidingWindow ?? Infinity);
   const tuning = kernels.tuning;
-  const entry = tuning.attentionPlan(items, keys, headDim);
+  const entry = tuning.attentionPlan(prefill ? Infinity : items, keys, headDim);
   const heads = entry === 'per_thread' ? tuning.attentionHeads(numHeads / numKvHeads, headDim) : 1;
   const queries = entry === 'per_thread' ? tuning.attentionQueries(T, heads, headDim) : 1;
   const threads = Math.ceil(T / queries) * (numHeads / heads);

@@ -18,8 +18,8 @@ export class KernelBatch extends KernelRecorder {
   private done = false;
   private sharedUniforms = false;
 
-  constructor(kernels: KernelRegistry) {
-    super(kernels);
+  constructor(kernels: KernelRegistry, options: { prefill?: boolean } = {}) {
+    super(kernels, undefined, options.prefill ?? false);
     this.device = kernels.ctx.device;
     this.rawEncoder = this.device.createCommandEncoder({ label: 'kernel batch' });
   }

@@ -25,9 +25,9 @@ export class Kernels extends KernelRegistry {
     return kernels;
   }
 
-  /** Starts recording dispatches into one command encoder. */
-  begin(): KernelBatch {
-    return new KernelBatch(this);
+  /** Starts recording dispatches into one command encoder; `prefill`: see KernelRecorder's. */
+  begin(options: { prefill?: boolean } = {}): KernelBatch {
+    return new KernelBatch(this, options);
   }
 
   /**

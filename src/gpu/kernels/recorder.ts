@@ -45,7 +45,19 @@ export abstract class KernelRecorder {
     protected readonly kernels: KernelRegistry,
     /** Label of the bind groups (and passes) it makes. */
     protected readonly label?: string,
+    /**
+     * A prefill pass: every token's matmuls and attention run the kernels a pass of any length
+     * would (no matrix-vector kernel for one token, no matmul shape or attention entry chosen by
+     * T), so each row's sums are the same however the prompt is split into passes, and a prefill
+     * that starts over cached K/V computes what a whole prefill computes.
+     */
+    protected readonly prefill = false,
   ) {}
+
+  /** The T the kernels' shapes are chosen for: in a prefill pass, any (tuning's choice for a long one). */
+  private shapeTokens(T: number): number {
+    return this.prefill ? Infinity : T;
+  }
 
   /** The dispatches' parameters: one uniform slot each (made on the first dispatch). */
   protected get uniforms(): UniformArena {
@@ -98,7 +110,7 @@ export abstract class KernelRecorder {
    * register-blocked matmul.wgsl (threads of 4 rows x 4 tokens; on CPU devices bigger blocks) or, on GPUs from
    * 32 tokens, the shared-memory tiles of matmul_tiled.wgsl (matmulShape). y must not be x.
    */
-  matmul(y: GPUBuffer, x: GPUBuffer, W: GpuMatrix, T: number, bias?: GPUBuffer, options: { accumulate?: boolean } = {}): void {
+  matmul(y: GPUBuffer, x: GPUBuffer, W: GpuMatrix, T: number, bias?: GPUBuffer, options: { accumulate?: boolean; vector?: boolean } = {}): void {
     const accumulate = options.accumulate ?? false;
     assertCount(T, 'matmul T', 0);
     assertCount(W.rows, 'matmul W.rows');
@@ -117,14 +129,15 @@ export abstract class KernelRecorder {
     for (const part of parts) {
       const buffers: Record<number, GPUBuffer> = { 1: y, 2: x, [WEIGHT_BINDING]: part.buffer };
       if (bias) buffers[BIAS_BINDING] = bias;
-      if (T === 1) {
+      // `vector`: a row on its own (the prefill's last-token logits), whose sums no other pass computes.
+      if (T === 1 && (!this.prefill || options.vector)) {
         const plan = this.kernels.matvecPlan(W.cols);
         const workgroups = Math.ceil((Math.ceil(part.rows / 4) * plan.team) / MATVEC_WORKGROUP);
         const runs = this.kernels.usesWeightRuns(W.dtype);
         const pipeline = this.kernels.weightPipeline('matvec', W.dtype, { hasBias: !!bias, aligned, plan, accumulate, runs });
         this.dispatch(pipeline, MATVEC_PARAMS.pack({ rows: part.rows, cols: W.cols, row_offset: part.firstRow }), buffers, workgroups);
       } else {
-        const shape = this.kernels.matmulShape(T, aligned, W.dtype);
+        const shape = this.kernels.matmulShape(this.shapeTokens(T), aligned, W.dtype);
         const pipeline = this.kernels.weightPipeline('matmul', W.dtype, { hasBias: !!bias, aligned, matmul: shape, accumulate });
         const params = MATMUL_PARAMS.pack({ T, rows: part.rows, cols: W.cols, row_offset: part.firstRow, y_stride: W.rows });
         this.dispatch(pipeline, params, buffers, this.matmulGrid(shape, part.rows, T, 'matmul'));
@@ -143,8 +156,9 @@ export abstract class KernelRecorder {
     if (wGate.rows !== wUp.rows || wGate.cols !== wUp.cols) {
       throw new Error(`matmulSwiglu: W_gate [${wGate.rows}, ${wGate.cols}] and W_up [${wUp.rows}, ${wUp.cols}] differ`);
     }
-    if (T === 1 || wGate.parts || wUp.parts || wGate.dtype !== wUp.dtype) {
-      if (T === 1) {
+    const oneToken = T === 1 && !this.prefill;
+    if (oneToken || wGate.parts || wUp.parts || wGate.dtype !== wUp.dtype) {
+      if (oneToken) {
         this.fusedSwiglu(out, x, wGate, wUp, { scratch });
         return;
       }
@@ -158,7 +172,7 @@ export abstract class KernelRecorder {
     assertFits(out, T * wGate.rows * 4, 'matmulSwiglu out');
     assertFits(x, T * wGate.cols * 4, 'matmulSwiglu x');
     const aligned = wGate.cols % 4 === 0;
-    const shape = this.kernels.matmulShape(T, aligned, wGate.dtype);
+    const shape = this.kernels.matmulShape(this.shapeTokens(T), aligned, wGate.dtype);
     const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned, matmul: shape, swiglu: true });
     this.dispatch(
       pipeline,
@@ -178,7 +192,7 @@ export abstract class KernelRecorder {
     assertCount(T, 'matmulPair T', 0);
     if (T === 0) return;
     const same = W1.rows === W2.rows && W1.cols === W2.cols && W1.dtype === W2.dtype && !W1.parts && !W2.parts && !b1 === !b2;
-    if (T === 1 || !same) {
+    if ((T === 1 && !this.prefill) || !same) {
       this.matmul(y1, x, W1, T, b1);
       this.matmul(y2, x, W2, T, b2);
       return;
@@ -194,7 +208,7 @@ export abstract class KernelRecorder {
       assertFits(b2, W1.rows * 4, 'matmulPair b2');
     }
     const aligned = W1.cols % 4 === 0;
-    const shape = this.kernels.matmulShape(T, aligned, W1.dtype);
+    const shape = this.kernels.matmulShape(this.shapeTokens(T), aligned, W1.dtype);
     const pipeline = this.kernels.weightPipeline('matmul', W1.dtype, { hasBias: !!b1, aligned, matmul: shape, pair: true });
     const buffers: Record<number, GPUBuffer> = { 1: y1, 2: x, [WEIGHT_BINDING]: W1.buffer, [WEIGHT_UP_BINDING]: W2.buffer, [PAIR_OUTPUT_BINDING]: y2 };
     if (b1 && b2) {
@@ -257,7 +271,7 @@ export abstract class KernelRecorder {
     shape: AttentionHeads,
     kvDType: KvDType = 'f32',
   ): void {
-    const d = planAttention(this.kernels, buffers, tokens, shape, kvDType);
+    const d = planAttention(this.kernels, buffers, tokens, shape, kvDType, this.prefill);
     if (d) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
