@@ -300,7 +300,7 @@ export class ChatView {
           if (lastChunks.length > LAST_CHUNKS) lastChunks.shift();
         },
       });
-      if (result.usage) live.tokens = result.usage.completion_tokens;
+      if (result.usage) live.setUsage(result.usage);
       if (result.response) {
         $('chat-response-json').textContent = JSON.stringify(result.response, null, 2);
         $('chat-response-note').textContent = '(the whole response)';

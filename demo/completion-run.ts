@@ -84,6 +84,14 @@ export class LiveStats {
   private firstTokenAt: number | null = null;
   private lastTokenAt = 0;
   tokens = 0;
+  /** The prompt's tokens and how many of them the prefix cache held (from the usage, when given). */
+  prompt: { tokens: number; cached: number } | null = null;
+
+  /** Takes the counts of a response's (or the stream's last chunk's) usage. */
+  setUsage(usage: CompletionUsage): void {
+    this.tokens = usage.completion_tokens;
+    this.prompt = { tokens: usage.prompt_tokens, cached: usage.prompt_tokens_details?.cached_tokens ?? 0 };
+  }
 
   /** `count` more generated tokens arrived. */
   add(count: number): void {
@@ -115,6 +123,7 @@ export class LiveStats {
       `time to first token ${ttft === null ? '…' : `${Math.round(ttft)} ms`}`,
       `${this.tokens} tokens`,
       `${speed === null ? '…' : speed.toFixed(1)} tokens/s`,
+      ...(this.prompt ? [`prompt ${this.prompt.tokens} tokens, ${this.prompt.cached} cached`] : []),
     ].join(' · ');
   }
 }

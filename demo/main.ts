@@ -419,7 +419,7 @@ async function generate(): Promise<void> {
         if (lastChunks.length > LAST_CHUNKS) lastChunks.shift();
       },
     });
-    if (result.usage) live.tokens = result.usage.completion_tokens;
+    if (result.usage) live.setUsage(result.usage);
     if (result.response) {
       responseView.textContent = JSON.stringify(result.response, null, 2);
       responseNote.textContent = '(the whole response)';

@@ -93,6 +93,8 @@ test('a streamed multi-turn chat with the ChatML template: each turn sends the w
   await expect(log(page)).toHaveAttribute('data-finish', /^(length|stop)$/);
   const second = (await replyText(page, 1).textContent())!;
   expect(second.length).toBeGreaterThan(5);
+  // The second turn reused the first's K/V (the prefix cache): the stats say how much.
+  await expect(page.getByTestId('chat-stats')).toHaveText(/ · prompt \d+ tokens, [1-9]\d* cached$/);
   const sent = await chatRequests(page);
   expect(sent).toHaveLength(2);
   expect(sent[0]!.messages).toEqual([
