@@ -286,6 +286,31 @@ describe('Hugging Face weights on the GPU', () => {
   });
 });
 
+describe('the prefix cache options', () => {
+  it('size the saved prefixes: by default the KV cache, within the memory budget; explicit sizes and false as given; bad values refused', async () => {
+    const ctx = await testGpu();
+    const load = (options: LoadOptions) => loadGenerator(ctx, filesFromPath(STORIES_GGUF), { contextLength: 64, ...options });
+    const loaded = async (options: LoadOptions) => {
+      const g = await load(options);
+      const result = { storage: g.info.storage!, stats: g.prefixCacheStats };
+      g.destroy();
+      return result;
+    };
+    const byDefault = await loaded({});
+    expect(byDefault.storage.prefixCacheBytes).toBe(byDefault.storage.kvCacheBytes);
+    expect(byDefault.stats.enabled).toBe(true);
+    expect((await loaded({ prefixCacheBytes: 12345 })).storage.prefixCacheBytes).toBe(12345);
+    const off = await loaded({ prefixCache: false });
+    expect([off.storage.prefixCacheBytes, off.stats.enabled]).toEqual([0, false]);
+    // Within a budget: what the model leaves of it.
+    const budget = byDefault.storage.totalBytes + 1000;
+    expect((await loaded({ memoryBudgetBytes: budget })).storage.prefixCacheBytes).toBe(1000);
+    await expect(load({ memoryBudgetBytes: budget, prefixCacheBytes: 5000 })).rejects.toThrow(/prefixCacheBytes 5000 .* does not fit in memoryBudgetBytes/);
+    await expect(load({ prefixCacheBytes: -1 })).rejects.toThrow(/prefixCacheBytes must be a whole number of bytes >= 0, got -1/);
+    await expect(load({ prefixCache: 'yes' as never })).rejects.toThrow(/prefixCache must be true or false/);
+  });
+});
+
 describe('matrices over the buffer limits, split into buffers of whole rows', () => {
   let ctx: GpuContext;
   beforeAll(async () => {
