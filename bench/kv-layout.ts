@@ -56,6 +56,8 @@ import { filesFromPath } from '../src/node/files.ts';
 import { nodeGpuContext } from '../src/node/gpu.ts';
 import { ensureGenerated } from './real-shapes.ts';
 import { STORIES_PATH } from './workload.ts';
+import { mulberry32 } from '../scripts/prng.ts';
+import { readBufferF32 } from '../src/gpu/buffers.ts';
 
 const log = (message: string) => process.stderr.write(message + '\n');
 
@@ -103,18 +105,6 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 };
 const round = (x: number, digits = 2) => Number(x.toFixed(digits));
-
-/** A seeded PRNG (mulberry32): [0, 1). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Milliseconds from recording the work (`encode`, then submit) to the queue reporting it done, one per trial. */
 async function timeSubmitted(device: GPUDevice, trials: number, encode: (encoder: GPUCommandEncoder) => void): Promise<number[]> {
@@ -183,7 +173,7 @@ async function copyVsPrefill(
       // The prefill of the same N tokens, as LlamaGenerator.prefill: chunks of at most
       // DEFAULT_PREFILL_CHUNK_TOKENS through forward(), no read-back, the last chunk's logits left on the GPU.
       const logits = device.createBuffer({ label: 'bench logits', size: config.vocabSize * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
-      const random = rng(7);
+      const random = mulberry32(7);
       for (const n of NS) {
         const tokens = Array.from({ length: n }, () => 3 + Math.floor(random() * (config.vocabSize - 3)));
         const runPrefill = async () => {
@@ -319,16 +309,6 @@ function encodeAll(encoder: GPUCommandEncoder, dispatches: Ready[]): void {
   pass.end();
 }
 
-async function readF32(device: GPUDevice, buffer: GPUBuffer, bytes: number): Promise<Float32Array> {
-  const staging = device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-  const encoder = device.createCommandEncoder();
-  encoder.copyBufferToBuffer(buffer, 0, staging, 0, bytes);
-  device.queue.submit([encoder.finish()]);
-  await staging.mapAsync(GPUMapMode.READ);
-  const out = new Float32Array(staging.getMappedRange().slice(0));
-  staging.destroy();
-  return out;
-}
 
 const maxAbsDiff = (a: Float32Array, b: Float32Array) => a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
 
@@ -371,7 +351,7 @@ async function pagedAttention(ctx: GpuContext, base: AttentionKernels): Promise<
   const qDim = heads * headDim;
   const capacity = Math.ceil((Math.max(...CONTEXTS) + 1) / BLOCK) * BLOCK;
   const blocks = capacity / BLOCK;
-  const random = rng(1);
+  const random = mulberry32(1);
   // The block table: a shuffled permutation of the pool's blocks, so no two neighbours are adjacent in memory.
   const tableData = Uint32Array.from({ length: blocks }, (_, i) => i);
   for (let i = blocks - 1; i > 0; i--) {
@@ -448,7 +428,7 @@ async function pagedAttention(ctx: GpuContext, base: AttentionKernels): Promise<
             const e2 = device.createCommandEncoder();
             encodeAll(e2, dispatches);
             device.queue.submit([e2.finish()]);
-            return readF32(device, out, outBytes);
+            return readBufferF32(device, out, outBytes / 4);
           };
           const c0 = plan('contiguous', 0).map((d) => ready(device, d, table, owned));
           const p0 = plan('paged', 0).map((d) => ready(device, d, table, owned));

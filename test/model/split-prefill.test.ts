@@ -5,6 +5,7 @@
 // for one token, matmul.wgsl rather than matmul_tiled.wgsl under 32 tokens, attention's
 // per_workgroup entry for few queries over 1024 keys or more.
 import { afterAll, describe, expect, it } from 'vitest';
+import { readBufferU32 } from '../../src/gpu/buffers.ts';
 import { kernelTuning } from '../../src/gpu/kernels/tuning.ts';
 import type { KvCache, KvDType } from '../../src/model/kv-cache.ts';
 import { LlamaModel } from '../../src/model/llama.ts';
@@ -13,22 +14,9 @@ import { buildRandomModel, tinyConfig } from '../helpers/random-model.ts';
 
 const config = tinyConfig({ vocabSize: 97, contextLength: 1100, hiddenSize: 128, numHeads: 2, numKvHeads: 1, headDim: 64, intermediateSize: 96 });
 
-async function read(device: GPUDevice, buffer: GPUBuffer, bytes: number): Promise<Uint32Array> {
-  const staging = device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-  const encoder = device.createCommandEncoder();
-  encoder.copyBufferToBuffer(buffer, 0, staging, 0, bytes);
-  device.queue.submit([encoder.finish()]);
-  await staging.mapAsync(GPUMapMode.READ);
-  const out = new Uint32Array(staging.getMappedRange().slice(0));
-  staging.unmap();
-  staging.destroy();
-  return out;
-}
-
 /** Every layer's K and V rows 0..P-1, as bits. */
 async function cacheBits(device: GPUDevice, cache: KvCache, P: number): Promise<Uint32Array[]> {
-  const bytes = P * cache.rowBytes;
-  return Promise.all([...cache.keys, ...cache.values].map((b) => read(device, b, bytes)));
+  return Promise.all([...cache.keys, ...cache.values].map((b) => readBufferU32(device, b, (P * cache.rowBytes) / 4)));
 }
 
 const models: LlamaModel[] = [];
