@@ -25,7 +25,10 @@ afterAll(() => {
   void engine?.unload();
 });
 
-/** The counts of one completion of exactly `tokens` tokens (ignore_eos), ignoring its output. */
+/**
+ * The counts of one completion of exactly `tokens` tokens (ignore_eos), ignoring its output.
+ * Without the prefix cache unless `extra` asks for it: each request prefills its whole prompt.
+ */
 async function countCompletion(tokens: number, extra: Record<string, unknown> = {}): Promise<GpuCounters> {
   const before = gpuCounters(device);
   const response = await engine.complete({
@@ -33,6 +36,7 @@ async function countCompletion(tokens: number, extra: Record<string, unknown> = 
     prompt: 'Once upon a time',
     max_tokens: tokens,
     ignore_eos: true,
+    cache_prompt: false,
     ...extra,
   } as Parameters<Engine['complete']>[0] & { stream?: false });
   expect(response.usage.completion_tokens).toBe(tokens);
@@ -102,5 +106,22 @@ describe('GPU work per prefill', () => {
       expect(counts.bindGroupsCreated, prompt).toBe(0);
       expect(counts.pipelinesCreated, prompt).toBe(0);
     }
+  });
+
+  it('a prompt that extends what the KV cache holds reuses it in place: nothing created, the same dispatches as its whole prefill', async () => {
+    const first = 'Once upon a time, there was a little girl named Lily.';
+    const next = `${first} She loved to play outside in the park with her friends.`;
+    await countCompletion(2, { prompt: next }); // the prefill's buffers for the longer prompt
+    await countCompletion(2, { prompt: first, cache_prompt: true });
+    const before = gpuCounters(device);
+    const response = await engine.complete({ model: engine.info.id, prompt: next, max_tokens: 2, ignore_eos: true } as Parameters<Engine['complete']>[0] & { stream?: false });
+    const warm = counterDelta(gpuCounters(device), before);
+    expect(response.usage.prompt_tokens_details.cached_tokens).toBeGreaterThan(10);
+    expect([warm.buffersCreated, warm.bindGroupsCreated, warm.pipelinesCreated]).toEqual([0, 0, 0]);
+    // The same request prefilled whole runs the same dispatches; only its passes are longer.
+    const cold = await countCompletion(2, { prompt: next });
+    expect(warm.dispatches).toBe(cold.dispatches);
+    // (The cold one first saved the conversation the KV cache held: one buffer, one submit of copies.)
+    expect([cold.buffersCreated, cold.submits - warm.submits]).toEqual([1, 1]);
   });
 });
