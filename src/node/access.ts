@@ -26,7 +26,7 @@ export interface AccessPolicy {
   anyHost: boolean;
   hosts: ReadonlySet<string>;
   /** SHA-256 digests of the keys: compared in constant time, whatever their lengths. */
-  keyDigests: readonly Buffer[];
+  keyDigests: readonly Uint8Array[];
 }
 
 const LOCAL_HOSTNAMES = new Set(['localhost', '127.0.0.1', '[::1]']);
@@ -67,7 +67,7 @@ export function checkApiKey(key: string): string {
   return key;
 }
 
-function digest(text: string): Buffer {
+function digest(text: string): Uint8Array {
   return createHash('sha256').update(text).digest();
 }
 
