@@ -25,7 +25,7 @@ import {
   type Kit,
   type Value,
 } from './jinja-python.ts';
-import { optionalString, pyReplace, splitArgs, stringArg, stringMethod } from './jinja-strings.ts';
+import { checkedJoin, optionalString, pyReplace, splitArgs, stringArg, stringMethod } from './jinja-strings.ts';
 import { pythonTokens, TEST, TUPLE } from './jinja-syntax.ts';
 import { checkClock, checkStringLength, checkTemplateLength, RENDER_LIMITS, renderStopped, withRenderBudget } from './render-budget.ts';
 import { ChatTemplateError } from './template-error.ts';
@@ -414,7 +414,7 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
         const [pos, kw] = args();
         const attribute = pos[1] ?? kw.get('attribute');
         const items = (pyIterable(operand).value as Value[]).map((v) => (attribute === undefined ? v : attributeOf(v, attribute)));
-        return kit.str(items.map(pyStr).join(optionalString(pos[0] ?? kw.get('d'), 'd') ?? ''));
+        return kit.str(checkedJoin(items.map(pyStr), optionalString(pos[0] ?? kw.get('d'), 'd') ?? ''));
       }
       case 'items':
         if (isMapping(operand)) return pairs(operand);

@@ -96,13 +96,21 @@ export function stringMethod(kit: Kit, s: string, name: string): Value | undefin
           if (v.type !== 'StringValue') throw new TypeError(`sequence item ${i}: expected str instance`);
           return v.value as string;
         });
-        return kit.str(texts.join(s));
+        return kit.str(checkedJoin(texts, s));
       });
     default: {
       const test = pyStringTest(s, name);
       return test === undefined ? undefined : method(() => kit.bool(test));
     }
   }
+}
+
+/** texts.join(separator), its size checked before it is made (a list holding one long string many times). */
+export function checkedJoin(texts: readonly string[], separator: string): string {
+  let length = Math.max(0, texts.length - 1) * separator.length;
+  for (const text of texts) length += text.length;
+  checkStringLength(length);
+  return texts.join(separator);
 }
 
 /** str.replace(old, new, count=-1), its size checked before it is made ('' as old: before each character and at the end). */

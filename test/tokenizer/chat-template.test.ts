@@ -276,7 +276,8 @@ describe('render limits', () => {
     ['a padding of 500 million', "{{ 'x'.center(500000000) }}", /string of over 2097152/],
     ['a format width of 500 million', "{{ '%500000000s' % 'x' }}", /string of over 2097152/],
     ['a wide indent on many lines', "{{ ('\\n' * 1000000) | indent(1000) }}", /string of over 2097152/],
-    ['a join past what strings can hold', "{% set s = 'x' * 2000000 %}{{ ([s] * 1000) | join(',') }}", /rendering stopped/],
+    ['a join past what strings can hold', "{% set s = 'x' * 2000000 %}{{ ([s] * 1000) | join(',') }}", /string of over 2097152/],
+    ["a str.join of a long string many times", "{% set s = 'x' * 2000000 %}{{ ','.join([s] * 100) }}", /string of over 2097152/],
   ];
   for (const [what, template, message] of cases) {
     it(`stops ${what} with a ChatTemplateError, quickly`, async () => {
