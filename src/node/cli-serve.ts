@@ -4,6 +4,7 @@ import { constants } from 'node:os';
 import { errorMessage } from '../api/errors.ts';
 import type { CliIo, CliOutput } from './cli-io.ts';
 import { loadFailureHint, type CliEngine, type CliLoadOptions, type CliModelSource, type ModelLoader } from './cli-load.ts';
+import type { AccessOptions } from './access.ts';
 import { startServer } from './http.ts';
 
 /** One model to serve: --model as given, what it resolved to, and its load options. */
@@ -13,8 +14,14 @@ export interface ServedModel {
   options: CliLoadOptions;
 }
 
+/** Where the server listens, and whom it answers (--allow-origin, --allow-host, --api-key). */
+export interface ListenOptions extends AccessOptions {
+  host: string;
+  port: number;
+}
+
 /** What the server answers (the startup line lists it). */
-export const ENDPOINTS = 'POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize';
+export const ENDPOINTS = 'POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize, GET /health';
 
 /** The exit code for a stop: 128 + the signal's number when `reason` names one (SIGINT 130, SIGTERM 143), else 0. */
 export function exitCodeFor(reason: unknown): number {
@@ -31,8 +38,7 @@ export function exitCodeFor(reason: unknown): number {
 export async function serve(
   loadModel: ModelLoader,
   models: readonly ServedModel[],
-  host: string,
-  port: number,
+  listen: ListenOptions,
   stdout: CliOutput,
   stderr: NonNullable<CliIo['stderr']>,
   io: CliIo,
@@ -40,7 +46,7 @@ export async function serve(
   // Listen at once: requests wait for the models while they load.
   const loads = models.map(({ model, options }) => loadModel(model, options));
   for (const load of loads) load.catch(() => {});
-  const server = await startServer(loads.length === 1 ? loads[0]! : loads, { host, port, log: (message) => stderr.write(message + '\n') });
+  const server = await startServer(loads.length === 1 ? loads[0]! : loads, { ...listen, log: (message) => stderr.write(message + '\n') });
   for (const { model } of models) stderr.write(`webgpu-llama: loading ${model} ...\n`);
   io.onListening?.(server);
   let stop: (reason: unknown) => void = () => {};

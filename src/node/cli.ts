@@ -25,6 +25,7 @@ import {
   type CliModelSource,
   type ModelLoader,
 } from './cli-load.ts';
+import { checkApiKey, normalizeAllowedHost, normalizeOrigin, type AccessOptions } from './access.ts';
 import { serve, type ServedModel } from './cli-serve.ts';
 import type { CliIo, CliOutput } from './cli-io.ts';
 
@@ -39,14 +40,25 @@ const SAMPLING_USAGE = `[--max-tokens N] [--temperature T] [--top-p P] [--seed S
 export const USAGE = `Usage:
   webgpu-llama serve --model PATH [--model PATH]... [--id NAME]... [--weight-storage TYPE]
                      [--chat-template FILE]... [--tool-call-format FORMAT]...
-                     [--host HOST] [--port PORT]
+                     [--host HOST] [--port PORT] [--api-key KEY]...
+                     [--allow-origin ORIGIN]... [--allow-host NAME]...
       Load the models and serve the OpenAI-style API over HTTP: POST /v1/chat/completions,
-      POST /v1/completions, GET /v1/models, and vLLM's POST /tokenize and POST /detokenize.
-      Each request is answered by the model its "model" names. With several --model, give
-      --id once per model, or not at all (each model's id comes from its file or folder name;
-      two models cannot share an id). Defaults: --host 127.0.0.1 --port 8080. CORS is open to
-      any origin: any web page you visit can call the server (and, with --host 0.0.0.0,
-      anyone on your network). Ctrl-C (SIGINT) or SIGTERM stops it (exit code 130 or 143).
+      POST /v1/completions, GET /v1/models, and vLLM's POST /tokenize and POST /detokenize;
+      GET /health answers 200 once the models are loaded, 503 before. Each request is answered
+      by the model its "model" names. With several --model, give --id once per model, or not at
+      all (each model's id comes from its file or folder name; two models cannot share an id).
+      Defaults: --host 127.0.0.1 --port 8080. Ctrl-C (SIGINT) or SIGTERM stops it (exit code
+      130 or 143). Whom it answers:
+        --api-key KEY (repeatable, or $WEBGPU_LLAMA_API_KEY): every request but GET /health
+          needs the header Authorization: Bearer KEY, else 401. Default: no key; listening on
+          a --host other than loopback without one prints a warning.
+        --allow-origin ORIGIN (repeatable): web pages of ORIGIN (scheme://host[:port]) may call
+          the server too. Default: only pages of this machine (http(s)://localhost, 127.0.0.1,
+          [::1], any port); a request from another page gets 403. '*' allows every origin (with
+          a warning); programs that send no Origin are always answered.
+        --allow-host NAME (repeatable): answer requests that name NAME in their Host header.
+          Default: localhost, IP addresses and the --host name (against DNS rebinding); another
+          name gets 403. '*' accepts any.
   webgpu-llama chat --model PATH [--system TEXT] [--chat-template FILE] [--id NAME]
                     [--weight-storage TYPE]
                   ${SAMPLING_USAGE}
@@ -126,7 +138,7 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
       const port = numberOption('port', values.port, true) ?? 8080;
       if (port < 0 || port > 65535) throw new UsageError(`--port must be in 0..65535, got ${port}`);
       const served: ServedModel[] = models.map((model, i) => ({ model, resolved: resolved[i]!, options: loadOptions[i]! }));
-      return await serve(loadModel, served, values.host ?? '127.0.0.1', port, stdout, stderr, io);
+      return await serve(loadModel, served, { host: values.host ?? '127.0.0.1', port, ...accessOptions(values, env) }, stdout, stderr, io);
     }
 
     if (command === 'chat') {
@@ -166,7 +178,7 @@ function checkFlagsOf(command: Command, values: Values): void {
     refuseFlags(values, SAMPLING_FLAGS, command, () => "for 'complete' and 'chat'");
     return;
   }
-  refuseFlags(values, ['host', 'port', 'tool-call-format'], command, forServe);
+  refuseFlags(values, ['host', 'port', 'allow-origin', 'allow-host', 'api-key', 'tool-call-format'], command, forServe);
   if (command === 'complete') {
     refuseFlags(values, ['system'], command, () => "for 'chat'");
     refuseFlags(values, ['chat-template'], command, () => "for 'serve' and 'chat' (complete sends no messages)");
@@ -177,6 +189,27 @@ function checkFlagsOf(command: Command, values: Values): void {
     const count = values[name]?.length ?? 0;
     if (count > 1) throw new UsageError(`'${command}' takes one --${name} (serve takes several)`);
   }
+}
+
+/** The environment variable that gives serve an API key (besides --api-key). */
+export const API_KEY_ENV = 'WEBGPU_LLAMA_API_KEY';
+
+/** Whom serve answers: --allow-origin, --allow-host, and the keys of --api-key and $WEBGPU_LLAMA_API_KEY, each checked. */
+function accessOptions(values: Values, env: CliEnv): AccessOptions {
+  const checked = (flag: string, given: readonly string[] | undefined, check: (value: string) => string) =>
+    (given ?? []).map((value) => {
+      try {
+        return check(value);
+      } catch (err) {
+        throw new UsageError(`${flag}: ${errorMessage(err)}`);
+      }
+    });
+  const fromEnv = env[API_KEY_ENV]?.trim();
+  return {
+    allowedOrigins: checked('--allow-origin', values['allow-origin'], normalizeOrigin),
+    allowedHosts: checked('--allow-host', values['allow-host'], normalizeAllowedHost),
+    apiKeys: [...checked('--api-key', values['api-key'], checkApiKey), ...checked(API_KEY_ENV, fromEnv ? [fromEnv] : [], checkApiKey)],
+  };
 }
 
 /** Each model's load options: --id, --weight-storage, the --chat-template file's text, --tool-call-format, HF_TOKEN. */

@@ -3,11 +3,26 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { payloadTooLarge, type ApiError } from '../api/errors.ts';
 import { answerApiRequest, DEFAULT_BASE_PATH, errorResponse, type ApiEngines, type ApiResponse } from '../api/handler.ts';
+import {
+  accessPolicy,
+  accessWarnings,
+  hostAllowed,
+  hostNameOf,
+  hostRefused,
+  keyAccepted,
+  keyRefused,
+  originAllowed,
+  originRefused,
+  requiresKey,
+  type AccessOptions,
+  type AccessPolicy,
+} from './access.ts';
+import { healthCheck } from './health.ts';
 
 /** Request bodies above this are answered with 413. */
 export const DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024;
 
-export interface ServerOptions {
+export interface ServerOptions extends AccessOptions {
   /** Interface to listen on; default '127.0.0.1'. */
   host?: string;
   /** Port; default 8080; 0 picks a free one. */
@@ -16,7 +31,7 @@ export interface ServerOptions {
   basePath?: string;
   /** Largest accepted request body in bytes; default 4 MiB. */
   maxBodyBytes?: number;
-  /** Where 5xx errors are reported; default console.error. */
+  /** Where 5xx errors and startup warnings are reported; default console.error. */
   log?: (message: string) => void;
 }
 
@@ -33,8 +48,11 @@ class BodyTooLarge extends Error {}
  * Serves the API over HTTP: one engine, or several routed by each request's `model` (GET
  * /v1/models lists them all). Every request goes through answerApiRequest; a request whose
  * connection closes before its response is done has its generation aborted. Bodies over
- * `maxBodyBytes` get 413. CORS is open (any origin; preflights answered, Private Network Access
- * included) so that a page on another origin can call it. Resolves once listening.
+ * `maxBodyBytes` get 413. GET /health answers 200 once the models are loaded, 503 before or after
+ * a failure. Who is answered (access.ts): a Host header naming another host gets 403, and so does
+ * a page of a foreign origin (CORS and Private Network Access are granted to the allowed origins
+ * only, by name); with `apiKeys`, every request but GET /health needs one (401). Each refusal comes
+ * before the body is read. Resolves once listening; throws at once on a malformed option.
  */
 export function startServer(engine: ApiEngines, options: ServerOptions = {}): Promise<RunningServer> {
   const host = options.host ?? '127.0.0.1';
@@ -42,26 +60,57 @@ export function startServer(engine: ApiEngines, options: ServerOptions = {}): Pr
   const basePath = options.basePath ?? DEFAULT_BASE_PATH;
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   const log = options.log ?? ((message: string) => console.error(message));
+  let policy: AccessPolicy;
+  try {
+    policy = accessPolicy(host, options);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  const health = healthCheck(engine);
   for (const one of Array.isArray(engine) ? engine : [engine]) Promise.resolve(one).catch(() => {}); // a load failure is answered per request with 503
   const onError = (error: ApiError) => log(`webgpu-llama: ${error.status} ${error.message}`);
 
   const server = createServer((req, res) => {
     serve(req, res).catch((err: unknown) => {
       log(`webgpu-llama: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-      if (!res.headersSent) send(res, corsHeaders(req), errorResponse(err));
+      if (!res.headersSent) send(res, corsHeaders(req, allowedOrigin(req)), errorResponse(err));
       else res.destroy();
     });
   });
 
+  /** The request's Origin when the policy allows it (undefined: none, or refused). */
+  function allowedOrigin(req: IncomingMessage): string | undefined {
+    const { origin } = req.headers;
+    return origin !== undefined && originAllowed(policy, origin) ? origin : undefined;
+  }
+
   async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const cors = corsHeaders(req);
+    const { host: hostHeader, origin } = req.headers;
+    if (!hostAllowed(policy, hostHeader)) {
+      refuse(res, {}, hostRefused(hostNameOf(hostHeader!)));
+      return;
+    }
+    if (!originAllowed(policy, origin)) {
+      refuse(res, { vary: 'Origin' }, originRefused(origin!));
+      return;
+    }
+    const cors = corsHeaders(req, origin);
     const method = (req.method ?? 'GET').toUpperCase();
     if (method === 'OPTIONS') {
+      // A preflight carries no credentials: it is answered without a key.
       const headers: Record<string, string> = { ...cors, 'access-control-max-age': '86400' };
-      if (req.headers['access-control-request-private-network'] === 'true') {
+      if (origin !== undefined && req.headers['access-control-request-private-network'] === 'true') {
         headers['access-control-allow-private-network'] = 'true';
       }
       res.writeHead(204, headers).end();
+      return;
+    }
+    if ((method === 'GET' || method === 'HEAD') && pathOf(req) === '/health') {
+      send(res, cors, health());
+      return;
+    }
+    if (requiresKey(policy) && !keyAccepted(policy, req.headers.authorization)) {
+      refuse(res, cors, keyRefused(req.headers.authorization !== undefined));
       return;
     }
 
@@ -108,6 +157,7 @@ export function startServer(engine: ApiEngines, options: ServerOptions = {}): Pr
     server.once('error', reject);
     server.listen(port, host, () => {
       server.off('error', reject);
+      for (const warning of accessWarnings(policy, host)) log(`webgpu-llama: warning: ${warning}`);
       const address = server.address() as AddressInfo;
       const shownHost = address.family === 'IPv6' || address.address.includes(':') ? `[${address.address}]` : address.address;
       resolve({
@@ -122,15 +172,37 @@ export function startServer(engine: ApiEngines, options: ServerOptions = {}): Pr
   });
 }
 
-function corsHeaders(req: IncomingMessage): Record<string, string> {
+/**
+ * The CORS grant for a request from an allowed `origin`, naming it; none without an Origin.
+ * `Vary: Origin` either way, so that no cache hands one origin's answer to another.
+ */
+function corsHeaders(req: IncomingMessage, origin: string | undefined): Record<string, string> {
+  if (origin === undefined) return { vary: 'Origin' };
   const requested = req.headers['access-control-request-headers'];
   return {
-    'access-control-allow-origin': '*',
+    vary: 'Origin',
+    'access-control-allow-origin': origin,
     'access-control-allow-methods': 'GET, HEAD, POST, OPTIONS',
     'access-control-allow-headers': typeof requested === 'string' && requested ? requested : 'authorization, content-type',
     // What OpenAI's clients read from a response: pages on another origin see them only if listed.
     'access-control-expose-headers': 'x-request-id, retry-after, x-should-retry',
   };
+}
+
+/** Answers a refused request without reading its body, and closes the connection after it. */
+function refuse(res: ServerResponse, extraHeaders: Record<string, string>, error: ApiError): void {
+  send(res, { ...extraHeaders, connection: 'close' }, errorResponse(error));
+}
+
+/** The request's path, without query and trailing slashes. */
+function pathOf(req: IncomingMessage): string {
+  let path: string;
+  try {
+    path = new URL(req.url ?? '/', 'http://localhost').pathname;
+  } catch {
+    return '';
+  }
+  return path.length > 1 ? path.replace(/\/+$/, '') : path;
 }
 
 function send(res: ServerResponse, extraHeaders: Record<string, string>, response: ApiResponse): void {

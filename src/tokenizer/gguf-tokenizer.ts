@@ -16,6 +16,7 @@
 // templates see the same variables as from a Hugging Face folder.
 import type { GgufMetadata, GgufValue } from '../io/formats/gguf.ts';
 import { HfTokenizer } from './hf-tokenizer.ts';
+import { checkGgufVocabulary, checkSentencePieceWork } from './tokenizer-limits.ts';
 
 /** llama.cpp token types. */
 export const TokenType = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;
@@ -161,6 +162,8 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
   const model = metadata['tokenizer.ggml.model'];
   if (typeof model !== 'string') throw new Error('GGUF metadata has no tokenizer (tokenizer.ggml.model)');
   const tokens = stringArray(metadata, 'tokenizer.ggml.tokens');
+  const rawMerges = metadata['tokenizer.ggml.merges'];
+  checkGgufVocabulary(tokens, Array.isArray(rawMerges) ? rawMerges : undefined);
   const n = tokens.length;
   const types = numberArray(metadata, 'tokenizer.ggml.token_type') ?? new Array<number>(n).fill(TokenType.NORMAL);
   if (types.length !== n) throw new Error('GGUF tokenizer.ggml.token_type does not match tokenizer.ggml.tokens in length');
@@ -198,6 +201,7 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
   if (model === 'llama') {
     const scores = numberArray(metadata, 'tokenizer.ggml.scores');
     if (!scores || scores.length !== n) throw new Error('GGUF SentencePiece tokenizer has no tokenizer.ggml.scores of the vocabulary length');
+    checkSentencePieceWork(tokens);
     if (unkId === null) unkId = types.indexOf(TokenType.UNKNOWN) >= 0 ? types.indexOf(TokenType.UNKNOWN) : null;
     const addSpacePrefix = optionalBool(metadata, 'tokenizer.ggml.add_space_prefix') ?? true;
     addBos = optionalBool(metadata, 'tokenizer.ggml.add_bos_token') ?? true;
@@ -233,7 +237,6 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
       },
     };
   } else if (model === 'gpt2') {
-    const rawMerges = metadata['tokenizer.ggml.merges'];
     if (!Array.isArray(rawMerges)) throw new Error('GGUF byte-level BPE tokenizer has no tokenizer.ggml.merges');
     const merges = (rawMerges as string[]).map((m) => {
       const space = m.indexOf(' ', 1);

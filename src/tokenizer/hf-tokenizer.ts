@@ -23,6 +23,7 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { chatTemplatesFrom } from './chat-template.ts';
 import { patchLibraryTokenizer } from './hf-tokenizers-adapter.ts';
 import { pieceBytesReader } from './token-bytes.ts';
+import { checkTokenizerJson } from './tokenizer-limits.ts';
 import type { TextTokenizer } from './types.ts';
 
 type Json = Record<string, unknown>;
@@ -121,6 +122,7 @@ export class HfTokenizer implements TextTokenizer {
     const tokenizerConfig = sources.tokenizerConfig ?? {};
     const generationConfig = sources.generationConfig ?? {};
     const modelConfig = sources.modelConfig ?? {};
+    checkTokenizerJson(tokenizerJson);
     const json = libraryTokenizerJson(tokenizerJson);
     this.tokenizer = new Tokenizer(json, { ...tokenizerConfig });
     // A leading BOM kept in decoding, and long BPE words through our merge loop.

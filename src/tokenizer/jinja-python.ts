@@ -5,7 +5,9 @@
 // (Python's str methods, comparisons, round, json.dumps, strftime) where the two differ, so a
 // prompt renders to the bytes transformers produces.
 //
-// Values are @huggingface/jinja runtime values, read by their `type` name only.
+// Values are @huggingface/jinja runtime values, read by their `type` name only. What may take much
+// work in one step (repr, json.dumps, padding) counts it against the render's budget.
+import { checkStringLength, spend } from './render-budget.ts';
 
 /** A @huggingface/jinja runtime value (IntegerValue, StringValue, ObjectValue, ...). */
 export interface JinjaValue {
@@ -137,6 +139,7 @@ const NOT_PRINTABLE = /^[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}]$/u;
 
 /** repr(str): single quotes unless the text has ' and no ", escapes for what str.isprintable() rejects. */
 export function pyStringRepr(s: string): string {
+  spend(s.length + 2);
   const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
   let out = quote;
   for (const ch of s) {
@@ -166,6 +169,7 @@ export function isMapping(v: JinjaValue): boolean {
 
 /** repr(x) of a template value. */
 export function pyRepr(v: JinjaValue): string {
+  spend(1);
   switch (v.type) {
     case 'StringValue':
       return pyStringRepr(v.value);
@@ -322,6 +326,7 @@ export function compareCodePoints(a: string, b: string): number {
 const JSON_ESCAPES: Record<string, string> = { '"': '\\"', '\\': '\\\\', '\n': '\\n', '\r': '\\r', '\t': '\\t', '\b': '\\b', '\f': '\\f' };
 
 function jsonString(s: string, ensureAscii: boolean): string {
+  spend(s.length + 2);
   let out = '"';
   for (let i = 0; i < s.length; i++) {
     const ch = s[i];
@@ -355,6 +360,7 @@ export function pyJsonDumps(v: JinjaValue, options: JsonDumpsOptions = {}): stri
   const [itemSep, keySep] = options.separators ?? (indent === null ? [', ', ': '] : [',', ': ']);
   const ensureAscii = options.ensureAscii ?? false;
   const encode = (x: JinjaValue, level: number): string => {
+    spend(indent === null ? 1 : 1 + indent.length * (level + 1));
     switch (x.type) {
       case 'NullValue':
         return 'null';
@@ -490,6 +496,7 @@ export function pyStringTest(s: string, name: string): boolean | undefined {
 /** str.center / ljust / rjust(width, fillchar=' ') and str.zfill(width). */
 export function pyPad(s: string, how: 'center' | 'ljust' | 'rjust' | 'zfill', width: number, fill = ' '): string {
   if (Array.from(fill).length !== 1) throw new TypeError('The fill character must be exactly one character long');
+  checkStringLength(width);
   const pad = width - pyLength(s);
   if (pad <= 0) return s;
   if (how === 'ljust') return s + fill.repeat(pad);
@@ -525,6 +532,7 @@ export function pyPercentFormat(format: string, values: JinjaValue): string {
     }
     if (conversion === 's' || conversion === 'r') text = precision === undefined ? text : Array.from(text).slice(0, Number(precision)).join('');
     else if (flags.includes('+') && !text.startsWith('-')) text = `+${text}`;
+    checkStringLength(Number(width ?? 0));
     const pad = Number(width ?? 0) - pyLength(text);
     if (pad <= 0) return text;
     if (flags.includes('-')) return text + ' '.repeat(pad);

@@ -25,19 +25,27 @@ import {
   type Kit,
   type Value,
 } from './jinja-python.ts';
-import { optionalString, splitArgs, stringArg, stringMethod } from './jinja-strings.ts';
+import { checkedJoin, optionalString, pyReplace, splitArgs, stringArg, stringMethod } from './jinja-strings.ts';
 import { pythonTokens, TEST, TUPLE } from './jinja-syntax.ts';
+import { checkClock, checkStringLength, checkTemplateLength, RENDER_LIMITS, renderStopped, withRenderBudget } from './render-budget.ts';
 import { ChatTemplateError } from './template-error.ts';
 
 export { pyStrip } from './jinja-python.ts';
+export { RENDER_LIMITS } from './render-budget.ts';
 
-/** Renders `source` with `variables` (strftime_now reports `now`); every failure is a ChatTemplateError. */
+/**
+ * Renders `source` with `variables` (strftime_now reports `now`) within RENDER_LIMITS; every
+ * failure is a ChatTemplateError.
+ */
 export function renderJinja(source: string, variables: Readonly<Record<string, unknown>>, now: Date): string {
   const runtime = loadRuntime();
   const program = compile(runtime, source);
   try {
-    return createInterpreter(runtime, templateEnvironment(runtime, variables, now)).run(program).value;
+    return withRenderBudget(() => createInterpreter(runtime, templateEnvironment(runtime, variables, now)).run(program).value);
   } catch (err) {
+    if (err instanceof RangeError && /string length|array length|call stack/i.test(err.message)) {
+      throw renderStopped(`the engine's own limit (${err.message})`);
+    }
     if (err instanceof ChatTemplateError) throw err;
     throw new ChatTemplateError(`Chat template rendering failed: ${(err as Error)?.message ?? String(err)}`, { cause: err });
   }
@@ -111,6 +119,7 @@ function compile({ jinja }: Runtime, source: string): unknown {
   if (program !== undefined) {
     compiled.delete(source);
   } else {
+    checkTemplateLength(source);
     try {
       // Jinja2 reads \r\n and \r as \n, in text and in string literals.
       const tokens = jinja.tokenize(source.replace(/\r\n?/g, '\n'), { lstrip_blocks: true, trim_blocks: true });
@@ -154,29 +163,12 @@ function templateEnvironment({ jinja, kit }: Runtime, variables: Readonly<Record
   return env;
 }
 
-/**
- * Bounds on one render, so that a template (a request may send one) cannot hold the thread or
- * exhaust memory: real templates take a few thousand steps for a long conversation with tools.
- */
-export const RENDER_LIMITS = {
-  /** Expressions, statements and loop passes evaluated (about a second of work). */
-  steps: 500_000,
-  /** Characters of any string a render makes, its output included. */
-  stringLength: 8 * 1024 * 1024,
-  /** Items of any list a render makes. */
-  listLength: 1_000_000,
-};
-
-function tooMuch(what: string): ChatTemplateError {
-  return new ChatTemplateError(`Chat template rendering stopped: ${what} (a template may not do more than a chat prompt needs).`);
-}
-
 function checkSize(value: Value): Value {
   if (value.type === 'StringValue' && (value.value as string).length > RENDER_LIMITS.stringLength) {
-    throw tooMuch(`a string of over ${RENDER_LIMITS.stringLength} characters`);
+    throw renderStopped(`a string of over ${RENDER_LIMITS.stringLength} characters`);
   }
   if ((value.type === 'ArrayValue' || value.type === 'TupleValue') && (value.value as Value[]).length > RENDER_LIMITS.listLength) {
-    throw tooMuch(`a list of over ${RENDER_LIMITS.listLength} items`);
+    throw renderStopped(`a list of over ${RENDER_LIMITS.listLength} items`);
   }
   return value;
 }
@@ -188,7 +180,8 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
   // Every evaluation counts against the step budget, and every value it makes against the sizes.
   let steps = 0;
   interp.evaluate = (node, scope) => {
-    if (++steps > RENDER_LIMITS.steps) throw tooMuch(`more than ${RENDER_LIMITS.steps} steps`);
+    if (++steps > RENDER_LIMITS.steps) throw renderStopped(`more than ${RENDER_LIMITS.steps} steps`);
+    checkClock(); // every step: one step may be slow (a filter over a long string), and a look costs about 0.1 µs
     if (node?.type === READY) return node.value; // a value evaluated already (evaluateFor's iterable)
     const value = checkSize(base.evaluate.call(interp, node, scope));
     if (node?.type === 'Identifier' && node.value === 'varargs' && value.type === 'ArrayValue') value.pyTuple = true; // a macro's extra arguments: a tuple
@@ -197,7 +190,7 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
 
   // Output: str() of each value; a None printed by an expression is "None" (set, macro and comment print nothing).
   interp.evaluateBlock = (statements, outer) => {
-    if (++steps > RENDER_LIMITS.steps) throw tooMuch(`more than ${RENDER_LIMITS.steps} steps`); // a loop's every pass, even an empty one
+    if (++steps > RENDER_LIMITS.steps) throw renderStopped(`more than ${RENDER_LIMITS.steps} steps`); // a loop's every pass, even an empty one
     // Each pass of a loop has its own scope, as in Jinja2: what it sets is gone at the next pass.
     const scope = forBodies.has(statements) ? new jinja.Environment(outer) : outer;
     let out = '';
@@ -205,7 +198,7 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
       const value = interp.evaluate(statement, scope);
       if (value.type !== 'NullValue') out += pyStr(value);
       else if (statement.type !== 'Set' && statement.type !== 'Macro' && statement.type !== 'Comment') out += 'None';
-      if (out.length > RENDER_LIMITS.stringLength) throw tooMuch(`an output of over ${RENDER_LIMITS.stringLength} characters`);
+      if (out.length > RENDER_LIMITS.stringLength) throw renderStopped(`an output of over ${RENDER_LIMITS.stringLength} characters`);
     }
     return kit.str(out);
   };
@@ -231,11 +224,11 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
       const [text, times] = left.type === 'StringValue' ? [left, right] : [right, left];
       // Sizes are checked before the repeat is made: 'x' * 10**9 must not allocate.
       if (text.type === 'StringValue' && times.type === 'IntegerValue') {
-        if (text.value.length * times.value > RENDER_LIMITS.stringLength) throw tooMuch(`a string of over ${RENDER_LIMITS.stringLength} characters`);
+        checkStringLength(text.value.length * times.value);
         return kit.str(text.value.repeat(Math.max(0, times.value)));
       }
       if (isSequence(left) && right.type === 'IntegerValue') {
-        if ((left.value as Value[]).length * right.value > RENDER_LIMITS.listLength) throw tooMuch(`a list of over ${RENDER_LIMITS.listLength} items`);
+        if ((left.value as Value[]).length * right.value > RENDER_LIMITS.listLength) throw renderStopped(`a list of over ${RENDER_LIMITS.listLength} items`);
         return kit.array(Array.from({ length: Math.max(0, right.value) }, () => left.value as Value[]).flat());
       }
     }
@@ -383,6 +376,20 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
       }
       case 'capitalize':
         return kit.str(pyCapitalize(pyStr(operand)));
+      case 'replace': {
+        const [pos, kw] = args();
+        const count = pos[2] ?? kw.get('count');
+        return kit.str(pyReplace(pyStr(operand), stringArg(pos[0] ?? kw.get('old'), 'old'), stringArg(pos[1] ?? kw.get('new'), 'new'), count === undefined || count.type === 'NullValue' ? -1 : Number(count.value)));
+      }
+      case 'indent': {
+        // The library's, once the size it would make is known to fit: a wide indent on many lines multiplies.
+        const [pos, kw] = args();
+        const width = pos[0] ?? kw.get('width');
+        const text = pyStr(operand);
+        if (width?.type === 'IntegerValue') checkStringLength(text.length + Math.max(0, width.value) * (text.split('\n').length));
+        if (width?.type === 'StringValue') checkStringLength(text.length + width.value.length * (text.split('\n').length));
+        break;
+      }
       case 'format': {
         const [pos, kw] = args(); // Jinja2: fmt % args, or fmt % kwargs
         if (pos.length > 0 && kw.size > 0) throw new Error("can't handle positional and keyword arguments at the same time");
@@ -407,7 +414,7 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
         const [pos, kw] = args();
         const attribute = pos[1] ?? kw.get('attribute');
         const items = (pyIterable(operand).value as Value[]).map((v) => (attribute === undefined ? v : attributeOf(v, attribute)));
-        return kit.str(items.map(pyStr).join(optionalString(pos[0] ?? kw.get('d'), 'd') ?? ''));
+        return kit.str(checkedJoin(items.map(pyStr), optionalString(pos[0] ?? kw.get('d'), 'd') ?? ''));
       }
       case 'items':
         if (isMapping(operand)) return pairs(operand);

