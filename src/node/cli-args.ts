@@ -11,6 +11,8 @@ export const OPTIONS = {
   model: { type: 'string', short: 'm', multiple: true },
   id: { type: 'string', multiple: true },
   'weight-storage': { type: 'string' },
+  'prefix-cache-mib': { type: 'string' },
+  'no-prefix-cache': { type: 'boolean' },
   'chat-template': { type: 'string', multiple: true },
   'tool-call-format': { type: 'string', multiple: true },
   host: { type: 'string' },

@@ -20,6 +20,10 @@ export interface CliLoadOptions {
   /** The text of --chat-template's file. */
   chatTemplate?: string;
   toolCallFormat?: ToolCallFormat;
+  /** --no-prefix-cache: false. */
+  prefixCache?: boolean;
+  /** --prefix-cache-mib, in bytes. */
+  prefixCacheBytes?: number;
   /** HF_TOKEN, for a model on the hub. */
   accessToken?: string;
 }

@@ -40,6 +40,7 @@ const SAMPLING_USAGE = `[--max-tokens N] [--temperature T] [--top-p P] [--seed S
 export const USAGE = `Usage:
   webgpu-llama serve --model PATH [--model PATH]... [--id NAME]... [--weight-storage TYPE]
                      [--chat-template FILE]... [--tool-call-format FORMAT]...
+                     [--prefix-cache-mib N | --no-prefix-cache]
                      [--host HOST] [--port PORT] [--api-key KEY]...
                      [--allow-origin ORIGIN]... [--allow-host NAME]...
       Load the models and serve the OpenAI-style API over HTTP: POST /v1/chat/completions,
@@ -60,7 +61,7 @@ export const USAGE = `Usage:
           Default: localhost, IP addresses and the --host name (against DNS rebinding); another
           name gets 403. '*' accepts any.
   webgpu-llama chat --model PATH [--system TEXT] [--chat-template FILE] [--id NAME]
-                    [--weight-storage TYPE]
+                    [--weight-storage TYPE] [--prefix-cache-mib N | --no-prefix-cache]
                   ${SAMPLING_USAGE}
       Chat with the model in the terminal. Each line read is a user message; the whole
       conversation goes to the model (POST /v1/chat/completions, streamed) and the reply is
@@ -96,6 +97,10 @@ private repos (Llama 3.2, ...).
 --weight-storage f16|f32|source|q8_0|q4_0 sets how a Hugging Face model's weights are kept on the
 GPU (default f16; GGUF files keep their types). --chat-template FILE is a Jinja chat template
 used in place of the model's own (for a model that has none, or to change it).
+--prefix-cache-mib N is the GPU memory (MiB, each model) for the K/V of earlier conversations kept
+for reuse (the prefix cache: a request whose tokens begin with cached ones prefills only the rest;
+the last request's K/V is reused in any case). Default: the KV cache's size. --no-prefix-cache
+turns it off: every request prefills its whole prompt.
 --tool-call-format hermes|llama3_json|mistral is how the model writes the tool calls that chat
 completions return (default: what its chat template shows). In serve, --weight-storage applies
 to every model; --chat-template and --tool-call-format are given once (every model) or once per
@@ -245,6 +250,7 @@ async function modelLoadOptions(values: Values, models: readonly CliModelSource[
     }
   }
   const formats = perModel('tool-call-format', values['tool-call-format'], count);
+  const prefixCache = prefixCacheOptions(values);
   return models.map((model, i) => {
     const accessToken = accessTokenFor(model, env);
     const chatTemplate = templateFiles[i] === undefined ? undefined : texts.get(templateFiles[i]!);
@@ -253,9 +259,19 @@ async function modelLoadOptions(values: Values, models: readonly CliModelSource[
       ...(weightStorage === undefined ? {} : { weightStorage: weightStorage as WeightStorage }),
       ...(chatTemplate === undefined ? {} : { chatTemplate }),
       ...(formats[i] === undefined ? {} : { toolCallFormat: formats[i] as ToolCallFormat }),
+      ...prefixCache,
       ...(accessToken === undefined ? {} : { accessToken }),
     };
   });
+}
+
+/** --prefix-cache-mib N (bytes of saved prefixes, each model) and --no-prefix-cache. */
+function prefixCacheOptions(values: Values): Pick<CliLoadOptions, 'prefixCache' | 'prefixCacheBytes'> {
+  const mib = numberOption('prefix-cache-mib', values['prefix-cache-mib'], false);
+  if (mib !== undefined && !(mib >= 0)) throw new UsageError(`--prefix-cache-mib must be >= 0, got '${values['prefix-cache-mib']}'`);
+  if (values['no-prefix-cache'] && mib !== undefined) throw new UsageError('--no-prefix-cache and --prefix-cache-mib: give one');
+  if (values['no-prefix-cache']) return { prefixCache: false };
+  return mib === undefined ? {} : { prefixCacheBytes: Math.round(mib * 2 ** 20) };
 }
 
 /** Loads one model; a failure names it (and says what a 401 from the hub may mean). */

@@ -261,6 +261,30 @@ describe('serve, several models', () => {
     for (const engine of s.engines.values()) expect(engine.unload).toHaveBeenCalledTimes(1);
   });
 
+  it('passes --prefix-cache-mib (in bytes) and --no-prefix-cache to every model; refuses both at once and bad sizes', async () => {
+    const sized = await serveModels(['--model', 'a.gguf', '--model', 'b.gguf', '--prefix-cache-mib', '1.5']);
+    await vi.waitFor(() => expect(sized.out.join('')).toContain('serving'));
+    expect(sized.loads).toEqual([
+      ['a.gguf', { prefixCacheBytes: 1.5 * 2 ** 20 }],
+      ['b.gguf', { prefixCacheBytes: 1.5 * 2 ** 20 }],
+    ]);
+    expect(await sized.stop()).toBe(0);
+    const off = await serveModels(['--model', 'a.gguf', '--no-prefix-cache']);
+    await vi.waitFor(() => expect(off.out.join('')).toContain('serving'));
+    expect(off.loads).toEqual([['a.gguf', { prefixCache: false }]]);
+    expect(await off.stop()).toBe(0);
+    for (const [argv, message] of [
+      [['--prefix-cache-mib', '-1'], /--prefix-cache-mib must be >= 0, got '-1'/],
+      [['--prefix-cache-mib', 'lots'], /--prefix-cache-mib must be a number, got 'lots'/],
+      [['--prefix-cache-mib', '8', '--no-prefix-cache'], /--no-prefix-cache and --prefix-cache-mib: give one/],
+    ] as const) {
+      const t = io();
+      expect(await runCli(['chat', '--model', 'a.gguf', ...argv], t.io)).toBe(1);
+      expect(t.err.join('')).toMatch(message);
+      expect(t.loads).toEqual([]);
+    }
+  });
+
   it('takes the ids from the file names without --id, and --chat-template once for all or once each', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'webgpu-llama-cli-'));
     try {
