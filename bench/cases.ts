@@ -114,7 +114,9 @@ export async function measureCase(
     adapter = l.adapter;
     log(`${label}: load ${i + 1}/${c.runs}: ${l.loadMs.toFixed(0)} ms`);
   }
-  const body = { model: c.id, prompt: prompt.prompt, max_tokens: c.decodeTokens, temperature: 0, ignore_eos: true };
+  // cache_prompt false: every request prefills its whole prompt (TTFT and prefill tokens/s are the
+  // prompt's, not the prefix cache's; the multi-turn case measures that).
+  const body = { model: c.id, prompt: prompt.prompt, max_tokens: c.decodeTokens, temperature: 0, ignore_eos: true, cache_prompt: false };
   // Warm-up: pipelines compile and per-shape objects are built on first use.
   const run = (what: string, b: typeof body) => withTimeout(`${label} ${what}`, host.run(b));
   await run('warm-up', { ...body, prompt: warmupPrompt, max_tokens: Math.min(8, c.decodeTokens) });

@@ -58,7 +58,8 @@ function extraFor(mode: StructuredMode): Record<string, unknown> {
  */
 export async function measureStructured(host: Host, c: BenchCase, prompt: string, runs: number, decodeTokens: number): Promise<StructuredFigures[]> {
   const modes: StructuredMode[] = ['free', 'permissive', 'json'];
-  const base = { model: c.id, prompt, temperature: 0, ignore_eos: true };
+  // cache_prompt false: both requests of a pair prefill the same, as in bench/cases.ts.
+  const base = { model: c.id, prompt, temperature: 0, ignore_eos: true, cache_prompt: false };
   const pair = async (mode: StructuredMode): Promise<{ prefill: CountedRun; full: CountedRun }> => ({
     prefill: await host.run({ ...base, ...extraFor(mode), max_tokens: 1 }),
     full: await host.run({ ...base, ...extraFor(mode), max_tokens: decodeTokens }),

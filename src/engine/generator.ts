@@ -232,7 +232,9 @@ export class LlamaGenerator implements TextGenerator {
    * tokens the cache holds (the last answer), before the next request gets the GPU: the two
    * kernels' sums differ in the last bits, which rounding to f16 can turn into another half, so a
    * prompt reusing them would compute otherwise than its whole prefill. f32 keeps them as
-   * written: there the difference stays in the last bits (logprobs within ~1e-6).
+   * written: there the difference stays in the last bits (logprobs within 1e-6 in the tests), and
+   * on the CPU adapters that default to f32 a prefill of every answer would cost as much again.
+   * Unloading stops it between passes.
    */
   private async settleDecoded(): Promise<void> {
     const decoded = this.prefixCache.decoded;
@@ -241,7 +243,7 @@ export class LlamaGenerator implements TextGenerator {
     const chunk = this.prefillChunk(false);
     let end = from;
     try {
-      while (end < to) {
+      while (end < to && !this.destroyed) {
         const n = Math.min(chunk, to - end);
         await this.model.forward(tokens.slice(end, end + n), end, this.cache, { readBack: false });
         end += n;
@@ -404,9 +406,11 @@ class LlamaSession implements GenerationSession {
       return 'length';
     } finally {
       // Token i's K/V is written by the step that samples token i + 1: every yielded token's when
-      // a stop id was sampled after them, all but the last one's otherwise.
+      // a stop id was sampled after them, all but the last one's otherwise. Once the GPU is
+      // released (a session closed at a yield, this generator resumed later) the cache is another
+      // request's: what it holds is then the prompt, as recorded when the sequence began.
       const written = stopSampled ? yielded.length : Math.max(0, yielded.length - 1);
-      this.prefixCache?.holds(promptTokens.concat(yielded.slice(0, written)), undefined, promptTokens.length);
+      if (!this.released) this.prefixCache?.holds(promptTokens.concat(yielded.slice(0, written)), undefined, promptTokens.length);
       this.running = false;
       if (this.closed) this.release();
     }

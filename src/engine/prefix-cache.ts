@@ -12,7 +12,7 @@
 // Only the session holding the GPU (the scheduler) calls into it.
 import type { KvCache } from '../model/kv-cache.ts';
 
-/** A saved prefix shorter than this many tokens is not worth a copy (nor a save). */
+/** Fewer tokens than this about to be overwritten are not worth saving. */
 export const MIN_SAVED_TOKENS = 16;
 /** Prompt tokens a request always prefills, however much of it is cached: its logits need the last one. */
 export const MIN_PREFILL_TOKENS = 1;
@@ -46,6 +46,8 @@ export class PrefixCache {
   private savedBytes = 0;
   private maxBytes: number;
   private clock = 0;
+  /** Counts clear() calls: a save that awaited across one drops what it made. */
+  private generation = 0;
 
   constructor(
     private readonly device: GPUDevice,
@@ -93,7 +95,9 @@ export class PrefixCache {
     const reused = source ? fromSaved : fromWorking;
     // What of the working cache this sequence keeps: the rest is overwritten.
     const kept = source ? Math.min(matchWorking, reused) : fromWorking;
+    const generation = this.generation;
     if (this.workingLength - kept >= MIN_SAVED_TOKENS) await this.save(this.workingTokens.slice(0, this.workingLength), source);
+    if (generation !== this.generation) return 0; // cleared (the model unloaded) meanwhile
     if (source) {
       source.lastUse = ++this.clock;
       this.restore(source, reused);
@@ -129,6 +133,7 @@ export class PrefixCache {
 
   /** Frees every saved prefix and forgets the working cache's content. */
   clear(): void {
+    this.generation++;
     for (const s of this.saved) destroyAll(s.buffers);
     this.saved.length = 0;
     this.savedBytes = 0;
@@ -151,7 +156,8 @@ export class PrefixCache {
     const layers = cache.keys.length;
     const layerBytes = 2 * tokens.length * cache.rowBytes;
     const bytes = layers * layerBytes;
-    if (bytes > this.maxBytes || layerBytes > this.options.maxBufferBytes) return;
+    // Nothing is evicted for a save that cannot fit once all but `pinned` is.
+    if (bytes > this.maxBytes - (pinned?.bytes ?? 0) || layerBytes > this.options.maxBufferBytes) return;
     for (const s of [...this.saved]) {
       if (s !== pinned && commonPrefixLength(s.tokens, tokens) === s.tokens.length) this.drop(s);
     }
@@ -179,11 +185,12 @@ export class PrefixCache {
     device.queue.submit([encoder.finish()]);
     const outOfMemory = device.popErrorScope();
     const invalid = device.popErrorScope();
+    const generation = this.generation;
     const failed = (await outOfMemory.catch(() => null)) ?? (await invalid.catch(() => null));
-    if (failed) {
-      // The GPU has less memory than the budget assumed: keep what is saved, save nothing more.
+    if (failed || generation !== this.generation) {
       destroyAll(buffers);
-      this.maxBytes = this.savedBytes;
+      // The GPU has less memory than the budget assumed: the budget shrinks by what it could not give.
+      if (failed) this.maxBytes = Math.max(this.savedBytes, this.maxBytes - bytes);
       return;
     }
     this.saved.push({ tokens, buffers, layersPerBuffer, bytes, lastUse: ++this.clock });

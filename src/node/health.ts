@@ -18,8 +18,9 @@ export function healthCheck(engines: ApiEngines): () => ApiResponse {
   });
   return () => {
     const failed = states.flatMap((s) => (s.state === 'failed' ? [s.reason] : []));
+    // The failure's text (paths, hub errors) is the server's log's, not for whoever can reach the port.
     if (failed.length > 0) {
-      return errorResponse(new ApiError(503, `The model failed to load: ${failed.join('; ')}`, { type: 'service_unavailable', code: 'model_load_failed' }));
+      return errorResponse(new ApiError(503, 'A model failed to load; the server log says why.', { type: 'service_unavailable', code: 'model_load_failed' }));
     }
     if (states.some((s) => s.state === 'loading')) {
       return errorResponse(

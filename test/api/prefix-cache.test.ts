@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { FAMILIES, generateModel } from '../../scripts/model-families.ts';
 import type { KvDType } from '../../src/model/kv-cache.ts';
 import { root } from '../helpers/model-files.ts';
+import { handleApiRequest } from '../../src/api/handler.ts';
 import { CHATML_TEMPLATE, multiTurn, turnProblems } from '../helpers/multi-turn.ts';
 import { tempModels } from '../helpers/temp-models.ts';
 
@@ -27,6 +28,24 @@ describe.each(['f32', 'f16'] as KvDType[])('multi-turn conversations, %s KV cach
     expect(turnProblems(await multiTurn(generator, { endpoint: 'completions', turns: 5, maxTokens: 12 }))).toEqual([]);
   }, 120_000);
 });
+
+it('stories260K: a turn constrained by a regex (forced tokens included), then one that extends it, equal to the uncached requests', async () => {
+  const generator = await models.load(`${root}../shared/models/stories260K/stories260K.gguf`, { contextLength: 256 });
+  const post = async (body: Record<string, unknown>) => {
+    const response = await handleApiRequest({ generator }, { method: 'POST', url: '/v1/completions', body: JSON.stringify({ model: generator.info.id, ...body }) });
+    expect(response.status, response.body as string).toBe(200);
+    return JSON.parse(response.body as string);
+  };
+  const prompt = 'Once upon a time, there was a little girl named Lily. She';
+  const first = await post({ prompt, max_tokens: 20, temperature: 0, guided_regex: ' (liked|loved) [a-z]+( [a-z]+){1,3}\\.' });
+  const next = { prompt: `${prompt}${first.choices[0].text} One day,`, max_tokens: 8, temperature: 0, logprobs: 2 };
+  const warm = await post(next);
+  const cold = await post({ ...next, cache_prompt: false });
+  // At least the first prompt (forced tokens often retokenize otherwise once they come back as text).
+  expect(warm.usage.prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(first.usage.prompt_tokens);
+  expect(warm.choices[0].text).toBe(cold.choices[0].text);
+  warm.choices[0].logprobs.token_logprobs.forEach((lp: number, i: number) => expect(Math.abs(lp - cold.choices[0].logprobs.token_logprobs[i])).toBeLessThan(1e-4));
+}, 120_000);
 
 it("Qwen2.5's own chat template and tokenizer (random weights): each turn reuses the one before", async () => {
   const dir = models.dir('webgpu-llama-prefix-qwen-');

@@ -276,6 +276,24 @@ describe.each(VARIANTS)('with the prefix cache, outputs equal those without it (
     expectSameRun(again, await run(cold, { promptTokens: longer, sampling: greedy, logprobs: 2 }));
   });
 
+  it('a session closed while its sequence waits at a token, resumed after another request ran, claims nothing of the cache', async () => {
+    const warm = generator();
+    const a = tokens(20, 22);
+    const session = await warm.openSession({ promptTokens: a, sampling: greedy });
+    const seq = session.sequence({ index: 0, maxTokens: 8, stopTokenIds: [] });
+    const first = await seq.next();
+    expect(first.done).toBe(false);
+    session.close(); // frees the GPU once the work in flight is done
+    const b = tokens(24, 23);
+    await run(warm, { promptTokens: b, sampling: greedy }); // overwrites the cache
+    await expect(seq.next()).rejects.toThrow(); // the closed session's sequence ends
+    const extended = [...a, (first.value as GeneratedToken).id, 5, 6, 7];
+    const again = await run(warm, { promptTokens: extended, sampling: greedy, logprobs: 2 });
+    expectSameRun(again, await run(cold, { promptTokens: extended, sampling: greedy, logprobs: 2 }));
+    // Only what was saved of the closed request's prompt (when b overwrote it) is reused, if anything.
+    expect(again.cached).toBeLessThanOrEqual(a.length);
+  });
+
   it(`a short overwritten remainder (under ${MIN_SAVED_TOKENS} tokens) is not saved`, async () => {
     const warm = generator();
     const prompt = tokens(20, 21);

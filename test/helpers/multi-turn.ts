@@ -112,7 +112,8 @@ export async function multiTurn(generator: TextGenerator, options: { endpoint: '
   let previous: Recorded | undefined;
   for (let turn = 0; turn < options.turns; turn++) {
     if (chat) messages.push({ role: 'user', content: USER_TURNS[turn % USER_TURNS.length] });
-    const sampling = turn % 2 === 0 ? { temperature: 0 } : { temperature: 1, top_p: 0.9, seed: 11 + turn };
+    // Greedy and seeded turns; the third ends at a stop string if one comes (the engine then stops early).
+    const sampling = { ...(turn % 2 === 0 ? { temperature: 0 } : { temperature: 1, top_p: 0.9, seed: 11 + turn }), ...(turn === 2 ? { stop: ['e'] } : {}) };
     const body: Json = chat
       ? { model: generator.info.id, messages: structuredClone(messages), max_tokens: options.maxTokens ?? 6, logprobs: true, top_logprobs: 2, ...sampling }
       : { model: generator.info.id, prompt, max_tokens: options.maxTokens ?? 6, logprobs: 2, ...sampling };
