@@ -232,7 +232,7 @@ export class LlamaGenerator implements TextGenerator {
    * tokens the cache holds (the last answer), before the next request gets the GPU: the two
    * kernels' sums differ in the last bits, which rounding to f16 can turn into another half, so a
    * prompt reusing them would compute otherwise than its whole prefill. f32 keeps them as
-   * written: there the difference stays in the last bits (logprobs within 1e-6 in the tests), and
+   * written: there the difference stays in the last bits (logprobs within 1e-5 in the tests), and
    * on the CPU adapters that default to f32 a prefill of every answer would cost as much again.
    * Unloading stops it between passes.
    */
