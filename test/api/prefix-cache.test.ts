@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { FAMILIES, generateModel } from '../../scripts/model-families.ts';
 import type { KvDType } from '../../src/model/kv-cache.ts';
-import { root } from '../helpers/model-files.ts';
+import { root, STORIES_GGUF } from '../helpers/model-files.ts';
 import { handleApiRequest } from '../../src/api/handler.ts';
 import { CHATML_TEMPLATE, multiTurn, turnProblems } from '../helpers/multi-turn.ts';
 import { tempModels } from '../helpers/temp-models.ts';
@@ -24,13 +24,13 @@ describe.each(['f32', 'f16'] as KvDType[])('multi-turn conversations, %s KV cach
   }
 
   it('stories260K: a completions prompt that grows by each answer', async () => {
-    const generator = await models.load(`${root}../shared/models/stories260K/stories260K.gguf`, { kvCacheDType, contextLength: 512 });
+    const generator = await models.load(STORIES_GGUF, { kvCacheDType, contextLength: 512 });
     expect(turnProblems(await multiTurn(generator, { endpoint: 'completions', turns: 5, maxTokens: 12 }))).toEqual([]);
   }, 120_000);
 });
 
 it('stories260K: a turn constrained by a regex (forced tokens included), then one that extends it, equal to the uncached requests', async () => {
-  const generator = await models.load(`${root}../shared/models/stories260K/stories260K.gguf`, { contextLength: 256 });
+  const generator = await models.load(STORIES_GGUF, { contextLength: 256 });
   const post = async (body: Record<string, unknown>) => {
     const response = await handleApiRequest({ generator }, { method: 'POST', url: '/v1/completions', body: JSON.stringify({ model: generator.info.id, ...body }) });
     expect(response.status, response.body as string).toBe(200);
