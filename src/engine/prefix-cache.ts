@@ -74,9 +74,9 @@ export class PrefixCache {
   /**
    * Readies the working cache for a sequence that begins with `tokens` and returns how many of
    * them it then holds (at most tokens.length - MIN_PREFILL_TOKENS). With `reuse` false it holds
-   * none of them. Before anything of the working cache is
-   * overwritten, what would be lost is saved when it is worth it. The copies are submitted to the
-   * queue ahead of anything the caller submits next.
+   * none of them. Before anything of the working cache is overwritten, what would be lost is
+   * saved when it is worth it. The copies are submitted to the queue ahead of anything the caller
+   * submits next.
    */
   async prepare(tokens: readonly number[], reuse: boolean): Promise<number> {
     if (!this.options.enabled) return 0;
