@@ -41,7 +41,6 @@ test.describe.serial('prefix cache in the page', () => {
     test(`stories260K, ${kvCacheDType} KV: a completions prompt that grows by each answer`, async () => {
       const turns = await run({ url: '/models/stories260K/stories260K.gguf', kvCacheDType, endpoint: 'completions', turns: 5, maxTokens: 12 });
       expect(turnProblems(turns)).toEqual([]);
-      expect(turns.at(-1)!.cached).toBeGreaterThan(100);
     });
 
     test(`every family, ${kvCacheDType} KV: chat turns reuse the conversation and equal the uncached requests`, async () => {
