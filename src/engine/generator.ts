@@ -125,7 +125,6 @@ export class LlamaGenerator implements TextGenerator {
       // Scoring the prompt needs every position's logits: it runs the whole prompt.
       const keep = request.cachePrompt !== false;
       const cached = await this.prefixCache.prepare(tokens, keep && request.promptLogprobs !== true);
-      if (!keep) this.prefixCache.forgetWorking();
       const promptLogprobs = await this.prefill(request, tokens, cached, keep);
       if (signal?.aborted) throw abortError(signal);
       const prefix = keep ? this.prefixCache : undefined;
@@ -379,14 +378,12 @@ class LlamaSession implements GenerationSession {
       const tokens = constraint
         ? decodeConstrained(this.resources, { ...plan, constraint, stopTokenIds: options.stopTokenIds }, beforeSubmit)
         : decodeTokens(this.resources, plan, beforeSubmit);
-      let generated = 0;
       for await (const token of tokens) {
         this.checkLive(signal);
         if (stops.has(token.id)) {
           stopSampled = true;
           return 'stop';
         }
-        generated++;
         yielded.push(token.id);
         this.suspendedTokens = tokens;
         try {
@@ -397,7 +394,7 @@ class LlamaSession implements GenerationSession {
         this.checkLive(signal);
       }
       this.checkLive(signal);
-      if (generated < maxSteps) {
+      if (yielded.length < maxSteps) {
         // The constraint allows nothing more but stop ids: a whole structure stops; a dead end did
         // not finish it, so it ends as cut short.
         if (constraint) return constraint.isComplete() ? 'stop' : 'length';

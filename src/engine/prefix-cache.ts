@@ -100,7 +100,7 @@ export class PrefixCache {
     if (generation !== this.generation) return 0; // cleared (the model unloaded) meanwhile
     if (source) {
       source.lastUse = ++this.clock;
-      this.restore(source, reused);
+      this.copy(source, reused, 'restore');
     }
     this.holds(tokens, reused);
     return reused;
@@ -124,20 +124,13 @@ export class PrefixCache {
     return { tokens: this.workingTokens, from: this.prefilledLength, to: this.workingLength };
   }
 
-  /** Forgets what the working cache holds (a request that must not be reused, or an unknown state). */
-  forgetWorking(): void {
-    this.workingTokens = [];
-    this.workingLength = 0;
-    this.prefilledLength = 0;
-  }
-
   /** Frees every saved prefix and forgets the working cache's content. */
   clear(): void {
     this.generation++;
     for (const s of this.saved) destroyAll(s.buffers);
     this.saved.length = 0;
     this.savedBytes = 0;
-    this.forgetWorking();
+    this.holds([]);
   }
 
   /**
@@ -175,14 +168,8 @@ export class PrefixCache {
       const n = Math.min(layersPerBuffer, layers - first);
       buffers.push(device.createBuffer({ label: `saved_prefix.${first}`, size: n * layerBytes, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST }));
     }
-    const encoder = device.createCommandEncoder({ label: 'save_prefix' });
-    const span = tokens.length * cache.rowBytes;
-    for (let l = 0; l < layers; l++) {
-      const [buffer, offset] = savedLayerAt(buffers, layersPerBuffer, layerBytes, l);
-      encoder.copyBufferToBuffer(cache.keys[l]!, 0, buffer, offset, span);
-      encoder.copyBufferToBuffer(cache.values[l]!, 0, buffer, offset + span, span);
-    }
-    device.queue.submit([encoder.finish()]);
+    const prefix: SavedPrefix = { tokens, buffers, layersPerBuffer, bytes, lastUse: ++this.clock };
+    this.copy(prefix, tokens.length, 'save');
     const outOfMemory = device.popErrorScope();
     const invalid = device.popErrorScope();
     const generation = this.generation;
@@ -193,21 +180,30 @@ export class PrefixCache {
       if (failed) this.maxBytes = Math.max(this.savedBytes, this.maxBytes - bytes);
       return;
     }
-    this.saved.push({ tokens, buffers, layersPerBuffer, bytes, lastUse: ++this.clock });
+    this.saved.push(prefix);
     this.savedBytes += bytes;
   }
 
-  /** Copies positions 0..length-1 of `source` into the working cache. */
-  private restore(source: SavedPrefix, length: number): void {
-    const cache = this.cache;
-    const layerBytes = 2 * source.tokens.length * cache.rowBytes;
-    const span = source.tokens.length * cache.rowBytes;
-    const bytes = length * cache.rowBytes;
-    const encoder = this.device.createCommandEncoder({ label: 'restore_prefix' });
-    for (let l = 0; l < cache.keys.length; l++) {
-      const [buffer, offset] = savedLayerAt(source.buffers, source.layersPerBuffer, layerBytes, l);
-      encoder.copyBufferToBuffer(buffer, offset, cache.keys[l]!, 0, bytes);
-      encoder.copyBufferToBuffer(buffer, offset + span, cache.values[l]!, 0, bytes);
+  /**
+   * Submits the copies of positions 0..length-1 of every layer's K and V between the working
+   * cache and `prefix`: into it ('save') or out of it ('restore').
+   */
+  private copy(prefix: SavedPrefix, length: number, direction: 'save' | 'restore'): void {
+    const { keys, values, rowBytes } = this.cache;
+    const span = prefix.tokens.length * rowBytes;
+    const bytes = length * rowBytes;
+    const encoder = this.device.createCommandEncoder({ label: `${direction}_prefix` });
+    for (let l = 0; l < keys.length; l++) {
+      // Layer l's K rows, then its V rows, in the saved prefix's buffers.
+      const buffer = prefix.buffers[Math.floor(l / prefix.layersPerBuffer)]!;
+      const offset = (l % prefix.layersPerBuffer) * 2 * span;
+      if (direction === 'save') {
+        encoder.copyBufferToBuffer(keys[l]!, 0, buffer, offset, bytes);
+        encoder.copyBufferToBuffer(values[l]!, 0, buffer, offset + span, bytes);
+      } else {
+        encoder.copyBufferToBuffer(buffer, offset, keys[l]!, 0, bytes);
+        encoder.copyBufferToBuffer(buffer, offset + span, values[l]!, 0, bytes);
+      }
     }
     this.device.queue.submit([encoder.finish()]);
   }
@@ -233,10 +229,6 @@ export function commonPrefixLength(a: readonly number[], b: readonly number[], a
   return i;
 }
 
-/** The buffer and byte offset of layer `l`'s K rows in a saved prefix (its V rows follow them). */
-function savedLayerAt(buffers: readonly GPUBuffer[], layersPerBuffer: number, layerBytes: number, l: number): [GPUBuffer, number] {
-  return [buffers[Math.floor(l / layersPerBuffer)]!, (l % layersPerBuffer) * layerBytes];
-}
 
 function destroyAll(buffers: readonly GPUBuffer[]): void {
   for (const b of buffers) b.destroy();

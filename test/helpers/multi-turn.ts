@@ -4,7 +4,7 @@
 // generated). Browser-safe: test/api/prefix-cache.test.ts runs it in Node, the page
 // demo/test-pages/prefix-cache.ts in Chromium.
 import { handleApiRequest } from '../../src/api/handler.ts';
-import { MIN_PREFILL_TOKENS } from '../../src/engine/prefix-cache.ts';
+import { commonPrefixLength, MIN_PREFILL_TOKENS } from '../../src/engine/prefix-cache.ts';
 import type { FinishReason, GeneratedToken, GenerationSession, SessionRequest, TextGenerator } from '../../src/engine/types.ts';
 
 type Json = Record<string, any>;
@@ -66,12 +66,6 @@ async function* tap(tokens: AsyncGenerator<GeneratedToken, FinishReason, void>, 
   }
 }
 
-function commonPrefix(a: readonly number[], b: readonly number[]): number {
-  let i = 0;
-  while (i < a.length && i < b.length && a[i] === b[i]) i++;
-  return i;
-}
-
 /** The ids whose K/V a session left in the KV cache: its prompt and its last sequence's written tokens. */
 function held(session: Recorded): number[] {
   const last = session.sequences.at(-1);
@@ -125,7 +119,7 @@ export async function multiTurn(generator: TextGenerator, options: { endpoint: '
       endpoint: options.endpoint,
       promptTokens: response.usage.prompt_tokens,
       cached: response.usage.prompt_tokens_details.cached_tokens,
-      expectedCached: previous ? Math.min(commonPrefix(held(previous), session.prompt), session.prompt.length - MIN_PREFILL_TOKENS) : 0,
+      expectedCached: previous ? Math.min(commonPrefixLength(held(previous), session.prompt), session.prompt.length - MIN_PREFILL_TOKENS) : 0,
       text,
       logprobs: logprobsOf(response, chat),
       coldText: '',
