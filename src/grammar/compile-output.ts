@@ -28,8 +28,8 @@ export async function compileStructuredOutput(
       const stops = [...new Set(stopTokenIds)];
       const outside = stops.find((id) => !Number.isInteger(id) || id < 0 || id >= vocabSize);
       if (outside !== undefined) throw new RangeError(`stop token id ${outside} is outside the vocabulary (0..${vocabSize - 1})`);
-      const matcher = await model.matcher(prepared);
-      return new GrammarConstraint(matcher, vocabSize, model.emptyIds, stops, model.jumpForward, model.utf8);
+      const { matcher, epoch } = await model.matcher(prepared);
+      return new GrammarConstraint(model.xg, epoch, matcher, vocabSize, model.emptyIds, stops, model.jumpForward, model.utf8);
     },
   };
 }

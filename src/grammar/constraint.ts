@@ -12,7 +12,7 @@
 import type { GrammarMatcher } from '@mlc-ai/web-xgrammar';
 import type { TokenConstraint } from '../sampling/types.ts';
 import type { JumpForwardTokens } from './jump-forward.ts';
-import { checkNotBroken } from './xgrammar.ts';
+import type { XGrammar } from './xgrammar.ts';
 import type { Utf8Tokens } from './utf8-tokens.ts';
 
 export class GrammarConstraint implements TokenConstraint {
@@ -25,6 +25,9 @@ export class GrammarConstraint implements TokenConstraint {
   private disposed = false;
 
   constructor(
+    /** The module the matcher lives in, and the epoch it was made in (xgrammar.ts). */
+    private readonly xg: XGrammar,
+    private readonly epoch: number,
     private readonly matcher: GrammarMatcher,
     private readonly vocabSize: number,
     /** Per id: 1 when XGrammar's vocabulary entry is empty (it never takes the token as text). */
@@ -44,13 +47,13 @@ export class GrammarConstraint implements TokenConstraint {
       mask.fill(0, 0, this.maskWords);
       return;
     }
-    const bits = await this.matcher.getNextTokenBitmask(); // Int32Array of ceil(vocabSize / 32) words
+    const bits = await this.xg.liveAsync(this.epoch, () => this.matcher.getNextTokenBitmask()); // Int32Array of ceil(vocabSize / 32) words
     mask.set(new Uint32Array(bits.buffer, bits.byteOffset, this.maskWords));
     const tail = this.vocabSize % 32;
     if (tail !== 0) mask[this.maskWords - 1] &= 2 ** tail - 1;
     this.keepUtf8(mask);
     // A stop token ends the output only between characters.
-    const complete = this.stopIds.size > 0 && this.utf8State === 0 && this.matcher.isTerminated();
+    const complete = this.stopIds.size > 0 && this.utf8State === 0 && this.terminated();
     for (const id of this.stopIds) {
       if (complete) mask[id >>> 5] |= 1 << (id & 31);
       else mask[id >>> 5] &= ~(1 << (id & 31));
@@ -66,7 +69,7 @@ export class GrammarConstraint implements TokenConstraint {
       return true;
     }
     if (this.emptyIds[id] === 1) return false;
-    if (!this.matcher.acceptToken(id)) return false;
+    if (!this.xg.live(this.epoch, () => this.matcher.acceptToken(id))) return false;
     this.advanceUtf8(id);
     return true;
   }
@@ -79,13 +82,13 @@ export class GrammarConstraint implements TokenConstraint {
   forced(): number[] {
     this.check();
     if (this.stopped) return [];
-    const text = this.matcher.findJumpForwardString();
+    const text = this.xg.live(this.epoch, () => this.matcher.findJumpForwardString());
     if (text === '') return [];
     const ids = this.jumpForward.tokens(text);
     const take = ids.length > 1 ? ids.length - 1 : ids.length;
     const accepted: number[] = [];
     for (const id of ids.slice(0, take)) {
-      if (this.stopIds.has(id) || this.emptyIds[id] === 1 || !this.matcher.acceptToken(id)) break;
+      if (this.stopIds.has(id) || this.emptyIds[id] === 1 || !this.xg.live(this.epoch, () => this.matcher.acceptToken(id))) break;
       this.advanceUtf8(id);
       accepted.push(id);
     }
@@ -94,13 +97,14 @@ export class GrammarConstraint implements TokenConstraint {
 
   isComplete(): boolean {
     this.check();
-    return this.stopped || (this.utf8State === 0 && this.matcher.isTerminated());
+    return this.stopped || (this.utf8State === 0 && this.terminated());
   }
 
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    this.matcher.dispose();
+    // A matcher of an earlier epoch is gone with the memory it lived in: nothing to free.
+    if (this.epoch === this.xg.epoch) this.xg.live(this.epoch, () => this.matcher.dispose());
   }
 
   /**
@@ -120,8 +124,11 @@ export class GrammarConstraint implements TokenConstraint {
     this.utf8State = next < 0 ? 0 : next; // malformed (allowed where nothing else was): start over
   }
 
+  private terminated(): boolean {
+    return this.xg.live(this.epoch, () => this.matcher.isTerminated());
+  }
+
   private check(): void {
     if (this.disposed) throw new Error('the token constraint was used after dispose()');
-    checkNotBroken();
   }
 }

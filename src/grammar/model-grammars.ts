@@ -4,6 +4,8 @@
 // compile is remembered too, so a client repeating a bad schema does not make XGrammar abort (and
 // leak) each time. An evicted grammar is disposed once no matcher is being made from it (a matcher
 // keeps its own reference in C++). Everything is freed when the tokenizer is garbage-collected.
+// After a restart of the module (xgrammar.ts: a trap) the TokenizerInfo, compiler and grammars are
+// built again in the new epoch; the vocabulary tables here are JavaScript and stay.
 import type { CompiledGrammar, GrammarCompiler, GrammarMatcher, TokenizerInfo } from '@mlc-ai/web-xgrammar';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { MAX_COST, scaledCost } from './limits.ts';
@@ -12,10 +14,24 @@ import { compileError, ignoredPartError, tooCostly, type PreparedOutput } from '
 import { StructuredOutputError } from './types.ts';
 import { Utf8Tokens } from './utf8-tokens.ts';
 import { byteLevelVocabulary } from './vocabulary.ts';
-import { loadXGrammar, XGrammarCallError, type XGrammar } from './xgrammar.ts';
+import { loadXGrammar, XGrammarCallError, XGrammarRestartedError, type XGrammar } from './xgrammar.ts';
 
 /** Compiled grammars kept per (tokenizer, vocabSize). */
 export const MAX_CACHED_GRAMMARS = 32;
+
+/**
+ * XGrammar cannot say how many bytes a compiled grammar holds; its token-mask tables are built by
+ * the compile, so its time stands for them: each cached grammar counts as GRAMMAR_BASE_BYTES plus
+ * GRAMMAR_BYTES_PER_MS per millisecond its compile took (the costliest structures measured ~11 KiB
+ * of wasm memory per millisecond, docs/structured-output.md "Memory"), and the grammars of one
+ * (tokenizer, vocabSize) count at most MAX_CACHED_GRAMMAR_BYTES (the newest is kept whatever it counts).
+ */
+export const GRAMMAR_BASE_BYTES = 64 * 1024;
+export const GRAMMAR_BYTES_PER_MS = 16 * 1024;
+export const MAX_CACHED_GRAMMAR_BYTES = 64 * 2 ** 20;
+
+/** Attempts at a compile or a matcher that another request's trap (a restart) interrupted. */
+const RESTART_ATTEMPTS = 3;
 
 /** A cached compile: its grammar, or the error it ended in. */
 interface Entry {
@@ -24,135 +40,196 @@ interface Entry {
   /** Matchers being made from it right now. */
   pins: number;
   evicted: boolean;
+  /** What it counts against MAX_CACHED_GRAMMAR_BYTES. */
+  bytes: number;
 }
 
-/** The wasm objects of one (tokenizer, vocabSize), apart from the tokenizer (a finalizer frees them). */
+/** The wasm objects of one (tokenizer, vocabSize) in one epoch of the module. */
 interface Held {
-  info: TokenizerInfo;
-  compiler: GrammarCompiler;
-  entries: Map<string, Entry>;
+  readonly epoch: number;
+  readonly info: TokenizerInfo;
+  readonly compiler: GrammarCompiler;
+  readonly entries: Map<string, Entry>;
+  readonly pending: Map<string, Promise<Entry>>;
 }
 
-const registry = new FinalizationRegistry<Held>((held) => {
-  for (const entry of held.entries.values()) entry.grammar?.dispose();
-  held.entries.clear();
-  held.compiler.dispose();
-  held.info.dispose();
+/** What a finalizer frees when the tokenizer is garbage-collected: the epoch's objects, if still current. */
+interface Holder {
+  xg: XGrammar;
+  held?: Held;
+}
+
+const registry = new FinalizationRegistry<Holder>(({ xg, held }) => {
+  if (!held || held.epoch !== xg.epoch) return; // gone with a restart
+  xg.live(held.epoch, () => {
+    for (const entry of held.entries.values()) entry.grammar?.dispose();
+    held.entries.clear();
+    held.compiler.dispose();
+    held.info.dispose();
+  });
 });
 
 export class ModelGrammars {
-  private readonly entries: Map<string, Entry>;
-  private readonly pending = new Map<string, Promise<Entry>>();
+  private readonly holder: Holder;
+  private building: Promise<Held> | undefined;
   /** XGrammar compiles run so far (for tests: cache hits and shared compiles add none). */
   compileCount = 0;
 
   private constructor(
     readonly xg: XGrammar,
     readonly vocabSize: number,
+    /** XGrammar's vocabulary: each id's bytes as a byte-level string ('' for none). */
+    private readonly vocabulary: readonly string[],
     /** Per id: 1 when XGrammar's vocabulary entry is empty (special, control, no bytes). */
     readonly emptyIds: Uint8Array,
     /** The tokens of jump-forward strings, for every constraint of this model. */
     readonly jumpForward: JumpForwardTokens,
     /** Which tokens continue the output as UTF-8, for every constraint of this model. */
     readonly utf8: Utf8Tokens,
-    private readonly compiler: GrammarCompiler,
-    held: Held,
+    tokenizer: TextTokenizer,
   ) {
-    this.entries = held.entries;
+    this.holder = { xg };
+    registry.register(tokenizer, this.holder);
   }
 
-  /** Builds the TokenizerInfo (no stop ids: constraint.ts handles them) and the compiler. */
+  /** The vocabulary tables; XGrammar's objects are built on first use (and again after a restart). */
   static async create(tokenizer: TextTokenizer, vocabSize: number): Promise<ModelGrammars> {
     const xg = await loadXGrammar();
     const vocabulary = byteLevelVocabulary(tokenizer, vocabSize);
     const emptyIds = Uint8Array.from(vocabulary, (piece) => (piece === '' ? 1 : 0));
-    const { value: info } = await xg.run((api) => api.TokenizerInfo.createTokenizerInfo(vocabulary, 'byte_level', false, vocabSize, []));
-    // XGrammar's own cache (cache_enabled) would keep every grammar ever compiled: this LRU replaces it.
-    const { value: compiler } = await xg.run((api) => api.GrammarCompiler.createGrammarCompiler(info, false));
-    const held: Held = { info, compiler, entries: new Map() };
-    registry.register(tokenizer, held);
     // The pieces by id, for spelling a first token without its dummy space, where there is one.
     const jumpForward = new JumpForwardTokens(tokenizer, vocabSize, JumpForwardTokens.writesDummySpace(tokenizer) ? vocabulary : undefined);
-    return new ModelGrammars(xg, vocabSize, emptyIds, jumpForward, new Utf8Tokens(vocabulary), compiler, held);
+    const model = new ModelGrammars(xg, vocabSize, vocabulary, emptyIds, jumpForward, new Utf8Tokens(vocabulary), tokenizer);
+    await model.held();
+    return model;
   }
 
   /** Compiles `prepared` or takes it from the cache; throws StructuredOutputError. */
   async compile(prepared: PreparedOutput): Promise<void> {
     const estimate = scaledCost(prepared.cost.cost, this.vocabSize);
     if (estimate > MAX_COST) throw tooCostly(prepared, estimate, MAX_COST);
-    const entry = await this.entry(prepared);
+    const entry = await this.afterRestarts(async () => this.entry(await this.held(), prepared));
     if (entry.error) throw entry.error;
   }
 
   /**
-   * A matcher for `prepared` (compiled again if it was evicted), without stop tokens: it ends when
-   * the structure is complete, and isTerminated() says when that is (constraint.ts).
+   * A matcher for `prepared` (compiled again if it was evicted) and the epoch it lives in, without
+   * stop tokens: it ends when the structure is complete, and isTerminated() says when that is
+   * (constraint.ts).
    */
-  async matcher(prepared: PreparedOutput): Promise<GrammarMatcher> {
-    for (;;) {
-      const entry = await this.entry(prepared);
-      if (entry.error) throw entry.error;
-      if (!entry.grammar) continue; // evicted and disposed while this waited: compile again
-      entry.pins++;
-      try {
-        const grammar = entry.grammar;
-        // createGrammarMatcher reads only `handle` and `tokenizerInfo().getVocabSize()`; this stand-in
-        // spares the TokenizerInfo handle it would make and never free.
-        const source = { handle: grammar.handle, tokenizerInfo: () => ({ getVocabSize: () => this.vocabSize }) } as unknown as CompiledGrammar;
-        return await this.xg.api.GrammarMatcher.createGrammarMatcher(source, undefined, true);
-      } finally {
-        entry.pins--;
-        if (entry.evicted && entry.pins === 0) this.dispose(entry);
+  async matcher(prepared: PreparedOutput): Promise<{ matcher: GrammarMatcher; epoch: number }> {
+    return this.afterRestarts(async () => {
+      for (;;) {
+        const held = await this.held();
+        const entry = await this.entry(held, prepared);
+        if (entry.error) throw entry.error;
+        if (!entry.grammar) continue; // evicted and disposed while this waited: compile again
+        entry.pins++;
+        try {
+          const grammar = entry.grammar;
+          // createGrammarMatcher reads only `handle` and `tokenizerInfo().getVocabSize()`; this stand-in
+          // spares the TokenizerInfo handle it would make and never free.
+          const source = { handle: grammar.handle, tokenizerInfo: () => ({ getVocabSize: () => this.vocabSize }) } as unknown as CompiledGrammar;
+          const matcher = await this.xg.liveAsync(held.epoch, () => this.xg.api.GrammarMatcher.createGrammarMatcher(source, undefined, true));
+          return { matcher, epoch: held.epoch };
+        } finally {
+          entry.pins--;
+          if (entry.evicted && entry.pins === 0) this.dispose(held, entry);
+        }
       }
-    }
+    });
   }
 
   /** Grammars held now (for tests). */
   get cachedKeys(): string[] {
-    return [...this.entries.keys()];
+    return [...(this.holder.held?.entries.keys() ?? [])];
   }
 
-  private async entry(prepared: PreparedOutput): Promise<Entry> {
-    const cached = this.entries.get(prepared.key);
+  /** What the grammars held now count against MAX_CACHED_GRAMMAR_BYTES. */
+  get cachedBytes(): number {
+    let bytes = 0;
+    for (const entry of this.holder.held?.entries.values() ?? []) bytes += entry.bytes;
+    return bytes;
+  }
+
+  /** `task`, again when another request's trap restarted the module during it. */
+  private async afterRestarts<T>(task: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await task();
+      } catch (error) {
+        if (!(error instanceof XGrammarRestartedError) || attempt >= RESTART_ATTEMPTS) throw error;
+      }
+    }
+  }
+
+  /** The TokenizerInfo (no stop ids: constraint.ts handles them) and the compiler of the current epoch. */
+  private held(): Promise<Held> {
+    const current = this.holder.held;
+    if (current && current.epoch === this.xg.epoch) return Promise.resolve(current);
+    this.building ??= this.xg
+      .run((api) => {
+        const epoch = this.xg.epoch;
+        return api.TokenizerInfo.createTokenizerInfo([...this.vocabulary], 'byte_level', false, this.vocabSize, []).then(async (info) => {
+          // XGrammar's own cache (cache_enabled) would keep every grammar ever compiled: the LRU here replaces it.
+          const compiler = await api.GrammarCompiler.createGrammarCompiler(info, false);
+          return { epoch, info, compiler, entries: new Map(), pending: new Map() } satisfies Held;
+        });
+      })
+      .then(({ value }) => (this.holder.held = value))
+      .finally(() => (this.building = undefined));
+    return this.building;
+  }
+
+  private async entry(held: Held, prepared: PreparedOutput): Promise<Entry> {
+    const cached = held.entries.get(prepared.key);
     if (cached) {
-      this.entries.delete(prepared.key); // most recently used last
-      this.entries.set(prepared.key, cached);
+      held.entries.delete(prepared.key); // most recently used last
+      held.entries.set(prepared.key, cached);
       return cached;
     }
-    let pending = this.pending.get(prepared.key);
+    let pending = held.pending.get(prepared.key);
     if (!pending) {
-      pending = this.compileEntry(prepared).finally(() => this.pending.delete(prepared.key));
-      this.pending.set(prepared.key, pending);
+      pending = this.compileEntry(held, prepared).finally(() => held.pending.delete(prepared.key));
+      held.pending.set(prepared.key, pending);
     }
     return pending;
   }
 
-  private async compileEntry(prepared: PreparedOutput): Promise<Entry> {
-    const entry: Entry = { pins: 0, evicted: false };
+  private async compileEntry(held: Held, prepared: PreparedOutput): Promise<Entry> {
+    const entry: Entry = { pins: 0, evicted: false, bytes: GRAMMAR_BASE_BYTES };
     this.compileCount++;
+    const start = performance.now();
     try {
-      const { value, warnings } = await this.xg.run((api) => prepared.compile(api, this.compiler));
+      const { value, warnings } = await this.xg.run((api) => prepared.compile(api, held.compiler));
       if (prepared.warningsAreErrors && warnings.length > 0) {
-        value.dispose();
+        this.xg.live(held.epoch, () => value.dispose());
         entry.error = ignoredPartError(prepared, warnings);
-      } else entry.grammar = value;
+      } else {
+        entry.grammar = value;
+        entry.bytes += Math.round((performance.now() - start) * GRAMMAR_BYTES_PER_MS);
+      }
     } catch (error) {
-      if (!(error instanceof XGrammarCallError)) throw error; // the module broke, or a bug: not cached
+      if (!(error instanceof XGrammarCallError)) throw error; // a restart, or a bug: not cached
       entry.error = compileError(prepared, error);
     }
-    this.entries.set(prepared.key, entry);
-    for (const [key, old] of this.entries) {
-      if (this.entries.size <= MAX_CACHED_GRAMMARS) break;
-      this.entries.delete(key);
+    held.entries.set(prepared.key, entry);
+    let bytes = 0;
+    for (const cached of held.entries.values()) bytes += cached.bytes;
+    for (const [key, old] of held.entries) {
+      if (old === entry || (held.entries.size <= MAX_CACHED_GRAMMARS && bytes <= MAX_CACHED_GRAMMAR_BYTES)) break;
+      bytes -= old.bytes;
+      held.entries.delete(key);
       old.evicted = true;
-      if (old.pins === 0) this.dispose(old);
+      if (old.pins === 0) this.dispose(held, old);
     }
     return entry;
   }
 
-  private dispose(entry: Entry): void {
-    entry.grammar?.dispose();
+  private dispose(held: Held, entry: Entry): void {
+    const grammar = entry.grammar;
     entry.grammar = undefined;
+    if (grammar && held.epoch === this.xg.epoch) this.xg.live(held.epoch, () => grammar.dispose());
   }
 }
 

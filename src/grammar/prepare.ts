@@ -184,6 +184,9 @@ export function compileError(prepared: PreparedOutput, failure: XGrammarCallErro
   // Our own refusal from inside the compile (a pattern XGrammar cannot match right: pattern-rule.ts).
   if (failure.cause instanceof StructuredOutputError) return failure.cause;
   const subject = prepared.subject;
+  if (failure.trapped) {
+    return new StructuredOutputError(`Unsupported ${subject}: the grammar engine failed on it (${failure.message}) and was restarted`);
+  }
   let message = failure.fatal.replace(/^Check failed: \(.*?\) is false: ?/s, '').trim();
   if (subject === 'regex') message = message.replace(/^Regex parsing error /, '');
   if (subject === 'grammar') message = message.replace(/^EBNF parser error at /, '').replace(/but got$/, 'but got the end of the grammar');

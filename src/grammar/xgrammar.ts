@@ -10,13 +10,20 @@
 // - It reports a failed check as `[FATAL] <C++ file>:<line>: <message>` through emscripten's `err`
 //   (console.error, bound when the wasm starts), warnings as `[WARNING] ...` through `out`
 //   (console.log), and then aborts: a RuntimeError, or a C++ exception thrown as a bare number.
-//   The module keeps working after those (measured). Forwarders installed while the wasm starts
-//   catch the lines during `run` and pass every other line on to the console.
-// - A RuntimeError without a FATAL line is a wasm trap (a stack overflow reads as "memory access out
-//   of bounds"): the module's memory may be corrupt, so it is not used again (`broken`). The limits
-//   of limits.ts keep inputs far from the measured overflows.
+//   Forwarders installed while the wasm starts catch the lines during `run` and pass every other
+//   line on to the console.
+// - An abort unwinds the wasm frames through JavaScript without restoring the shadow stack pointer:
+//   each failure would leak ~650 bytes of the 64 KiB stack, and the ~100th failure trap. The wasm
+//   binary is given an export of its globals as it is instantiated (wasm-globals.ts), and after
+//   every failure the stack pointer is put back to its idle value (no wasm frame is live then).
+// - A RuntimeError without a FATAL line is a trap (a wasm stack overflow reads as "memory access out
+//   of bounds"; running out of memory is an abort without one): the module's memory may be corrupt.
+//   The module is then restarted: its memory and globals are put back as they were right after it
+//   started (a snapshot taken then), and every object made before (tokenizer infos, compilers,
+//   grammars, matchers) is dropped without calling into it; its `epoch` counts restarts.
 // Browser code: no Node imports; Node's modules come from `process.getBuiltinModule`.
 import type * as XGrammarPackage from '@mlc-ai/web-xgrammar';
+import { exportMutableGlobals, globalExportName, type MutableGlobal } from './wasm-globals.ts';
 
 export type XGrammarApi = typeof XGrammarPackage;
 
@@ -32,9 +39,17 @@ export class XGrammarCallError extends Error {
     super(fatal || (cause instanceof Error ? cause.message : `XGrammar failed (${String(cause)})`));
   }
 
-  /** A trap rather than a checked failure: the module is not used again. */
+  /** A trap rather than a checked failure: the module's memory may be corrupt. */
   get trapped(): boolean {
     return this.fatal === '' && this.cause instanceof WebAssembly.RuntimeError;
+  }
+}
+
+/** An object of an earlier epoch was used: the module was restarted after a trap since it was made. */
+export class XGrammarRestartedError extends Error {
+  override name = 'XGrammarRestartedError';
+  constructor() {
+    super('structured output was restarted after the grammar engine failed; this sequence\'s grammar is gone (retry the request)');
   }
 }
 
@@ -44,9 +59,22 @@ export interface XGrammar {
   /**
    * Runs `call` after every earlier `run` has settled (one wasm call at a time, so each one's
    * messages are its own). Resolves with its value and the warnings it printed (file names
-   * removed); rejects with XGrammarCallError when it aborts or throws.
+   * removed); rejects with XGrammarCallError when it aborts or throws, and with
+   * XGrammarRestartedError when the module was restarted during it (a trap).
    */
   run<T>(call: (api: XGrammarApi) => T | Promise<T>): Promise<{ value: T; warnings: string[] }>;
+  /**
+   * Calls `call` on objects made in `epoch` (a matcher's calls), at once: throws
+   * XGrammarRestartedError when the module was restarted since, and restores the stack (and
+   * restarts the module on a trap) when `call` fails.
+   */
+  live<T>(epoch: number, call: () => T): T;
+  /** `live` for a call that resolves later. */
+  liveAsync<T>(epoch: number, call: () => Promise<T>): Promise<T>;
+  /** Restarts since the module was loaded: objects made in an earlier epoch are gone. */
+  readonly epoch: number;
+  /** Bytes of the module's linear memory now (it grows and never shrinks); 0 when unknown. */
+  memoryBytes(): number;
 }
 
 let loading: Promise<XGrammar> | undefined;
@@ -68,14 +96,6 @@ function apiOf(module: unknown): XGrammarApi | undefined {
   if (isApi(namespace)) return namespace;
   const global = (globalThis as { xgrammar?: unknown }).xgrammar;
   return isApi(global) ? global : undefined;
-}
-
-/** Set by the first trap: every later `run` rejects with it. */
-let broken: Error | undefined;
-
-/** Throws once the module has trapped: its memory may be corrupt, so live matchers stop too. */
-export function checkNotBroken(): void {
-  if (broken) throw broken;
 }
 
 /** The XGrammar module, loaded and started on the first call (later calls share it). */
@@ -103,6 +123,7 @@ async function load(): Promise<XGrammar> {
   const g = globalThis as { xgrammar?: unknown };
   const before = g.xgrammar;
   const { error: consoleError, log: consoleLog } = console;
+  const capture = captureInstance();
   try {
     const api = apiOf(imported ?? (await import('@mlc-ai/web-xgrammar')));
     // Another copy of the package set the global first: it keeps it.
@@ -113,39 +134,204 @@ async function load(): Promise<XGrammar> {
     console.log = forwarder('log');
     const empty = await api.TokenizerInfo.createTokenizerInfo([], 'raw', false, 0, []);
     empty.dispose();
-    return { api, run: (call) => enqueue(() => recorded(api, call)) };
+    return new LoadedXGrammar(api, capture.instance ? WasmState.of(capture.instance, capture.globals) : undefined);
   } finally {
+    capture.stop();
     console.error = consoleError;
     console.log = consoleLog;
     restoreGlobals();
   }
 }
 
-let queue: Promise<unknown> = Promise.resolve();
-
-/** Runs `task` after every task enqueued before it has settled. */
-function enqueue<T>(task: () => Promise<T>): Promise<T> {
-  const result = queue.then(task);
-  queue = result.catch(() => undefined);
-  return result;
+/**
+ * Watches WebAssembly.instantiate until `stop()`: a binary instantiated meanwhile (XGrammar's, as
+ * its wasm starts) gets its mutable globals exported, and its instance is kept. A binary that cannot
+ * be read is instantiated as it is (the module then runs without stack restores or restarts).
+ */
+function captureInstance(): { instance?: WebAssembly.Instance; globals: MutableGlobal[]; stop(): void } {
+  const wasm = WebAssembly as { instantiate: typeof WebAssembly.instantiate };
+  const original = wasm.instantiate;
+  const captured: { instance?: WebAssembly.Instance; globals: MutableGlobal[]; stop(): void } = {
+    globals: [],
+    stop: () => {
+      wasm.instantiate = original;
+    },
+  };
+  wasm.instantiate = (async (source: BufferSource | WebAssembly.Module, imports?: WebAssembly.Imports) => {
+    if (source instanceof WebAssembly.Module || captured.instance) return original(source as WebAssembly.Module, imports);
+    let binary: BufferSource = source;
+    let globals: MutableGlobal[] = [];
+    try {
+      const bytes = ArrayBuffer.isView(source) ? new Uint8Array(source.buffer, source.byteOffset, source.byteLength) : new Uint8Array(source);
+      ({ binary, globals } = exportMutableGlobals(bytes));
+    } catch {
+      // not a binary this reader knows: as it is
+    }
+    const result = await original(binary, imports);
+    captured.instance = result.instance;
+    captured.globals = globals;
+    return result;
+  }) as typeof WebAssembly.instantiate;
+  return captured;
 }
 
-async function recorded<T>(api: XGrammarApi, call: (api: XGrammarApi) => T | Promise<T>): Promise<{ value: T; warnings: string[] }> {
-  if (broken) throw broken;
-  const lines: string[] = [];
-  recording = lines;
-  try {
-    const value = await call(api);
-    return { value, warnings: messagesOf(lines, 'WARNING') };
-  } catch (error) {
-    const failure = new XGrammarCallError(messagesOf(lines, 'FATAL').join('\n'), error);
-    if (failure.trapped) {
-      broken = new Error(`XGrammar's wasm module trapped (${failure.message}) and is not used again; reload to use structured output`);
-      throw broken;
+/** The wasm instance's memory and globals: the idle stack pointer, and the snapshot a restart restores. */
+class WasmState {
+  private constructor(
+    private readonly memory: WebAssembly.Memory,
+    /** The first defined global, emscripten's shadow stack pointer, and its value between calls. */
+    private readonly stackPointer: WebAssembly.Global,
+    private readonly idleStack: number,
+    private readonly globals: { global: WebAssembly.Global; value: unknown }[],
+    /** The memory right after start: its size and its non-zero 64 KiB pages. */
+    private readonly snapshot: { bytes: number; pages: Map<number, Uint8Array> },
+  ) {}
+
+  /** Reads an instance just started (no call in progress); undefined when it is not as expected. */
+  static of(instance: WebAssembly.Instance, mutable: readonly MutableGlobal[]): WasmState | undefined {
+    const memory = Object.values(instance.exports).find((value) => value instanceof WebAssembly.Memory);
+    const globals = mutable.map(({ index }) => instance.exports[globalExportName(index)]);
+    if (!(memory instanceof WebAssembly.Memory) || mutable[0]?.index !== 0 || mutable[0].type !== 0x7f) return undefined;
+    if (!globals.every((global): global is WebAssembly.Global => global instanceof WebAssembly.Global)) return undefined;
+    const pages = new Map<number, Uint8Array>();
+    const view = new Uint8Array(memory.buffer);
+    for (let at = 0; at < view.length; at += PAGE) {
+      const page = view.subarray(at, at + PAGE);
+      if (page.some((b) => b !== 0)) pages.set(at, page.slice());
     }
-    throw failure;
-  } finally {
-    recording = undefined;
+    return new WasmState(
+      memory,
+      globals[0]!,
+      globals[0]!.value as number,
+      globals.map((global) => ({ global, value: global.value as unknown })),
+      { bytes: view.length, pages },
+    );
+  }
+
+  get memoryBytes(): number {
+    return this.memory.buffer.byteLength;
+  }
+
+  /** Puts the stack pointer back to its idle value; only while no wasm frame is live. */
+  restoreStack(): void {
+    this.stackPointer.value = this.idleStack;
+  }
+
+  /** Puts memory and globals back as they were right after start (the memory keeps its size). */
+  restore(): void {
+    const view = new Uint8Array(this.memory.buffer);
+    view.fill(0);
+    for (const [at, page] of this.snapshot.pages) view.set(page, at);
+    for (const { global, value } of this.globals) global.value = value;
+  }
+}
+
+const PAGE = 64 * 1024;
+
+class LoadedXGrammar implements XGrammar {
+  epoch = 0;
+  /** Set by a trap where the module cannot be restarted: every later call rejects with it. */
+  private broken: Error | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+  /** A restart is queued: the epoch has moved on, the memory is put back once the running `run` ends. */
+  private restartQueued = false;
+
+  constructor(
+    readonly api: XGrammarApi,
+    private readonly wasm: WasmState | undefined,
+  ) {}
+
+  run<T>(call: (api: XGrammarApi) => T | Promise<T>): Promise<{ value: T; warnings: string[] }> {
+    return this.enqueue(() => this.recorded(call));
+  }
+
+  live<T>(epoch: number, call: () => T): T {
+    this.checkEpoch(epoch);
+    const outer = recording; // a run awaiting between its calls keeps its own lines
+    const lines: string[] = [];
+    recording = lines;
+    try {
+      return call();
+    } catch (error) {
+      throw this.failed(new XGrammarCallError(messagesOf(lines, 'FATAL').join('\n'), error), false);
+    } finally {
+      recording = outer;
+    }
+  }
+
+  async liveAsync<T>(epoch: number, call: () => Promise<T>): Promise<T> {
+    this.checkEpoch(epoch);
+    let value: T;
+    try {
+      value = await call();
+    } catch (error) {
+      throw this.failed(new XGrammarCallError('', error), false);
+    }
+    this.checkEpoch(epoch); // restarted while it waited: what it made is gone
+    return value;
+  }
+
+  memoryBytes(): number {
+    return this.wasm?.memoryBytes ?? 0;
+  }
+
+  private checkEpoch(epoch: number): void {
+    if (this.broken) throw this.broken;
+    if (epoch !== this.epoch) throw new XGrammarRestartedError();
+  }
+
+  private enqueue<T>(task: () => Promise<T>): Promise<T> {
+    const result = this.queue.then(() => {
+      if (this.restartQueued) this.restart(false);
+      return task();
+    });
+    this.queue = result.catch(() => undefined);
+    return result;
+  }
+
+  private async recorded<T>(call: (api: XGrammarApi) => T | Promise<T>): Promise<{ value: T; warnings: string[] }> {
+    const epoch = this.epoch;
+    this.checkEpoch(epoch);
+    const lines: string[] = [];
+    recording = lines;
+    try {
+      const value = await call(this.api);
+      this.checkEpoch(epoch); // a matcher trapped meanwhile: what this made is gone
+      return { value, warnings: messagesOf(lines, 'WARNING') };
+    } catch (error) {
+      if (error instanceof XGrammarRestartedError || error === this.broken) throw error;
+      throw this.failed(new XGrammarCallError(messagesOf(lines, 'FATAL').join('\n'), error), true);
+    } finally {
+      recording = undefined;
+    }
+  }
+
+  /**
+   * After a failed call (no wasm frame live any more): the stack pointer back to idle; after a trap,
+   * a restart: at once inside a run, else when the next run starts (the run in progress would
+   * otherwise go on with its objects in the restored memory). Returns what the caller throws.
+   */
+  private failed(failure: XGrammarCallError, inQueue: boolean): Error {
+    if (!failure.trapped) {
+      this.wasm?.restoreStack();
+      return failure;
+    }
+    if (!this.wasm) {
+      this.broken = new Error(`XGrammar's wasm module trapped (${failure.message}) and cannot be restarted here; reload to use structured output`);
+      return this.broken;
+    }
+    if (inQueue) this.restart(true);
+    else if (!this.restartQueued) {
+      this.restartQueued = true;
+      this.epoch++; // objects made so far are refused from now on; the next run restores the memory
+    }
+    return failure;
+  }
+
+  private restart(advance: boolean): void {
+    this.wasm!.restore();
+    if (advance) this.epoch++;
+    this.restartQueued = false;
   }
 }
 

@@ -1,0 +1,112 @@
+// Structured output under a stream of hostile structures: thousands of refused regexes, grammars
+// and schemas in a row, interleaved with accepted ones, leave the grammar engine working (each
+// refusal used to leak XGrammar's shadow stack until the ~68th trapped the module for good); a trap
+// restarts the module, failing only the sequences whose matchers lived in it; the cache's memory
+// returns to its bound after bursts of distinct structures. stories260K's vocabulary: fast.
+import { describe, expect, it } from 'vitest';
+import { MAX_CACHED_GRAMMAR_BYTES, MAX_CACHED_GRAMMARS, modelGrammars } from '../../src/grammar/model-grammars.ts';
+import { compileStructuredOutput, StructuredOutputError, type StructuredOutput } from '../../src/grammar/structured-output.ts';
+import { loadXGrammar, XGrammarRestartedError } from '../../src/grammar/xgrammar.ts';
+import { mulberry32 } from '../../scripts/prng.ts';
+import { grammarTokenizer } from '../helpers/grammar-tokenizers.ts';
+import { allowedIds, walk } from '../helpers/grammar-walk.ts';
+
+const { tokenizer, vocabSize } = grammarTokenizer('stories260K');
+const compact = { kind: 'compact' } as const;
+
+/** A structure XGrammar itself refuses (our checks pass it on), different for each `i`. */
+function refused(i: number): StructuredOutput {
+  switch (i % 3) {
+    case 0:
+      return { type: 'regex', pattern: `(a${')'.repeat(2 + (i % 4))}b{${i % 7}}` };
+    case 1:
+      return { type: 'grammar', grammar: `root ::= "a" ( "b${i}" | ` };
+    default:
+      return { type: 'grammar', grammar: `root ::= undefined_rule_${i}` };
+  }
+}
+
+/** A structure that compiles, different for each `i`. */
+function accepted(i: number): StructuredOutput {
+  if (i % 2 === 0) return { type: 'regex', pattern: `a{${1 + (i % 5)}}b[cd]{0,${i % 9}}` };
+  const properties = { [`k${i}`]: { type: 'integer' }, s: { type: 'string', maxLength: 1 + (i % 3) } };
+  return { type: 'json_schema', schema: { type: 'object', properties, required: [`k${i}`] }, whitespace: compact };
+}
+
+describe('structured output under hostile structures', () => {
+  it('refuses thousands of structures in a row with 400s and keeps compiling and matching', async () => {
+    const xg = await loadXGrammar();
+    const epoch = xg.epoch;
+    // A sequence decoding throughout: its matcher must stay valid.
+    const live = await (await compileStructuredOutput(tokenizer, vocabSize, { type: 'choice', choices: ['Once upon'] })).createConstraint([2]);
+    const random = mulberry32(29);
+    let refusals = 0;
+    for (let i = 0; i < 2400; i++) {
+      if (random() < 0.8) {
+        const error = await compileStructuredOutput(tokenizer, vocabSize, refused(i)).catch((e: unknown) => e);
+        expect(error, `structure ${i}`).toBeInstanceOf(StructuredOutputError);
+        expect((error as Error).message).not.toMatch(/restarted|trapped|reload/);
+        refusals++;
+      } else await compileStructuredOutput(tokenizer, vocabSize, accepted(i));
+    }
+    expect(refusals).toBeGreaterThan(1500);
+    expect(xg.epoch).toBe(epoch); // nothing trapped
+    const compiled = await compileStructuredOutput(tokenizer, vocabSize, { type: 'regex', pattern: 'ab' });
+    const constraint = await compiled.createConstraint([2]);
+    expect(allowedIds(await walk(constraint, []), vocabSize).length).toBeGreaterThan(0);
+    constraint.dispose();
+    expect(allowedIds(await walk(live, []), vocabSize).length).toBeGreaterThan(0);
+    live.dispose();
+  });
+
+  it('after a trap, fails the sequences whose matchers lived in the module, and serves new ones', async () => {
+    const xg = await loadXGrammar();
+    const output: StructuredOutput = { type: 'regex', pattern: '[ab]{1,3}c' };
+    const before = await (await compileStructuredOutput(tokenizer, vocabSize, output)).createConstraint([2]);
+    const mask = new Uint32Array(Math.ceil(vocabSize / 32));
+    await before.fillNextMask(mask);
+    // A trap: a schema nested past what the checks before XGrammar allow, given to it directly.
+    let deep: unknown = { type: 'integer' };
+    for (let i = 0; i < 200; i++) deep = { type: 'object', properties: { a: deep }, required: ['a'] };
+    const epoch = xg.epoch;
+    await expect(xg.run((api) => api.Grammar.fromJSONSchema(JSON.stringify(deep), false, -1))).rejects.toThrow();
+    expect(xg.epoch).toBe(epoch + 1);
+    await expect(before.fillNextMask(mask)).rejects.toThrow(XGrammarRestartedError);
+    expect(() => before.forced()).toThrow(XGrammarRestartedError);
+    before.dispose(); // frees nothing in the restarted module
+    // The same structure compiles again in the new epoch and matches as before.
+    const after = await (await compileStructuredOutput(tokenizer, vocabSize, output)).createConstraint([2]);
+    const model = await modelGrammars(tokenizer, vocabSize);
+    expect(model.cachedKeys).toEqual([JSON.stringify(['regex', '[ab]{1,3}c'])]);
+    await after.fillNextMask(mask);
+    const first = allowedIds(mask, vocabSize).map((id) => new TextDecoder().decode(tokenizer.tokenBytes!(id)!));
+    expect(first.length).toBeGreaterThan(0);
+    for (const piece of first) expect(piece, piece).toMatch(/^[ab]{1,3}c?$/);
+    after.dispose();
+  });
+
+  it('returns to its memory bound after bursts of distinct schemas and tool-call tags', async () => {
+    const xg = await loadXGrammar();
+    const model = await modelGrammars(tokenizer, vocabSize);
+    const burst = async (from: number, count: number) => {
+      for (let i = from; i < from + count; i++) {
+        const tags = [0, 1].map((k) => ({
+          type: 'tag',
+          begin: `<tool_call>{"name": "t${i}_${k}", "arguments": `,
+          content: { type: 'json_schema', json_schema: { type: 'object', properties: { [`q${i}`]: { type: 'string' } }, required: [`q${i}`] } },
+          end: '}</tool_call>',
+        }));
+        const tag = { type: 'structural_tag', format: { type: 'triggered_tags', triggers: ['<tool_call>'], tags, at_least_one: true, stop_after_first: false } };
+        await compileStructuredOutput(tokenizer, vocabSize, i % 2 === 0 ? accepted(i) : { type: 'structural_tag', tag });
+      }
+    };
+    await burst(100_000, 2 * MAX_CACHED_GRAMMARS);
+    const plateau = xg.memoryBytes();
+    expect(plateau).toBeGreaterThan(0);
+    await burst(200_000, 8 * MAX_CACHED_GRAMMARS);
+    expect(model.cachedKeys.length).toBeLessThanOrEqual(MAX_CACHED_GRAMMARS);
+    expect(model.cachedBytes).toBeLessThanOrEqual(MAX_CACHED_GRAMMAR_BYTES);
+    // Evicted grammars are freed: their memory is reused, the module does not grow.
+    expect(xg.memoryBytes()).toBe(plateau);
+  });
+});
