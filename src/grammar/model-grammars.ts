@@ -11,10 +11,10 @@ import type { TextTokenizer } from '../tokenizer/types.ts';
 import { MAX_COST, scaledCost } from './limits.ts';
 import { JumpForwardTokens } from './jump-forward.ts';
 import { compileError, ignoredPartError, tooCostly, type PreparedOutput } from './prepare.ts';
-import { StructuredOutputError } from './types.ts';
+import { GrammarEngineRestartedError, StructuredOutputError } from './types.ts';
 import { Utf8Tokens } from './utf8-tokens.ts';
 import { byteLevelVocabulary } from './vocabulary.ts';
-import { loadXGrammar, XGrammarCallError, XGrammarRestartedError, type XGrammar } from './xgrammar.ts';
+import { loadXGrammar, XGrammarCallError, type XGrammar } from './xgrammar.ts';
 
 /** Compiled grammars kept per (tokenizer, vocabSize). */
 export const MAX_CACHED_GRAMMARS = 32;
@@ -158,7 +158,7 @@ export class ModelGrammars {
       try {
         return await task();
       } catch (error) {
-        if (!(error instanceof XGrammarRestartedError) || attempt >= RESTART_ATTEMPTS) throw error;
+        if (!(error instanceof GrammarEngineRestartedError) || attempt >= RESTART_ATTEMPTS) throw error;
       }
     }
   }

@@ -8,7 +8,7 @@
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import type { CompiledStructuredOutput, StructuredOutput } from './types.ts';
 
-export { StructuredOutputError } from './types.ts';
+export { GrammarEngineRestartedError, StructuredOutputError } from './types.ts';
 export type { CompiledStructuredOutput, JsonWhitespace, StructuredOutput } from './types.ts';
 
 type Implementation = typeof import('./compile-output.ts');

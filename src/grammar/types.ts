@@ -38,3 +38,14 @@ export interface CompiledStructuredOutput {
   /** A fresh constraint for one sequence; `stopTokenIds` end the structure once it is complete. */
   createConstraint(stopTokenIds: readonly number[]): Promise<TokenConstraint>;
 }
+
+/**
+ * The grammar engine was restarted after a trap (xgrammar.ts) while this sequence's grammar lived
+ * in it: the sequence cannot go on, and the same request sent again works.
+ */
+export class GrammarEngineRestartedError extends Error {
+  override name = 'GrammarEngineRestartedError';
+  constructor() {
+    super('structured output was restarted after the grammar engine failed on another request; retry this request');
+  }
+}

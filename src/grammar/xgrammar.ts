@@ -23,6 +23,7 @@
 //   grammars, matchers) is dropped without calling into it; its `epoch` counts restarts.
 // Browser code: no Node imports; Node's modules come from `process.getBuiltinModule`.
 import type * as XGrammarPackage from '@mlc-ai/web-xgrammar';
+import { GrammarEngineRestartedError } from './types.ts';
 import { exportMutableGlobals, globalExportName, type MutableGlobal } from './wasm-globals.ts';
 
 export type XGrammarApi = typeof XGrammarPackage;
@@ -45,14 +46,6 @@ export class XGrammarCallError extends Error {
   }
 }
 
-/** An object of an earlier epoch was used: the module was restarted after a trap since it was made. */
-export class XGrammarRestartedError extends Error {
-  override name = 'XGrammarRestartedError';
-  constructor() {
-    super('structured output was restarted after the grammar engine failed; this sequence\'s grammar is gone (retry the request)');
-  }
-}
-
 /** The loaded module: its API, and `run` for calls that may abort or warn. */
 export interface XGrammar {
   readonly api: XGrammarApi;
@@ -60,12 +53,12 @@ export interface XGrammar {
    * Runs `call` after every earlier `run` has settled (one wasm call at a time, so each one's
    * messages are its own). Resolves with its value and the warnings it printed (file names
    * removed); rejects with XGrammarCallError when it aborts or throws, and with
-   * XGrammarRestartedError when the module was restarted during it (a trap).
+   * GrammarEngineRestartedError when the module was restarted during it (a trap).
    */
   run<T>(call: (api: XGrammarApi) => T | Promise<T>): Promise<{ value: T; warnings: string[] }>;
   /**
    * Calls `call` on objects made in `epoch` (a matcher's calls), at once: throws
-   * XGrammarRestartedError when the module was restarted since, and restores the stack (and
+   * GrammarEngineRestartedError when the module was restarted since, and restores the stack (and
    * restarts the module on a trap) when `call` fails.
    */
   live<T>(epoch: number, call: () => T): T;
@@ -277,7 +270,7 @@ class LoadedXGrammar implements XGrammar {
 
   private checkEpoch(epoch: number): void {
     if (this.broken) throw this.broken;
-    if (epoch !== this.epoch) throw new XGrammarRestartedError();
+    if (epoch !== this.epoch) throw new GrammarEngineRestartedError();
   }
 
   private enqueue<T>(task: () => Promise<T>): Promise<T> {
@@ -299,7 +292,7 @@ class LoadedXGrammar implements XGrammar {
       this.checkEpoch(epoch); // a matcher trapped meanwhile: what this made is gone
       return { value, warnings: messagesOf(lines, 'WARNING') };
     } catch (error) {
-      if (error instanceof XGrammarRestartedError || error === this.broken) throw error;
+      if (error instanceof GrammarEngineRestartedError || error === this.broken) throw error;
       throw this.failed(new XGrammarCallError(messagesOf(lines, 'FATAL').join('\n'), error), true);
     } finally {
       recording = undefined;

@@ -6,7 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { MAX_CACHED_GRAMMAR_BYTES, MAX_CACHED_GRAMMARS, modelGrammars } from '../../src/grammar/model-grammars.ts';
 import { compileStructuredOutput, StructuredOutputError, type StructuredOutput } from '../../src/grammar/structured-output.ts';
-import { loadXGrammar, XGrammarRestartedError } from '../../src/grammar/xgrammar.ts';
+import { GrammarEngineRestartedError } from '../../src/grammar/types.ts';
+import { loadXGrammar } from '../../src/grammar/xgrammar.ts';
 import { mulberry32 } from '../../scripts/prng.ts';
 import { grammarTokenizer } from '../helpers/grammar-tokenizers.ts';
 import { allowedIds, walk } from '../helpers/grammar-walk.ts';
@@ -71,8 +72,8 @@ describe('structured output under hostile structures', () => {
     const epoch = xg.epoch;
     await expect(xg.run((api) => api.Grammar.fromJSONSchema(JSON.stringify(deep), false, -1))).rejects.toThrow();
     expect(xg.epoch).toBe(epoch + 1);
-    await expect(before.fillNextMask(mask)).rejects.toThrow(XGrammarRestartedError);
-    expect(() => before.forced()).toThrow(XGrammarRestartedError);
+    await expect(before.fillNextMask(mask)).rejects.toThrow(GrammarEngineRestartedError);
+    expect(() => before.forced()).toThrow(GrammarEngineRestartedError);
     before.dispose(); // frees nothing in the restarted module
     // The same structure compiles again in the new epoch and matches as before.
     const after = await (await compileStructuredOutput(tokenizer, vocabSize, output)).createConstraint([2]);

@@ -3,7 +3,8 @@
 // restarts the module: the call that trapped fails, objects made before it are refused, and the
 // next calls work. A file of its own: it drives the process's one XGrammar module.
 import { describe, expect, it } from 'vitest';
-import { loadXGrammar, XGrammarCallError, XGrammarRestartedError } from '../../src/grammar/xgrammar.ts';
+import { GrammarEngineRestartedError } from '../../src/grammar/types.ts';
+import { loadXGrammar, XGrammarCallError } from '../../src/grammar/xgrammar.ts';
 
 const REFUSED_REGEX = (i: number) => JSON.stringify({ type: 'structural_tag', format: { type: 'regex', pattern: `(a${')'.repeat(2 + (i % 3))}${'x'.repeat(i % 50)}` } });
 
@@ -38,7 +39,7 @@ describe('XGrammar after failures', () => {
     expect(trap).toBeInstanceOf(XGrammarCallError);
     expect((trap as XGrammarCallError).trapped).toBe(true);
     expect(xg.epoch).toBe(epoch + 1);
-    expect(() => xg.live(epoch, () => before.toString())).toThrow(XGrammarRestartedError);
+    expect(() => xg.live(epoch, () => before.toString())).toThrow(GrammarEngineRestartedError);
     const { value: after } = await xg.run((api) => api.Grammar.fromEBNF('root ::= "a" "b"*', 'root'));
     expect(await xg.api.Testings.isGrammarAcceptString(after, 'abbb')).toBe(true);
     expect(await xg.api.Testings.isGrammarAcceptString(after, 'ba')).toBe(false);
