@@ -128,6 +128,24 @@ export function isQueueFullError(err: unknown): boolean {
   return typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'QueueFullError';
 }
 
+/**
+ * 503: the grammar engine was restarted after another request made it trap, ending this request's
+ * constrained sequence; retryable (the openai client retries it by itself), since the same request
+ * sent again compiles in the restarted engine.
+ */
+export function grammarEngineRestarted(reason: string, cause?: unknown): ApiError {
+  return new ApiError(503, `The grammar engine was restarted while this request used it: ${reason}.`, {
+    type: 'service_unavailable',
+    code: 'grammar_engine_restarted',
+    cause,
+  });
+}
+
+/** Whether `err` is the grammar layer's GrammarEngineRestartedError, by name: no grammar import here. */
+export function isGrammarEngineRestartedError(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'GrammarEngineRestartedError';
+}
+
 /** Whether `err` is an abort (DOMException / Error named 'AbortError'). */
 export function isAbortError(err: unknown): boolean {
   return typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'AbortError';
@@ -168,12 +186,13 @@ function serverError(err: unknown): ApiError {
 
 /**
  * Any thrown value as an ApiError: ApiErrors pass through, an abort becomes 499 (client closed
- * the request; nobody reads it), the engine's QueueFullError 429, everything else a 500
- * server_error carrying the message.
+ * the request; nobody reads it), the engine's QueueFullError 429, the grammar engine's restart
+ * 503, everything else a 500 server_error carrying the message.
  */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (isQueueFullError(err)) return queueFull(errorMessage(err), err);
+  if (isGrammarEngineRestartedError(err)) return grammarEngineRestarted(errorMessage(err), err);
   if (isAbortError(err)) {
     return new ApiError(499, 'The request was aborted by the client.', { type: 'invalid_request_error', code: 'aborted', cause: err });
   }

@@ -14,11 +14,11 @@ import {
   requestStructure,
   whitespaceFromPattern,
 } from '../../src/api/structured-output.ts';
-import type { StructuredOutput } from '../../src/grammar/structured-output.ts';
+import { GrammarEngineRestartedError, type StructuredOutput } from '../../src/grammar/structured-output.ts';
 import { events, expectError, json, PROMPT, type Json } from '../helpers/api-requests.ts';
 import { chatGenerator } from '../helpers/chat-fakes.ts';
 import { EOS, FakeGenerator } from '../helpers/fake-generator.ts';
-import { FixedStructure } from '../helpers/fixed-structure.ts';
+import { FixedStructure, type FixedStructureOptions } from '../helpers/fixed-structure.ts';
 
 const SCHEMA = { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] };
 const TAG = { type: 'structural_tag', format: { type: 'const_string', value: 'x' } };
@@ -228,10 +228,15 @@ describe('the compile', () => {
 describe('constrained generation', () => {
   /** The fake model writes its story; the structure makes it write this instead. */
   const TEXT = '{"a": 1, "b": [true]}';
-  const setup = (options: { forced?: [number, number]; closedAtEnd?: boolean; delayMs?: number; failAfter?: number } = {}) => {
+  const setup = (options: { forced?: [number, number]; closedAtEnd?: boolean; delayMs?: number; failAfter?: number; failAt?: FixedStructureOptions['failAt'] } = {}) => {
     const generator = chatGenerator({ ...(options.delayMs ? { delayMs: options.delayMs } : {}), ...(options.failAfter !== undefined ? { failAfter: options.failAfter } : {}) });
     const tokens = generator.tokenizer.encodePieces(TEXT);
-    const fixed = new FixedStructure({ tokens: () => tokens, ...(options.forced ? { forced: options.forced } : {}), ...(options.closedAtEnd ? { closedAtEnd: true } : {}) });
+    const fixed = new FixedStructure({
+      tokens: () => tokens,
+      ...(options.forced ? { forced: options.forced } : {}),
+      ...(options.closedAtEnd ? { closedAtEnd: true } : {}),
+      ...(options.failAt ? { failAt: options.failAt } : {}),
+    });
     const send = (body: Record<string, unknown>, url = '/v1/completions', signal?: AbortSignal) =>
       post(generator, { model: 'fake', ...(url === '/v1/completions' ? { prompt: PROMPT } : { messages }), max_tokens: 60, ...body }, url, { compileStructuredOutput: fixed.compile }, signal);
     return { generator, tokens, fixed, send };
@@ -345,5 +350,20 @@ describe('constrained generation', () => {
     expect((await failing.send({ guided_json: SCHEMA, n: 2 })).status).toBe(500);
     expect(failing.fixed.constraints).toHaveLength(1);
     expect(failing.fixed.undisposed).toBe(0);
+  });
+
+  it('answers 503, retryable, when a restart of the grammar engine ends a sequence, and disposes of its constraint', async () => {
+    const restarted = () => setup({ failAt: { step: 3, error: () => new GrammarEngineRestartedError() } });
+    const whole = restarted();
+    const response = await whole.send({ guided_json: SCHEMA });
+    expect(response.status).toBe(503);
+    expect(response.headers['x-should-retry']).toBeUndefined();
+    expect(json(response).error).toMatchObject({ type: 'service_unavailable', code: 'grammar_engine_restarted' });
+    expect(json(response).error.message).toMatch(/retry/);
+    expect(whole.fixed.undisposed).toBe(0);
+    const streamed = restarted();
+    const last = (await events(await streamed.send({ guided_json: SCHEMA, stream: true }, '/v1/chat/completions'))).filter((e) => e !== '[DONE]').at(-1);
+    expect(last.error).toMatchObject({ code: 'grammar_engine_restarted' });
+    expect(streamed.fixed.undisposed).toBe(0);
   });
 });

@@ -17,6 +17,8 @@ export interface FixedStructureOptions {
   reject?: string;
   /** Once spelled, allow nothing, not even the stop ids (the mask is all zero). */
   closedAtEnd?: boolean;
+  /** The mask of this step (counted from 0) throws what this makes (a grammar engine failing mid-sequence). */
+  failAt?: { step: number; error: () => Error };
 }
 
 /** One constraint the compiler made. */
@@ -56,8 +58,9 @@ export class FixedStructure {
     };
     return {
       maskWords: Math.ceil(vocabSize / 32),
-      async fillNextMask(mask) {
+      fillNextMask: async (mask) => {
         live();
+        if (this.options.failAt && at === this.options.failAt.step) throw this.options.failAt.error();
         mask.fill(0);
         const allowed = at < tokens.length ? [tokens[at]!] : closedAtEnd ? [] : stopTokenIds;
         for (const id of allowed) mask[id >> 5] |= 1 << (id & 31);
