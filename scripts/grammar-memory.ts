@@ -41,6 +41,7 @@ const HEAVY: Record<string, StructuredOutput> = {
   integer_range_1e300: schema({ type: 'integer', minimum: -1e300, maximum: 1e300 }),
 };
 
+console.log(`before XGrammar: rss ${MiB(process.memoryUsage().rss)}`);
 const xg = await loadXGrammar();
 /** The JS heap after a full collection, where node runs with --expose-gc. */
 const heap = () => {

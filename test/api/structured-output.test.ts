@@ -214,6 +214,29 @@ describe('the compile', () => {
     expect(generator.events).toEqual([]);
   });
 
+  it('answers hundreds of structures XGrammar refuses with 400s, and structured requests after them with 200s', async () => {
+    // Each refusal used to leak part of XGrammar's wasm stack: about the 70th trapped the module
+    // and every structured request after it, anyone's, answered 500 until a restart.
+    const generator = chatGenerator();
+    const tokenizer = generator.tokenizer;
+    Object.assign(tokenizer, {
+      tokenBytes: (id: number) => (tokenizer.isByte(id) ? Uint8Array.of(id - tokenizer.id(0)) : new TextEncoder().encode(tokenizer.vocab[id]!.replaceAll('▁', ' '))),
+    });
+    const refused = (i: number): [Record<string, unknown>, string] =>
+      i % 2 === 0
+        ? [{ guided_regex: `(a${')'.repeat(2 + (i % 3))}x{${i}}` }, 'guided_regex']
+        : [{ extra_body: { guided_grammar: `root ::= "a" | rule_${i}` } }, 'extra_body.guided_grammar'];
+    for (let i = 0; i < 300; i++) {
+      const [fields, param] = refused(i);
+      const r = await post(generator, { model: 'fake', prompt: PROMPT, ...fields });
+      expect(r.status, `request ${i}: ${JSON.stringify(json(r))}`).toBe(400);
+      expect(json(r).error.param).toBe(param);
+    }
+    const ok: Json = json(await post(generator, { model: 'fake', prompt: PROMPT, guided_choice: ['yes', 'no'], max_tokens: 8 }));
+    expect(['yes', 'no']).toContain(ok.choices[0].text);
+    expect(ok.choices[0].finish_reason).toBe('stop');
+  });
+
   it('leaves other compile failures 500s', async () => {
     const generator = new FakeGenerator();
     const compileStructuredOutput = async () => {
