@@ -139,19 +139,17 @@ async function load(): Promise<XGrammar> {
 /**
  * Watches WebAssembly.instantiate until `stop()`: a binary instantiated meanwhile (XGrammar's, as
  * its wasm starts) gets its mutable globals exported, and its instance is kept. A binary that cannot
- * be read is instantiated as it is (the module then runs without stack restores or restarts).
+ * be read is instantiated as it is, and when other code instantiated wasm in the same moments no
+ * instance is trusted to be XGrammar's: the module then runs without stack restores or restarts.
  */
-function captureInstance(): { instance?: WebAssembly.Instance; globals: MutableGlobal[]; stop(): void } {
+function captureInstance(): { readonly instance: WebAssembly.Instance | undefined; readonly globals: MutableGlobal[]; stop(): void } {
   const wasm = WebAssembly as { instantiate: typeof WebAssembly.instantiate };
   const original = wasm.instantiate;
-  const captured: { instance?: WebAssembly.Instance; globals: MutableGlobal[]; stop(): void } = {
-    globals: [],
-    stop: () => {
-      wasm.instantiate = original;
-    },
-  };
+  const seen: { instance: WebAssembly.Instance; globals: MutableGlobal[] }[] = [];
+  let calls = 0;
   wasm.instantiate = (async (source: BufferSource | WebAssembly.Module, imports?: WebAssembly.Imports) => {
-    if (source instanceof WebAssembly.Module || captured.instance) return original(source as WebAssembly.Module, imports);
+    calls++;
+    if (source instanceof WebAssembly.Module) return original(source, imports);
     let binary: BufferSource = source;
     let globals: MutableGlobal[] = [];
     try {
@@ -161,11 +159,20 @@ function captureInstance(): { instance?: WebAssembly.Instance; globals: MutableG
       // not a binary this reader knows: as it is
     }
     const result = await original(binary, imports);
-    captured.instance = result.instance;
-    captured.globals = globals;
+    seen.push({ instance: result.instance, globals });
     return result;
   }) as typeof WebAssembly.instantiate;
-  return captured;
+  return {
+    get instance() {
+      return calls === 1 ? seen[0]?.instance : undefined;
+    },
+    get globals() {
+      return calls === 1 ? (seen[0]?.globals ?? []) : [];
+    },
+    stop: () => {
+      wasm.instantiate = original;
+    },
+  };
 }
 
 /** The wasm instance's memory and globals: the idle stack pointer, and the snapshot a restart restores. */
