@@ -124,9 +124,15 @@ export const placementClient = {
   /**
    * Structured output in this placement (XGrammar loads on first use, here): the openai client's
    * chat with a json_schema response_format, and a completion with vLLM's guided_choice, both
-   * sampled at temperature 1 with a seed.
+   * sampled at temperature 1 with a seed; before them, 120 regexes the grammar engine refuses (each
+   * refusal used to leak part of its wasm stack, and about the 70th broke it for good).
    */
   async structured() {
+    const refusals: Record<number, number> = {};
+    for (let i = 0; i < 120; i++) {
+      const response = await post({ model: MODEL, prompt: 'The cat was', max_tokens: 4, guided_regex: `(a${')'.repeat(2 + (i % 3))}x{${i}}` });
+      refusals[response.status] = (refusals[response.status] ?? 0) + 1;
+    }
     const client = new OpenAI({ baseURL: location.origin + '/v1', apiKey: 'unused', dangerouslyAllowBrowser: true });
     const template = '{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}';
     const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['name', 'age'], additionalProperties: false };
@@ -141,6 +147,7 @@ export const placementClient = {
     });
     const choice = await client.completions.create({ model: MODEL, prompt: 'The cat was', max_tokens: 8, temperature: 1, seed: 7, ...({ guided_choice: ['happy', 'sad'] } as Record<string, unknown>) });
     return {
+      refusals,
       chatContent: chat.choices[0]!.message.content,
       chatFinish: chat.choices[0]!.finish_reason,
       choiceText: choice.choices[0]!.text,

@@ -28,7 +28,7 @@ type Client = {
   badParameter(): Promise<{ status: number; contentType: string | null; body: any }>;
   openaiStream(prompt: string, maxTokens: number): Promise<{ texts: string[]; errorStatus: number | null; errorParam: string | null }>;
   openaiChat(maxTokens: number): Promise<{ texts: string[]; finishReason: string | null; completionText: string; promptTokens: number }>;
-  structured(): Promise<{ chatContent: string | null; chatFinish: string; choiceText: string; choiceFinish: string }>;
+  structured(): Promise<{ refusals: Record<number, number>; chatContent: string | null; chatFinish: string; choiceText: string; choiceFinish: string }>;
 };
 
 const call = <K extends keyof Client>(page: Page, name: K, ...args: Parameters<Client[K]>): Promise<Awaited<ReturnType<Client[K]>>> =>
@@ -87,6 +87,7 @@ async function expectAnsweredAsTheApiSays(page: Page): Promise<void> {
 
   // Structured output: the grammar engine loads and constrains decoding in this placement too.
   const structured = await call(page, 'structured');
+  expect(structured.refusals).toEqual({ 400: 120 });
   expect(structured.choiceFinish).toBe('stop');
   expect(['happy', 'sad']).toContain(structured.choiceText);
   if (structured.chatFinish === 'stop') {
@@ -123,8 +124,8 @@ test.describe('engine placements', () => {
     await expectAnsweredAsTheApiSays(page);
     const stats = await page.evaluate(() => (window as any).placementStats());
     // complete, stream, abort, complete, openai stream and error, chat, tokenize and completion, bad
-    // parameter, and the two structured ones: the abort was seen in the worker.
-    expect(stats).toEqual({ inFlight: 0, completed: 11, aborted: 1 });
+    // parameter, the 120 refused regexes and the two structured ones: the abort was seen in the worker.
+    expect(stats).toEqual({ inFlight: 0, completed: 131, aborted: 1 });
 
     // A local File loads in a worker too, and the RemoteEngine answers complete() as an Engine does.
     const direct = await page.evaluate(([prompt, max]) => (window as any).placementFileEngine(prompt, max), [reference.prompt, MAX_TOKENS] as const);
@@ -147,7 +148,7 @@ test.describe('engine placements', () => {
     expect(await page.evaluate(() => !!navigator.serviceWorker.controller)).toBe(true);
     await expectAnsweredAsTheApiSays(page);
     // The page's abort reached the service worker too.
-    expect(await page.evaluate(() => (window as any).placementStats())).toEqual({ inFlight: 0, completed: 11, aborted: 1 });
+    expect(await page.evaluate(() => (window as any).placementStats())).toEqual({ inFlight: 0, completed: 131, aborted: 1 });
 
     // A second tab that installs nothing: plain fetch, answered by the service worker.
     const other = await context.newPage();
