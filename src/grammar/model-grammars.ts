@@ -9,6 +9,7 @@
 import type { CompiledGrammar, GrammarCompiler, GrammarMatcher, TokenizerInfo } from '@mlc-ai/web-xgrammar';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { MAX_COST, scaledCost } from './limits.ts';
+import { checkFiniteRules } from './finite-rules.ts';
 import { JumpForwardTokens } from './jump-forward.ts';
 import { compileError, ignoredPartError, tooCostly, type PreparedOutput } from './prepare.ts';
 import { GrammarEngineRestartedError, StructuredOutputError } from './types.ts';
@@ -201,12 +202,24 @@ export class ModelGrammars {
     this.compileCount++;
     const start = performance.now();
     try {
-      const { value, warnings } = await this.xg.run((api) => prepared.compile(api, held.compiler));
+      const { value, warnings } = await this.xg.run(async (api) => {
+        const grammar = await prepared.compile(api, held.compiler);
+        const normalized = grammar.grammar();
+        try {
+          return { grammar, text: normalized.toString() };
+        } finally {
+          normalized.dispose();
+        }
+      });
+      const finite = checkFiniteRules(value.text);
       if (prepared.warningsAreErrors && warnings.length > 0) {
-        this.xg.live(held.epoch, () => value.dispose());
+        this.xg.live(held.epoch, () => value.grammar.dispose());
         entry.error = ignoredPartError(prepared, warnings);
+      } else if ('rule' in finite) {
+        this.xg.live(held.epoch, () => value.grammar.dispose());
+        entry.error = endlessError(prepared, finite.rule);
       } else {
-        entry.grammar = value;
+        entry.grammar = value.grammar;
         entry.bytes += Math.round((performance.now() - start) * GRAMMAR_BYTES_PER_MS);
       }
     } catch (error) {
@@ -231,6 +244,17 @@ export class ModelGrammars {
     entry.grammar = undefined;
     if (grammar && held.epoch === this.xg.epoch) this.xg.live(held.epoch, () => grammar.dispose());
   }
+}
+
+/**
+ * The refusal of a structure with a rule that never ends: a sequence entering it could never
+ * complete, and XGrammar's jump-forward would build its forced text until memory ran out.
+ */
+function endlessError(prepared: PreparedOutput, rule: string): StructuredOutputError {
+  const hint = prepared.subject === 'JSON schema' || prepared.subject === 'structural tag' ? ' (a required property or item that refers back to its own schema?)' : '';
+  return new StructuredOutputError(
+    `Invalid ${prepared.subject}: it admits no finite output: the grammar's rule '${rule}' can never end${hint}`,
+  );
 }
 
 const models = new WeakMap<TextTokenizer, Map<number, Promise<ModelGrammars>>>();
