@@ -16,6 +16,7 @@ import {
   serviceUnavailable,
   toApiError,
 } from './errors.ts';
+import { clipText } from './excerpt.ts';
 import type { StructureCompiler } from './structured-output.ts';
 import { detokenize, tokenize } from './tokenize.ts';
 
@@ -231,7 +232,7 @@ async function answerFromMany(engines: readonly HostedEngine[], request: ApiRequ
   const failed = states.flatMap((state) => ('failed' in state ? [state.failed] : []));
   throw new ApiError(
     404,
-    `The model '${model}' does not exist. This server serves ${served.join(', ') || 'no loaded model'}` +
+    `The model '${clipText(model)}' does not exist. This server serves ${served.join(', ') || 'no loaded model'}` +
       (failed.length > 0 ? `; ${failed.length} model${failed.length > 1 ? 's' : ''} failed to load (${failed.join('; ')}).` : '.'),
     { param: retrieving ? null : 'model', code: 'model_not_found' },
   );
