@@ -5,11 +5,13 @@
 // refused the same way. The seeded fuzz over all of this is hostile-fuzz.test.ts.
 import { describe, expect, it } from 'vitest';
 import { Engine } from '../../src/api/engine.ts';
+import type { GenerationSession, SessionRequest, TextGenerator } from '../../src/engine/types.ts';
 import { ApiError } from '../../src/api/errors.ts';
 import { handleApiRequest, type ApiResponse } from '../../src/api/handler.ts';
 import { MAX_REQUEST_DEPTH } from '../../src/api/request-data.ts';
 import { json, type Json } from '../helpers/api-requests.ts';
 import { chatGenerator, WEATHER_TOOL } from '../helpers/chat-fakes.ts';
+import { FakeTokenizer } from '../helpers/fake-generator.ts';
 import { bodyText, deepArrayJson, deepObjectJson, MEBIBYTE_STRING, raw } from '../helpers/hostile-values.ts';
 
 const DEEP = 20_000;
@@ -177,5 +179,40 @@ describe('request objects given to the Engine directly', () => {
   it('keeps serving', async () => {
     const response = await direct.chat({ model: 'fake', messages, max_tokens: 4 });
     expect(response.choices[0]!.message.content).toBe(' Hello');
+  });
+});
+
+describe('long prompts', () => {
+  /** A generator that scores a prompt at once (every token -1) and writes nothing: the request layer's work alone. */
+  function scoringGenerator(contextLength: number): TextGenerator {
+    const tokenizer = new FakeTokenizer();
+    return {
+      info: { id: 'scorer', aliases: ['fake'], architecture: 'llama', contextLength, vocabSize: tokenizer.vocabSize, format: 'gguf', created: 0 },
+      tokenizer,
+      async openSession(request: SessionRequest): Promise<GenerationSession> {
+        return {
+          promptLogprobs: request.promptTokens.map((id, i) => (i === 0 ? null : { id, logprob: -1, topLogprobs: [] })),
+          cachedTokens: 0,
+          // eslint-disable-next-line require-yield
+          async *sequence() {
+            return 'length' as const;
+          },
+          close() {},
+        };
+      },
+      generate() {
+        throw new Error('not used');
+      },
+    } as unknown as TextGenerator;
+  }
+
+  it('echoes 150,000 prompt tokens with their logprobs (more than a call can take as spread arguments)', async () => {
+    const prompt = Array.from({ length: 150_000 }, (_, i) => 3 + (i % 250));
+    const body = JSON.stringify({ model: 'fake', prompt, echo: true, logprobs: 0, max_tokens: 0 });
+    const response = await handleApiRequest({ generator: scoringGenerator(200_000) }, { method: 'POST', url: COMPLETIONS, body });
+    expect(response.status).toBe(200);
+    const logprobs = json(response).choices[0].logprobs;
+    expect(logprobs.tokens).toHaveLength(150_000);
+    expect(logprobs.token_logprobs.slice(0, 2)).toEqual([null, -1]);
   });
 });
