@@ -422,14 +422,34 @@ export function parseRequestJson(text: string): unknown {
     if (!replaced) throw err;
     let parsed: unknown;
     try {
-      parsed = JSON.parse(out, (_key, value: unknown) =>
-        typeof value === 'string' && value.startsWith(NON_FINITE) ? Number(value.slice(NON_FINITE.length)) : value,
-      );
+      parsed = JSON.parse(out);
     } catch {
       throw err;
     }
-    return parsed;
+    return restoreNonFinite(parsed);
   }
+}
+
+/**
+ * The NaN and Infinity markers of parseRequestJson back as numbers, by a walk with its own stack:
+ * a JSON.parse reviver recurses, and a body may nest deeper than the stack (validation refuses
+ * it later, naming the parameter).
+ */
+function restoreNonFinite(value: unknown): unknown {
+  const isMarker = (item: unknown): item is string => typeof item === 'string' && item.startsWith(NON_FINITE);
+  const numberOf = (marker: string) => Number(marker.slice(NON_FINITE.length));
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (typeof node !== 'object' || node === null) continue;
+    const container = node as Record<string, unknown>;
+    for (const key of Object.keys(container)) {
+      const item = container[key];
+      if (typeof item === 'object' && item !== null) stack.push(item);
+      else if (isMarker(item)) container[key] = numberOf(item);
+    }
+  }
+  return isMarker(value) ? numberOf(value) : value;
 }
 
 function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {

@@ -94,6 +94,13 @@ describe('values nested too deeply: a 400 naming the parameter', () => {
     }
   });
 
+  it('names the parameter when the body also holds NaN or Infinity, as Python writes them', async () => {
+    const body = bodyText({ model: 'fake', messages, temperature: raw('nan'), chat_template_kwargs: { x: raw('v') } }, { nan: 'NaN', v: deepArrayJson(DEEP) });
+    const error = errorOf(await send(CHAT, body), 400);
+    expect(error.param).toBe('chat_template_kwargs');
+    expect(error.code).toBe('nested_too_deeply');
+  });
+
   it(`takes values ${MAX_REQUEST_DEPTH} levels deep, the body counted, in every field`, async () => {
     // The body is level 1, messages 2, the message 3, its field 4: 124 more levels of arrays.
     const inMessage = bodyText({ model: 'fake', messages: [{ role: 'user', content: 'Hi', extra: raw('v') }], max_tokens: 2 }, { v: deepArrayJson(MAX_REQUEST_DEPTH - 3, '1') });
