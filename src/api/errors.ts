@@ -86,12 +86,12 @@ export function modelNotFound(model: string, param: string | null = 'model'): Ap
 
 /** 404: no such route. */
 export function routeNotFound(method: string, path: string): ApiError {
-  return new ApiError(404, `Unknown request URL: ${method} ${path}.`, { type: 'not_found_error', code: 'not_found' });
+  return new ApiError(404, `Unknown request URL: ${clipText(method)} ${clipText(path)}.`, { type: 'not_found_error', code: 'not_found' });
 }
 
 /** 405: the route exists, not with this method. */
 export function methodNotAllowed(method: string, path: string, allowed: readonly string[]): ApiError {
-  return new ApiError(405, `Method ${method} is not allowed for ${path}; use ${allowed.join(' or ')}.`, {
+  return new ApiError(405, `Method ${clipText(method)} is not allowed for ${clipText(path)}; use ${allowed.join(' or ')}.`, {
     type: 'invalid_request_error',
     code: 'method_not_allowed',
     headers: { allow: allowed.join(', ') },

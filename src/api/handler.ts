@@ -265,8 +265,14 @@ export function apiRoute(pathname: string, basePath: string): { route: string; b
   return path.startsWith(parent + '/') && (rest === '/tokenize' || rest === '/detokenize') ? { route: rest, beside: true } : null;
 }
 
+/** The path of a request's URL, without trailing slashes; a URL that does not parse (Node takes `GET //[/`) is a 404. */
 function pathOf(request: ApiRequest): string {
-  const path = new URL(request.url, 'http://localhost').pathname;
+  let path: string;
+  try {
+    path = new URL(request.url, 'http://localhost').pathname;
+  } catch {
+    throw routeNotFound(request.method.toUpperCase(), request.url);
+  }
   return path.length > 1 ? path.replace(/\/+$/, '') : path;
 }
 

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { Engine } from '../../src/api/engine.ts';
 import type { GenerationSession, SessionRequest, TextGenerator } from '../../src/engine/types.ts';
 import { ApiError } from '../../src/api/errors.ts';
-import { handleApiRequest, type ApiResponse } from '../../src/api/handler.ts';
+import { answerApiRequest, handleApiRequest, type ApiResponse } from '../../src/api/handler.ts';
 import { MAX_REQUEST_DEPTH } from '../../src/api/request-data.ts';
 import { json, type Json } from '../helpers/api-requests.ts';
 import { chatGenerator, WEATHER_TOOL } from '../helpers/chat-fakes.ts';
@@ -28,12 +28,12 @@ function send(url: string, body: string): Promise<ApiResponse> {
 }
 
 /** The error of an answer: its status, the OpenAI shape, a bounded message and param. */
-function errorOf(response: ApiResponse, status: number): Json {
+function errorOf(response: ApiResponse, status: number, type = 'invalid_request_error'): Json {
   expect(response.status).toBe(status);
   const body = json(response);
   expect(Object.keys(body)).toEqual(['error']);
   expect(Object.keys(body.error).sort()).toEqual(['code', 'message', 'param', 'type']);
-  expect(body.error.type).toBe('invalid_request_error');
+  expect(body.error.type).toBe(type);
   expect(typeof body.error.message).toBe('string');
   expect(body.error.message.length).toBeLessThan(MESSAGE_LIMIT);
   expect(String(body.error.param).length).toBeLessThan(MESSAGE_LIMIT);
@@ -221,5 +221,19 @@ describe('long prompts', () => {
     const logprobs = json(response).choices[0].logprobs;
     expect(logprobs.tokens).toHaveLength(150_000);
     expect(logprobs.token_logprobs.slice(0, 2)).toEqual([null, -1]);
+  });
+});
+
+describe('request URLs', () => {
+  it('answers a URL that does not parse (a Node request target such as //[/) with 404, from one engine or several', async () => {
+    for (const url of ['//[/', 'http://[', 'http://x:-1/v1/models', `//[${'x'.repeat(100_000)}`]) {
+      errorOf(await handleApiRequest(engine, { method: 'GET', url, body: null }), 404, 'not_found_error');
+      errorOf(await answerApiRequest([engine, engine], { method: 'POST', url, body: JSON.stringify({ model: 'fake', messages }) }), 404, 'not_found_error');
+    }
+  });
+
+  it('answers a long unknown path with a bounded message', async () => {
+    const error = errorOf(await handleApiRequest(engine, { method: 'GET', url: `/v1/${'x'.repeat(1 << 20)}`, body: null }), 404, 'not_found_error');
+    expect(error.code).toBe('not_found');
   });
 });
