@@ -77,7 +77,17 @@ export function errorResponse(error: unknown): ApiResponse {
 
 /** `basePath` without a trailing slash ('/' → ''). */
 export function normalizeBasePath(basePath: string): string {
-  return basePath.replace(/\/+$/, '');
+  return withoutTrailingSlashes(basePath);
+}
+
+/**
+ * `path` without its trailing slashes, by a loop: the regular expression /\/+$/ backtracks over
+ * every run of slashes that does not end the path, in time quadratic in its length.
+ */
+export function withoutTrailingSlashes(path: string): string {
+  let end = path.length;
+  while (end > 0 && path.charCodeAt(end - 1) === 0x2f) end--;
+  return path.slice(0, end);
 }
 
 /**
@@ -257,7 +267,7 @@ function routeOf(path: string, base: string): string | null {
  * shim, the service worker) take the routes beside the base for POST requests only.
  */
 export function apiRoute(pathname: string, basePath: string): { route: string; beside: boolean } | null {
-  const path = pathname.length > 1 ? pathname.replace(/\/+$/, '') : pathname;
+  const path = pathname.length > 1 ? withoutTrailingSlashes(pathname) : pathname;
   const base = normalizeBasePath(basePath);
   if (path === base || path.startsWith(base + '/')) return { route: path.slice(base.length), beside: false };
   const parent = base.slice(0, base.lastIndexOf('/'));
@@ -273,7 +283,7 @@ function pathOf(request: ApiRequest): string {
   } catch {
     throw routeNotFound(request.method.toUpperCase(), request.url);
   }
-  return path.length > 1 ? path.replace(/\/+$/, '') : path;
+  return path.length > 1 ? withoutTrailingSlashes(path) : path;
 }
 
 async function route(engine: ApiEngine | Promise<ApiEngine>, request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {

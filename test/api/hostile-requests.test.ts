@@ -232,6 +232,12 @@ describe('request URLs', () => {
     }
   });
 
+  it('answers a path with a long run of slashes at once (no regular expression that backtracks over it)', async () => {
+    const started = performance.now();
+    errorOf(await handleApiRequest(engine, { method: 'GET', url: `/v1${'/'.repeat(200_000)}x`, body: null }), 404, 'not_found_error');
+    expect(performance.now() - started).toBeLessThan(2000);
+  });
+
   it('answers a long unknown path with a bounded message', async () => {
     const error = errorOf(await handleApiRequest(engine, { method: 'GET', url: `/v1/${'x'.repeat(1 << 20)}`, body: null }), 404, 'not_found_error');
     expect(error.code).toBe('not_found');
