@@ -68,15 +68,18 @@ export function fieldData(value: unknown, param: string): unknown {
 }
 
 function copyData(value: unknown, origin: Origin): unknown {
-  let values = 1;
+  /** Throws the error `make` gives for the value at `key` of `frame` (the walked value itself: null, null). */
   const fail = (frame: Frame | null, key: string | number | null, make: (path: string, param: string | null) => ApiError): never => {
     const keys = keysTo(frame, key);
     throw make(formatPath(origin.path, keys), origin.param ?? topLevelParam(keys));
   };
-  const root = scalar(value, () => fail(null, null, notJson));
-  if (root !== CONTAINER) return root;
-  const rootFrame = open(value as object, null, '', 1, () => fail(null, null, tooDeep), (err) => fail(null, null, unreadable(err)));
+  const rootKind = kindOf(value);
+  if (rootKind === 'bigint') fail(null, null, notJson);
+  if (rootKind !== 'container') return value;
+  const rootFrame = open(value as object, null, '', 1);
+  if (!('target' in rootFrame)) return fail(null, null, unreadable(rootFrame.error));
   const stack: Frame[] = [rootFrame];
+  let values = 1;
   while (stack.length > 0) {
     const frame = stack[stack.length - 1]!;
     if (frame.next >= frame.size) {
@@ -92,57 +95,64 @@ function copyData(value: unknown, origin: Origin): unknown {
     } catch (err) {
       fail(frame, key, unreadable(err));
     }
-    const data = scalar(item, () => fail(frame, key, notJson));
-    if (data === CONTAINER) {
-      const child = open(item as object, frame, key, frame.depth + 1, () => fail(frame, key, tooDeep), (err) => fail(frame, key, unreadable(err)));
-      put(frame, key, child.target);
-      stack.push(child);
-    } else if (data !== OMITTED) {
-      put(frame, key, data);
-    } else if (frame.keys === null) {
-      put(frame, key, null);
+    switch (kindOf(item)) {
+      case 'container': {
+        if (frame.depth >= MAX_REQUEST_DEPTH) fail(frame, key, tooDeep);
+        const child = open(item as object, frame, key, frame.depth + 1);
+        if (!('target' in child)) return fail(frame, key, unreadable(child.error));
+        put(frame, key, child.target);
+        stack.push(child);
+        break;
+      }
+      case 'omitted':
+        if (frame.keys === null) put(frame, key, null);
+        break;
+      case 'bigint':
+        fail(frame, key, notJson);
+        break;
+      default:
+        put(frame, key, item);
     }
   }
   return rootFrame.target;
 }
 
-const CONTAINER = Symbol('container');
-const OMITTED = Symbol('omitted');
-
-/** A primitive as JSON data; CONTAINER for an array or object; OMITTED for what JSON leaves out. */
-function scalar(value: unknown, bigint: () => never): unknown {
+/** How a value is copied: an array or object, a primitive as it is, what JSON leaves out (undefined, functions, symbols), or a BigInt (refused). */
+function kindOf(value: unknown): 'container' | 'primitive' | 'omitted' | 'bigint' {
   switch (typeof value) {
     case 'object':
-      return value === null ? null : CONTAINER;
+      return value === null ? 'primitive' : 'container';
     case 'undefined':
     case 'function':
     case 'symbol':
-      return OMITTED;
+      return 'omitted';
     case 'bigint':
-      return bigint();
+      return 'bigint';
     default:
-      return value;
+      return 'primitive';
   }
 }
 
-/** A frame for copying `source`, `depth` levels deep. */
-function open(source: object, parent: Frame | null, key: string | number, depth: number, tooDeepHere: () => never, unreadableHere: (err: unknown) => never): Frame {
-  if (depth > MAX_REQUEST_DEPTH) tooDeepHere();
+/** A frame for copying `source`, `depth` levels deep, or what reading its keys threw (a proxy's trap). */
+function open(source: object, parent: Frame | null, key: string | number, depth: number): Frame | { error: unknown } {
   try {
     const isArray = Array.isArray(source);
     const keys = isArray ? null : Object.keys(source);
     const size = isArray ? (source as unknown[]).length : keys!.length;
-    const target = isArray ? [] : {};
-    return { source, target, keys, size, next: 0, depth, parent, key };
-  } catch (err) {
-    return unreadableHere(err);
+    return { source, target: isArray ? [] : {}, keys, size, next: 0, depth, parent, key };
+  } catch (error) {
+    return { error };
   }
 }
 
-/** Sets a copied value; `__proto__` stays an own key, as JSON.parse makes it, rather than setting the prototype. */
+/**
+ * Sets a copied value: an array's items are appended (the walk gives each index in turn); an
+ * object's `__proto__` stays an own key, as JSON.parse makes it, rather than setting the prototype.
+ */
 function put(frame: Frame, key: string | number, value: unknown): void {
-  if (key === '__proto__') Object.defineProperty(frame.target, key, { value, enumerable: true, writable: true, configurable: true });
-  else (frame.target as Record<string | number, unknown>)[key] = value;
+  if (frame.keys === null) (frame.target as unknown[]).push(value);
+  else if (key === '__proto__') Object.defineProperty(frame.target, key, { value, enumerable: true, writable: true, configurable: true });
+  else (frame.target as Record<string, unknown>)[key] = value;
 }
 
 /** The keys from the walked value down to `key` in `frame`. */
