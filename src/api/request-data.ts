@@ -60,6 +60,22 @@ export function requestData(body: unknown): unknown {
 }
 
 /**
+ * Whether a JSON value nests at most `limit` levels (the value itself the first), found by a walk
+ * that does not recurse and stops at the first array or object too deep: a value that passes can
+ * be given to JSON.stringify and the like.
+ */
+export function withinDepth(value: unknown, limit = MAX_REQUEST_DEPTH): boolean {
+  const stack: { value: unknown; depth: number }[] = [{ value, depth: 1 }];
+  while (stack.length > 0) {
+    const { value: node, depth } = stack.pop()!;
+    if (typeof node !== 'object' || node === null) continue;
+    if (depth > limit) return false;
+    for (const item of Object.values(node)) if (typeof item === 'object' && item !== null) stack.push({ value: item, depth: depth + 1 });
+  }
+  return true;
+}
+
+/**
  * JSON parsed out of a string field (tool call arguments, a schema given as JSON text) as
  * requestData checks the body: its levels count from `param`, which the 400 names.
  */

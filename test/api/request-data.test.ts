@@ -2,7 +2,7 @@
 // copy, the depth and size bounds, and what a request object given directly may hold.
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/api/errors.ts';
-import { fieldData, MAX_REQUEST_DEPTH, MAX_REQUEST_VALUES, requestData } from '../../src/api/request-data.ts';
+import { fieldData, MAX_REQUEST_DEPTH, MAX_REQUEST_VALUES, requestData, withinDepth } from '../../src/api/request-data.ts';
 import { deepArrayJson } from '../helpers/hostile-values.ts';
 
 /** The ApiError `run` throws. */
@@ -102,5 +102,16 @@ describe('fieldData', () => {
     const error = refusal(() => fieldData(JSON.parse(deepArrayJson(MAX_REQUEST_DEPTH + 1, '1')), param));
     expect(error.param).toBe(param);
     expect(error.message).toContain(`at '${param}[0][0]`);
+  });
+});
+
+describe('withinDepth', () => {
+  it('tells whether a value nests at most the limit, without recursion', () => {
+    expect(withinDepth(JSON.parse(deepArrayJson(MAX_REQUEST_DEPTH, '1')))).toBe(true);
+    expect(withinDepth(JSON.parse(deepArrayJson(MAX_REQUEST_DEPTH + 1, '1')))).toBe(false);
+    expect(withinDepth(JSON.parse(deepArrayJson(1_000_000, '1')))).toBe(false);
+    expect(withinDepth('text', 0)).toBe(true);
+    expect(withinDepth({ a: [1, { b: 2 }] }, 3)).toBe(true);
+    expect(withinDepth({ a: [1, { b: {} }] }, 3)).toBe(false);
   });
 });
