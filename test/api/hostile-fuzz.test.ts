@@ -333,7 +333,7 @@ function scriptValue(rand: Random): unknown {
       return new Proxy([], { get: () => { throw new Error('a proxy that throws'); } });
     case 3: {
       // Holes; now and then as many as an array can have, which the walk's bound on values stops.
-      const sparse: unknown[] = [, , 'x']; // eslint-disable-line no-sparse-arrays
+      const sparse: unknown[] = [, , 'x'];
       if (rand() < 0.2) sparse.length = 2 ** 32 - 1;
       return sparse;
     }

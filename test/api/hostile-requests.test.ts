@@ -200,7 +200,6 @@ describe('long prompts', () => {
         return {
           promptLogprobs: request.promptTokens.map((id, i) => (i === 0 ? null : { id, logprob: -1, topLogprobs: [] })),
           cachedTokens: 0,
-          // eslint-disable-next-line require-yield
           async *sequence() {
             return 'length' as const;
           },
