@@ -5,6 +5,7 @@
 // (a 400 naming them). Messages come out normalized for the chat template (messages.ts).
 // Browser code: nothing here may import Node modules.
 import { invalidRequest } from './errors.ts';
+import { clipText } from './excerpt.ts';
 import { parseMessages, parseTools, type ChatTool, type TemplateMessage } from './messages.ts';
 import { boolean, integer, isPlainObject, object, row, string, validateParams, wrongType, type ParamRow, type TableParams } from './params.ts';
 import { COMPLETION_PARAMS, MAX_LOGPROBS, type CompletionExtensions, type RequestServiceTier } from './schema.ts';
@@ -95,7 +96,7 @@ export const CHAT_PARAMS = {
     default: null,
     parse(value, param) {
       if (!isPlainObject(value)) wrongType(param, 'an object', value);
-      for (const [key, v] of Object.entries(value)) if (typeof v !== 'string') wrongType(`${param}.${key}`, 'a string', v);
+      for (const [key, v] of Object.entries(value)) if (typeof v !== 'string') wrongType(`${param}.${clipText(key)}`, 'a string', v);
       return value as Record<string, string>;
     },
     doc: 'Key-value pairs for the caller; accepted and ignored.',
@@ -117,7 +118,7 @@ export const CHAT_PARAMS = {
     parse(value, param) {
       if (value === 'none' || value === 'auto' || value === 'required') return value;
       if (typeof value === 'string') {
-        throw invalidRequest(`Invalid '${param}': expected 'none', 'auto', 'required' or a function, but got '${value}'.`, param, 'invalid_value');
+        throw invalidRequest(`Invalid '${param}': expected 'none', 'auto', 'required' or a function, but got '${clipText(value)}'.`, param, 'invalid_value');
       }
       if (!isPlainObject(value)) wrongType(param, "'none', 'auto', 'required' or an object", value);
       const fn = value.function;
@@ -318,7 +319,7 @@ export function validateChatRequest(body: unknown): ChatParams {
   }
   const choice = params.tool_choice;
   if (choice !== null && typeof choice === 'object' && !params.tools?.some((t) => t.function.name === choice.name)) {
-    throw invalidRequest(`Invalid 'tool_choice': no tool named '${choice.name}' was given in 'tools'.`, named('tool_choice'), 'invalid_value');
+    throw invalidRequest(`Invalid 'tool_choice': no tool named '${clipText(choice.name)}' was given in 'tools'.`, named('tool_choice'), 'invalid_value');
   }
   const limit = params.max_completion_tokens ?? params.max_tokens;
   if (limit !== null && params.min_tokens > limit) {

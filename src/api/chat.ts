@@ -20,7 +20,7 @@ import {
   usageOf,
 } from './completions.ts';
 import { invalidRequest, modelNotFound } from './errors.ts';
-import type { LogprobEntry } from './logprobs.ts';
+import { appendEntries, type LogprobEntry } from './logprobs.ts';
 import type { ServiceTier } from './schema.ts';
 import { runPrompt, type ChoiceSettings, type PromptPlan } from './stream.ts';
 import { compileRequestStructure, requestStructure, type RequestStructure } from './structured-output.ts';
@@ -277,7 +277,7 @@ export async function createChatCompletion(
   for await (const piece of runPrompt(generator, plan.prompt, plan.settings, options.signal)) {
     const choice = texts[piece.sequence]!;
     choice.text += piece.text;
-    choice.entries.push(...piece.entries);
+    appendEntries(choice.entries, piece.entries);
     if (piece.end) [choice.finish, choice.tokens, cachedTokens] = [piece.end.finishReason, piece.end.completionTokens, piece.end.cachedTokens];
   }
   const choices = texts.map((c, index): ChatCompletionChoice => {
@@ -342,7 +342,7 @@ async function* streamChat(
       yield chunk(index, { role: 'assistant', content: '' }, null);
       if (plan.echo) yield chunk(index, { content: plan.echo }, null);
     }
-    state.entries.push(...piece.entries);
+    appendEntries(state.entries, piece.entries);
     const outs = [state.parser ? state.parser.push(piece.text) : { content: piece.text, calls: [] }];
     if (piece.end && state.parser) outs.push(state.parser.finish());
     for (const out of outs) {

@@ -7,7 +7,7 @@
 //   -> top_k -> top_p -> min_p -> draw        (temperature 0: greedy, the argmax)
 import { usableVocabSize, type FinishReason, type ModelInfo, type SamplingParams, type TextGenerator } from '../engine/types.ts';
 import { ApiError, invalidRequest, modelNotFound } from './errors.ts';
-import { toLegacyLogprobs, type CompletionLogprobs, type LogprobEntry } from './logprobs.ts';
+import { appendEntries, toLegacyLogprobs, type CompletionLogprobs, type LogprobEntry } from './logprobs.ts';
 import { validateCompletionRequest, type CompletionParams, type ServiceTier } from './schema.ts';
 import { runPrompt, type ChoiceSettings, type PromptPlan, type SequencePiece } from './stream.ts';
 import { compileRequestStructure, requestStructure, type RequestStructure, type StructureCompiler } from './structured-output.ts';
@@ -325,7 +325,7 @@ export async function createCompletion(
     for await (const piece of runPrompt(generator, prompt, plan.settings, options.signal)) {
       const candidate = candidates[piece.sequence]!;
       candidate.text += piece.text;
-      candidate.entries.push(...piece.entries);
+      appendEntries(candidate.entries, piece.entries);
       if (piece.end) candidate.end = piece.end;
     }
     const ranked = candidates.map((c, j) => ({ ...c, j, end: c.end! }));

@@ -1,5 +1,14 @@
 // OpenAI-shaped API errors: `{"error": {"message", "type", "param", "code"}}` with an HTTP status.
 // Browser code: nothing here may import Node modules.
+import { clipText, excerpt } from './excerpt.ts';
+
+/**
+ * The longest message and param an error carries. Messages show request values as bounded
+ * excerpts (excerpt.ts); this bound also covers what lower layers say (a chat template's
+ * raise_exception, a grammar error), which the API passes on.
+ */
+export const MAX_ERROR_MESSAGE_LENGTH = 1024;
+export const MAX_ERROR_PARAM_LENGTH = 256;
 
 /** The `error` object of an error response body. */
 export interface ApiErrorObject {
@@ -37,11 +46,11 @@ export class ApiError extends Error {
       cause?: unknown;
     } = {},
   ) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    super(clipText(message, MAX_ERROR_MESSAGE_LENGTH), options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'ApiError';
     this.status = status;
     this.type = options.type ?? (status >= 500 ? 'server_error' : 'invalid_request_error');
-    this.param = options.param ?? null;
+    this.param = options.param == null ? null : clipText(options.param, MAX_ERROR_PARAM_LENGTH);
     this.code = options.code ?? null;
     this.headers = { ...options.headers };
   }
@@ -68,7 +77,7 @@ export function notSupportedYet(param: string, detail = ''): ApiError {
 
 /** 404: the `model` of a request (or the id of GET /models/{id}) names no loaded model. */
 export function modelNotFound(model: string, param: string | null = 'model'): ApiError {
-  return new ApiError(404, `The model '${model}' does not exist or you do not have access to it.`, {
+  return new ApiError(404, `The model '${clipText(model)}' does not exist or you do not have access to it.`, {
     type: 'invalid_request_error',
     param,
     code: 'model_not_found',
@@ -77,12 +86,12 @@ export function modelNotFound(model: string, param: string | null = 'model'): Ap
 
 /** 404: no such route. */
 export function routeNotFound(method: string, path: string): ApiError {
-  return new ApiError(404, `Unknown request URL: ${method} ${path}.`, { type: 'not_found_error', code: 'not_found' });
+  return new ApiError(404, `Unknown request URL: ${clipText(method)} ${clipText(path)}.`, { type: 'not_found_error', code: 'not_found' });
 }
 
 /** 405: the route exists, not with this method. */
 export function methodNotAllowed(method: string, path: string, allowed: readonly string[]): ApiError {
-  return new ApiError(405, `Method ${method} is not allowed for ${path}; use ${allowed.join(' or ')}.`, {
+  return new ApiError(405, `Method ${clipText(method)} is not allowed for ${clipText(path)}; use ${allowed.join(' or ')}.`, {
     type: 'invalid_request_error',
     code: 'method_not_allowed',
     headers: { allow: allowed.join(', ') },
@@ -151,15 +160,11 @@ export function isAbortError(err: unknown): boolean {
   return typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'AbortError';
 }
 
-/** A short human-readable reason from any thrown value. */
+/** A human-readable reason from any thrown value (another value than an Error or a string: an excerpt of it). */
 export function errorMessage(err: unknown): string {
   if (err instanceof Error) return err.message || err.name;
   if (typeof err === 'string') return err;
-  try {
-    return JSON.stringify(err) ?? String(err);
-  } catch {
-    return String(err);
-  }
+  return excerpt(err);
 }
 
 /**

@@ -16,6 +16,7 @@ import {
   serviceUnavailable,
   toApiError,
 } from './errors.ts';
+import { clipText } from './excerpt.ts';
 import type { StructureCompiler } from './structured-output.ts';
 import { detokenize, tokenize } from './tokenize.ts';
 
@@ -76,7 +77,17 @@ export function errorResponse(error: unknown): ApiResponse {
 
 /** `basePath` without a trailing slash ('/' → ''). */
 export function normalizeBasePath(basePath: string): string {
-  return basePath.replace(/\/+$/, '');
+  return withoutTrailingSlashes(basePath);
+}
+
+/**
+ * `path` without its trailing slashes, by a loop: the regular expression /\/+$/ backtracks over
+ * every run of slashes that does not end the path, in time quadratic in its length.
+ */
+export function withoutTrailingSlashes(path: string): string {
+  let end = path.length;
+  while (end > 0 && path.charCodeAt(end - 1) === 0x2f) end--;
+  return path.slice(0, end);
 }
 
 /**
@@ -231,7 +242,7 @@ async function answerFromMany(engines: readonly HostedEngine[], request: ApiRequ
   const failed = states.flatMap((state) => ('failed' in state ? [state.failed] : []));
   throw new ApiError(
     404,
-    `The model '${model}' does not exist. This server serves ${served.join(', ') || 'no loaded model'}` +
+    `The model '${clipText(model)}' does not exist. This server serves ${served.join(', ') || 'no loaded model'}` +
       (failed.length > 0 ? `; ${failed.length} model${failed.length > 1 ? 's' : ''} failed to load (${failed.join('; ')}).` : '.'),
     { param: retrieving ? null : 'model', code: 'model_not_found' },
   );
@@ -256,7 +267,7 @@ function routeOf(path: string, base: string): string | null {
  * shim, the service worker) take the routes beside the base for POST requests only.
  */
 export function apiRoute(pathname: string, basePath: string): { route: string; beside: boolean } | null {
-  const path = pathname.length > 1 ? pathname.replace(/\/+$/, '') : pathname;
+  const path = pathname.length > 1 ? withoutTrailingSlashes(pathname) : pathname;
   const base = normalizeBasePath(basePath);
   if (path === base || path.startsWith(base + '/')) return { route: path.slice(base.length), beside: false };
   const parent = base.slice(0, base.lastIndexOf('/'));
@@ -264,9 +275,15 @@ export function apiRoute(pathname: string, basePath: string): { route: string; b
   return path.startsWith(parent + '/') && (rest === '/tokenize' || rest === '/detokenize') ? { route: rest, beside: true } : null;
 }
 
+/** The path of a request's URL, without trailing slashes; a URL that does not parse (Node takes `GET //[/`) is a 404. */
 function pathOf(request: ApiRequest): string {
-  const path = new URL(request.url, 'http://localhost').pathname;
-  return path.length > 1 ? path.replace(/\/+$/, '') : path;
+  let path: string;
+  try {
+    path = new URL(request.url, 'http://localhost').pathname;
+  } catch {
+    throw routeNotFound(request.method.toUpperCase(), request.url);
+  }
+  return path.length > 1 ? withoutTrailingSlashes(path) : path;
 }
 
 async function route(engine: ApiEngine | Promise<ApiEngine>, request: ApiRequest, options: ApiHandlerOptions): Promise<ApiResponse> {
@@ -421,14 +438,34 @@ export function parseRequestJson(text: string): unknown {
     if (!replaced) throw err;
     let parsed: unknown;
     try {
-      parsed = JSON.parse(out, (_key, value: unknown) =>
-        typeof value === 'string' && value.startsWith(NON_FINITE) ? Number(value.slice(NON_FINITE.length)) : value,
-      );
+      parsed = JSON.parse(out);
     } catch {
       throw err;
     }
-    return parsed;
+    return restoreNonFinite(parsed);
   }
+}
+
+/**
+ * The NaN and Infinity markers of parseRequestJson back as numbers, by a walk with its own stack:
+ * a JSON.parse reviver recurses, and a body may nest deeper than the stack (validation refuses
+ * it later, naming the parameter).
+ */
+function restoreNonFinite(value: unknown): unknown {
+  const isMarker = (item: unknown): item is string => typeof item === 'string' && item.startsWith(NON_FINITE);
+  const numberOf = (marker: string) => Number(marker.slice(NON_FINITE.length));
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (typeof node !== 'object' || node === null) continue;
+    const container = node as Record<string, unknown>;
+    for (const key of Object.keys(container)) {
+      const item = container[key];
+      if (typeof item === 'object' && item !== null) stack.push(item);
+      else if (isMarker(item)) container[key] = numberOf(item);
+    }
+  }
+  return isMarker(value) ? numberOf(value) : value;
 }
 
 function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {

@@ -21,6 +21,14 @@
 // otherwise the more likely one's.
 import type { TokenLogprob } from '../engine/types.ts';
 
+/**
+ * Appends `entries` one at a time: an echoed prompt has one entry a token, and spreading a long
+ * prompt's entries as arguments (push(...entries)) overflows the stack.
+ */
+export function appendEntries(target: LogprobEntry[], entries: readonly LogprobEntry[]): void {
+  for (const entry of entries) target.push(entry);
+}
+
 /** One token of a choice's logprobs. */
 export interface LogprobEntry {
   token: string;

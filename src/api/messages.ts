@@ -5,7 +5,9 @@
 // template untouched, so templates that read extra fields (reasoning_content, ...) still see them.
 // Browser code: nothing here may import Node modules.
 import { invalidRequest } from './errors.ts';
+import { clipText, excerpt } from './excerpt.ts';
 import { isPlainObject, wrongType } from './params.ts';
+import { fieldData } from './request-data.ts';
 
 /** A tool call as the template sees it: `arguments` parsed from its JSON string. */
 export interface TemplateToolCall {
@@ -67,7 +69,7 @@ function contentText(value: unknown, param: string, role: string): string | null
         'unsupported_content_type',
       );
     }
-    throw invalidRequest(`Invalid '${where}.type': expected 'text', but got ${JSON.stringify(part.type)}.`, `${where}.type`, 'invalid_value');
+    throw invalidRequest(`Invalid '${where}.type': expected 'text', but got ${excerpt(part.type)}.`, `${where}.type`, 'invalid_value');
   });
   return texts.join('\n');
 }
@@ -94,6 +96,8 @@ function parseToolCall(value: unknown, param: string): TemplateToolCall {
       'invalid_value',
     );
   }
+  // The template writes the arguments with tojson, which recurses: their depth is bounded as the body's is.
+  args = fieldData(args, `${param}.function.arguments`);
   return { ...value, id, type: 'function', function: { ...fn, name: fn.name, arguments: args } };
 }
 
@@ -103,7 +107,7 @@ function parseMessage(value: unknown, param: string): TemplateMessage {
   if (typeof role !== 'string' || !(ROLES as readonly string[]).includes(role)) {
     if (role === undefined) throw invalidRequest(`Missing required parameter: '${param}.role'.`, `${param}.role`, 'missing_required_parameter');
     throw invalidRequest(
-      `Invalid '${param}.role': expected one of ${ROLES.map((r) => `'${r}'`).join(', ')}, but got ${JSON.stringify(role)}.`,
+      `Invalid '${param}.role': expected one of ${ROLES.map((r) => `'${r}'`).join(', ')}, but got ${excerpt(role)}.`,
       `${param}.role`,
       'invalid_value',
     );
@@ -160,7 +164,7 @@ export function parseTools(value: unknown, param: string): ChatTool[] {
     const where = `${param}[${i}]`;
     if (!isPlainObject(tool)) wrongType(where, 'a tool object', tool);
     if (tool.type !== 'function') {
-      throw invalidRequest(`Invalid '${where}.type': only 'function' tools are supported, but got ${JSON.stringify(tool.type)}.`, `${where}.type`, 'invalid_value');
+      throw invalidRequest(`Invalid '${where}.type': only 'function' tools are supported, but got ${excerpt(tool.type)}.`, `${where}.type`, 'invalid_value');
     }
     const fn = tool.function;
     if (!isPlainObject(fn)) wrongType(`${where}.function`, 'an object', fn);
@@ -170,7 +174,7 @@ export function parseTools(value: unknown, param: string): ChatTool[] {
     }
     if (!FUNCTION_NAME.test(fn.name)) {
       throw invalidRequest(
-        `Invalid '${where}.function.name': '${fn.name}' does not match '^[a-zA-Z0-9_-]{1,64}$'.`,
+        `Invalid '${where}.function.name': '${clipText(fn.name)}' does not match '^[a-zA-Z0-9_-]{1,64}$'.`,
         `${where}.function.name`,
         'invalid_value',
       );

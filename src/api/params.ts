@@ -3,6 +3,8 @@
 // built from, and validateParams, which runs a table over a JSON body with extra_body merged in.
 // Browser code: nothing here may import Node modules.
 import { invalidRequest, notSupportedYet, type ApiError } from './errors.ts';
+import { clipText, excerpt, nameList } from './excerpt.ts';
+import { requestData } from './request-data.ts';
 
 /** One parameter of a request body. */
 export interface ParamRow<T> {
@@ -151,13 +153,9 @@ export function tokenIdArray(value: unknown, param: string, where: string): numb
   });
 }
 
-/** Whether two JSON values are the same; a value nested too deeply to compare is a 400. */
-function sameJson(a: unknown, b: unknown, param: string): boolean {
-  try {
-    return JSON.stringify(a) === JSON.stringify(b);
-  } catch {
-    throw invalidRequest(`Invalid '${param}': the value is nested too deeply.`, param, 'invalid_value');
-  }
+/** Whether two values of a request's data (requestData: bounded depth, JSON types only) are the same. */
+function sameJson(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
 }
 
 /** The parameters of a table, validated: each row's value type. */
@@ -166,28 +164,31 @@ export type TableParams<Table extends Record<string, ParamRow<unknown>>> = {
 };
 
 /**
- * Checks a parsed JSON body against a table and returns every parameter normalized, with `named`,
+ * Checks a request body against a table and returns every parameter normalized, with `named`,
  * which names a parameter as the request gave it (`extra_body.top_k` for one given there), and
  * `given`, whether the request gave it a value (not absent, not null).
  * `extra_body` (a row of the table) is merged first: its keys count as top-level parameters (a
  * key given in both places with different values is a 400). Each row: absent → `default`; null
  * → `nullValue` (or `default`) when `nullable`; otherwise `parse`, then `supported`. Throws a 400
- * ApiError: body not an object, unknown fields (all named; `extra_body.x` for one inside
- * extra_body), a missing required field, a wrong type / NaN / out-of-range value (`param` names
- * the field, as given), or a value not supported.
+ * ApiError: anything requestData refuses (a value nested too deeply, ...), body not an object,
+ * unknown fields (named; `extra_body.x` for one inside extra_body), a missing required field, a
+ * wrong type / NaN / out-of-range value (`param` names the field, as given), or a value not
+ * supported. Only requestData's copy of the body is read: a request object given directly is
+ * read once.
  */
 export function validateParams<Table extends Record<string, ParamRow<unknown>>>(
   table: Table,
-  body: unknown,
+  request: unknown,
 ): { params: TableParams<Table>; named: (name: keyof Table & string) => string; given: (name: keyof Table & string) => boolean } {
+  const body = requestData(request);
   if (!isPlainObject(body)) {
     throw invalidRequest(`The request body must be a JSON object, but got ${jsonType(body)}.`, null, 'invalid_body');
   }
   const unknown = Object.keys(body).filter((key) => !Object.hasOwn(table, key));
   if (unknown.length > 0) {
     throw invalidRequest(
-      `Unrecognized request argument${unknown.length > 1 ? 's' : ''} supplied: ${unknown.join(', ')}.`,
-      unknown[0]!,
+      `Unrecognized request argument${unknown.length > 1 ? 's' : ''} supplied: ${nameList(unknown)}.`,
+      clipText(unknown[0]!),
       'unknown_parameter',
     );
   }
@@ -201,14 +202,14 @@ export function validateParams<Table extends Record<string, ParamRow<unknown>>>(
     const unknownExtra = Object.keys(extraObject).filter((key) => !Object.hasOwn(table, key) || key === 'extra_body');
     if (unknownExtra.length > 0) {
       throw invalidRequest(
-        `Unrecognized argument${unknownExtra.length > 1 ? 's' : ''} in 'extra_body': ${unknownExtra.join(', ')}.`,
-        `extra_body.${unknownExtra[0]}`,
+        `Unrecognized argument${unknownExtra.length > 1 ? 's' : ''} in 'extra_body': ${nameList(unknownExtra)}.`,
+        `extra_body.${clipText(unknownExtra[0]!)}`,
         'unknown_parameter',
       );
     }
     for (const [key, value] of Object.entries(extraObject)) {
       if (value === undefined) continue;
-      if (body[key] !== undefined && !sameJson(body[key], value, `extra_body.${key}`)) {
+      if (body[key] !== undefined && !sameJson(body[key], value)) {
         throw invalidRequest(
           `'${key}' is given both at the top level and in 'extra_body', with different values.`,
           `extra_body.${key}`,
@@ -232,7 +233,7 @@ export function validateParams<Table extends Record<string, ParamRow<unknown>>>(
     } else {
       parsed = spec.parse(value, param);
       if (spec.supported && !spec.supported.test(parsed)) {
-        throw spec.supported.error?.(param) ?? notSupportedYet(param, `${JSON.stringify(value)} was given; ${spec.supported.only} is accepted`);
+        throw spec.supported.error?.(param) ?? notSupportedYet(param, `${excerpt(value)} was given; ${spec.supported.only} is accepted`);
       }
     }
     // Defaults may be mutable (stop: []); hand out a fresh copy.

@@ -5,6 +5,7 @@
 // The structured-output rows come from structured-output.ts, which chat shares.
 // Browser code: nothing here may import Node modules.
 import { invalidRequest } from './errors.ts';
+import { clipText } from './excerpt.ts';
 import {
   boolean,
   integer,
@@ -144,8 +145,8 @@ export const COMPLETION_PARAMS = {
       for (const [key, v] of Object.entries(value)) {
         if (key !== 'include_usage' && key !== 'include_obfuscation') {
           throw invalidRequest(
-            `Unrecognized field '${param}.${key}'; only 'include_usage' and 'include_obfuscation' are known.`,
-            `${param}.${key}`,
+            `Unrecognized field '${param}.${clipText(key)}'; only 'include_usage' and 'include_obfuscation' are known.`,
+            `${param}.${clipText(key)}`,
             'unknown_parameter',
           );
         }
@@ -212,7 +213,7 @@ export const COMPLETION_PARAMS = {
       const out = new Map<number, number>();
       for (const [key, bias] of Object.entries(value)) {
         if (!/^(0|[1-9]\d*)$/.test(key) || !Number.isSafeInteger(Number(key))) {
-          throw invalidRequest(`Invalid '${param}': key '${key}' is not a token id.`, param, 'invalid_value');
+          throw invalidRequest(`Invalid '${param}': key '${clipText(key)}' is not a token id.`, param, 'invalid_value');
         }
         out.set(Number(key), number({ min: -100, max: 100 }).parse(bias, `${param}.${key}`));
       }
@@ -242,7 +243,7 @@ export const COMPLETION_PARAMS = {
         throw invalidRequest(`Invalid '${param}': 'over-limit' cannot be requested; it only appears in responses.`, param, 'invalid_value');
       }
       if (value !== 'auto' && value !== 'default' && value !== 'flex' && value !== 'no-limit') {
-        throw invalidRequest(`Invalid '${param}': expected one of 'auto', 'default', 'flex', 'no-limit', but got '${value}'.`, param, 'invalid_value');
+        throw invalidRequest(`Invalid '${param}': expected one of 'auto', 'default', 'flex', 'no-limit', but got '${clipText(value)}'.`, param, 'invalid_value');
       }
       return value;
     },

@@ -12,8 +12,10 @@ import {
   type StructuredOutput,
 } from '../grammar/structured-output.ts';
 import { invalidRequest } from './errors.ts';
+import { clipText, excerpt, nameList } from './excerpt.ts';
 import { boolean, isPlainObject, jsonType, row, string, wrongType, type ParamRow, type TableParams } from './params.ts';
 import { MAX_WHITESPACE_RUN } from '../grammar/limits.ts';
+import { fieldData } from './request-data.ts';
 
 /** What compiles a request's structure for a model (src/grammar's compileStructuredOutput; tests inject their own). */
 export type StructureCompiler = typeof compileStructuredOutput;
@@ -63,6 +65,7 @@ function schemaValue(value: unknown, param: string, fromString: boolean): Record
     } catch (err) {
       throw invalidRequest(`Invalid '${param}': the string is not valid JSON (${(err as Error).message}); send a JSON schema object, or its JSON text.`, param, 'invalid_value');
     }
+    schema = fieldData(schema, param);
     if (!isPlainObject(schema) && typeof schema !== 'boolean') {
       throw invalidRequest(`Invalid '${param}': the JSON text is ${jsonType(schema)}, not a JSON schema (an object, or true / false).`, param, 'invalid_value');
     }
@@ -92,8 +95,8 @@ function onlyKeys(value: Record<string, unknown>, known: readonly string[], para
   const unknown = Object.keys(value).filter((key) => !known.includes(key));
   if (unknown.length > 0) {
     throw invalidRequest(
-      `Unrecognized field${unknown.length > 1 ? 's' : ''} in '${param}': ${unknown.join(', ')}; known: ${known.join(', ')}.`,
-      `${param}.${unknown[0]}`,
+      `Unrecognized field${unknown.length > 1 ? 's' : ''} in '${param}': ${nameList(unknown)}; known: ${known.join(', ')}.`,
+      `${param}.${clipText(unknown[0]!)}`,
       'unknown_parameter',
     );
   }
@@ -113,6 +116,7 @@ function structuralTag(value: unknown, param: string): StructuredOutput {
     } catch (err) {
       throw invalidRequest(`Invalid '${param}': the string is not valid JSON (${(err as Error).message}).`, param, 'invalid_value');
     }
+    tag = fieldData(tag, param);
   }
   if (!isPlainObject(tag)) wrongType(param, 'a structural tag object (or its JSON text)', value);
   if (tag.type !== undefined && tag.type !== 'structural_tag') {
@@ -228,7 +232,7 @@ function responseFormat(value: unknown, param: string): Given<StructuredOutput> 
       throw invalidRequest(`Missing required parameter: '${param}.type'.`, `${param}.type`, 'missing_required_parameter');
     default:
       throw invalidRequest(
-        `Invalid '${param}.type': expected 'text', 'json_object', 'json_schema' or 'structural_tag', but got ${JSON.stringify(value.type)}.`,
+        `Invalid '${param}.type': expected 'text', 'json_object', 'json_schema' or 'structural_tag', but got ${excerpt(value.type)}.`,
         `${param}.type`,
         'invalid_value',
       );
@@ -296,7 +300,7 @@ function decodingBackend(value: unknown, param: string): string {
   const name = backend.split(':')[0]!.trim();
   if (name !== 'xgrammar' && name !== 'auto') {
     throw invalidRequest(
-      `Invalid '${param}': structured output here runs on XGrammar only, so '${name}' is not available; send 'xgrammar' or 'auto', or leave it out.`,
+      `Invalid '${param}': structured output here runs on XGrammar only, so '${clipText(name)}' is not available; send 'xgrammar' or 'auto', or leave it out.`,
       param,
       'unsupported_value',
     );

@@ -6,6 +6,7 @@
 // Browser code: nothing here may import Node modules.
 import type { StructuredOutput } from '../grammar/structured-output.ts';
 import { invalidRequest } from './errors.ts';
+import { excerpt } from './excerpt.ts';
 import type { ChatTool } from './messages.ts';
 import type { ToolCallFormat } from './tool-parsers.ts';
 
@@ -76,7 +77,7 @@ function argumentsFormat(tool: ChatTool, index: number): Record<string, unknown>
   else {
     const param = `tools[${index}].function.parameters`;
     throw invalidRequest(
-      `Invalid '${param}': a call's arguments are a JSON object, so with tool_choice 'required' or a named function the parameters must be an object schema (type "object"), but they have type ${JSON.stringify(parameters.type)}.`,
+      `Invalid '${param}': a call's arguments are a JSON object, so with tool_choice 'required' or a named function the parameters must be an object schema (type "object"), but they have type ${excerpt(parameters.type)}.`,
       param,
       'invalid_value',
     );

@@ -8,6 +8,7 @@
 // Browser code: nothing here may import Node modules.
 import type { ToolCallFormat } from '../engine/types.ts';
 import { isPlainObject } from './params.ts';
+import { withinDepth } from './request-data.ts';
 
 export { TOOL_CALL_FORMATS, type ToolCallFormat } from '../engine/types.ts';
 
@@ -329,10 +330,14 @@ function toCall(value: unknown): ParsedToolCall | null {
   return withArguments(name, args);
 }
 
-/** A call of `name` with `args`: an object, or a JSON string of one; null when neither. */
+/**
+ * A call of `name` with `args`: an object, or a JSON string of one; null when neither, or when the
+ * object nests deeper than a request may (JSON.stringify would recurse past the stack), so that
+ * the model's text stays content.
+ */
 function withArguments(name: string, args: unknown): ParsedToolCall | null {
   const object = typeof args === 'string' ? parseJson(args) : args;
-  return isPlainObject(object) ? { name, arguments: JSON.stringify(object) } : null;
+  return isPlainObject(object) && withinDepth(object) ? { name, arguments: JSON.stringify(object) } : null;
 }
 
 /**

@@ -2,7 +2,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { payloadTooLarge, type ApiError } from '../api/errors.ts';
-import { answerApiRequest, DEFAULT_BASE_PATH, errorResponse, type ApiEngines, type ApiResponse } from '../api/handler.ts';
+import { answerApiRequest, DEFAULT_BASE_PATH, errorResponse, withoutTrailingSlashes, type ApiEngines, type ApiResponse } from '../api/handler.ts';
 import {
   accessPolicy,
   accessWarnings,
@@ -202,7 +202,7 @@ function pathOf(req: IncomingMessage): string {
   } catch {
     return '';
   }
-  return path.length > 1 ? path.replace(/\/+$/, '') : path;
+  return path.length > 1 ? withoutTrailingSlashes(path) : path;
 }
 
 function send(res: ServerResponse, extraHeaders: Record<string, string>, response: ApiResponse): void {

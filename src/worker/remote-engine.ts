@@ -10,6 +10,7 @@ import type { CompletionChunk, CompletionRequest, CompletionResponse } from '../
 import { ApiError, type ApiErrorBody } from '../api/errors.ts';
 import { modelUnloaded } from '../api/engine.ts';
 import { DEFAULT_BASE_PATH, errorResponse, sseData, type ApiHandlerOptions, type ApiRequest, type ApiResponse } from '../api/handler.ts';
+import { requestData } from '../api/request-data.ts';
 import type { RequestHandlingEngine } from '../api/shim.ts';
 import type { ModelInfo } from '../engine/types.ts';
 import type { RequestStats } from './tracked-engine.ts';
@@ -55,12 +56,16 @@ export class RemoteEngine implements RequestHandlingEngine {
     return this.post('/chat/completions', request, options.signal);
   }
 
-  /** POSTs a request to a route, read back as the response object, or the chunks of a stream. */
+  /**
+   * POSTs a request to a route, read back as the response object, or the chunks of a stream. The
+   * request is sent as requestData's copy: one that is cyclic, nested too deeply or unreadable is
+   * the engine's 400 here, as JSON.stringify would throw on it (or recurse past the stack).
+   */
   private async post<T, C>(route: string, request: unknown, signal: AbortSignal | undefined): Promise<T | AsyncIterable<C>> {
     const response = await this.handle({
       method: 'POST',
       url: `${DEFAULT_BASE_PATH}${route}`,
-      body: JSON.stringify(request),
+      body: JSON.stringify(requestData(request)),
       ...(signal ? { signal } : {}),
     });
     if (typeof response.body !== 'string') return chunksOf<C>(response.body, signal);

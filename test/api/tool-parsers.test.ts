@@ -288,6 +288,23 @@ describe('streaming', () => {
     expect(parser.finish()).toEqual({ content: '', calls: [] });
   });
 
+  it('leaves as content a call whose arguments nest deeper than a request may (JSON.stringify would overflow the stack)', () => {
+    const deep = `${'{"a":'.repeat(20_000)}1${'}'.repeat(20_000)}`;
+    const outputs: Record<ToolCallFormat, string> = {
+      hermes: `<tool_call>\n{"name": "f", "arguments": ${deep}}\n</tool_call>`,
+      llama3_json: `{"name": "f", "parameters": ${deep}}`,
+      mistral: `[TOOL_CALLS] [{"name": "f", "arguments": ${JSON.stringify(deep)}}]`,
+    };
+    for (const format of TOOL_CALL_FORMATS) {
+      const whole = parseToolCalls(format, outputs[format]);
+      expect(whole.calls, format).toEqual([]);
+      expect(whole.content, format).toBe(outputs[format]);
+      expect(stream(format, [outputs[format]])).toEqual(whole);
+    }
+    const shallow = `${'{"a":'.repeat(100)}1${'}'.repeat(100)}`;
+    expect(parseToolCalls('llama3_json', `{"name": "f", "parameters": ${shallow}}`).calls).toEqual([{ name: 'f', arguments: shallow.replaceAll(' ', '') }]);
+  });
+
   it('refuses push() after finish(); a second finish() returns nothing', () => {
     const parser = new ToolCallStream('hermes');
     parser.push('<tool_');

@@ -91,7 +91,8 @@ export class FakeTokenizer implements TextTokenizer {
       if (part === '<s>') ids.push(BOS);
       else if (part === '</s>') ids.push(EOS);
       else if (part) {
-        ids.push(...this.encodePieces((first ? ' ' : '') + part));
+        // One at a time: spreading a long text's ids as arguments overflows the stack.
+        for (const id of this.encodePieces((first ? ' ' : '') + part)) ids.push(id);
       }
       first = false;
     }
@@ -477,7 +478,7 @@ export class FakeGenerator implements TextGenerator {
           const top = alternatives(lp);
           const constraint = options.constraint;
           // Jump-forward: the tokens the grammar allows as the only way on, appended without sampling.
-          if (constraint && forcedQueue.length === 0) forcedQueue.push(...constraint.forced());
+          if (constraint && forcedQueue.length === 0) for (const id of constraint.forced()) forcedQueue.push(id);
           if (forcedQueue.length > 0) {
             const id = forcedQueue.shift()!;
             if (stops.has(id)) return (how = 'stop');

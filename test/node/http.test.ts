@@ -133,6 +133,23 @@ describe('startServer', () => {
     expect((await head.arrayBuffer()).byteLength).toBe(0);
   });
 
+  it('answers a request target that is no URL (GET //[/) with 404, and logs no server error', async () => {
+    const { url, logged } = await start(fakeEngine());
+    const target = new URL(url);
+    const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest({ host: target.hostname, port: target.port, path: '//[/v1/models', method: 'GET' }, (res) => {
+        let text = '';
+        res.on('data', (piece: Buffer) => (text += piece.toString()));
+        res.on('end', () => resolve({ status: res.statusCode!, body: text }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    expect(status).toBe(404);
+    expect(JSON.parse(body).error.code).toBe('not_found');
+    expect(logged).toEqual([]);
+  });
+
   it('logs nothing for a client that leaves while sending its body', async () => {
     const { url, logged } = await start(fakeEngine());
     const target = new URL(`${url}/v1/completions`);

@@ -34,6 +34,17 @@ describe('RemoteEngine', () => {
     expect(sent).toHaveLength(0);
   });
 
+  it('refuses a cyclic request with the 400 an Engine gives it, without the transport', async () => {
+    const sent: ApiRequest[] = [];
+    const remote = new RemoteEngine(info, { transport: async (request) => (sent.push(request), errorResponse(new ApiError(500, 'unreachable'))), unload: async () => {}, stats });
+    const message: Record<string, unknown> = { role: 'user', content: 'Hi' };
+    message.self = message;
+    const refusal = { status: 400, param: 'messages', code: 'nested_too_deeply' };
+    await expect(remote.chat({ model: 'm', messages: [message as never] })).rejects.toMatchObject(refusal);
+    await expect(new Engine(chatGenerator()).chat({ model: 'm', messages: [message as never] })).rejects.toMatchObject(refusal);
+    expect(sent).toHaveLength(0);
+  });
+
   it('tells onError about every 5xx the engine answers (installFetchShim passes it on), as the handler does', async () => {
     const failure = errorResponse(new ApiError(500, 'GPU out of memory', { type: 'server_error' }));
     const stream = (type: string) => ({
