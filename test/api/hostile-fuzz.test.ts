@@ -74,14 +74,13 @@ const ODD_STRINGS: readonly string[] = [
 
 const ODD_KEYS: readonly string[] = ['__proto__', 'constructor', 'prototype', 'toString', 'valueOf', '', ' ', '\ud800', 'type', 'function', '0', '-1', '1e3'];
 
-// Grammars that admit no finite output (`root ::= "a" root`, a required property whose schema is
-// the whole schema) are left out: XGrammar's jump-forward aborts on them, which is the grammar
-// layer's to refuse (src/grammar).
 const SCHEMAS: readonly unknown[] = [
   { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] },
   JSON.parse('{"type": "object", "properties": {"__proto__": {"type": "string"}, "constructor": {"type": "string"}}, "required": ["constructor"]}'),
   { $ref: '#/$defs/missing' },
   { type: 'object', properties: { a: { $ref: '#' } } },
+  { type: 'object', properties: { a: { $ref: '#' } }, required: ['a'] },
+  { type: 'array', items: { $ref: '#' }, minItems: 1 },
   { $defs: { a: { $ref: '#/$defs/a' } }, $ref: '#/$defs/a' },
   { $ref: '#/definitions/__proto__' },
   { $ref: '#/$defs/constructor' },
@@ -129,7 +128,7 @@ const RESPONSE_FORMATS: readonly unknown[] = [
 ];
 
 const REGEXES: readonly string[] = ['(a', '[', '\\', '(?<n>a)\\k<n>', '\ud800', 'a{1000000}', '(a|b)*'.repeat(40), '.*', '[^]', '\\p{L}+', '(?=a)a', '$^', 'a{2,1}'];
-const GRAMMARS: readonly string[] = ['root ::= root', 'root ::= "a" | "b" root', 'x', 'root ::= [\ud800]', 'root ::= "a"{1000000}', 'root ::= "a" | ', 'root ::= ( ( ( "a" ) ) )*', 'root ::= [^]'];
+const GRAMMARS: readonly string[] = ['root ::= root', 'root ::= "a" root', 'root ::= ("x" | "y") loop\nloop ::= "a" loop', 'root ::= "a" | "b" root', 'x', 'root ::= [\ud800]', 'root ::= "a"{1000000}', 'root ::= "a" | ', 'root ::= ( ( ( "a" ) ) )*', 'root ::= [^]'];
 
 const TEMPLATES: readonly string[] = [
   CHATML,
