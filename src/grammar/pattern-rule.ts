@@ -1,216 +1,222 @@
-// A string `pattern` as JSON string content. XGrammar turns the regex into EBNF over the characters
-// between the quotes as they are, so `.`, a negated class or `\s` writes `"`, `\` or a control
-// character raw: the quote ends the string early, the backslash starts an escape, the control
-// character is not allowed in JSON (measured on 0.1.27: `^a.b$` takes `"a"b"`). Here XGrammar's
-// EBNF for the regex is rewritten so that each character is written as JSON writes it: `"` as
-// `\"`, `\` as `\\`, a control character of a literal or of a class that names it as its escape;
-// `.` and negated classes leave out control characters (a subset: a validator would read them
-// fine, but they are never needed).
+// A regex as an EBNF expression that XGrammar matches exactly: a JSON schema's `pattern` as the
+// content of a JSON string, a regex output as text. The regex is read by ecma-regex.ts (never by
+// XGrammar's own regex reader, which misreads valid regexes and takes invalid ones); this writes its
+// tree, the whole always one group, so nothing around it can join a branch or a repetition.
 //
-// XGrammar 0.1.27 also matches character classes wrongly beyond ASCII (measured): a range with a
-// non-ASCII end matches ASCII characters instead (`[\u4e00-\u9fff]` takes `"` and `x`, not `中`),
-// and a negated class takes every non-ASCII character whatever it lists (`[^é]` takes `é`); only
-// a single non-ASCII character in a class is right. So a class is written as its ASCII part, its
-// non-ASCII characters one by one (ranges of up to MAX_LISTED; a longer one is refused), and, for
-// a negated class that lists only ASCII, `[^\u0000-\u007f]`: every non-ASCII character, which is
-// what it means. `.` and other negated classes give no non-ASCII character (JavaScript's `.` does
-// not match U+2028 and U+2029, which no class can leave out).
+// As JSON string content each character is written as JSON writes it: `"` as `\"`, `\` as `\\`, a
+// control character as its escape (`\n`, `\u0001`); sets made by a negation (`.`, `[^...]`, `\S`)
+// give no control characters (a subset: a validator would take them, but no one means them).
+//
+// XGrammar 0.1.27 matches character classes wrongly beyond ASCII (measured): a range with a
+// non-ASCII end matches ASCII characters instead (`[\u4e00-\u9fff]` takes `"` and `x`, not `中`), and
+// a negated class takes every non-ASCII character whatever it lists (`[^é]` takes `é`); only a
+// single non-ASCII character in a class is right. So a set is written as its ASCII part, and of its
+// non-ASCII part: all of it as `[^\u0000-\u007f]`; a few characters one by one (ranges of up to
+// MAX_LISTED, MAX_LISTED_TOTAL in all); none where the set is a negation that leaves out some (`.`
+// leaves out U+2028 and U+2029, `[^é]` leaves out é: their ASCII part, a subset); otherwise the regex
+// is refused.
 // Browser code: nothing here may import Node modules.
 import { ebnfLiteral } from './choice.ts';
+import { ASCII, contains, equal, expand, intersect, size, subtract, SURROGATES, type CodeRanges } from './code-ranges.ts';
+import { ECMA_PATTERN, parseRegex, REGEX_OUTPUT, RegexError, type CharSet, type RegexDialect, type RegexTerm } from './ecma-regex.ts';
 import { StructuredOutputError } from './types.ts';
 
-/** Inclusive code point ranges, sorted, not overlapping. */
-type Ranges = [number, number][];
+/** What the expression matches: the content of a JSON string (between its quotes), or text as it is. */
+export type RegexContent = 'json-string' | 'text';
 
-const MAX_CODE_POINT = 0x10ffff;
+/** The longest non-ASCII range of a set written out character by character. */
+export const MAX_LISTED = 64;
+/** The most non-ASCII characters of one set written out. */
+export const MAX_LISTED_TOTAL = 256;
+
+/** One EBNF element without a repetition: a literal, a class or a rule name. */
+const ATOM = /^(?:"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z0-9_]+)$/;
 /** Characters JSON never writes as they are inside a string. */
-const NEEDS_ESCAPE: Ranges = [
+const NEEDS_ESCAPE: CodeRanges = [
   [0x00, 0x1f],
   [0x22, 0x22],
   [0x5c, 0x5c],
 ];
-/** Surrogate code points: no character of well-formed text. */
-const SURROGATES: Ranges = [[0xd800, 0xdfff]];
-const ASCII: Ranges = [[0x00, 0x7f]];
-/** The longest non-ASCII range of a class written out character by character. */
-export const MAX_LISTED = 64;
-const SHORT_ESCAPES: Record<number, string> = { 0x08: '\\b', 0x09: '\\t', 0x0a: '\\n', 0x0c: '\\f', 0x0d: '\\r', 0x22: '\\"', 0x5c: '\\\\' };
+const CONTROLS: CodeRanges = [[0x00, 0x1f]];
+const NON_ASCII: CodeRanges = subtract([[0x80, 0x10ffff]], SURROGATES);
+const SHORT_ESCAPES: Readonly<Record<number, string>> = { 0x08: '\\b', 0x09: '\\t', 0x0a: '\\n', 0x0c: '\\f', 0x0d: '\\r', 0x22: '\\"', 0x5c: '\\\\' };
 
-/**
- * The body of XGrammar's rule for a string with `pattern` (between its `"\""` literals), rewritten
- * to write JSON string content. Throws on text it cannot read (a change in XGrammar's printing).
- */
-export function jsonStringPattern(body: string): string {
-  let out = '';
-  let i = 0;
-  while (i < body.length) {
-    const c = body[i]!;
-    if (c === '"') {
-      const end = closing(body, i + 1, '"');
-      out += literal(decode(body.slice(i + 1, end)));
-      i = end + 1;
-    } else if (c === '[') {
-      const end = closing(body, i + 1, ']');
-      out += characterClass(body.slice(i + 1, end));
-      i = end + 1;
-    } else {
-      out += c;
-      i++;
-    }
-  }
-  return out;
+/** A regex's grammar: the expression to use in place of it, and the rules that expression refers to. */
+export interface RegexRules {
+  expression: string;
+  /** `name ::= body` lines, every name starting with the given prefix. */
+  rules: string[];
 }
 
-/** The index of the unescaped `close` at or after `from`. */
-function closing(text: string, from: number, close: string): number {
-  for (let i = from; i < text.length; i++) {
-    if (text[i] === '\\') i++;
-    else if (text[i] === close) return i;
-  }
-  throw new Error(`unreadable pattern grammar: no closing ${close} in ${text}`);
+/** The grammar of `regex` read in `dialect`, its rules named `${prefix}1`, `${prefix}2`, ...; throws RegexError. */
+export function regexRules(regex: string, dialect: RegexDialect, content: RegexContent, prefix: string): RegexRules {
+  const writer = new RegexWriter(content, prefix);
+  const expression = writer.sequence([{ kind: 'group', body: parseRegex(regex, dialect) }]);
+  return { expression, rules: writer.rules };
 }
 
-/** The code points of an EBNF literal's or class's text, escapes read as XGrammar reads them. */
-function decode(text: string): number[] {
-  const points: number[] = [];
-  for (let i = 0; i < text.length; ) {
-    const [point, next] = readChar(text, i);
-    points.push(point);
-    i = next;
-  }
-  return points;
+/** The rules for a JSON schema `pattern` (ECMA-262): rule `name` is the JSON string, quotes included; throws RegexError. */
+export function jsonStringPattern(name: string, pattern: string): string {
+  const { expression, rules } = regexRules(pattern, ECMA_PATTERN, 'json-string', `${name}_`);
+  return [`${name} ::= "\\"" ${expression} "\\""`, ...rules].join('\n');
 }
 
-const C_ESCAPES: Record<string, number> = { '0': 0, a: 7, b: 8, t: 9, n: 10, v: 11, f: 12, r: 13, e: 27 };
-
-/** One character of EBNF text at i: its code point and the index after it. */
-function readChar(text: string, i: number): [number, number] {
-  if (text[i] !== '\\') {
-    const point = text.codePointAt(i)!;
-    return [point, i + (point > 0xffff ? 2 : 1)];
-  }
-  const e = text[i + 1];
-  if (e === undefined) throw new Error(`unreadable pattern grammar: a lone backslash in ${text}`);
-  const hex = (length: number) => {
-    const digits = text.slice(i + 2, i + 2 + length);
-    if (!new RegExp(`^[0-9a-fA-F]{${length}}$`).test(digits)) throw new Error(`unreadable pattern grammar: \\${e}${digits} in ${text}`);
-    return [parseInt(digits, 16), i + 2 + length] as [number, number];
-  };
-  if (e === 'x') return hex(2);
-  if (e === 'u') return hex(4);
-  if (e === 'U') return hex(8);
-  if (Object.hasOwn(C_ESCAPES, e)) return [C_ESCAPES[e]!, i + 2];
-  return [text.codePointAt(i + 1)!, i + 2 + (text.codePointAt(i + 1)! > 0xffff ? 1 : 0)]; // \" \\ \] \- \? ...: the character itself
+/** The grammar of a regex output's text (ECMA-262 and escaped punctuation), from rule `root`; throws RegexError. */
+export function regexOutputGrammar(regex: string): string {
+  const { expression, rules } = regexRules(regex, REGEX_OUTPUT, 'text', 'r_');
+  return [`root ::= ${expression}`, ...rules].join('\n') + '\n';
 }
 
-/** A literal's characters as JSON writes them, in one group when it takes more than one element. */
-function literal(points: number[]): string {
-  const parts: string[] = [];
-  let plain = '';
-  for (const point of points) {
-    if (inRanges(point, NEEDS_ESCAPE)) {
-      if (plain !== '') parts.push(ebnfLiteral(plain));
-      plain = '';
-      parts.push(ebnfLiteral(jsonEscape(point)));
-    } else plain += String.fromCodePoint(point);
-  }
-  if (plain !== '' || parts.length === 0) parts.push(ebnfLiteral(plain));
-  return parts.length === 1 ? parts[0]! : `( ${parts.join(' ')} )`;
+/** A JSON schema pattern's RegexError as the request's error, naming its place; any other error as it is. */
+export function schemaPatternError(error: unknown, path: string): unknown {
+  if (!(error instanceof RegexError)) return error;
+  return error.kind === 'invalid'
+    ? new StructuredOutputError(`Invalid JSON schema: pattern is not a valid regular expression: ${error.message} (at ${path})`)
+    : new StructuredOutputError(`Unsupported JSON schema: pattern: ${error.message} (at ${path})`);
 }
 
 /**
- * A class as JSON writes its characters, as XGrammar matches them right: the ASCII ones that need
- * no escape as a class, the escapes of the others, the non-ASCII ones (see the top).
+ * Writes the tree as rules XGrammar 0.1.27 matches exactly. Its grammar optimizer turns each rule
+ * into a finite automaton and merges states wrongly (fixed upstream after 0.1.27, xgrammar #632
+ * and #911; measured here): `"bbaa" | "aab" | "aaa"` takes `bbab`, `"\u1680" | "\u2000" | "\u202f"`
+ * takes U+16AF, and `[a-z]* [a-z] "cd"` takes `cd`. Merges mix only byte edges of one rule, so:
+ * every choice's branches are rules of their own, each ending in a reference to an empty rule (a
+ * rule that refers to another is never inlined); and no rule body starts with a class repeated by
+ * `*` (a loop back to the automaton's start).
  */
-function characterClass(text: string): string {
-  const negated = text.startsWith('^');
-  const members = decodeClass(negated ? text.slice(1) : text);
-  const set = negated ? complement(members) : members;
-  const any = !negated && set.length === 1 && set[0]![0] === 0 && set[0]![1] === MAX_CODE_POINT;
-  const alternatives: string[] = [];
-  const plain = subtract(intersect(set, ASCII), NEEDS_ESCAPE);
-  if (plain.length > 0) alternatives.push(classText(plain));
-  // Control characters where the class names them; none from `.` or a negated class.
-  const controls = negated || any ? [] : intersect(set, [[0x00, 0x1f]]);
-  for (const point of [...expand(controls), 0x22, 0x5c]) {
-    if (point >= 0x20 && !inRanges(point, set)) continue; // the quote and the backslash, where the class has them
-    alternatives.push(ebnfLiteral(jsonEscape(point)));
+class RegexWriter {
+  readonly rules: string[] = [];
+  private readonly names = new Map<string, string>();
+  private readonly empty: string;
+
+  constructor(
+    private readonly content: RegexContent,
+    private readonly prefix: string,
+  ) {
+    this.empty = this.rule('""');
   }
-  if (negated && subtract(members, ASCII).length === 0) alternatives.push('[^\\u0000-\\u007f]');
-  else if (!negated && !any) {
-    for (const [lo, hi] of subtract(subtract(set, ASCII), SURROGATES)) {
-      if (hi - lo >= MAX_LISTED) {
-        throw new StructuredOutputError(
-          `Unsupported JSON schema: a pattern's character range ${ebnfLiteral(String.fromCodePoint(lo))}-${ebnfLiteral(String.fromCodePoint(hi))} beyond ASCII ` +
-            `is longer than ${MAX_LISTED} characters (XGrammar matches such ranges wrongly; list the characters, or split the range)`,
-        );
+
+  /** The terms in order, as a rule body's sequence; runs of single characters as one literal; "" for none. */
+  sequence(terms: readonly RegexTerm[]): string {
+    const elements: string[] = [];
+    let run = '';
+    const flush = () => {
+      if (run !== '') elements.push(ebnfLiteral(run));
+      run = '';
+    };
+    for (const term of terms) {
+      if (term.kind === 'char') run += this.charText(term.point);
+      else if (term.kind === 'group' && term.body.length === 1) {
+        flush();
+        const inner = this.sequence(term.body[0]!);
+        if (inner !== '""') elements.push(inner);
+      } else if (term.kind !== 'anchor') {
+        flush();
+        const element = this.element(term);
+        if (element !== '""') elements.push(element);
       }
-      for (let point = lo; point <= hi; point++) alternatives.push(ebnfLiteral(String.fromCodePoint(point)));
+    }
+    flush();
+    if (elements.length === 0) return '""';
+    // A class loop first would loop back to the rule's start: it goes in a rule of its own.
+    if (/^\[.*\]\*$/.test(elements[0]!)) elements[0] = this.rule(`${elements[0]} ${this.empty}`);
+    return elements.join(' ');
+  }
+
+  /** One EBNF element (a literal, a class or a rule reference) for the term. */
+  private element(term: RegexTerm): string {
+    switch (term.kind) {
+      case 'char':
+        return ebnfLiteral(this.charText(term.point));
+      case 'set':
+        return this.choice(this.setAlternatives(term.set));
+      case 'group':
+        return this.choice(term.body.map((terms) => this.sequence(terms)));
+      case 'repeat':
+        return this.repeat(term);
+      case 'anchor':
+        return '""';
     }
   }
-  if (alternatives.length === 0) throw new StructuredOutputError(`Unsupported JSON schema: a pattern's class [${text}] has no character that can be written here`);
-  return alternatives.length === 1 ? alternatives[0]! : `( ${alternatives.join(' | ')} )`;
-}
 
-/** A class's items (characters and ranges) as ranges. */
-function decodeClass(text: string): Ranges {
-  const ranges: Ranges = [];
-  for (let i = 0; i < text.length; ) {
-    const [lo, next] = readChar(text, i);
-    i = next;
-    if (text[i] === '-' && i + 1 < text.length) {
-      const [hi, after] = readChar(text, i + 1);
-      ranges.push([lo, hi]);
-      i = after;
-    } else ranges.push([lo, lo]);
+  /** A rule of the alternatives (sequences), each a rule of its own; one alternative as it is when it is one unrepeated element. */
+  private choice(alternatives: readonly string[]): string {
+    if (alternatives.length === 1 && ATOM.test(alternatives[0]!)) return alternatives[0]!;
+    const branches = alternatives.map((body) => (body === '""' ? this.empty : this.rule(`${body} ${this.empty}`)));
+    return branches.length === 1 ? branches[0]! : this.rule(branches.join(' | '));
   }
-  return normalize(ranges);
+
+  private repeat({ body, min, max }: Extract<RegexTerm, { kind: 'repeat' }>): string {
+    if (body.kind === 'anchor' || max === 0) return '""'; // an anchor repeated (`(?:^)?`), or nothing
+    const element = body.kind === 'group' && body.body.length === 1 ? this.choice([this.sequence(body.body[0]!)]) : this.element(body);
+    if (element === '""') return '""';
+    if (min === 1 && max === 1) return element;
+    const quantifier =
+      max === undefined ? (min === 0 ? '*' : min === 1 ? '+' : `{${min},}`) : min === 0 && max === 1 ? '?' : min === max ? `{${min}}` : `{${min},${max}}`;
+    return `${element}${quantifier}`;
+  }
+
+  /** The name of a rule with `body` (one per distinct body). */
+  private rule(body: string): string {
+    let name = this.names.get(body);
+    if (name === undefined) {
+      name = `${this.prefix}${this.names.size + 1}`;
+      this.names.set(body, name);
+      this.rules.push(`${name} ::= ${body}`);
+    }
+    return name;
+  }
+
+  /** A character as the content writes it: JSON's escape where JSON needs one. */
+  private charText(point: number): string {
+    if (contains(SURROGATES, point)) throw new RegexError('unsupported', 'a lone surrogate (\\uD800-\\uDFFF) is no character that can be written');
+    if (this.content === 'json-string' && contains(NEEDS_ESCAPE, point)) return jsonEscape(point);
+    return String.fromCodePoint(point);
+  }
+
+  /** A set's alternatives (each one element): its ASCII part as XGrammar matches it right, its non-ASCII part as the top says. */
+  private setAlternatives({ ranges, broad }: CharSet): string[] {
+    const json = this.content === 'json-string';
+    const alternatives: string[] = [];
+    const ascii = intersect(ranges, ASCII);
+    const plain = json ? subtract(ascii, NEEDS_ESCAPE) : ascii;
+    if (plain.length > 0) alternatives.push(classText(plain));
+    if (json) {
+      // Control characters where the set names them; the quote and the backslash where it has them.
+      for (const point of [...expand(broad ? [] : intersect(ascii, CONTROLS)), 0x22, 0x5c]) {
+        if (point >= 0x20 && !contains(ascii, point)) continue;
+        alternatives.push(ebnfLiteral(jsonEscape(point)));
+      }
+    }
+    const beyond = intersect(ranges, NON_ASCII);
+    if (equal(beyond, NON_ASCII)) alternatives.push('[^\\u0000-\\u007f]');
+    else if (beyond.length > 0 && listable(beyond)) {
+      for (const point of expand(beyond)) alternatives.push(ebnfLiteral(String.fromCodePoint(point)));
+    } else if (beyond.length > 0 && !broad) {
+      const [lo, hi] = beyond.find(([a, b]) => b - a >= MAX_LISTED) ?? beyond[0]!;
+      throw new RegexError(
+        'unsupported',
+        `the character range ${ebnfLiteral(String.fromCodePoint(lo))}-${ebnfLiteral(String.fromCodePoint(hi))} beyond ASCII is longer than ${MAX_LISTED} characters ` +
+          `or the class lists more than ${MAX_LISTED_TOTAL} (XGrammar matches such ranges wrongly; list the characters, or split the range)`,
+      );
+    }
+    if (alternatives.length === 0) throw new RegexError('unsupported', 'a character class matches no character that can be written');
+    return alternatives;
+  }
 }
 
-function classText(ranges: Ranges): string {
-  const char = (point: number) => (/[0-9A-Za-z]/.test(String.fromCodePoint(point)) ? String.fromCodePoint(point) : point <= 0xffff ? `\\u${point.toString(16).padStart(4, '0')}` : `\\U${point.toString(16).padStart(8, '0')}`);
+/** Whether the non-ASCII ranges are few enough to write one character at a time. */
+function listable(ranges: CodeRanges): boolean {
+  return size(ranges) <= MAX_LISTED_TOTAL && ranges.every(([lo, hi]) => hi - lo < MAX_LISTED);
+}
+
+/** ASCII ranges as an XGrammar class: letters and digits as they are, every other character as \uXXXX. */
+function classText(ranges: CodeRanges): string {
+  const char = (point: number) => (/[0-9A-Za-z]/.test(String.fromCodePoint(point)) ? String.fromCodePoint(point) : `\\u${point.toString(16).padStart(4, '0')}`);
   return `[${ranges.map(([lo, hi]) => (lo === hi ? char(lo) : `${char(lo)}-${char(hi)}`)).join('')}]`;
 }
 
 /** JSON's escape for a character that needs one. */
 function jsonEscape(point: number): string {
   return SHORT_ESCAPES[point] ?? `\\u${point.toString(16).padStart(4, '0')}`;
-}
-
-function normalize(ranges: Ranges): Ranges {
-  const sorted = [...ranges].sort((a, b) => a[0] - b[0]);
-  const out: Ranges = [];
-  for (const [lo, hi] of sorted) {
-    const last = out[out.length - 1];
-    if (last && lo <= last[1] + 1) last[1] = Math.max(last[1], hi);
-    else out.push([lo, hi]);
-  }
-  return out;
-}
-
-function complement(ranges: Ranges): Ranges {
-  const out: Ranges = [];
-  let next = 0;
-  for (const [lo, hi] of ranges) {
-    if (lo > next) out.push([next, lo - 1]);
-    next = hi + 1;
-  }
-  if (next <= MAX_CODE_POINT) out.push([next, MAX_CODE_POINT]);
-  return out;
-}
-
-function intersect(a: Ranges, b: Ranges): Ranges {
-  return complement(normalize([...complement(a), ...complement(b)]));
-}
-
-function subtract(a: Ranges, b: Ranges): Ranges {
-  return intersect(a, complement(b));
-}
-
-function inRanges(point: number, ranges: Ranges): boolean {
-  return ranges.some(([lo, hi]) => point >= lo && point <= hi);
-}
-
-function expand(ranges: Ranges): number[] {
-  return ranges.flatMap(([lo, hi]) => Array.from({ length: hi - lo + 1 }, (_, k) => lo + k));
 }

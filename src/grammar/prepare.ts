@@ -13,6 +13,8 @@ import { tagSchemas } from './tag-schemas.ts';
 import { StructuredOutputError, type JsonWhitespace, type StructuredOutput } from './types.ts';
 import type { XGrammarApi, XGrammarCallError } from './xgrammar.ts';
 import { nonAsciiClassAt } from './char-classes.ts';
+import { RegexError } from './ecma-regex.ts';
+import { regexOutputGrammar } from './pattern-rule.ts';
 
 /** What the error messages call each kind of input. */
 type Subject = 'JSON schema' | 'regex' | 'grammar' | 'structural tag';
@@ -100,17 +102,25 @@ function regex(pattern: unknown): PreparedOutput {
   if (hasLoneSurrogate(pattern)) throw new StructuredOutputError('Invalid regex: not well-formed Unicode (a lone surrogate)');
   const shape = regexShape(pattern);
   if (shape.depth > MAX_DEPTH) throw new StructuredOutputError(`Invalid regex: groups nested ${shape.depth} deep; at most ${MAX_DEPTH} are supported`);
-  const at = nonAsciiClassAt(pattern, false);
-  if (at >= 0) throw new StructuredOutputError(`Unsupported regex: the character class at position ${at} names characters beyond ASCII, which XGrammar does not match exactly`);
-  // XGrammar's web API compiles a regex as a structural tag.
-  const tag = JSON.stringify({ type: 'structural_tag', format: { type: 'regex', pattern } });
+  // Our grammar of the regex (pattern-rule.ts): XGrammar's own regex reader misreads some.
+  const text = regexGrammar(pattern);
   return {
     key: JSON.stringify(['regex', pattern]),
     subject: 'regex',
     cost: { cost: shape.cost, largest: { cost: shape.cost, what: 'its repetitions' } },
     warningsAreErrors: false,
-    compile: (_api, compiler) => compiler.compileStructuralTag(tag),
+    compile: (api, compiler) => compileEbnf(api, compiler, text),
   };
+}
+
+/** The grammar of a regex output; throws `Invalid regex: ...` or `Unsupported regex: ...`. */
+function regexGrammar(pattern: string): string {
+  try {
+    return regexOutputGrammar(pattern);
+  } catch (error) {
+    if (!(error instanceof RegexError)) throw error;
+    throw new StructuredOutputError(`${error.kind === 'invalid' ? 'Invalid' : 'Unsupported'} regex: ${error.message}`);
+  }
 }
 
 function grammar(text: unknown, key: unknown[]): PreparedOutput {
@@ -181,7 +191,7 @@ export function tooCostly(prepared: PreparedOutput, estimate: number, limit: num
 
 /** XGrammar's report of a failed compile as the request's error. */
 export function compileError(prepared: PreparedOutput, failure: XGrammarCallError): StructuredOutputError {
-  // Our own refusal from inside the compile (a pattern XGrammar cannot match right: pattern-rule.ts).
+  // Our own refusal from inside the compile.
   if (failure.cause instanceof StructuredOutputError) return failure.cause;
   const subject = prepared.subject;
   let message = failure.fatal.replace(/^Check failed: \(.*?\) is false: ?/s, '').trim();

@@ -10,6 +10,8 @@
 // `allOf`, and only `type` beside `const` and `enum`.
 import { repeatPositions, POSITION_COST } from './char-cost.ts';
 import { MAX_DEPTH, MAX_PROPERTIES } from './limits.ts';
+import { checkRegexSyntax } from './ecma-regex.ts';
+import { jsonStringPattern, schemaPatternError } from './pattern-rule.ts';
 import { regexShape } from './regex-cost.ts';
 import { formatPlan } from './format-rules.ts';
 import {
@@ -124,6 +126,7 @@ class SchemaChecker {
     if (depth > MAX_DEPTH) throw tooDeep(path);
     if (typeof node === 'boolean') return;
     if (!isObject(node)) throw invalid('a schema must be an object or a boolean', path);
+    this.unsupportedPatterns(node, path);
     for (const keyword of UNSUPPORTED) {
       if (keyword in node) throw unsupported(`"${keyword}" is not supported`, `${path}/${keyword}`);
     }
@@ -196,7 +199,6 @@ class SchemaChecker {
           // the output (invalid JSON), a backslash would start an escape, a quote breaks the grammar.
           throw unsupported(`property name ${JSON.stringify(key)} is not supported: names with ", \\ or control characters are not`, `${path}/${k}`);
         }
-        if (k === 'patternProperties') this.pattern(key, `${path}/${k}/${escapePointer(key)} (the key)`);
         this.schema(map[key], `${path}/${k}/${escapePointer(key)}`, depth + 2);
       }
     }
@@ -263,10 +265,33 @@ class SchemaChecker {
     }
   }
 
+  /** A string's pattern: nested within the limit, written exactly (pattern-rule.ts) or refused here, and its cost. */
   private pattern(pattern: string, path: string): void {
     const shape = regexShape(pattern);
     if (shape.depth > MAX_DEPTH) throw tooDeep(path);
+    try {
+      jsonStringPattern('p', pattern);
+    } catch (error) {
+      throw schemaPatternError(error, path);
+    }
     this.add(`pattern ${pattern}`, shape.cost, `pattern at ${path}`);
+  }
+
+  /**
+   * The regexes of keywords refused below (patternProperties' keys, propertyNames' pattern): an
+   * invalid one is named as such first.
+   */
+  private unsupportedPatterns(node: Json, path: string): void {
+    const check = (pattern: unknown, at: string) => {
+      if (typeof pattern !== 'string') return;
+      try {
+        checkRegexSyntax(pattern);
+      } catch (error) {
+        throw schemaPatternError(error, at);
+      }
+    };
+    if (isObject(node.patternProperties)) for (const key of Object.keys(node.patternProperties)) check(key, `${path}/patternProperties/${escapePointer(key)}`);
+    if (isObject(node.propertyNames)) check(node.propertyNames.pattern, `${path}/propertyNames/pattern`);
   }
 
   private add(key: string, cost: number, what: string): void {
