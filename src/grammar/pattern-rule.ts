@@ -17,8 +17,8 @@
 // is refused.
 // Browser code: nothing here may import Node modules.
 import { ebnfLiteral } from './choice.ts';
-import { ASCII, contains, equal, expand, intersect, size, subtract, SURROGATES, type CodeRanges } from './code-ranges.ts';
-import { ECMA_PATTERN, parseRegex, REGEX_OUTPUT, RegexError, type CharSet, type RegexDialect, type RegexTerm } from './ecma-regex.ts';
+import { ASCII, contains, equal, expand, intersect, size, subtract, SURROGATES, union, type CodeRanges } from './code-ranges.ts';
+import { ECMA_PATTERN, parseRegex, REGEX_OUTPUT, RegexError, type CharSet, type RegexAlternation, type RegexDialect, type RegexTerm } from './ecma-regex.ts';
 import { StructuredOutputError } from './types.ts';
 
 /** What the expression matches: the content of a JSON string (between its quotes), or text as it is. */
@@ -29,6 +29,11 @@ export const MAX_LISTED = 64;
 /** The most non-ASCII characters of one set written out. */
 export const MAX_LISTED_TOTAL = 256;
 
+const ENCODER = new TextEncoder();
+/** A class repeated by `*` at the start of a sequence. */
+const CLASS_LOOP_FIRST = /^\[(?:[^\]\\]|\\.)*\]\*/;
+/** ECMA-262's white space beyond ASCII (in `\s`). */
+const SPACE_BEYOND_ASCII: CodeRanges = [[0xa0, 0xa0], [0x1680, 0x1680], [0x2000, 0x200a], [0x2028, 0x2029], [0x202f, 0x202f], [0x205f, 0x205f], [0x3000, 0x3000], [0xfeff, 0xfeff]];
 /** One EBNF element without a repetition: a literal, a class or a rule name. */
 const ATOM = /^(?:"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z0-9_]+)$/;
 /** Characters JSON never writes as they are inside a string. */
@@ -76,27 +81,31 @@ export function schemaPatternError(error: unknown, path: string): unknown {
 }
 
 /**
- * Writes the tree as rules XGrammar 0.1.27 matches exactly. Its grammar optimizer turns each rule
- * into a finite automaton and merges states wrongly (fixed upstream after 0.1.27, xgrammar #632
- * and #911; measured here): `"bbaa" | "aab" | "aaa"` takes `bbab`, `"\u1680" | "\u2000" | "\u202f"`
- * takes U+16AF, and `[a-z]* [a-z] "cd"` takes `cd`. Merges mix only byte edges of one rule, so:
- * every choice's branches are rules of their own, each ending in a reference to an empty rule (a
- * rule that refers to another is never inlined); and no rule body starts with a class repeated by
- * `*` (a loop back to the automaton's start).
+ * Writes the tree as rules XGrammar 0.1.27 matches exactly and fast. Its grammar optimizer turns
+ * each rule into a finite automaton and merges states wrongly when two merge rules meet in one
+ * round (fixed upstream after 0.1.27, xgrammar #632 and #911; measured here): `"bbaa" | "aab" |
+ * "aaa"` takes `bbab`, `"\u1680" | "\u2000" | "\u202f"` takes U+16AF, `[a-z]* [a-z] "cd"` takes
+ * `cd`. A wrong merge needs branches that share first bytes, byte strings of one set that end in the
+ * same byte after different prefixes, or a class loop at a rule's start followed by the same class.
+ * So: a set's multi-byte characters end in distinct bytes (else `\s` gives its ASCII spaces only, and
+ * other sets their multi-byte characters each as a rule of its own); a choice whose branches share
+ * first bytes, or begin with a class loop, has each branch as a rule of its own, ending in a
+ * reference to an empty rule (a rule that refers to another is never inlined into its caller); and
+ * runs of one class with a repetition are one repetition (`[a-z]*[a-z]` is `[a-z]+`). Rules of their
+ * own cost little to compile but make masks slow where they repeat (~100 ms on a 152k vocabulary),
+ * so wide sets stay inline.
  */
 class RegexWriter {
   readonly rules: string[] = [];
   private readonly names = new Map<string, string>();
-  private readonly empty: string;
+  private emptyRule?: string;
 
   constructor(
     private readonly content: RegexContent,
     private readonly prefix: string,
-  ) {
-    this.empty = this.rule('""');
-  }
+  ) {}
 
-  /** The terms in order, as a rule body's sequence; runs of single characters as one literal; "" for none. */
+  /** The terms in order, as a sequence; runs of single characters as one literal; "" for none. */
   sequence(terms: readonly RegexTerm[]): string {
     const elements: string[] = [];
     let run = '';
@@ -104,34 +113,28 @@ class RegexWriter {
       if (run !== '') elements.push(ebnfLiteral(run));
       run = '';
     };
-    for (const term of terms) {
+    for (const term of mergeRuns(terms)) {
       if (term.kind === 'char') run += this.charText(term.point);
-      else if (term.kind === 'group' && term.body.length === 1) {
+      else if (term.kind === 'anchor') continue;
+      else {
         flush();
-        const inner = this.sequence(term.body[0]!);
-        if (inner !== '""') elements.push(inner);
-      } else if (term.kind !== 'anchor') {
-        flush();
-        const element = this.element(term);
+        const element = term.kind === 'group' && term.body.length === 1 ? this.sequence(term.body[0]!) : this.element(term);
         if (element !== '""') elements.push(element);
       }
     }
     flush();
-    if (elements.length === 0) return '""';
-    // A class loop first would loop back to the rule's start: it goes in a rule of its own.
-    if (/^\[.*\]\*$/.test(elements[0]!)) elements[0] = this.rule(`${elements[0]} ${this.empty}`);
-    return elements.join(' ');
+    return elements.length === 0 ? '""' : elements.join(' ');
   }
 
-  /** One EBNF element (a literal, a class or a rule reference) for the term. */
+  /** One EBNF element (a literal, a class, a group or a rule reference) for the term. */
   private element(term: RegexTerm): string {
     switch (term.kind) {
       case 'char':
         return ebnfLiteral(this.charText(term.point));
       case 'set':
-        return this.choice(this.setAlternatives(term.set));
+        return this.set(term.set);
       case 'group':
-        return this.choice(term.body.map((terms) => this.sequence(terms)));
+        return this.alternation(term.body);
       case 'repeat':
         return this.repeat(term);
       case 'anchor':
@@ -139,21 +142,90 @@ class RegexWriter {
     }
   }
 
-  /** A rule of the alternatives (sequences), each a rule of its own; one alternative as it is when it is one unrepeated element. */
-  private choice(alternatives: readonly string[]): string {
-    if (alternatives.length === 1 && ATOM.test(alternatives[0]!)) return alternatives[0]!;
-    const branches = alternatives.map((body) => (body === '""' ? this.empty : this.rule(`${body} ${this.empty}`)));
-    return branches.length === 1 ? branches[0]! : this.rule(branches.join(' | '));
+  /** Branches: one set when each is one character; a group when their first bytes differ; else rules of their own. */
+  private alternation(branches: RegexAlternation): string {
+    const single = branches.map((terms) => singleCharacter(terms));
+    if (single.every((set) => set !== undefined)) {
+      return this.set({ ranges: union(...single.map((set) => set!.ranges)), broad: single.some((set) => set!.broad) });
+    }
+    const sequences = branches.map((terms) => this.sequence(terms));
+    const firsts = branches.map((terms) => this.firstBytes(terms));
+    const overlap = firsts.some((a, i) => firsts.slice(i + 1).some((b) => [...a].some((byte) => b.has(byte))));
+    if (!overlap && !sequences.some((text) => CLASS_LOOP_FIRST.test(text))) return `( ${sequences.join(' | ')} )`;
+    return this.rule(sequences.map((body) => this.ownRule(body)).join(' | '));
   }
 
   private repeat({ body, min, max }: Extract<RegexTerm, { kind: 'repeat' }>): string {
     if (body.kind === 'anchor' || max === 0) return '""'; // an anchor repeated (`(?:^)?`), or nothing
-    const element = body.kind === 'group' && body.body.length === 1 ? this.choice([this.sequence(body.body[0]!)]) : this.element(body);
+    let element = body.kind === 'group' && body.body.length === 1 ? this.sequence(body.body[0]!) : this.element(body);
     if (element === '""') return '""';
+    if (!ATOM.test(element)) element = `( ${element} )`;
     if (min === 1 && max === 1) return element;
     const quantifier =
       max === undefined ? (min === 0 ? '*' : min === 1 ? '+' : `{${min},}`) : min === 0 && max === 1 ? '?' : min === max ? `{${min}}` : `{${min},${max}}`;
     return `${element}${quantifier}`;
+  }
+
+  /** A set as one element: its ASCII part as a class, JSON's escapes, its non-ASCII part as the top says. */
+  private set(set: CharSet): string {
+    const json = this.content === 'json-string';
+    const ascii = intersect(set.ranges, ASCII);
+    const plain = json ? subtract(ascii, NEEDS_ESCAPE) : ascii;
+    // Control characters where the set names them; the quote and the backslash where it has them.
+    const escapes = json ? [...expand(set.broad ? [] : intersect(ascii, CONTROLS)), 0x22, 0x5c].filter((p) => (p < 0x20 ? true : contains(ascii, p))) : [];
+    const beyond = intersect(set.ranges, NON_ASCII);
+    let listed: number[] = [];
+    let all = false;
+    if (equal(beyond, NON_ASCII)) all = true;
+    else if (beyond.length > 0 && listable(beyond)) listed = expand(beyond);
+    else if (beyond.length > 0 && !set.broad) {
+      const [lo, hi] = beyond.find(([a, b]) => b - a >= MAX_LISTED) ?? beyond[0]!;
+      throw new RegexError(
+        'unsupported',
+        `the character range ${ebnfLiteral(String.fromCodePoint(lo))}-${ebnfLiteral(String.fromCodePoint(hi))} beyond ASCII is longer than ${MAX_LISTED} characters ` +
+          `or the class lists more than ${MAX_LISTED_TOTAL} (XGrammar matches such ranges wrongly; list the characters, or split the range)`,
+      );
+    }
+    const strings = () => [...escapes, ...listed].map((point) => this.charText(point));
+    // Multi-byte characters that end in one byte after different prefixes: see the class comment.
+    if (!distinctLastBytes(strings()) && (plain.length > 0 || escapes.length > 0)) listed = listed.filter((point) => !contains(SPACE_BEYOND_ASCII, point));
+    const own = !distinctLastBytes(strings());
+    const alternatives: string[] = [];
+    if (plain.length > 0) alternatives.push(classText(plain));
+    for (const text of strings()) alternatives.push(own && utf8(text).length > 1 ? this.ownRule(ebnfLiteral(text)) : ebnfLiteral(text));
+    if (all) alternatives.push('[^\\u0000-\\u007f]');
+    if (alternatives.length === 0) throw new RegexError('unsupported', 'a character class matches no character that can be written');
+    return alternatives.length === 1 ? alternatives[0]! : `( ${alternatives.join(' | ')} )`;
+  }
+
+  /** The bytes a match of the terms can begin with (of a set: every member's). */
+  private firstBytes(terms: readonly RegexTerm[]): Set<number> {
+    const bytes = new Set<number>();
+    for (const term of terms) {
+      this.addFirstBytes(term, bytes);
+      if (!nullable(term)) break;
+    }
+    return bytes;
+  }
+
+  private addFirstBytes(term: RegexTerm, bytes: Set<number>): void {
+    if (term.kind === 'char') bytes.add(utf8(this.charText(term.point))[0]!);
+    else if (term.kind === 'set') {
+      const json = this.content === 'json-string';
+      for (const [lo, hi] of intersect(term.set.ranges, json ? subtract(ASCII, NEEDS_ESCAPE) : ASCII)) for (let b = lo; b <= hi; b++) bytes.add(b);
+      if (json && intersect(term.set.ranges, NEEDS_ESCAPE).length > 0) bytes.add(0x5c); // an escape
+      for (const [lo, hi] of subtract(intersect(term.set.ranges, NON_ASCII), SURROGATES)) {
+        for (let b = utf8(String.fromCodePoint(lo))[0]!; b <= utf8(String.fromCodePoint(hi))[0]!; b++) bytes.add(b);
+      }
+    } else if (term.kind === 'group') {
+      for (const terms of term.body) for (const byte of this.firstBytes(terms)) bytes.add(byte);
+    } else if (term.kind === 'repeat') this.addFirstBytes(term.body, bytes);
+  }
+
+  /** A rule of its own for `body` (a sequence, or "" for none), ending in a reference to the empty rule, so it is never inlined. */
+  private ownRule(body: string): string {
+    this.emptyRule ??= this.rule('""');
+    return body === '""' ? this.emptyRule : this.rule(`${body} ${this.emptyRule}`);
   }
 
   /** The name of a rule with `body` (one per distinct body). */
@@ -173,36 +245,77 @@ class RegexWriter {
     if (this.content === 'json-string' && contains(NEEDS_ESCAPE, point)) return jsonEscape(point);
     return String.fromCodePoint(point);
   }
+}
 
-  /** A set's alternatives (each one element): its ASCII part as XGrammar matches it right, its non-ASCII part as the top says. */
-  private setAlternatives({ ranges, broad }: CharSet): string[] {
-    const json = this.content === 'json-string';
-    const alternatives: string[] = [];
-    const ascii = intersect(ranges, ASCII);
-    const plain = json ? subtract(ascii, NEEDS_ESCAPE) : ascii;
-    if (plain.length > 0) alternatives.push(classText(plain));
-    if (json) {
-      // Control characters where the set names them; the quote and the backslash where it has them.
-      for (const point of [...expand(broad ? [] : intersect(ascii, CONTROLS)), 0x22, 0x5c]) {
-        if (point >= 0x20 && !contains(ascii, point)) continue;
-        alternatives.push(ebnfLiteral(jsonEscape(point)));
-      }
-    }
-    const beyond = intersect(ranges, NON_ASCII);
-    if (equal(beyond, NON_ASCII)) alternatives.push('[^\\u0000-\\u007f]');
-    else if (beyond.length > 0 && listable(beyond)) {
-      for (const point of expand(beyond)) alternatives.push(ebnfLiteral(String.fromCodePoint(point)));
-    } else if (beyond.length > 0 && !broad) {
-      const [lo, hi] = beyond.find(([a, b]) => b - a >= MAX_LISTED) ?? beyond[0]!;
-      throw new RegexError(
-        'unsupported',
-        `the character range ${ebnfLiteral(String.fromCodePoint(lo))}-${ebnfLiteral(String.fromCodePoint(hi))} beyond ASCII is longer than ${MAX_LISTED} characters ` +
-          `or the class lists more than ${MAX_LISTED_TOTAL} (XGrammar matches such ranges wrongly; list the characters, or split the range)`,
-      );
-    }
-    if (alternatives.length === 0) throw new RegexError('unsupported', 'a character class matches no character that can be written');
-    return alternatives;
+/** Whether the term can match the empty string. */
+function nullable(term: RegexTerm): boolean {
+  switch (term.kind) {
+    case 'anchor':
+      return true;
+    case 'char':
+    case 'set':
+      return false;
+    case 'group':
+      return term.body.some((terms) => terms.every(nullable));
+    case 'repeat':
+      return term.min === 0 || nullable(term.body);
   }
+}
+
+/** The one character (as a set) a branch matches, when it is one character and anchors. */
+function singleCharacter(terms: readonly RegexTerm[]): CharSet | undefined {
+  const matching = terms.filter((t) => t.kind !== 'anchor');
+  if (matching.length !== 1) return undefined;
+  const term = matching[0]!;
+  if (term.kind === 'char') return { ranges: [[term.point, term.point]], broad: false };
+  return term.kind === 'set' ? term.set : undefined;
+}
+
+/** The character set and counts of a term that is one character repeated (a character, a set, or a repetition of one). */
+function run(term: RegexTerm): { set: CharSet; min: number; max: number | undefined } | undefined {
+  if (term.kind === 'char') return { set: { ranges: [[term.point, term.point]], broad: false }, min: 1, max: 1 };
+  if (term.kind === 'set') return { set: term.set, min: 1, max: 1 };
+  if (term.kind === 'repeat' && (term.body.kind === 'char' || term.body.kind === 'set')) {
+    const inner = run(term.body)!;
+    return { set: inner.set, min: term.min, max: term.max };
+  }
+  return undefined;
+}
+
+/**
+ * Adjacent terms that repeat one set, one of them a repetition, as one repetition: `[a-z]*[a-z]`
+ * as `[a-z]+`, so no class loop is followed by the same class (see RegexWriter).
+ */
+function mergeRuns(terms: readonly RegexTerm[]): RegexTerm[] {
+  const out: RegexTerm[] = [];
+  for (const term of terms) {
+    const previous = out[out.length - 1];
+    const a = previous && run(previous);
+    const b = run(term);
+    if (a && b && (previous!.kind === 'repeat' || term.kind === 'repeat') && equal(a.set.ranges, b.set.ranges) && a.set.broad === b.set.broad) {
+      const max = a.max === undefined || b.max === undefined ? undefined : a.max + b.max;
+      const body: RegexTerm = a.set.ranges.length === 1 && a.set.ranges[0]![0] === a.set.ranges[0]![1] && !a.set.broad ? { kind: 'char', point: a.set.ranges[0]![0] } : { kind: 'set', set: a.set };
+      out[out.length - 1] = { kind: 'repeat', body, min: a.min + b.min, max };
+    } else out.push(term);
+  }
+  return out;
+}
+
+/** Whether the strings' UTF-8 forms of two or more bytes end in distinct bytes. */
+function distinctLastBytes(texts: readonly string[]): boolean {
+  const last = new Set<number>();
+  for (const text of texts) {
+    const bytes = utf8(text);
+    if (bytes.length < 2) continue;
+    const byte = bytes[bytes.length - 1]!;
+    if (last.has(byte)) return false;
+    last.add(byte);
+  }
+  return true;
+}
+
+function utf8(text: string): Uint8Array {
+  return ENCODER.encode(text);
 }
 
 /** Whether the non-ASCII ranges are few enough to write one character at a time. */

@@ -104,10 +104,13 @@ describe('jsonStringPattern', () => {
     expect(await accepts(jsonStringPattern('root', '\\n'), ['"\\n"', '"\n"', '"\\u000a"'])).toEqual([true, false, false]);
   });
 
-  it('takes \\s, \\S and `.` as ECMA-262 does, beyond ASCII as XGrammar matches right', async () => {
-    // `\s`: the ASCII spaces (control characters as escapes) and the Unicode ones; nothing else.
-    const spaces = [' ', '\t', '\n', '\u000b', '\u00a0', '\u1680', '\u2000', '\u200a', '\u2028', '\u202f', '\u205f', '\u3000', '\ufeff'];
-    expect(await jsonAccepts('^\\s$', [...spaces, '\u16af', '\u2080', '\u20af', 'x', '\u200b'])).toEqual([...spaces.map(() => true), false, false, false, false, false]);
+  it('takes \\s, \\S and `.` as ECMA-262 does, beyond ASCII as XGrammar matches right (or a subset)', async () => {
+    // `\s`: the ASCII spaces (control characters as escapes). Its Unicode spaces end in one byte after
+    // different prefixes, which XGrammar merges wrongly beside the rest: left out (a subset).
+    const ascii = [' ', '\t', '\n', '\u000b', '\f', '\r'];
+    expect(await jsonAccepts('^\\s$', [...ascii, '\u00a0', '\u2000', '\u16af', 'x'])).toEqual([...ascii.map(() => true), false, false, false, false]);
+    // Such characters alone are each a rule of their own: exact.
+    expect(await jsonAccepts('^[\\u1680\\u2000\\u202f]$', ['\u1680', '\u2000', '\u202f', '\u16af', '\u2080', '\u20af'])).toEqual([true, true, true, false, false, false]);
     // `\S`, `[^"]` and `.`: no control characters; `[` (XGrammar's own \S leaves it out); non-ASCII where the set takes all of it.
     expect(await jsonAccepts('^\\S$', ['[', '"', '\\', ' ', '\u0001', 'é'])).toEqual([true, true, true, false, false, false]);
     expect(await jsonAccepts('^[^"]$', ['[', '"', '\\', '\u0001', 'é', '\u4e2d'])).toEqual([true, false, true, false, true, true]);
