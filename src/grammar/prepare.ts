@@ -42,9 +42,10 @@ export function prepareOutput(output: StructuredOutput): PreparedOutput {
     case 'regex':
       return regex(output.pattern);
     case 'choice':
-      return grammar(choiceGrammar(output.choices), ['choice', output.choices]);
+      // choiceGrammar checks the choices; its rules may take more bytes than a request's grammar may.
+      return grammarOutput(choiceGrammar(output.choices), ['choice', output.choices]);
     case 'grammar':
-      return grammar(output.grammar, ['grammar', output.grammar]);
+      return grammar(output.grammar);
     case 'structural_tag':
       return structuralTag(output.tag, output.whitespace ?? { kind: 'compact' });
     default:
@@ -123,15 +124,21 @@ function regexGrammar(pattern: string): string {
   }
 }
 
-function grammar(text: unknown, key: unknown[]): PreparedOutput {
+/** A request's EBNF grammar, checked against the limits. */
+function grammar(text: unknown): PreparedOutput {
   if (typeof text !== 'string' || text.trim() === '') throw new StructuredOutputError('Invalid grammar: expected a non-empty string');
   const bytes = utf8Length(text);
   if (bytes > MAX_TEXT_BYTES) throw new StructuredOutputError(`Invalid grammar: ${bytes} bytes; at most ${MAX_TEXT_BYTES} are supported`);
   if (hasLoneSurrogate(text)) throw new StructuredOutputError('Invalid grammar: not well-formed Unicode (a lone surrogate)');
-  const shape = ebnfShape(text);
-  if (shape.depth > MAX_DEPTH) throw new StructuredOutputError(`Invalid grammar: groups nested ${shape.depth} deep; at most ${MAX_DEPTH} are supported`);
   const at = nonAsciiClassAt(text, true);
   if (at >= 0) throw new StructuredOutputError(`Unsupported grammar: the character class at offset ${at} names characters beyond ASCII, which XGrammar does not match exactly`);
+  return grammarOutput(text, ['grammar', text]);
+}
+
+/** An EBNF grammar from rule `root`, ready for XGrammar. */
+function grammarOutput(text: string, key: unknown[]): PreparedOutput {
+  const shape = ebnfShape(text);
+  if (shape.depth > MAX_DEPTH) throw new StructuredOutputError(`Invalid grammar: groups nested ${shape.depth} deep; at most ${MAX_DEPTH} are supported`);
   return {
     key: JSON.stringify(key),
     subject: 'grammar',
