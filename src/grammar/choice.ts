@@ -17,25 +17,39 @@ export function choiceGrammar(choices: readonly string[]): string {
     bytes += utf8Length(choice);
   }
   if (bytes > MAX_CHOICE_BYTES) throw new StructuredOutputError(`Invalid choice: the strings take ${bytes} bytes; at most ${MAX_CHOICE_BYTES} are supported`);
-  const distinct = [...new Set(choices)];
-  if (distinct.length === 1) return `root ::= ${ebnfLiteral(distinct[0]!)}`;
-  const rules: string[] = [];
-  trieRule(distinct, rules);
-  return [...rules, `${TRIE_END} ::= ""`].join('\n');
+  return trieRules('root', 'choice_', choices);
 }
 
-/** The empty rule a trie branch ends in where its strings end. */
-const TRIE_END = 'choice_end';
+/**
+ * Rules for exactly one of `strings`: rule `name`, its helpers named `${prefix}1`, ... and
+ * `${prefix}end`. One string is a literal; more, a trie (trieRule).
+ */
+export function trieRules(name: string, prefix: string, strings: readonly string[]): string {
+  const distinct = [...new Set(strings)];
+  if (distinct.length === 1) return `${name} ::= ${ebnfLiteral(distinct[0]!)}`;
+  const rules: string[] = [];
+  trieRule(distinct, { name, prefix, rules });
+  return [...rules, `${prefix}end ::= ""`].join('\n');
+}
+
+interface Trie {
+  /** The first rule's name. */
+  name: string;
+  /** The helpers' names: `${prefix}1`, ...; `${prefix}end` the empty rule. */
+  prefix: string;
+  rules: string[];
+}
 
 /**
  * A rule for `strings` (distinct) as a trie: one branch per first character, its literal the
- * longest prefix the branch's strings share, then the rule of their rests (TRIE_END where only
- * the empty string is left); the empty string as `""`. Branches begin with distinct characters and
- * end in a rule reference, never in a byte, so XGrammar cannot merge one branch's last state with
- * another's sibling (pattern-rule.ts). Adds the rules to `rules`; returns the name.
+ * longest prefix the branch's strings share, then the rule of their rests (the empty rule where
+ * only the empty string is left); the empty string as `""`. Branches begin with distinct
+ * characters and end in a rule reference, never in a byte, so XGrammar cannot merge one branch's
+ * last state with another's sibling (pattern-rule.ts). Adds the rules; returns the name.
  */
-function trieRule(strings: readonly string[], rules: string[]): string {
-  const name = rules.length === 0 ? 'root' : `choice_${rules.length}`;
+function trieRule(strings: readonly string[], trie: Trie): string {
+  const { rules } = trie;
+  const name = rules.length === 0 ? trie.name : `${trie.prefix}${rules.length}`;
   rules.push(''); // its place, filled below
   const index = rules.length - 1;
   const branches = new Map<string, string[]>();
@@ -60,7 +74,7 @@ function trieRule(strings: readonly string[], rules: string[]): string {
       prefix += next;
       tails = tails.map((tail) => tail.slice(next.length));
     }
-    alternatives.push(`${ebnfLiteral(prefix)} ${tails.length === 1 && tails[0] === '' ? TRIE_END : trieRule(tails, rules)}`);
+    alternatives.push(`${ebnfLiteral(prefix)} ${tails.length === 1 && tails[0] === '' ? `${trie.prefix}end` : trieRule(tails, trie)}`);
   }
   rules[index] = `${name} ::= ${alternatives.join(' | ')}`;
   return name;

@@ -8,6 +8,7 @@
 // prints from the schema's own strings can be a marker, and no rule it names can clash with ours.
 // Browser code: nothing here may import Node modules.
 import type { XGrammarApi } from './xgrammar.ts';
+import { trieRules } from './choice.ts';
 import { formatPlan, formatRules, type FormatRuleName } from './format-rules.ts';
 import { numberRangeRules, type NumberBounds } from './number-range.ts';
 import { jsonStringPattern, schemaPatternError } from './pattern-rule.ts';
@@ -85,6 +86,24 @@ class Splicer {
       if (isObject(map)) for (const [key, value] of Object.entries(map)) this.visit(value, `${path}/${k}/${escapePointer(key)}`);
     }
     if (!HEADS.some((k) => k in node)) this.rewrite(node, path);
+    else if (Array.isArray(node.enum) && !('$ref' in node) && !('const' in node)) this.rewriteEnum(node, path);
+  }
+
+  /**
+   * An enum of strings, numbers, booleans and null (beside an optional type, which XGrammar
+   * ignores and validators check) as a trie of their JSON texts (choice.ts): XGrammar's own
+   * alternation of literals takes values it does not have (`["bbaa", "aab", "aaa"]` takes
+   * "bbab"). Enums with objects or arrays stay XGrammar's (their text depends on the whitespace).
+   */
+  private rewriteEnum(node: Json, path: string): void {
+    const values = node.enum as unknown[];
+    if (!values.every((v) => v === null || ['string', 'number', 'boolean'].includes(typeof v))) return;
+    const types = typesOf(node);
+    const kept = types.length === 0 ? values : values.filter((v) => types.some((t) => ofType(v, t)));
+    if (kept.length === 0) throw new StructuredOutputError(`Invalid JSON schema: no value of "enum" is of the schema's "type" (at ${path})`);
+    const marker = this.placeholder((name) => trieRules(name, `${name}_`, kept.map((v) => JSON.stringify(v))));
+    for (const k of Object.keys(node)) if (VALIDATION.has(k)) delete node[k];
+    node.const = marker;
   }
 
   /** Puts placeholders in place of the node's bounded numbers and formatted, patterned or length-bounded strings. */
@@ -137,6 +156,13 @@ class Splicer {
     }
     return name;
   }
+}
+
+/** Whether a JSON scalar is of a JSON schema type, as validators check it. */
+function ofType(value: unknown, type: unknown): boolean {
+  if (type === 'integer') return typeof value === 'number' && Number.isInteger(value);
+  if (type === 'null') return value === null;
+  return typeof value === type; // string, number, boolean; object and array take no scalar
 }
 
 function numberRules(name: string, integer: boolean, node: Json, extra: NumberBounds | undefined, path: string): string {

@@ -130,6 +130,17 @@ describe('spliced grammars where XGrammar’s own are wrong', () => {
     }
   });
 
+  it('enums of scalars: XGrammar’s alternation takes a value it does not have, and ignores the type; ours takes exactly the values of the type', async () => {
+    const enumSchema = { type: 'object', properties: { k: { enum: ['bbaa', 'aab', 'aaa', 1, null] } }, required: ['k'] };
+    const texts = ['{"k": "bbab"}', '{"k": "bbaa"}', '{"k": "aab"}', '{"k": 1}', '{"k": null}', '{"k": 2}'];
+    expect(await acceptsAll(await xgrammarEbnf(enumSchema), texts)).toEqual([true, true, true, true, true, false]);
+    expect(await acceptsAll(await splicedEbnf(enumSchema), texts)).toEqual([false, true, true, true, true, false]);
+    const typed = { type: 'integer', enum: [1, 1.5, 'x', 2] };
+    expect(await acceptsAll(await xgrammarEbnf(typed), ['1', '1.5', '"x"', '2'])).toEqual([true, true, true, true]);
+    expect(await acceptsAll(await splicedEbnf(typed), ['1', '1.5', '"x"', '2'])).toEqual([true, false, false, true]);
+    expect(() => spliceSchema({ type: 'string', enum: [1, 2] })).toThrow('Invalid JSON schema: no value of "enum" is of the schema\'s "type" (at #)');
+  });
+
   it('keeps the whitespace options: compact, or any whitespace up to maxRun', async () => {
     const schema = { type: 'object', properties: { n: { type: 'number', minimum: 0 }, d: { type: 'string', format: 'date' } }, required: ['n', 'd'] };
     const texts = ['{"n": 1.5, "d": "2024-01-01"}', '{ "n" :1.5,\n "d":"2024-01-01" }', '{"n":      1, "d": "2024-01-01"}'];
