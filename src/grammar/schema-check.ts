@@ -73,10 +73,11 @@ const COUNTS = ['minItems', 'maxItems', 'minLength', 'maxLength', 'minProperties
 const FORMAT_COST = 80;
 const COSTLIER_FORMATS: Readonly<Record<string, number>> = { 'uri-reference': 120, 'iri-reference': 120, 'uri-template': 120, hostname: 250, 'idn-hostname': 250 };
 /**
- * A number with bounds (number-range.ts): ~40 ms, and each digit of the bounds' integer parts adds
- * rules (±1e308, 618 digits: 0.07-0.27 s on the three vocabularies of scripts/grammar-cost-check.ts).
+ * A number with bounds (number-range.ts): a few ms, and each digit of its longest bound's integer
+ * part adds rules (its digit chains: ±1e308 took 0.05-0.25 s on the vocabularies of
+ * scripts/grammar-cost-check.ts, the most relative to its size on llama-2's 32,000 tokens).
  */
-const NUMBER_RANGE_COST = { base: 40, digit: 0.5 };
+const NUMBER_RANGE_COST = { base: 5, digit: 1.5 };
 /**
  * Optional properties: XGrammar's rules for k of them cost ~0.5 ms each and grow with k², by
  * ~0.001 ms per k² with compact separators (128: 78 ms, 512: 0.5 s; ten objects of 150: 1 s) and
@@ -239,7 +240,7 @@ class SchemaChecker {
     const types = Array.isArray(node.type) ? node.type : [node.type];
     const bounds = BOUNDS.filter((k) => typeof node[k] === 'number').map((k) => node[k] as number);
     if ((types.includes('number') || types.includes('integer')) && bounds.length > 0) {
-      const digits = bounds.reduce((sum, b) => sum + BigInt(Math.trunc(Math.abs(b))).toString().length, 0);
+      const digits = Math.max(...bounds.map((b) => BigInt(Math.trunc(Math.abs(b))).toString().length));
       const cost = NUMBER_RANGE_COST.base + digits * NUMBER_RANGE_COST.digit;
       this.add(`range ${types.join(' ')} ${bounds.join(' ')}`, cost, `number bounds at ${path}`);
     }
