@@ -15,6 +15,7 @@
 //   hold only at its ends).
 // Browser code: nothing here may import Node modules.
 import { complement, normalize, union, type CodeRanges } from './code-ranges.ts';
+import { MAX_REPEAT } from './limits.ts';
 
 /** One character of a set: its code points, and whether it came from a negation (`.`, `[^...]`, `\S`). */
 export interface CharSet {
@@ -54,8 +55,6 @@ export const ECMA_PATTERN: RegexDialect = { punctuationEscapes: false };
 /** Regex outputs (vLLM's guided_regex): ECMA-262 with the u flag, and escapes of any ASCII punctuation. */
 export const REGEX_OUTPUT: RegexDialect = { punctuationEscapes: true };
 
-/** The most repetitions a count may ask for (XGrammar misreads counts past 2^31; none this large is meant). */
-export const MAX_REPEAT = 10_000;
 
 const SYNTAX_CHARACTERS = '^$\\.*+?()[]{}|/';
 const CONTROL_ESCAPES: Readonly<Record<string, number>> = { f: 0x0c, n: 0x0a, r: 0x0d, t: 0x09, v: 0x0b };

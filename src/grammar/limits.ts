@@ -9,6 +9,9 @@ export const MAX_TEXT_BYTES = 64 * 1024;
 /** Characters of a regex. */
 export const MAX_REGEX_CHARS = 4 * 1024;
 
+/** The largest count a regex repetition may have (`a{10000}`); XGrammar misreads counts past 2^31. */
+export const MAX_REPEAT = 10_000;
+
 /** Strings of a choice, and their bytes in all. */
 export const MAX_CHOICES = 1024;
 export const MAX_CHOICE_BYTES = 64 * 1024;
