@@ -1,7 +1,7 @@
-// XGrammar 0.1.27 matches character classes that name characters beyond ASCII wrongly in regexes
-// and grammars ([\u4e00-\u9fff] takes `"` and `x` and not 中; [^é] takes é), so a regex or grammar
-// with such a class is refused. JSON-schema patterns get their classes rewritten instead
-// (pattern-rule.ts). Literals beyond ASCII, outside classes, match right.
+// XGrammar 0.1.27 matches character classes that name characters beyond ASCII wrongly ([\u4e00-\u9fff]
+// takes `"` and `x` and not 中; [^é] takes é), so a request's grammar with such a class is refused.
+// Regexes are written as rules of ours, classes included (pattern-rule.ts). Literals beyond ASCII,
+// outside classes, match right.
 
 /** Where the first character class naming a character beyond ASCII starts, or -1. `ebnf`: skip "..." literals. */
 export function nonAsciiClassAt(text: string, ebnf: boolean): number {

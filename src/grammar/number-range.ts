@@ -175,7 +175,7 @@ function integers(rules: RuleSet, a: bigint, b: bigint | null): string {
   // Every length strictly between: a non-zero digit, then any.
   const longest = high === undefined ? undefined : high.length - 1;
   if (longest === undefined) alternatives.push(`[1-9] [0-9]{${low.length},}`);
-  else if (longest > low.length) alternatives.push(`[1-9] ${repeat(low.length, longest - 1)}`);
+  else if (longest > low.length) alternatives.push(`[1-9] ${rules.digits(low.length, longest - 1)}`);
   if (high !== undefined) alternatives.push(digitRange(rules, `1${'0'.repeat(high.length - 1)}`, high, 'exact'));
   return alternatives.join(' | ');
 }
@@ -193,7 +193,7 @@ function fraction(rules: RuleSet, lo: string, hi: string): string {
  */
 function digitRange(rules: RuleSet, lo: string, hi: string, mode: 'exact' | 'prefix'): string {
   const n = lo.length;
-  const any = (q: number) => (mode === 'exact' ? repeat(n - q, n - q) : repeat(0, n - q));
+  const any = (q: number) => (mode === 'exact' ? rules.digits(n - q, n - q) : rules.digits(0, n - q));
   // Whether the strings from position q on are all strings: no bound applies there any more.
   const free = (q: number, tl: boolean, th: boolean) => (!tl || /^0*$/.test(lo.slice(q))) && (!th || /^9*$/.test(hi.slice(q)));
   const names = new Map<string, string>();
@@ -239,21 +239,51 @@ function digitClass(from: number, to: number): string {
   return from === to ? `"${from}"` : `[${from}-${to}]`;
 }
 
-/** [0-9]{min,max}, or nothing for none. */
-function repeat(min: number, max: number): string {
-  if (max === 0) return '';
-  return min === max ? `[0-9]{${min}}` : `[0-9]{${min},${max}}`;
-}
+
+/**
+ * Digit repetitions up to this long are XGrammar's `{min,max}`, which it unzips into sequences;
+ * longer ones are chains of rules shared by the whole range. Past 15 XGrammar builds a repetition
+ * of its own for each distinct count, and a token mask for each of its positions: a bound of 309
+ * digits has ~300 counts, which took 6-64 s and 0.7 GB of wasm memory on Llama 3.2's vocabulary
+ * (every 1-3 digit number a token); the chains take ~0.25 s.
+ */
+const SHORT_DIGITS = 15;
 
 /** The rules being written: `name` and its numbered helpers. */
 class RuleSet {
   private readonly lines: string[] = [];
   private count = 0;
+  /** The longest digit chains written so far. */
+  private exact = 0;
+  private upTo = 0;
 
   constructor(private readonly name: string) {}
 
   reserve(): string {
     return `${this.name}_${++this.count}`;
+  }
+
+  /**
+   * Digit strings of min to max digits, or nothing for none. Up to SHORT_DIGITS as XGrammar's
+   * repetition; longer ones through one shared chain of rules, each a digit and the next rule.
+   */
+  digits(min: number, max: number): string {
+    if (max === 0) return '';
+    if (max <= SHORT_DIGITS) return min === max ? `[0-9]{${min}}` : `[0-9]{${min},${max}}`;
+    return [this.chain('d', min), this.chain('u', max - min)].filter((part) => part !== '').join(' ');
+  }
+
+  /** `d`: a rule for exactly k digits; `u`: for up to k digits. Each chain's rules are written once. */
+  private chain(kind: 'd' | 'u', k: number): string {
+    if (k === 0) return '';
+    const written = kind === 'd' ? this.exact : this.upTo;
+    for (let i = written + 1; i <= k; i++) {
+      const next = i === 1 ? '' : ` ${this.name}_${kind}${i - 1}`;
+      this.define(`${this.name}_${kind}${i}`, kind === 'd' ? `[0-9]${next}` : `"" | [0-9]${next}`);
+    }
+    if (kind === 'd') this.exact = Math.max(this.exact, k);
+    else this.upTo = Math.max(this.upTo, k);
+    return `${this.name}_${kind}${k}`;
   }
 
   define(name: string, body: string): void {

@@ -13,6 +13,8 @@ import { tagSchemas } from './tag-schemas.ts';
 import { StructuredOutputError, type JsonWhitespace, type StructuredOutput } from './types.ts';
 import type { XGrammarApi, XGrammarCallError } from './xgrammar.ts';
 import { nonAsciiClassAt } from './char-classes.ts';
+import { RegexError } from './ecma-regex.ts';
+import { regexOutputGrammar } from './pattern-rule.ts';
 
 /** What the error messages call each kind of input. */
 type Subject = 'JSON schema' | 'regex' | 'grammar' | 'structural tag';
@@ -40,9 +42,10 @@ export function prepareOutput(output: StructuredOutput): PreparedOutput {
     case 'regex':
       return regex(output.pattern);
     case 'choice':
-      return grammar(choiceGrammar(output.choices), ['choice', output.choices]);
+      // choiceGrammar checks the choices; its rules may take more bytes than a request's grammar may.
+      return grammarOutput(choiceGrammar(output.choices), ['choice', output.choices]);
     case 'grammar':
-      return grammar(output.grammar, ['grammar', output.grammar]);
+      return grammar(output.grammar);
     case 'structural_tag':
       return structuralTag(output.tag, output.whitespace ?? { kind: 'compact' });
     default:
@@ -100,28 +103,42 @@ function regex(pattern: unknown): PreparedOutput {
   if (hasLoneSurrogate(pattern)) throw new StructuredOutputError('Invalid regex: not well-formed Unicode (a lone surrogate)');
   const shape = regexShape(pattern);
   if (shape.depth > MAX_DEPTH) throw new StructuredOutputError(`Invalid regex: groups nested ${shape.depth} deep; at most ${MAX_DEPTH} are supported`);
-  const at = nonAsciiClassAt(pattern, false);
-  if (at >= 0) throw new StructuredOutputError(`Unsupported regex: the character class at position ${at} names characters beyond ASCII, which XGrammar does not match exactly`);
-  // XGrammar's web API compiles a regex as a structural tag.
-  const tag = JSON.stringify({ type: 'structural_tag', format: { type: 'regex', pattern } });
+  // Our grammar of the regex (pattern-rule.ts): XGrammar's own regex reader misreads some.
+  const text = regexGrammar(pattern);
   return {
     key: JSON.stringify(['regex', pattern]),
     subject: 'regex',
     cost: { cost: shape.cost, largest: { cost: shape.cost, what: 'its repetitions' } },
     warningsAreErrors: false,
-    compile: (_api, compiler) => compiler.compileStructuralTag(tag),
+    compile: (api, compiler) => compileEbnf(api, compiler, text),
   };
 }
 
-function grammar(text: unknown, key: unknown[]): PreparedOutput {
+/** The grammar of a regex output; throws `Invalid regex: ...` or `Unsupported regex: ...`. */
+function regexGrammar(pattern: string): string {
+  try {
+    return regexOutputGrammar(pattern);
+  } catch (error) {
+    if (!(error instanceof RegexError)) throw error;
+    throw new StructuredOutputError(`${error.kind === 'invalid' ? 'Invalid' : 'Unsupported'} regex: ${error.message}`);
+  }
+}
+
+/** A request's EBNF grammar, checked against the limits. */
+function grammar(text: unknown): PreparedOutput {
   if (typeof text !== 'string' || text.trim() === '') throw new StructuredOutputError('Invalid grammar: expected a non-empty string');
   const bytes = utf8Length(text);
   if (bytes > MAX_TEXT_BYTES) throw new StructuredOutputError(`Invalid grammar: ${bytes} bytes; at most ${MAX_TEXT_BYTES} are supported`);
   if (hasLoneSurrogate(text)) throw new StructuredOutputError('Invalid grammar: not well-formed Unicode (a lone surrogate)');
-  const shape = ebnfShape(text);
-  if (shape.depth > MAX_DEPTH) throw new StructuredOutputError(`Invalid grammar: groups nested ${shape.depth} deep; at most ${MAX_DEPTH} are supported`);
   const at = nonAsciiClassAt(text, true);
   if (at >= 0) throw new StructuredOutputError(`Unsupported grammar: the character class at offset ${at} names characters beyond ASCII, which XGrammar does not match exactly`);
+  return grammarOutput(text, ['grammar', text]);
+}
+
+/** An EBNF grammar from rule `root`, ready for XGrammar. */
+function grammarOutput(text: string, key: unknown[]): PreparedOutput {
+  const shape = ebnfShape(text);
+  if (shape.depth > MAX_DEPTH) throw new StructuredOutputError(`Invalid grammar: groups nested ${shape.depth} deep; at most ${MAX_DEPTH} are supported`);
   return {
     key: JSON.stringify(key),
     subject: 'grammar',
@@ -181,7 +198,7 @@ export function tooCostly(prepared: PreparedOutput, estimate: number, limit: num
 
 /** XGrammar's report of a failed compile as the request's error. */
 export function compileError(prepared: PreparedOutput, failure: XGrammarCallError): StructuredOutputError {
-  // Our own refusal from inside the compile (a pattern XGrammar cannot match right: pattern-rule.ts).
+  // Our own refusal from inside the compile.
   if (failure.cause instanceof StructuredOutputError) return failure.cause;
   const subject = prepared.subject;
   if (failure.trapped) {

@@ -1,6 +1,6 @@
-// A regex's shape before XGrammar sees it: how deeply its groups nest and what it is estimated to
-// cost to compile (char-cost.ts). A lenient reader: it does not validate (XGrammar reports syntax
-// errors); whatever it does not know counts as a literal character.
+// A regex's shape before it is read (ecma-regex.ts, which reports syntax errors): how deeply its
+// groups nest, so the reader's recursion stays within the limit, and what its grammar is estimated
+// to cost to compile (char-cost.ts). Lenient: whatever it does not know counts as a literal.
 import { readCharSet, readEscape, repeatPositions, setCost, POSITION_COST } from './char-cost.ts';
 
 export interface PatternShape {

@@ -10,6 +10,8 @@
 // `allOf`, and only `type` beside `const` and `enum`.
 import { repeatPositions, POSITION_COST } from './char-cost.ts';
 import { MAX_DEPTH, MAX_PROPERTIES } from './limits.ts';
+import { checkRegexSyntax } from './ecma-regex.ts';
+import { jsonStringPattern, schemaPatternError } from './pattern-rule.ts';
 import { regexShape } from './regex-cost.ts';
 import { formatPlan } from './format-rules.ts';
 import {
@@ -71,10 +73,11 @@ const COUNTS = ['minItems', 'maxItems', 'minLength', 'maxLength', 'minProperties
 const FORMAT_COST = 80;
 const COSTLIER_FORMATS: Readonly<Record<string, number>> = { 'uri-reference': 120, 'iri-reference': 120, 'uri-template': 120, hostname: 250, 'idn-hostname': 250 };
 /**
- * A number with bounds (number-range.ts): ~20 ms, and each digit of the bounds' integer parts adds
- * a state to its rules (bounds of ±1e300: 1.0 s for a number, 0.4 s for an integer of 0 to 1e300).
+ * A number with bounds (number-range.ts): a few ms, and each digit of its longest bound's integer
+ * part adds rules (its digit chains: ±1e308 took 0.05-0.25 s on the vocabularies of
+ * scripts/grammar-cost-check.ts, the most relative to its size on llama-2's 32,000 tokens).
  */
-const NUMBER_RANGE_COST = { base: 20, digit: 2 };
+const NUMBER_RANGE_COST = { base: 5, digit: 1.5 };
 /**
  * Optional properties: XGrammar's rules for k of them cost ~0.5 ms each and grow with k², by
  * ~0.001 ms per k² with compact separators (128: 78 ms, 512: 0.5 s; ten objects of 150: 1 s) and
@@ -124,6 +127,7 @@ class SchemaChecker {
     if (depth > MAX_DEPTH) throw tooDeep(path);
     if (typeof node === 'boolean') return;
     if (!isObject(node)) throw invalid('a schema must be an object or a boolean', path);
+    this.unsupportedPatterns(node, path);
     for (const keyword of UNSUPPORTED) {
       if (keyword in node) throw unsupported(`"${keyword}" is not supported`, `${path}/${keyword}`);
     }
@@ -196,7 +200,6 @@ class SchemaChecker {
           // the output (invalid JSON), a backslash would start an escape, a quote breaks the grammar.
           throw unsupported(`property name ${JSON.stringify(key)} is not supported: names with ", \\ or control characters are not`, `${path}/${k}`);
         }
-        if (k === 'patternProperties') this.pattern(key, `${path}/${k}/${escapePointer(key)} (the key)`);
         this.schema(map[key], `${path}/${k}/${escapePointer(key)}`, depth + 2);
       }
     }
@@ -237,7 +240,7 @@ class SchemaChecker {
     const types = Array.isArray(node.type) ? node.type : [node.type];
     const bounds = BOUNDS.filter((k) => typeof node[k] === 'number').map((k) => node[k] as number);
     if ((types.includes('number') || types.includes('integer')) && bounds.length > 0) {
-      const digits = bounds.reduce((sum, b) => sum + BigInt(Math.trunc(Math.abs(b))).toString().length, 0);
+      const digits = Math.max(...bounds.map((b) => BigInt(Math.trunc(Math.abs(b))).toString().length));
       const cost = NUMBER_RANGE_COST.base + digits * NUMBER_RANGE_COST.digit;
       this.add(`range ${types.join(' ')} ${bounds.join(' ')}`, cost, `number bounds at ${path}`);
     }
@@ -263,10 +266,33 @@ class SchemaChecker {
     }
   }
 
+  /** A string's pattern: nested within the limit, written exactly (pattern-rule.ts) or refused here, and its cost. */
   private pattern(pattern: string, path: string): void {
     const shape = regexShape(pattern);
     if (shape.depth > MAX_DEPTH) throw tooDeep(path);
+    try {
+      jsonStringPattern('p', pattern);
+    } catch (error) {
+      throw schemaPatternError(error, path);
+    }
     this.add(`pattern ${pattern}`, shape.cost, `pattern at ${path}`);
+  }
+
+  /**
+   * The regexes of keywords refused below (patternProperties' keys, propertyNames' pattern): an
+   * invalid one is named as such first.
+   */
+  private unsupportedPatterns(node: Json, path: string): void {
+    const check = (pattern: unknown, at: string) => {
+      if (typeof pattern !== 'string') return;
+      try {
+        checkRegexSyntax(pattern);
+      } catch (error) {
+        throw schemaPatternError(error, at);
+      }
+    };
+    if (isObject(node.patternProperties)) for (const key of Object.keys(node.patternProperties)) check(key, `${path}/patternProperties/${escapePointer(key)}`);
+    if (isObject(node.propertyNames)) check(node.propertyNames.pattern, `${path}/propertyNames/pattern`);
   }
 
   private add(key: string, cost: number, what: string): void {

@@ -1,17 +1,17 @@
 // A JSON schema's grammar with rules of ours where XGrammar's are wrong: numbers with bounds
 // (number-range.ts), string formats (format-rules.ts), strings with length bounds and patterns
-// (pattern-rule.ts). Before
-// XGrammar sees the schema, each such subschema becomes a placeholder, `{"const": "<marker>"}`,
-// which XGrammar prints as the literal `"\"<marker>\""`; XGrammar writes the grammar of the
-// whole schema (Testings._jsonSchemaToEBNF, with the compile's options), and each placeholder's
-// literal is replaced by the name of our rule, whose text is appended. Markers and rule names share
-// a prefix that the schema's text does not contain, so no literal XGrammar prints from the
-// schema's own strings can be a marker, and no rule it names can clash with ours.
+// (pattern-rule.ts). Before XGrammar sees the schema, each such subschema becomes a placeholder,
+// `{"const": "<marker>"}`, which XGrammar prints as the literal `"\"<marker>\""`; XGrammar writes
+// the grammar of the whole schema (Testings._jsonSchemaToEBNF, with the compile's options), and
+// each placeholder's literal is replaced by the name of our rule, whose text is appended. Markers
+// and rule names share a prefix that the schema's text does not contain, so no literal XGrammar
+// prints from the schema's own strings can be a marker, and no rule it names can clash with ours.
 // Browser code: nothing here may import Node modules.
 import type { XGrammarApi } from './xgrammar.ts';
+import { trieRules } from './choice.ts';
 import { formatPlan, formatRules, type FormatRuleName } from './format-rules.ts';
 import { numberRangeRules, type NumberBounds } from './number-range.ts';
-import { jsonStringPattern } from './pattern-rule.ts';
+import { jsonStringPattern, schemaPatternError } from './pattern-rule.ts';
 import { BOUNDS, escapePointer, HEADS, isObject, refTarget, SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_VALUED, typesOf, VALIDATION, type Json } from './schema-keywords.ts';
 import { StructuredOutputError } from './types.ts';
 
@@ -21,10 +21,8 @@ export interface SplicedSchema {
   readonly text: string;
   /** The placeholders' markers; each one is also the name of the rule that replaces it. */
   readonly markers: readonly string[];
-  /** The text of every rule of ours but the patterns'. */
+  /** The text of every rule of ours. */
   readonly rules: string;
-  /** The placeholders of strings with a pattern: their rules start from XGrammar's (schemaGrammar). */
-  readonly patterns: readonly { marker: string; pattern: string }[];
 }
 
 /** How XGrammar writes the grammar: as the compile would. */
@@ -50,7 +48,7 @@ export function spliceSchema(schema: unknown): SplicedSchema {
   const prefix = freePrefix(JSON.stringify(copy));
   const splicer = new Splicer(copy, prefix);
   splicer.visit(copy, '#');
-  return { text: JSON.stringify(copy), markers: splicer.markers, rules: splicer.rules.join('\n'), patterns: splicer.patterns };
+  return { text: JSON.stringify(copy), markers: splicer.markers, rules: splicer.rules.join('\n') };
 }
 
 /** `xgs`, `xgs1`, `xgs2`, ...: the first that the schema's text does not contain. */
@@ -64,7 +62,6 @@ function freePrefix(text: string): string {
 class Splicer {
   readonly markers: string[] = [];
   readonly rules: string[] = [];
-  readonly patterns: { marker: string; pattern: string }[] = [];
   private readonly visited = new Set<unknown>();
   private readonly formats = new Map<FormatRuleName, string>();
   /** The format rules written so far (formats share some: date-time uses date). */
@@ -89,6 +86,24 @@ class Splicer {
       if (isObject(map)) for (const [key, value] of Object.entries(map)) this.visit(value, `${path}/${k}/${escapePointer(key)}`);
     }
     if (!HEADS.some((k) => k in node)) this.rewrite(node, path);
+    else if (Array.isArray(node.enum) && !('$ref' in node) && !('const' in node)) this.rewriteEnum(node, path);
+  }
+
+  /**
+   * An enum of strings, numbers, booleans and null (beside an optional type, which XGrammar
+   * ignores and validators check) as a trie of their JSON texts (choice.ts): XGrammar's own
+   * alternation of literals takes values it does not have (`["bbaa", "aab", "aaa"]` takes
+   * "bbab"). Enums with objects or arrays stay XGrammar's (their text depends on the whitespace).
+   */
+  private rewriteEnum(node: Json, path: string): void {
+    const values = node.enum as unknown[];
+    if (!values.every((v) => v === null || ['string', 'number', 'boolean'].includes(typeof v))) return;
+    const types = typesOf(node);
+    const kept = types.length === 0 ? values : values.filter((v) => types.some((t) => ofType(v, t)));
+    if (kept.length === 0) throw new StructuredOutputError(`Invalid JSON schema: no value of "enum" is of the schema's "type" (at ${path})`);
+    const marker = this.placeholder((name) => trieRules(name, `${name}_`, kept.map((v) => JSON.stringify(v))));
+    for (const k of Object.keys(node)) if (VALIDATION.has(k)) delete node[k];
+    node.const = marker;
   }
 
   /** Puts placeholders in place of the node's bounded numbers and formatted, patterned or length-bounded strings. */
@@ -108,9 +123,8 @@ class Splicer {
         const rule = this.formatRule(plan.rule);
         placeholders.set(type, this.placeholder((name) => `${name} ::= "\\"" ${rule} "\\""`));
       } else if (type === 'string' && typeof node.pattern === 'string') {
-        const marker = this.placeholder(() => undefined);
-        this.patterns.push({ marker, pattern: node.pattern });
-        placeholders.set(type, marker);
+        const pattern = node.pattern;
+        placeholders.set(type, this.placeholder((name) => patternRule(name, pattern, `${path}/pattern`)));
       } else if (type === 'string' && ('minLength' in node || 'maxLength' in node)) {
         placeholders.set(type, this.placeholder((name) => lengthRule(name, node, path)));
       }
@@ -123,12 +137,11 @@ class Splicer {
     else node.anyOf = branches;
   }
 
-  /** A new marker, its rules written by `write(name)` (none: written later). */
-  private placeholder(write: (name: string) => string | undefined): string {
+  /** A new marker, its rules written by `write(name)`. */
+  private placeholder(write: (name: string) => string): string {
     const marker = `${this.prefix}${this.markers.length}`;
     this.markers.push(marker);
-    const rules = write(marker);
-    if (rules !== undefined) this.rules.push(rules);
+    this.rules.push(write(marker));
     return marker;
   }
 
@@ -143,6 +156,13 @@ class Splicer {
     }
     return name;
   }
+}
+
+/** Whether a JSON scalar is of a JSON schema type, as validators check it. */
+function ofType(value: unknown, type: unknown): boolean {
+  if (type === 'integer') return typeof value === 'number' && Number.isInteger(value);
+  if (type === 'null') return value === null;
+  return typeof value === type; // string, number, boolean; object and array take no scalar
 }
 
 function numberRules(name: string, integer: boolean, node: Json, extra: NumberBounds | undefined, path: string): string {
@@ -172,6 +192,15 @@ function lengthRule(name: string, node: Json, path: string): string {
   return `${name} ::= "\\"" [^\\0-\\x1f"\\\\]${count} "\\""`;
 }
 
+/** A JSON string whose content matches `pattern` (pattern-rule.ts; schema-check.ts has refused what it cannot write). */
+function patternRule(name: string, pattern: string, path: string): string {
+  try {
+    return jsonStringPattern(name, pattern);
+  } catch (error) {
+    throw schemaPatternError(error, path);
+  }
+}
+
 /**
  * The grammar XGrammar writes for the spliced schema, each placeholder's literal replaced by its
  * rule and our rules appended. Throws when a literal appears more than once (it would not be ours)
@@ -179,27 +208,14 @@ function lengthRule(name: string, node: Json, path: string): string {
  */
 export async function schemaGrammar(api: XGrammarApi, spliced: SplicedSchema, options: SchemaGrammarOptions): Promise<string> {
   const ebnf = await api.Testings._jsonSchemaToEBNF(spliced.text, options.anyWhitespace, -1, undefined, true, options.maxRun);
-  const patternRules: string[] = [];
-  for (const { marker, pattern } of spliced.patterns) {
-    const own = await api.Testings._jsonSchemaToEBNF(JSON.stringify({ type: 'string', pattern }), false, -1, undefined, true);
-    patternRules.push(`${marker} ::= "\\"" ${jsonStringPattern(patternBody(own))} "\\""`);
-  }
-  return spliceGrammar(ebnf, spliced, patternRules);
-}
-
-/** The regex's part of XGrammar's grammar for `{"type": "string", "pattern": ...}`: its `string` rule between the quotes. */
-function patternBody(ebnf: string): string {
-  const lines = ebnf.trimEnd().split('\n').filter((line) => !line.startsWith('basic_'));
-  const rule = /^string ::= "\\"" (.*) "\\""$/.exec(lines[0] ?? '');
-  if (lines.length !== 2 || lines[1] !== 'root ::= string' || !rule) throw new Error(`unreadable pattern grammar: ${lines.join('\n')}`);
-  return rule[1]!;
+  return spliceGrammar(ebnf, spliced);
 }
 
 /**
  * `ebnf` (XGrammar's grammar of the spliced schema) with each placeholder's literal replaced by its
- * rule; the spliced schema's rules and `more` appended.
+ * rule; the spliced schema's rules appended.
  */
-export function spliceGrammar(ebnf: string, spliced: SplicedSchema, more: readonly string[] = []): string {
+export function spliceGrammar(ebnf: string, spliced: SplicedSchema): string {
   if (spliced.markers.length === 0) return ebnf;
   let text = ebnf;
   for (const marker of spliced.markers) {
@@ -211,5 +227,5 @@ export function spliceGrammar(ebnf: string, spliced: SplicedSchema, more: readon
     if (parts.length > 2) throw new Error(`the placeholder ${marker} appears ${parts.length - 1} times in XGrammar's grammar`);
     text = parts.join(marker);
   }
-  return [text.trimEnd(), spliced.rules, ...more].filter((part) => part !== '').join('\n') + '\n';
+  return [text.trimEnd(), spliced.rules].filter((part) => part !== '').join('\n') + '\n';
 }

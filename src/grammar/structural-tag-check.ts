@@ -5,6 +5,8 @@
 import { POSITION_COST } from './char-cost.ts';
 import { ebnfShape } from './ebnf-cost.ts';
 import { MAX_DEPTH, MAX_REGEX_CHARS } from './limits.ts';
+import { RegexError } from './ecma-regex.ts';
+import { regexOutputGrammar } from './pattern-rule.ts';
 import { regexShape } from './regex-cost.ts';
 import { checkJsonSchema, type SchemaWhitespace } from './schema-check.ts';
 import { StructuredOutputError } from './types.ts';
@@ -88,6 +90,14 @@ class TagChecker {
         if (pattern.length > MAX_REGEX_CHARS) throw invalid(`the regex is ${pattern.length} characters long; at most ${MAX_REGEX_CHARS} are supported`, at('pattern'));
         const shape = regexShape(pattern);
         if (depth + shape.depth > MAX_DEPTH) throw invalid(`the regex nests groups more than ${MAX_DEPTH} levels deep`, at('pattern'));
+        try {
+          regexOutputGrammar(pattern); // written as a grammar of ours (tag-schemas.ts)
+        } catch (error) {
+          if (!(error instanceof RegexError)) throw error;
+          throw error.kind === 'invalid'
+            ? invalid(`the regex is not valid: ${error.message}`, at('pattern'))
+            : new StructuredOutputError(`Unsupported structural tag: the regex: ${error.message} (at ${at('pattern')})`);
+        }
         this.cost += shape.cost;
         return false;
       }

@@ -5,8 +5,10 @@
 // out) and our rules for bounded numbers and formats. XGrammar renames the rules of each grammar
 // content where they clash with another's (measured), so several schemas compose.
 // A `qwen_xml_parameter` content stays XGrammar's (its XML form has no grammar of ours): a schema
-// there that needs rules of ours is refused.
+// there that needs rules of ours is refused. Each `regex` content becomes a `grammar` content too:
+// the regex's grammar of ours (pattern-rule.ts), which XGrammar's regex reader would misread.
 // Browser code: nothing here may import Node modules.
+import { regexOutputGrammar } from './pattern-rule.ts';
 import { isObject, type Json } from './schema-keywords.ts';
 import { spliceSchema, type SplicedSchema } from './schema-splice.ts';
 import { StructuredOutputError } from './types.ts';
@@ -18,11 +20,20 @@ export interface TagSchemas {
   withGrammars(grammars: readonly string[]): Json;
 }
 
-/** The schemas of a checked structural tag (`{type: 'structural_tag', format}`); the tag is not changed. */
+/**
+ * The schemas of a checked structural tag (`{type: 'structural_tag', format}`), its regexes
+ * replaced by grammars; the tag is not changed.
+ */
 export function tagSchemas(tag: Json): TagSchemas {
   const spliced: SplicedSchema[] = [];
   const copy = JSON.parse(JSON.stringify(tag)) as Json;
   visitSchemas(copy.format, (node) => {
+    if (node.type === 'regex') {
+      node.type = 'grammar';
+      node.grammar = regexOutputGrammar(node.pattern as string);
+      delete node.pattern;
+      return;
+    }
     const schema = spliceSchema(node.json_schema);
     if (node.type === 'json_schema') spliced.push(schema);
     else if (schema.markers.length > 0) {
@@ -48,12 +59,13 @@ export function tagSchemas(tag: Json): TagSchemas {
   };
 }
 
-/** Calls `visit` on each json_schema and qwen_xml_parameter format inside `format`, in document order. */
+/** Calls `visit` on each json_schema, qwen_xml_parameter and regex format inside `format`, in document order. */
 function visitSchemas(format: unknown, visit: (node: Json) => void): void {
   if (!isObject(format)) return;
   switch (format.type) {
     case 'json_schema':
     case 'qwen_xml_parameter':
+    case 'regex':
       visit(format);
       return;
     case 'sequence':

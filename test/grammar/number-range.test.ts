@@ -4,7 +4,9 @@
 // digits, so the window is exhaustive), and on candidates at and next to random bounds (6 digits).
 import { describe, expect, it } from 'vitest';
 import { FRACTION_DIGITS, numberRangeRules, type NumberBounds } from '../../src/grammar/number-range.ts';
+import { compileStructuredOutput } from '../../src/grammar/structured-output.ts';
 import { grammarAccepts } from '../helpers/grammar-accepts.ts';
+import { grammarTokenizer } from '../helpers/grammar-tokenizers.ts';
 import { mulberry32 } from '../helpers/prng.ts';
 
 /** The oracle: the shape the rules write, and the bounds checked on the double, as ajv does. */
@@ -36,6 +38,14 @@ async function check(integer: boolean, bounds: NumberBounds, candidates: Iterabl
     grammar.dispose();
   }
   return accepted;
+}
+
+/** The next double above a positive finite x. */
+function nextDouble(x: number): number {
+  const view = new DataView(new ArrayBuffer(8));
+  view.setFloat64(0, x);
+  view.setBigUint64(0, view.getBigUint64(0) + 1n);
+  return view.getFloat64(0);
 }
 
 /** Malformed numbers every rule must refuse. */
@@ -133,6 +143,35 @@ describe('numberRangeRules', () => {
     expect(await check(true, { exclusiveMaximum: 1e300, minimum: 1e299 }, [big, '9'.repeat(300), `${'9'.repeat(10)}${'0'.repeat(290)}`, `1${'0'.repeat(299)}`])).toBe(2);
     expect(await check(false, { minimum: 2 ** 53 }, [String(2 ** 53), String(2 ** 53 - 1), `${2 ** 53 - 1}.9`, `${2 ** 53 - 1}.1`])).toBe(2);
   });
+
+  it('is exact at the largest bounds, ±1e308: their doubles, the halfway points to the next ones, and a step past each', async () => {
+    const exact = BigInt(1e308); // the double's value, 309 digits
+    const next = BigInt(nextDouble(1e308));
+    const half = (exact + next) / 2n; // 1e308's significand is even: the halfway point rounds to it
+    const magnitudes = [exact - 1n, exact, exact + 1n, half - 1n, half, half + 1n, next, 10n ** 308n, 10n ** 308n - 1n, 2n * 10n ** 308n, 10n ** 307n, 10n ** 309n];
+    const candidates = new Set<string>(MALFORMED);
+    for (const m of magnitudes) for (const sign of ['', '-']) for (const fraction of ['', '.5']) candidates.add(`${sign}${m}${fraction}`);
+    for (const integer of [true, false]) expect(await check(integer, { minimum: -1e308, maximum: 1e308 }, candidates)).toBeGreaterThan(10);
+    await check(false, { exclusiveMinimum: -1e308, exclusiveMaximum: 1e308 }, candidates);
+  }, 120_000);
+
+  it('writes no digit repetition longer than 15 for bounds of any size: XGrammar builds each count apart, a token mask per position', () => {
+    for (const integer of [true, false]) {
+      const rules = numberRangeRules('n', integer, { minimum: -1e308, maximum: 1e308 })!;
+      const counts = [...rules.matchAll(/\[0-9\]\{(\d+)(?:,(\d*))?\}/g)].flatMap((m) => [Number(m[1]), Number(m[2] || 0)]);
+      expect(Math.max(...counts)).toBeLessThanOrEqual(15);
+      expect(rules.length).toBeLessThan(60_000);
+    }
+  });
+
+  it('compiles ±1e308 for a number and an integer on a 32,000-token vocabulary in well under a second', async () => {
+    const { tokenizer, vocabSize } = grammarTokenizer('llama-2-tiny-random');
+    for (const type of ['number', 'integer']) {
+      const start = performance.now();
+      await compileStructuredOutput(tokenizer, vocabSize, { type: 'json_schema', schema: { type, minimum: -1e308, maximum: 1e308 }, whitespace: { kind: 'compact' } });
+      expect(performance.now() - start, type).toBeLessThan(1500); // ~0.1 s; the margin is for a loaded machine
+    }
+  }, 30_000);
 
   it('breaks ties as doubles do (to the even significand) where a candidate lies halfway between two doubles', async () => {
     // Above 2^53 doubles are 2 apart: 2^53 + 1 reads as 2^53 (even), 2^53 + 3 as 2^53 + 4.

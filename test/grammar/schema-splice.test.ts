@@ -32,7 +32,7 @@ describe('spliceSchema', () => {
 
   it('leaves a schema without bounded numbers or formats as it is', () => {
     const schema = { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'string', format: 'uuid' } } };
-    expect(spliceSchema(schema)).toEqual({ text: JSON.stringify(schema), markers: [], rules: '', patterns: [] });
+    expect(spliceSchema(schema)).toEqual({ text: JSON.stringify(schema), markers: [], rules: '' });
   });
 
   it('puts placeholders in place of bounded numbers and formatted strings, wherever they are', async () => {
@@ -128,6 +128,17 @@ describe('spliced grammars where XGrammar’s own are wrong', () => {
       const ours = await splicedEbnf(schema);
       expect(await acceptsAll(ours, [...invalid, ...valid]), JSON.stringify(schema)).toEqual([...invalid.map(() => false), ...valid.map(() => true)]);
     }
+  });
+
+  it('enums of scalars: XGrammar’s alternation takes a value it does not have, and ignores the type; ours takes exactly the values of the type', async () => {
+    const enumSchema = { type: 'object', properties: { k: { enum: ['bbaa', 'aab', 'aaa', 1, null] } }, required: ['k'] };
+    const texts = ['{"k": "bbab"}', '{"k": "bbaa"}', '{"k": "aab"}', '{"k": 1}', '{"k": null}', '{"k": 2}'];
+    expect(await acceptsAll(await xgrammarEbnf(enumSchema), texts)).toEqual([true, true, true, true, true, false]);
+    expect(await acceptsAll(await splicedEbnf(enumSchema), texts)).toEqual([false, true, true, true, true, false]);
+    const typed = { type: 'integer', enum: [1, 1.5, 'x', 2] };
+    expect(await acceptsAll(await xgrammarEbnf(typed), ['1', '1.5', '"x"', '2'])).toEqual([true, true, true, true]);
+    expect(await acceptsAll(await splicedEbnf(typed), ['1', '1.5', '"x"', '2'])).toEqual([true, false, false, true]);
+    expect(() => spliceSchema({ type: 'string', enum: [1, 2] })).toThrow('Invalid JSON schema: no value of "enum" is of the schema\'s "type" (at #)');
   });
 
   it('keeps the whitespace options: compact, or any whitespace up to maxRun', async () => {

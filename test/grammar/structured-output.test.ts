@@ -230,7 +230,7 @@ describe('structured output, one tokenizer', () => {
     const output: StructuredOutput = { type: 'regex', pattern: '[xyz]{2,5}' };
     await Promise.all([compileStructuredOutput(tokenizer, vocabSize, output), compileStructuredOutput(tokenizer, vocabSize, output)]);
     expect(model.compileCount).toBe(before + 1);
-    const bad: StructuredOutput = { type: 'regex', pattern: 'a(b' };
+    const bad: StructuredOutput = { type: 'grammar', grammar: 'root ::= other' };
     const failures = await Promise.all([1, 2, 3].map(() => compileStructuredOutput(tokenizer, vocabSize, bad).catch((e: unknown) => e)));
     expect(model.compileCount).toBe(before + 2);
     for (const failure of failures) expect(failure).toBeInstanceOf(StructuredOutputError);
@@ -254,7 +254,7 @@ describe('structured output errors', () => {
 
   it('says what is wrong with a schema, from our checks and from XGrammar', async () => {
     expect(await message(schema({ type: 'object', properties: 5 }))).toBe('Invalid JSON schema: properties must be an object (at #/properties)');
-    expect(await message(schema({ type: 'string', pattern: 'a(' }))).toBe('Invalid JSON schema: Regex parsing error at position 3: The parenthesis is not closed.');
+    expect(await message(schema({ type: 'string', pattern: 'a(' }))).toBe('Invalid JSON schema: pattern is not a valid regular expression: Unterminated group (at #/pattern)');
     expect(await message(schema({ type: 'integer', minimum: 5, maximum: 1 }))).toBe('Invalid JSON schema: no integer satisfies minimum 5, maximum 1 (at #)');
     expect(await message(schema([1]))).toBe('Invalid JSON schema: a schema must be an object or a boolean');
     const cyclic: Record<string, unknown> = {};
@@ -262,8 +262,9 @@ describe('structured output errors', () => {
     expect(await message(schema(cyclic))).toMatch(/^Invalid JSON schema: not serializable as JSON/);
   });
 
-  it('says what is wrong with a regex or a grammar, with the position', async () => {
-    expect(await message({ type: 'regex', pattern: 'a(b' })).toBe('Invalid regex: at position 4: The parenthesis is not closed.');
+  it('says what is wrong with a regex or a grammar, a grammar’s with the position', async () => {
+    expect(await message({ type: 'regex', pattern: 'a(b' })).toBe('Invalid regex: Unterminated group');
+    expect(await message({ type: 'regex', pattern: 'a(?=b)' })).toBe('Unsupported regex: lookarounds ((?=, (?!, (?<=, (?<!) are not supported');
     expect(await message({ type: 'regex', pattern: '' })).toBe('Invalid regex: the pattern must be a non-empty string');
     expect(await message({ type: 'grammar', grammar: 'root ::= "a" | ' })).toBe('Invalid grammar: line 1, column 16: Expect element, but got the end of the grammar');
     expect(await message({ type: 'grammar', grammar: 'root ::= other' })).toBe('Invalid grammar: line 1, column 10: Rule "other" is not defined');
@@ -285,13 +286,13 @@ describe('structured output errors', () => {
     expect(await message({ type: 'json_object', whitespace: { kind: 'any', maxRun: 100 } })).toBe('Invalid JSON whitespace: maxRun must be an integer from 1 to 32');
   });
 
-  it('refuses what XGrammar would not enforce: patternProperties, propertyNames, classes beyond ASCII in regexes and grammars', async () => {
+  it('refuses what XGrammar would not enforce: patternProperties, propertyNames, long ranges beyond ASCII in regexes, classes beyond ASCII in grammars', async () => {
     expect(await message(schema({ type: 'object', properties: { a: { type: 'string' } }, required: ['a'], patternProperties: { '^x': { type: 'string' } } }))).toMatch(
       /^Unsupported JSON schema: "patternProperties" is not supported/,
     );
     expect(await message(schema({ type: 'object', propertyNames: { pattern: '^[a-z]+$' } }))).toMatch(/^Unsupported JSON schema: "propertyNames" is not supported/);
-    expect(await message({ type: 'regex', pattern: 'x[\\u4e00-\\u9fff]+' })).toMatch(/^Unsupported regex: the character class at position 1 /);
-    expect(await message({ type: 'regex', pattern: '[^é]' })).toMatch(/^Unsupported regex: the character class at position 0 /);
+    expect(await message({ type: 'regex', pattern: 'x[\\u4e00-\\u9fff]+' })).toMatch(/^Unsupported regex: the character range "\\u4e00"-"\\u9fff" beyond ASCII /);
+    expect(await message({ type: 'regex', pattern: '[^é]' })).toBe('compiled'); // its ASCII part (pattern-rule.ts)
     expect(await message({ type: 'grammar', grammar: 'root ::= "[é]" [a-z]+' })).toBe('compiled'); // a literal, not a class
     expect(await message({ type: 'grammar', grammar: 'root ::= [à-ÿ]+' })).toMatch(/^Unsupported grammar: the character class at offset 9 /);
     expect(await message({ type: 'regex', pattern: 'café [a-z]+' })).toBe('compiled');

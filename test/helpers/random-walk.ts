@@ -12,6 +12,8 @@ export interface WalkOptions {
   /** Steps before a walk is given up (it counts as not stopped). */
   maxSteps: number;
   random: () => number;
+  /** The text of a walk's tokens (default: the tokenizer's decode). */
+  text?: (ids: readonly number[]) => string;
 }
 
 /** The texts of the walks that stopped. */
@@ -52,7 +54,7 @@ export async function randomWalks(compiled: CompiledStructuredOutput, tokenizer:
       else ids.push(id);
     }
     constraint.dispose();
-    if (stopped) texts.push(tokenizer.decode(ids));
+    if (stopped) texts.push(options.text ? options.text(ids) : tokenizer.decode(ids));
   }
   return texts;
 }
