@@ -23,7 +23,7 @@ export const MAX_CACHED_GRAMMARS = 32;
 /**
  * XGrammar cannot say how many bytes a compiled grammar holds; its token-mask tables are built by
  * the compile, so its time stands for them: each cached grammar counts as GRAMMAR_BASE_BYTES plus
- * GRAMMAR_BYTES_PER_MS per millisecond its compile took (the costliest structures measured ~11 KiB
+ * GRAMMAR_BYTES_PER_MS per millisecond its compile took (the costliest structure measured holds ~14 KiB
  * of wasm memory per millisecond, docs/structured-output.md "Memory"), and the grammars of one
  * (tokenizer, vocabSize) count at most MAX_CACHED_GRAMMAR_BYTES (the newest is kept whatever it counts).
  */
