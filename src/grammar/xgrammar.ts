@@ -13,7 +13,7 @@
 //   Forwarders installed while the wasm starts catch the lines during `run` and pass every other
 //   line on to the console.
 // - An abort unwinds the wasm frames through JavaScript without restoring the shadow stack pointer:
-//   each failure would leak ~650 bytes of the 64 KiB stack, and the ~100th failure trap. The wasm
+//   each failure would leak ~650 bytes of the 64 KiB stack, and about the 68th would trap. The wasm
 //   binary is given an export of its globals as it is instantiated (wasm-globals.ts), and after
 //   every failure the stack pointer is put back to its idle value (no wasm frame is live then).
 // - A RuntimeError without a FATAL line is a trap (a wasm stack overflow reads as "memory access out
@@ -40,9 +40,14 @@ export class XGrammarCallError extends Error {
     super(fatal || (cause instanceof Error ? cause.message : `XGrammar failed (${String(cause)})`));
   }
 
-  /** A trap rather than a checked failure: the module's memory may be corrupt. */
+  /**
+   * A trap rather than a checked failure: the module's memory may be corrupt. XGrammar's checks
+   * and a failed allocation end in abort(), a RuntimeError "Aborted(...)" after which the module
+   * works on (its stack put back); an access out of bounds, an exhausted call stack, `unreachable`
+   * or a bad indirect call are traps.
+   */
   get trapped(): boolean {
-    return this.fatal === '' && this.cause instanceof WebAssembly.RuntimeError;
+    return this.cause instanceof WebAssembly.RuntimeError && this.fatal === '' && !/^Aborted\(/.test(this.cause.message);
   }
 }
 
@@ -233,8 +238,12 @@ class LoadedXGrammar implements XGrammar {
   /** Set by a trap where the module cannot be restarted: every later call rejects with it. */
   private broken: Error | undefined;
   private queue: Promise<unknown> = Promise.resolve();
-  /** A restart is queued: the epoch has moved on, the memory is put back once the running `run` ends. */
-  private restartQueued = false;
+  /** A `run`'s task is executing (between its first and last wasm call, awaits included). */
+  private running = false;
+  /** `liveAsync` calls whose wasm call may still be to come (the package awaits before making it). */
+  private asyncCalls = 0;
+  /** After a trap: the epoch has moved on; the memory is restored once no call is under way. */
+  private pendingRestore: { done: Promise<void>; resolve: () => void } | undefined;
 
   constructor(
     readonly api: XGrammarApi,
@@ -253,7 +262,7 @@ class LoadedXGrammar implements XGrammar {
     try {
       return call();
     } catch (error) {
-      throw this.failed(new XGrammarCallError(messagesOf(lines, 'FATAL').join('\n'), error), false);
+      throw this.failed(new XGrammarCallError(messagesOf(lines, 'FATAL').join('\n'), error));
     } finally {
       recording = outer;
     }
@@ -261,14 +270,21 @@ class LoadedXGrammar implements XGrammar {
 
   async liveAsync<T>(epoch: number, call: () => Promise<T>): Promise<T> {
     this.checkEpoch(epoch);
-    let value: T;
+    this.asyncCalls++;
     try {
-      value = await call();
-    } catch (error) {
-      throw this.failed(new XGrammarCallError('', error), false);
+      let value: T;
+      try {
+        value = await call();
+      } catch (error) {
+        // Its wasm call ran after an await, outside any bracket of ours: what it printed is not known.
+        throw this.failed(new XGrammarCallError('', error));
+      }
+      this.checkEpoch(epoch); // restarted while it waited: what it made is gone
+      return value;
+    } finally {
+      this.asyncCalls--;
+      this.restoreWhenIdle();
     }
-    this.checkEpoch(epoch); // restarted while it waited: what it made is gone
-    return value;
   }
 
   memoryBytes(): number {
@@ -280,10 +296,17 @@ class LoadedXGrammar implements XGrammar {
     if (epoch !== this.epoch) throw new GrammarEngineRestartedError();
   }
 
+  /** Runs `task` after every earlier one has settled and after a pending restore. */
   private enqueue<T>(task: () => Promise<T>): Promise<T> {
-    const result = this.queue.then(() => {
-      if (this.restartQueued) this.restart(false);
-      return task();
+    const result = this.queue.then(async () => {
+      if (this.pendingRestore) await this.pendingRestore.done;
+      this.running = true;
+      try {
+        return await task();
+      } finally {
+        this.running = false;
+        this.restoreWhenIdle();
+      }
     });
     this.queue = result.catch(() => undefined);
     return result;
@@ -300,18 +323,20 @@ class LoadedXGrammar implements XGrammar {
       return { value, warnings: messagesOf(lines, 'WARNING') };
     } catch (error) {
       if (error instanceof GrammarEngineRestartedError || error === this.broken) throw error;
-      throw this.failed(new XGrammarCallError(messagesOf(lines, 'FATAL').join('\n'), error), true);
+      throw this.failed(new XGrammarCallError(messagesOf(lines, 'FATAL').join('\n'), error));
     } finally {
       recording = undefined;
     }
   }
 
   /**
-   * After a failed call (no wasm frame live any more): the stack pointer back to idle; after a trap,
-   * a restart: at once inside a run, else when the next run starts (the run in progress would
-   * otherwise go on with its objects in the restored memory). Returns what the caller throws.
+   * After a failed call (no wasm frame live any more): the stack pointer back to idle; after a
+   * trap, a new epoch at once (objects made so far are refused from now on) and a restore of the
+   * memory as soon as no run is executing and no liveAsync call may still reach the module (their
+   * wasm calls would otherwise run on old handles in the restored memory). Runs queued meanwhile
+   * wait for the restore. Returns what the caller throws.
    */
-  private failed(failure: XGrammarCallError, inQueue: boolean): Error {
+  private failed(failure: XGrammarCallError): Error {
     if (!failure.trapped) {
       this.wasm?.restoreStack();
       return failure;
@@ -320,18 +345,22 @@ class LoadedXGrammar implements XGrammar {
       this.broken = new Error(`XGrammar's wasm module trapped (${failure.message}) and cannot be restarted here; reload to use structured output`);
       return this.broken;
     }
-    if (inQueue) this.restart(true);
-    else if (!this.restartQueued) {
-      this.restartQueued = true;
-      this.epoch++; // objects made so far are refused from now on; the next run restores the memory
+    if (!this.pendingRestore) {
+      let resolve!: () => void;
+      const done = new Promise<void>((r) => (resolve = r));
+      this.pendingRestore = { done, resolve };
+      this.epoch++;
     }
+    this.restoreWhenIdle();
     return failure;
   }
 
-  private restart(advance: boolean): void {
+  private restoreWhenIdle(): void {
+    if (!this.pendingRestore || this.running || this.asyncCalls > 0) return;
     this.wasm!.restore();
-    if (advance) this.epoch++;
-    this.restartQueued = false;
+    const { resolve } = this.pendingRestore;
+    this.pendingRestore = undefined;
+    resolve();
   }
 }
 

@@ -86,6 +86,36 @@ describe('structured output under hostile structures', () => {
     after.dispose();
   });
 
+  it('restores the memory only once no call is under way: a matcher call waiting when a compile traps gets a restart error', async () => {
+    const xg = await loadXGrammar();
+    const output: StructuredOutput = { type: 'regex', pattern: '[ab]{1,3}c' };
+    let deep: unknown = { type: 'integer' };
+    for (let i = 0; i < 200; i++) deep = { type: 'object', properties: { a: deep }, required: ['a'] };
+    const mask = new Uint32Array(Math.ceil(vocabSize / 32));
+    for (let delay = 0; delay < 6; delay++) {
+      const constraint = await (await compileStructuredOutput(tokenizer, vocabSize, output)).createConstraint([2]);
+      const epoch = xg.epoch;
+      // The trapping compile is queued; the matcher's call goes out `delay` microtasks later, and
+      // the package makes its wasm call after awaits of its own: either side of the trap.
+      const trap = xg.run((api) => api.Grammar.fromJSONSchema(JSON.stringify(deep), false, -1)).catch((e: unknown) => e);
+      for (let i = 0; i < delay; i++) await Promise.resolve();
+      const masked = constraint.fillNextMask(mask).then(
+        () => 'filled',
+        (e: unknown) => e,
+      );
+      const [trapped, outcome] = await Promise.all([trap, masked]);
+      expect(trapped).toBeInstanceOf(Error);
+      if (outcome !== 'filled') expect(outcome, `delay ${delay}`).toBeInstanceOf(GrammarEngineRestartedError);
+      expect(xg.epoch, `delay ${delay}`).toBe(epoch + 1); // one restart, not a second from a stale call
+      constraint.dispose();
+      // The restored module serves a new constraint exactly.
+      const fresh = await (await compileStructuredOutput(tokenizer, vocabSize, output)).createConstraint([2]);
+      await fresh.fillNextMask(mask);
+      for (const id of allowedIds(mask, vocabSize)) expect(new TextDecoder().decode(tokenizer.tokenBytes!(id)!)).toMatch(/^[ab]{1,3}c?$/);
+      fresh.dispose();
+    }
+  });
+
   it('returns to its memory bound after bursts of distinct schemas and tool-call tags', async () => {
     const xg = await loadXGrammar();
     const model = await modelGrammars(tokenizer, vocabSize);
