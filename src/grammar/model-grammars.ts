@@ -31,6 +31,9 @@ export const GRAMMAR_BASE_BYTES = 64 * 1024;
 export const GRAMMAR_BYTES_PER_MS = 16 * 1024;
 export const MAX_CACHED_GRAMMAR_BYTES = 64 * 2 ** 20;
 
+/** Structures that trapped the module remembered per (tokenizer, vocabSize). */
+const MAX_REMEMBERED_TRAPS = 256;
+
 /** Attempts at a compile or a matcher that another request's trap (a restart) interrupted. */
 const RESTART_ATTEMPTS = 3;
 
@@ -62,17 +65,23 @@ interface Holder {
 
 const registry = new FinalizationRegistry<Holder>(({ xg, held }) => {
   if (!held || held.epoch !== xg.epoch) return; // gone with a restart
-  xg.live(held.epoch, () => {
-    for (const entry of held.entries.values()) entry.grammar?.dispose();
-    held.entries.clear();
-    held.compiler.dispose();
-    held.info.dispose();
-  });
+  try {
+    xg.live(held.epoch, () => {
+      for (const entry of held.entries.values()) entry.grammar?.dispose();
+      held.entries.clear();
+      held.compiler.dispose();
+      held.info.dispose();
+    });
+  } catch {
+    // the module broke or restarted: nothing of this epoch is left to free
+  }
 });
 
 export class ModelGrammars {
   private readonly holder: Holder;
   private building: Promise<Held> | undefined;
+  /** Structures whose compile trapped the module, by key, across restarts (most recent last). */
+  private readonly trapped = new Map<string, StructuredOutputError>();
   /** XGrammar compiles run so far (for tests: cache hits and shared compiles add none). */
   compileCount = 0;
 
@@ -199,14 +208,20 @@ export class ModelGrammars {
 
   private async compileEntry(held: Held, prepared: PreparedOutput): Promise<Entry> {
     const entry: Entry = { pins: 0, evicted: false, bytes: GRAMMAR_BASE_BYTES };
+    const trapped = this.trapped.get(prepared.key);
+    if (trapped) {
+      entry.error = trapped;
+      return entry; // in the current epoch's cache it would be gone with the next restart
+    }
     this.compileCount++;
-    const start = performance.now();
     try {
       const { value, warnings } = await this.xg.run(async (api) => {
+        const start = performance.now(); // not the time it waited in the queue
         const grammar = await prepared.compile(api, held.compiler);
+        const milliseconds = performance.now() - start;
         const normalized = grammar.grammar();
         try {
-          return { grammar, text: normalized.toString() };
+          return { grammar, text: normalized.toString(), milliseconds };
         } finally {
           normalized.dispose();
         }
@@ -220,11 +235,12 @@ export class ModelGrammars {
         entry.error = endlessError(prepared, finite.rule);
       } else {
         entry.grammar = value.grammar;
-        entry.bytes += Math.round((performance.now() - start) * GRAMMAR_BYTES_PER_MS);
+        entry.bytes += Math.round(value.milliseconds * GRAMMAR_BYTES_PER_MS);
       }
     } catch (error) {
       if (!(error instanceof XGrammarCallError)) throw error; // a restart, or a bug: not cached
       entry.error = compileError(prepared, error);
+      if (error.trapped) this.rememberTrap(prepared.key, entry.error);
     }
     held.entries.set(prepared.key, entry);
     let bytes = 0;
@@ -237,6 +253,16 @@ export class ModelGrammars {
       if (old.pins === 0) this.dispose(held, old);
     }
     return entry;
+  }
+
+  /** Remembers a structure that trapped the module, so a client resending it gets its 400 without another restart. */
+  private rememberTrap(key: string, error: StructuredOutputError): void {
+    this.trapped.delete(key);
+    this.trapped.set(key, error);
+    for (const oldest of this.trapped.keys()) {
+      if (this.trapped.size <= MAX_REMEMBERED_TRAPS) break;
+      this.trapped.delete(oldest);
+    }
   }
 
   private dispose(held: Held, entry: Entry): void {

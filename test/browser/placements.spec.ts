@@ -28,7 +28,7 @@ type Client = {
   badParameter(): Promise<{ status: number; contentType: string | null; body: any }>;
   openaiStream(prompt: string, maxTokens: number): Promise<{ texts: string[]; errorStatus: number | null; errorParam: string | null }>;
   openaiChat(maxTokens: number): Promise<{ texts: string[]; finishReason: string | null; completionText: string; promptTokens: number }>;
-  structured(): Promise<{ refusals: Record<number, number>; chatContent: string | null; chatFinish: string; choiceText: string; choiceFinish: string }>;
+  structured(): Promise<{ refusals: Record<string, number>; chatContent: string | null; chatFinish: string; choiceText: string; choiceFinish: string }>;
 };
 
 const call = <K extends keyof Client>(page: Page, name: K, ...args: Parameters<Client[K]>): Promise<Awaited<ReturnType<Client[K]>>> =>
@@ -87,7 +87,7 @@ async function expectAnsweredAsTheApiSays(page: Page): Promise<void> {
 
   // Structured output: the grammar engine loads and constrains decoding in this placement too.
   const structured = await call(page, 'structured');
-  expect(structured.refusals).toEqual({ 400: 120 });
+  expect(structured.refusals).toEqual({ '400': 120 });
   expect(structured.choiceFinish).toBe('stop');
   expect(['happy', 'sad']).toContain(structured.choiceText);
   if (structured.chatFinish === 'stop') {
@@ -124,7 +124,7 @@ test.describe('engine placements', () => {
     await expectAnsweredAsTheApiSays(page);
     const stats = await page.evaluate(() => (window as any).placementStats());
     // complete, stream, abort, complete, openai stream and error, chat, tokenize and completion, bad
-    // parameter, the 120 refused regexes and the two structured ones: the abort was seen in the worker.
+    // parameter, the 120 refused grammars and the two structured ones: the abort was seen in the worker.
     expect(stats).toEqual({ inFlight: 0, completed: 131, aborted: 1 });
 
     // A local File loads in a worker too, and the RemoteEngine answers complete() as an Engine does.

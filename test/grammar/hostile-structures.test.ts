@@ -8,6 +8,7 @@ import { MAX_CACHED_GRAMMAR_BYTES, MAX_CACHED_GRAMMARS, modelGrammars } from '..
 import { compileStructuredOutput, StructuredOutputError, type StructuredOutput } from '../../src/grammar/structured-output.ts';
 import { GrammarEngineRestartedError } from '../../src/grammar/types.ts';
 import { loadXGrammar } from '../../src/grammar/xgrammar.ts';
+import type { PreparedOutput } from '../../src/grammar/prepare.ts';
 import { mulberry32 } from '../../scripts/prng.ts';
 import { grammarTokenizer } from '../helpers/grammar-tokenizers.ts';
 import { allowedIds, walk } from '../helpers/grammar-walk.ts';
@@ -15,13 +16,13 @@ import { allowedIds, walk } from '../helpers/grammar-walk.ts';
 const { tokenizer, vocabSize } = grammarTokenizer('stories260K');
 const compact = { kind: 'compact' } as const;
 
-/** A structure XGrammar itself refuses (our checks pass it on), different for each `i`. */
+/** A structure XGrammar itself refuses (the checks before it pass it on), different for each `i`. */
 function refused(i: number): StructuredOutput {
   switch (i % 3) {
     case 0:
-      return { type: 'regex', pattern: `(a${')'.repeat(2 + (i % 4))}b{${i % 7}}` };
-    case 1:
       return { type: 'grammar', grammar: `root ::= "a" ( "b${i}" | ` };
+    case 1:
+      return { type: 'grammar', grammar: `root ::= "a" | rule_${i}` };
     default:
       return { type: 'grammar', grammar: `root ::= undefined_rule_${i}` };
   }
@@ -40,17 +41,26 @@ describe('structured output under hostile structures', () => {
     const epoch = xg.epoch;
     // A sequence decoding throughout: its matcher must stay valid.
     const live = await (await compileStructuredOutput(tokenizer, vocabSize, { type: 'choice', choices: ['Once upon'] })).createConstraint([2]);
+    const model = await modelGrammars(tokenizer, vocabSize);
+    const compiles = model.compileCount;
     const random = mulberry32(29);
     let refusals = 0;
+    let accepts = 0;
     for (let i = 0; i < 2400; i++) {
       if (random() < 0.8) {
         const error = await compileStructuredOutput(tokenizer, vocabSize, refused(i)).catch((e: unknown) => e);
         expect(error, `structure ${i}`).toBeInstanceOf(StructuredOutputError);
         expect((error as Error).message).not.toMatch(/restarted|trapped|reload/);
         refusals++;
-      } else await compileStructuredOutput(tokenizer, vocabSize, accepted(i));
+      } else {
+        await compileStructuredOutput(tokenizer, vocabSize, accepted(i));
+        accepts++;
+      }
     }
     expect(refusals).toBeGreaterThan(1500);
+    // Every refusal was XGrammar's own (a compile each), not a check's before it.
+    expect(model.compileCount - compiles).toBeGreaterThanOrEqual(refusals);
+    expect(model.compileCount - compiles).toBeLessThanOrEqual(refusals + accepts);
     expect(xg.epoch).toBe(epoch); // nothing trapped
     const compiled = await compileStructuredOutput(tokenizer, vocabSize, { type: 'regex', pattern: 'ab' });
     const constraint = await compiled.createConstraint([2]);
@@ -114,6 +124,30 @@ describe('structured output under hostile structures', () => {
       for (const id of allowedIds(mask, vocabSize)) expect(new TextDecoder().decode(tokenizer.tokenBytes!(id)!)).toMatch(/^[ab]{1,3}c?$/);
       fresh.dispose();
     }
+  });
+
+  it('remembers a structure that trapped the module across the restart: sent again, it is refused without another', async () => {
+    const xg = await loadXGrammar();
+    const model = await modelGrammars(tokenizer, vocabSize);
+    let deep: unknown = { type: 'integer' };
+    for (let i = 0; i < 200; i++) deep = { type: 'object', properties: { a: deep }, required: ['a'] };
+    // No request reaches such a trap past the checks before XGrammar; this prepared output does.
+    const trapping: PreparedOutput = {
+      key: 'a structure that traps',
+      subject: 'JSON schema',
+      cost: { cost: 0 },
+      warningsAreErrors: true,
+      compile: async (api, compiler) => compiler.compileGrammar(await api.Grammar.fromJSONSchema(JSON.stringify(deep), false, -1)),
+    };
+    const epoch = xg.epoch;
+    const compiles = model.compileCount;
+    const first = await model.compile(trapping).catch((e: unknown) => e);
+    expect(first).toBeInstanceOf(StructuredOutputError);
+    expect((first as Error).message).toMatch(/failed on it .* and was restarted/);
+    expect(xg.epoch).toBe(epoch + 1);
+    for (let i = 0; i < 3; i++) await expect(model.compile(trapping)).rejects.toBe(first);
+    expect(xg.epoch).toBe(epoch + 1);
+    expect(model.compileCount).toBe(compiles + 1);
   });
 
   it('returns to its memory bound after bursts of distinct schemas and tool-call tags', async () => {
