@@ -32,14 +32,28 @@ export function checkFiniteRules(text: string, root = 'root'): FiniteRulesResult
   } catch (error) {
     return { unreadable: (error as Error).message };
   }
+  // Which rules can end: a worklist over the rules that refer to each one (linear in the text,
+  // where sweeping every rule until nothing changes was quadratic on a chain of rules).
   const ends = new Map<string, boolean>();
-  for (const name of rules.keys()) ends.set(name, false);
-  for (let changed = true; changed; ) {
-    changed = false;
-    for (const [name, body] of rules) {
-      if (!ends.get(name) && canEnd(body, ends)) {
-        ends.set(name, true);
-        changed = true;
+  const referrers = new Map<string, Set<string>>();
+  for (const [name, body] of rules) {
+    for (const ref of refsOf(body)) {
+      let set = referrers.get(ref);
+      if (!set) referrers.set(ref, (set = new Set()));
+      set.add(name);
+    }
+  }
+  const settled: string[] = [];
+  for (const [name, body] of rules) {
+    const can = canEnd(body, ends);
+    ends.set(name, can);
+    if (can) settled.push(name);
+  }
+  while (settled.length > 0) {
+    for (const referrer of referrers.get(settled.pop()!) ?? []) {
+      if (!ends.get(referrer) && canEnd(rules.get(referrer)!, ends)) {
+        ends.set(referrer, true);
+        settled.push(referrer);
       }
     }
   }
