@@ -317,11 +317,20 @@ class RegexReader {
  */
 function checkAnchors(alternation: RegexAlternation, start: boolean, end: boolean): void {
   for (const terms of alternation) {
-    terms.forEach((term, i) => {
-      const first = terms.slice(0, i).every((t) => t.kind === 'anchor' && t.at === 'start');
-      const last = terms.slice(i + 1).every((t) => t.kind === 'anchor' && t.at === 'end');
-      checkTerm(term, start && first, end && last);
-    });
+    // Whether only `^`s come before term i, and only `$`s after it: a pass each way (linear).
+    const onlyStartsBefore: boolean[] = [];
+    for (let i = 0, only = true; i < terms.length; i++) {
+      onlyStartsBefore.push(only);
+      const term = terms[i]!;
+      only &&= term.kind === 'anchor' && term.at === 'start';
+    }
+    const onlyEndsAfter: boolean[] = new Array<boolean>(terms.length);
+    for (let i = terms.length - 1, only = true; i >= 0; i--) {
+      onlyEndsAfter[i] = only;
+      const term = terms[i]!;
+      only &&= term.kind === 'anchor' && term.at === 'end';
+    }
+    terms.forEach((term, i) => checkTerm(term, start && onlyStartsBefore[i]!, end && onlyEndsAfter[i]!));
   }
 }
 

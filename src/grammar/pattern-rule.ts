@@ -150,7 +150,12 @@ class RegexWriter {
     }
     const sequences = branches.map((terms) => this.sequence(terms));
     const firsts = branches.map((terms) => this.firstBytes(terms));
-    const overlap = firsts.some((a, i) => firsts.slice(i + 1).some((b) => [...a].some((byte) => b.has(byte))));
+    const seen = new Set<number>();
+    const overlap = firsts.some((bytes) => {
+      for (const byte of bytes) if (seen.has(byte)) return true;
+      for (const byte of bytes) seen.add(byte);
+      return false;
+    });
     if (!overlap && !sequences.some((text) => CLASS_LOOP_FIRST.test(text))) return `( ${sequences.join(' | ')} )`;
     return this.rule(sequences.map((body) => this.ownRule(body)).join(' | '));
   }

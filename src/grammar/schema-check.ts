@@ -9,7 +9,7 @@
 // are ignored beside a higher one, so only annotations may stand beside `$ref`, `anyOf`, `oneOf` and
 // `allOf`, and only `type` beside `const` and `enum`.
 import { repeatPositions, POSITION_COST } from './char-cost.ts';
-import { MAX_DEPTH, MAX_PROPERTIES } from './limits.ts';
+import { MAX_DEPTH, MAX_PROPERTIES, MAX_REGEX_CHARS } from './limits.ts';
 import { checkRegexSyntax } from './ecma-regex.ts';
 import { jsonStringPattern, schemaPatternError } from './pattern-rule.ts';
 import { regexShape } from './regex-cost.ts';
@@ -268,6 +268,7 @@ class SchemaChecker {
 
   /** A string's pattern: nested within the limit, written exactly (pattern-rule.ts) or refused here, and its cost. */
   private pattern(pattern: string, path: string): void {
+    checkPatternLength(pattern, path);
     const shape = regexShape(pattern);
     if (shape.depth > MAX_DEPTH) throw tooDeep(path);
     try {
@@ -285,6 +286,7 @@ class SchemaChecker {
   private unsupportedPatterns(node: Json, path: string): void {
     const check = (pattern: unknown, at: string) => {
       if (typeof pattern !== 'string') return;
+      checkPatternLength(pattern, at);
       try {
         checkRegexSyntax(pattern);
       } catch (error) {
@@ -336,4 +338,9 @@ function unsupported(problem: string, path: string): StructuredOutputError {
 
 function tooDeep(path: string): StructuredOutputError {
   return new StructuredOutputError(`Invalid JSON schema: nested more than ${MAX_DEPTH} levels deep, following $refs (at ${path})`);
+}
+
+/** A schema's regex is held to the limit of a regex output (its reading and writing grow with it). */
+function checkPatternLength(pattern: string, path: string): void {
+  if (pattern.length > MAX_REGEX_CHARS) throw invalid(`pattern of ${pattern.length} characters; at most ${MAX_REGEX_CHARS} are supported`, path);
 }

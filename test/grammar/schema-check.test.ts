@@ -1,7 +1,7 @@
 // JSON schemas checked before XGrammar: keyword shapes, what XGrammar would ignore, nesting with
 // $refs followed, and the estimated cost.
 import { describe, expect, it } from 'vitest';
-import { MAX_COST, MAX_DEPTH, MAX_PROPERTIES, scaledCost } from '../../src/grammar/limits.ts';
+import { MAX_COST, MAX_DEPTH, MAX_PROPERTIES, MAX_REGEX_CHARS, scaledCost } from '../../src/grammar/limits.ts';
 import { checkJsonSchema } from '../../src/grammar/schema-check.ts';
 import { StructuredOutputError } from '../../src/grammar/types.ts';
 
@@ -149,5 +149,26 @@ describe('checkJsonSchema', () => {
     // 3 properties and 2 more separators, 3 for the array, 8 characters each, ~4 ms a position.
     const bounded = { type: 'object', properties: { a: { type: 'array', items: { type: 'integer' } }, b: { type: 'null' }, c: { type: 'null' } }, required: ['a', 'b', 'c'] };
     expect(checkJsonSchema(bounded, { kind: 'any', maxRun: 8 }).cost).toBe((5 + 3) * 8 * 4);
+  });
+
+  it('holds every regex in a schema to the length of a regex output, and reads the longest allowed at once', () => {
+    // A 64 KiB literal took 28 s to read, quadratic in its terms: it was bounded by the schema only.
+    const long = 'a'.repeat(MAX_REGEX_CHARS + 1);
+    const refusal = (schema: Record<string, unknown>) => {
+      try {
+        checkJsonSchema(schema, compact);
+      } catch (error) {
+        expect(error).toBeInstanceOf(StructuredOutputError);
+        return (error as Error).message;
+      }
+      return 'accepted';
+    };
+    expect(refusal({ type: 'object', properties: { s: { type: 'string', pattern: long } } })).toMatch(/pattern of 4097 characters; at most 4096 .*#\/properties\/s/);
+    expect(refusal({ type: 'object', patternProperties: { [long]: {} } })).toMatch(/pattern of 4097 characters/);
+    expect(refusal({ type: 'object', propertyNames: { pattern: long } })).toMatch(/pattern of 4097 characters/);
+    // At the limit: a literal of 4096 characters, 2,048 branches that share their first character.
+    for (const pattern of ['a'.repeat(MAX_REGEX_CHARS), 'ab|'.repeat(1365) + 'a']) {
+      expect(refusal({ type: 'string', pattern })).toBe('accepted');
+    }
   });
 });
