@@ -7,12 +7,15 @@
 //   - its ByteFallback decoder drops a leading U+FEFF, which the Rust tokenizers keep
 //     (keepByteOrderMarks: the decoder's `text_decoder`, and a Sequence decoder's `decoders`);
 //   - its BPE merge loop is slow on long words (speedUpLongWords: the model's `bpe`, `merges`,
-//     `bpe_ranks`, `max_length_to_cache`, `end_of_word_suffix`, `continuing_subword_suffix`).
+//     `bpe_ranks`, `max_length_to_cache`, `end_of_word_suffix`, `continuing_subword_suffix`);
+//   - its BPE word cache is bounded by words only, 10,000 of up to 255 characters with their
+//     pieces, ~40 MiB of words no text repeats (boundWordCache: the model's `cache`).
 // Each patch checks the shape it needs and otherwise leaves the tokenizer as the library built it
 // (correct, without the fix or the speed-up). So that an upgrade that renames or removes a field
 // does not lose a patch silently, test/tokenizer/hf-tokenizers-adapter.test.ts checks real
 // tokenizers with libraryInternalsProblems, which names every field that no longer fits.
 import type { Tokenizer } from '@huggingface/tokenizers';
+import { BoundedLru } from './bounded-lru.ts';
 import { longWordBpe } from './long-word-bpe.ts';
 
 type Json = Record<string, unknown>;
@@ -35,6 +38,7 @@ export function patchLibraryTokenizer(tokenizer: Tokenizer): void {
   // word; byte-level tokenizers split prompts into words, but a run of letters or digits with no
   // space is one word however long.
   speedUpLongWords(tokenizer.model);
+  boundWordCache(tokenizer.model);
 }
 
 function describe(value: unknown): string {
@@ -86,6 +90,42 @@ export function speedUpLongWords(model: unknown): boolean {
 }
 
 /**
+ * The words the BPE model keeps with their pieces, as many as the library keeps (10,000), and at
+ * most this many characters of words and pieces together: ~8-12 MiB, where prompts of words no
+ * text repeats (250-letter runs: ~4 KiB each with their pieces) filled the library's cache with
+ * ~40 MiB. Real text's words take a few characters each and stay far below.
+ */
+export const WORD_CACHE = { words: 10_000, characters: 1 << 20 };
+
+/** The word cache the library's BPE model calls (get, put, clear), bounded by WORD_CACHE. */
+export class BoundedWordCache extends BoundedLru<string, string[]> {
+  constructor() {
+    super(WORD_CACHE.words, WORD_CACHE.characters);
+  }
+
+  put(word: string, pieces: string[]): void {
+    this.set(word, pieces, pieces.reduce((sum, piece) => sum + piece.length, word.length));
+  }
+}
+
+/** What keeps `model.cache` from being the word cache boundWordCache replaces; [] when it fits. */
+export function wordCacheProblems(model: unknown, where = 'model'): string[] {
+  const cache = isObjectLike(model) ? model.cache : undefined;
+  const fits = isObjectLike(cache) && ['get', 'put', 'clear'].every((method) => typeof cache[method] === 'function');
+  return fits ? [] : [`${where}.cache: expected the word cache (get, put, clear), found ${isObjectLike(model) && 'cache' in model ? describe(cache) : 'no such field'}`];
+}
+
+/**
+ * Replaces the BPE model's word cache by one bounded by WORD_CACHE's words and characters.
+ * Returns whether it did (not for a model without such a cache).
+ */
+export function boundWordCache(model: unknown): boolean {
+  if (!isLibraryBpeModel(model) || wordCacheProblems(model).length > 0) return false;
+  (model as unknown as { cache: BoundedWordCache }).cache = new BoundedWordCache();
+  return true;
+}
+
+/**
  * The library's ByteFallback decoder fuses byte tokens with a default TextDecoder, which drops a
  * leading U+FEFF (EF BB BF); the Rust tokenizers keep it. Swap in a decoder that keeps it, in a
  * Sequence decoder's parts too.
@@ -133,7 +173,9 @@ export function libraryInternalsProblems(tokenizer: Tokenizer, tokenizerJson: Js
   const problems: string[] = [];
   const spec = tokenizerJson.model as Json | undefined;
   if (!('model' in tokenizer)) problems.push('Tokenizer.model: no such field');
-  else if (spec?.type === 'BPE' || (spec?.type === undefined && spec?.merges !== undefined)) problems.push(...bpeModelProblems(tokenizer.model, 'Tokenizer.model'));
+  else if (spec?.type === 'BPE' || (spec?.type === undefined && spec?.merges !== undefined)) {
+    problems.push(...bpeModelProblems(tokenizer.model, 'Tokenizer.model'), ...wordCacheProblems(tokenizer.model, 'Tokenizer.model'));
+  }
   if (!('decoder' in tokenizer)) problems.push('Tokenizer.decoder: no such field');
   else problems.push(...decoderProblems(tokenizer.decoder, tokenizerJson.decoder, 'Tokenizer.decoder'));
   return problems;

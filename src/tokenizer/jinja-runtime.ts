@@ -19,6 +19,7 @@
 // chat-template.ts loads this module (and with it the library) on the first render, so the base
 // bundle stays without both.
 import * as jinjaModule from '@huggingface/jinja';
+import { BoundedLru } from './bounded-lru.ts';
 import {
   isMapping, isNumberLike, isSequence, jinjaTitleFilter, jsonOptions, pyCapitalize, pyCompare, pyContains, pyEquals, pyJsonDumps,
   pyLength, pyPercentFormat, pyRepr, pyRoundFloat, pyStr, pyStrftime, pyStringRepr, pyStrip, pyTruthy, pyTypeRepr,
@@ -110,26 +111,32 @@ function makeKit(jinja: JinjaModule): Kit {
   };
 }
 
-const CACHE_SIZE = 8;
-const compiled = new Map<string, unknown>();
+/**
+ * The parsed templates kept: the model's own and those requests send. A parsed template takes
+ * ~15-25 bytes per character of its source, so the characters are bounded too: at most twice the
+ * longest template a request may send (~10-13 MiB of parsed templates at most).
+ */
+export const PARSED_TEMPLATE_CACHE = { templates: 8, characters: 2 * RENDER_LIMITS.templateLength };
+const parsed = new BoundedLru<string, unknown>(PARSED_TEMPLATE_CACHE.templates, PARSED_TEMPLATE_CACHE.characters);
 
-/** The parsed template, from a small cache of recent sources (most recently used last). */
+/** The parsed templates held now and their sources' characters (for tests). */
+export function parsedTemplatesHeld(): { templates: number; characters: number } {
+  return { templates: parsed.size, characters: parsed.weight };
+}
+
+/** The parsed template, from the cache of recent sources. */
 function compile({ jinja }: Runtime, source: string): unknown {
-  let program = compiled.get(source);
-  if (program !== undefined) {
-    compiled.delete(source);
-  } else {
-    checkTemplateLength(source);
-    try {
-      // Jinja2 reads \r\n and \r as \n, in text and in string literals.
-      const tokens = jinja.tokenize(source.replace(/\r\n?/g, '\n'), { lstrip_blocks: true, trim_blocks: true });
-      program = jinja.parse(pythonTokens(tokens) as typeof tokens);
-    } catch (err) {
-      throw new ChatTemplateError(`Chat template syntax error: ${(err as Error)?.message ?? String(err)}`, { cause: err });
-    }
-    if (compiled.size >= CACHE_SIZE) compiled.delete(compiled.keys().next().value!);
+  let program = parsed.get(source);
+  if (program !== undefined) return program;
+  checkTemplateLength(source);
+  try {
+    // Jinja2 reads \r\n and \r as \n, in text and in string literals.
+    const tokens = jinja.tokenize(source.replace(/\r\n?/g, '\n'), { lstrip_blocks: true, trim_blocks: true });
+    program = jinja.parse(pythonTokens(tokens) as typeof tokens);
+  } catch (err) {
+    throw new ChatTemplateError(`Chat template syntax error: ${(err as Error)?.message ?? String(err)}`, { cause: err });
   }
-  compiled.set(source, program);
+  parsed.set(source, program, source.length);
   return program;
 }
 

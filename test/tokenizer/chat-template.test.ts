@@ -15,6 +15,7 @@ import type { GgufMetadata } from '../../src/io/formats/gguf.ts';
 import {
   ChatTemplateError, chatTemplatesFrom, checkChatTemplate, pickChatTemplate, provideJinjaRuntime, renderChatTemplate, type ChatTemplateInput,
 } from '../../src/tokenizer/chat-template.ts';
+import { PARSED_TEMPLATE_CACHE, parsedTemplatesHeld } from '../../src/tokenizer/jinja-runtime.ts';
 import { RENDER_LIMITS } from '../../src/tokenizer/render-budget.ts';
 import { openModel } from '../../src/engine/open-model.ts';
 import { filesFromPath } from '../../src/node/files.ts';
@@ -293,6 +294,22 @@ describe('render limits', () => {
     const huge = '{{ messages }}' + ' '.repeat(RENDER_LIMITS.templateLength);
     await expect(checkChatTemplate(huge)).rejects.toThrow(/characters long, over the limit of 262144/);
     await expect(renderChatTemplate(huge, input)).rejects.toBeInstanceOf(ChatTemplateError);
+  });
+
+  it('keeps parsed templates of at most twice the longest source allowed, the model\'s own among them', async () => {
+    const model = '{% for m in messages %}{{ m.content }}{% endfor %}';
+    // Wide templates of request size: ~10k small nodes each.
+    const wide = (i: number) => model + Array.from({ length: 6000 }, (_, k) => `{% if false %}{{ v${i}_${k} }}{% endif %}`).join('');
+    expect(await renderChatTemplate(model, input)).toBe('hi');
+    for (let i = 0; i < 12; i++) {
+      expect(await renderChatTemplate(wide(i), input)).toBe('hi');
+      const held = parsedTemplatesHeld();
+      expect(held.characters).toBeLessThanOrEqual(PARSED_TEMPLATE_CACHE.characters);
+      expect(held.templates).toBeLessThanOrEqual(PARSED_TEMPLATE_CACHE.templates);
+    }
+    // ~233k characters each: two fit where eight would without the bound on characters.
+    expect(parsedTemplatesHeld().templates).toBe(2);
+    expect(await renderChatTemplate(model, input)).toBe('hi'); // evicted, parsed again
   });
 
   it('keeps Python\'s replace: every occurrence, a count, and an empty old string', async () => {

@@ -1,7 +1,8 @@
 // The internals of @huggingface/tokenizers that src/tokenizer/hf-tokenizers-adapter.ts patches,
 // checked on real tokenizers as the library builds them: an upgrade that renames or removes one of
-// those fields fails here, naming it, instead of quietly losing the BOM fix or the long-word
-// speed-up (the patches skip what does not fit, and the tokenizer still works without them).
+// those fields fails here, naming it, instead of quietly losing the BOM fix, the long-word
+// speed-up or the bound on the word cache (the patches skip what does not fit, and the tokenizer
+// still works without them).
 import { readFileSync } from 'node:fs';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -9,7 +10,14 @@ import { readGgufHeader } from '../../src/io/formats/gguf.ts';
 import { filesFromPath } from '../../src/node/files.ts';
 import { ggufTokenizerParts } from '../../src/tokenizer/gguf-tokenizer.ts';
 import { libraryTokenizerJson } from '../../src/tokenizer/hf-tokenizer.ts';
-import { libraryInternalsProblems, patchLibraryTokenizer, speedUpLongWords } from '../../src/tokenizer/hf-tokenizers-adapter.ts';
+import {
+  boundWordCache,
+  BoundedWordCache,
+  libraryInternalsProblems,
+  patchLibraryTokenizer,
+  speedUpLongWords,
+  WORD_CACHE,
+} from '../../src/tokenizer/hf-tokenizers-adapter.ts';
 import { root, STORIES_GGUF, STORIES_HF, TINY_HF } from '../helpers/model-files.ts';
 
 type Json = Record<string, unknown>;
@@ -50,7 +58,7 @@ for (const source of SOURCES) {
       expect(libraryInternalsProblems(library(tokenizerJson), tokenizerJson)).toEqual([]);
     });
 
-    it('takes both patches', () => {
+    it('takes the patches', () => {
       const tokenizer = library(tokenizerJson);
       const { model, decoder } = internals(tokenizer);
       const ownBpe = model.bpe;
@@ -58,6 +66,7 @@ for (const source of SOURCES) {
       if (source.byteFallback) expect((fallback!.text_decoder as TextDecoder).ignoreBOM, 'the library still drops a BOM: the patch is needed').toBe(false);
       patchLibraryTokenizer(tokenizer);
       expect(model.bpe, 'model.bpe replaced by the long-word router').not.toBe(ownBpe);
+      expect(model.cache, 'model.cache bounded by characters').toBeInstanceOf(BoundedWordCache);
       if (fallback) expect((fallback.text_decoder as TextDecoder).ignoreBOM, 'ByteFallback text_decoder keeps a BOM').toBe(true);
     });
   });
@@ -90,6 +99,20 @@ describe('@huggingface/tokenizers internals: a field renamed or removed', () => 
     }
   });
 
+  it('names the word cache, and boundWordCache leaves a model without one alone', () => {
+    const tokenizer = library(tokenizerJson);
+    const t = internals(tokenizer);
+    const cache = t.model.cache;
+    t.model.wordCache = cache;
+    delete t.model.cache;
+    expect(libraryInternalsProblems(tokenizer, tokenizerJson)).toEqual(['Tokenizer.model.cache: expected the word cache (get, put, clear), found no such field']);
+    expect(boundWordCache(t.model)).toBe(false);
+    t.model.cache = new Map();
+    expect(libraryInternalsProblems(tokenizer, tokenizerJson)).toEqual(['Tokenizer.model.cache: expected the word cache (get, put, clear), found an object (Map)']);
+    expect(boundWordCache(t.model)).toBe(false);
+    expect(t.model.cache).toBeInstanceOf(Map);
+  });
+
   it('names the decoder fields', () => {
     const renamed = library(tokenizerJson);
     const fallback = internals(renamed).decoder.decoders[1]!;
@@ -104,5 +127,27 @@ describe('@huggingface/tokenizers internals: a field renamed or removed', () => 
     const noModel = library(tokenizerJson);
     delete (noModel as unknown as Json).model;
     expect(libraryInternalsProblems(noModel, tokenizerJson)).toEqual(['Tokenizer.model: no such field']);
+  });
+});
+
+describe('the bounded word cache', () => {
+  it('holds at most WORD_CACHE.characters of words and pieces, and tokenizes as the library does', () => {
+    const tokenizerJson = json(`${STORIES_HF}/tokenizer.json`);
+    const ours = library(tokenizerJson);
+    patchLibraryTokenizer(ours);
+    const own = library(tokenizerJson);
+    const cache = internals(ours).model.cache as unknown as BoundedWordCache;
+    // SentencePiece style: each text under 256 characters is one word, cached with its pieces.
+    let seed = 7;
+    const letter = () => String.fromCharCode(97 + ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) >>> 16) % 26);
+    for (let i = 0; i < 3000; i++) {
+      const text = Array.from({ length: 200 }, letter).join('');
+      const ids = ours.encode(text, { add_special_tokens: false }).ids;
+      if (i % 500 === 0) expect(ids).toEqual(own.encode(text, { add_special_tokens: false }).ids);
+      expect(ours.encode(text, { add_special_tokens: false }).ids).toEqual(ids); // from the cache
+    }
+    expect(cache.weight).toBeLessThanOrEqual(WORD_CACHE.characters);
+    expect(cache.weight).toBeGreaterThan(WORD_CACHE.characters * 0.9);
+    expect(cache.size).toBeLessThan(3000);
   });
 });
