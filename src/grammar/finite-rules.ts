@@ -11,20 +11,28 @@
 // `name ::= TagDispatch(("trigger", rule), ..., stop_eos=..., ...)`, which can end (at a stop)
 // whatever its rules do, though each of its rules is reachable.
 
-/** What the reader found: a reachable rule that cannot end, or none, or text it could not read. */
-export type FiniteRulesResult = { ok: true } | { ok: false; rule: string } | { unreadable: string };
+/**
+ * What the reader found: a reachable rule that cannot end; or the longest output some part of a
+ * reachable rule requires once entered (the most text the grammar can force at once); or text it
+ * could not read.
+ */
+export type FiniteRulesResult = { ok: true; longestRequired: number } | { ok: false; rule: string } | { unreadable: string };
 
 type Node =
-  | { kind: 'terminal' }
+  /** A string (its length in characters) or a character class (1). */
+  | { kind: 'terminal'; length: number }
   | { kind: 'ref'; name: string }
   | { kind: 'seq'; items: Node[] }
   | { kind: 'alt'; options: Node[] }
-  /** Postfix: may be skipped (`*`, `?`, `{0,n}`) or not (`+`, `{m,n}` with m > 0). */
-  | { kind: 'repeat'; item: Node; optional: boolean }
+  /** Postfix: at least `min` times (`*`, `?`: 0; `+`: 1; `{m,n}`: m). */
+  | { kind: 'repeat'; item: Node; min: number }
   /** Ends whatever its rules do (TagDispatch); its rules are reachable. */
   | { kind: 'dispatch'; refs: string[] };
 
-/** Reads normalized grammar text and finds a reachable rule that derives no finite text. */
+/** Minimum lengths count up to this and no further (what is over any bound needs no exact figure). */
+const LENGTH_CAP = 2 ** 30;
+
+/** Reads normalized grammar text: a reachable rule that derives no finite text, or the longest required part. */
 export function checkFiniteRules(text: string, root = 'root'): FiniteRulesResult {
   let rules: Map<string, Node>;
   try {
@@ -32,35 +40,10 @@ export function checkFiniteRules(text: string, root = 'root'): FiniteRulesResult
   } catch (error) {
     return { unreadable: (error as Error).message };
   }
-  // Which rules can end: a worklist over the rules that refer to each one (linear in the text,
-  // where sweeping every rule until nothing changes was quadratic on a chain of rules).
-  const ends = new Map<string, boolean>();
-  const referrers = new Map<string, Set<string>>();
-  for (const [name, body] of rules) {
-    for (const ref of refsOf(body)) {
-      let set = referrers.get(ref);
-      if (!set) referrers.set(ref, (set = new Set()));
-      set.add(name);
-    }
-  }
-  const settled: string[] = [];
-  for (const [name, body] of rules) {
-    const can = canEnd(body, ends);
-    ends.set(name, can);
-    if (can) settled.push(name);
-  }
-  while (settled.length > 0) {
-    for (const referrer of referrers.get(settled.pop()!) ?? []) {
-      if (!ends.get(referrer) && canEnd(rules.get(referrer)!, ends)) {
-        ends.set(referrer, true);
-        settled.push(referrer);
-      }
-    }
-  }
   const start = rules.has(root) ? root : rules.keys().next().value;
-  if (start === undefined) return { ok: true };
-  const seen = new Set<string>([start]);
+  if (start === undefined) return { ok: true, longestRequired: 0 };
   const queue = [start];
+  const seen = new Set<string>(queue);
   for (let i = 0; i < queue.length; i++) {
     for (const ref of refsOf(rules.get(queue[i]!)!)) {
       if (!rules.has(ref)) return { unreadable: `rule ${queue[i]} refers to ${ref}, which the text does not define` };
@@ -70,26 +53,133 @@ export function checkFiniteRules(text: string, root = 'root'): FiniteRulesResult
       }
     }
   }
+  const lengths = shortestLengths(rules);
   // Of the reachable rules that cannot end, the one reached last: nearer the cause than the root.
-  const endless = queue.filter((name) => !ends.get(name)).at(-1);
+  const endless = queue.filter((name) => lengths.get(name) === Infinity).at(-1);
   if (endless !== undefined) return { ok: false, rule: endless };
-  return { ok: true };
+  let longestRequired = 0;
+  for (const name of queue) longestRequired = Math.max(longestRequired, longestPart(rules.get(name)!, lengths));
+  return { ok: true, longestRequired };
 }
 
-function canEnd(node: Node, ends: ReadonlyMap<string, boolean>): boolean {
+/**
+ * Each rule's shortest output in characters (Infinity: it cannot end), by Knuth's generalization of
+ * Dijkstra's algorithm: the least value not yet final is final, and each final value updates only
+ * the rules that refer to it (linear in the grammar, but for the heap).
+ */
+function shortestLengths(rules: ReadonlyMap<string, Node>): Map<string, number> {
+  const referrers = new Map<string, Set<string>>();
+  for (const [name, body] of rules) {
+    for (const ref of refsOf(body)) {
+      let set = referrers.get(ref);
+      if (!set) referrers.set(ref, (set = new Set()));
+      set.add(name);
+    }
+  }
+  const final = new Map<string, number>();
+  const tentative = new Map<string, number>();
+  const heap = new MinHeap();
+  const update = (name: string) => {
+    const value = shortest(rules.get(name)!, final);
+    if (value < (tentative.get(name) ?? Infinity)) {
+      tentative.set(name, value);
+      heap.push(value, name);
+    }
+  };
+  for (const name of rules.keys()) update(name);
+  for (let top = heap.pop(); top; top = heap.pop()) {
+    const [value, name] = top;
+    if (final.has(name) || value !== tentative.get(name)) continue;
+    final.set(name, value);
+    for (const referrer of referrers.get(name) ?? []) if (!final.has(referrer)) update(referrer);
+  }
+  for (const name of rules.keys()) if (!final.has(name)) final.set(name, Infinity);
+  return final;
+}
+
+/** The shortest output of `node`, rules without a final value counted as Infinity. */
+function shortest(node: Node, final: ReadonlyMap<string, number>): number {
   switch (node.kind) {
     case 'terminal':
+      return node.length;
     case 'dispatch':
-      return true;
+      return 0;
     case 'ref':
-      return ends.get(node.name) === true;
+      return final.get(node.name) ?? Infinity;
     case 'seq':
-      return node.items.every((item) => canEnd(item, ends));
+      return capped(node.items.reduce((sum, item) => sum + shortest(item, final), 0));
     case 'alt':
-      return node.options.some((option) => canEnd(option, ends));
+      return Math.min(...node.options.map((option) => shortest(option, final)));
     case 'repeat':
-      return node.optional || canEnd(node.item, ends);
+      return node.min === 0 ? 0 : capped(node.min * shortest(node.item, final));
   }
+}
+
+/** A finite length held to LENGTH_CAP; Infinity (no end) stays. */
+function capped(length: number): number {
+  return length === Infinity ? length : Math.min(LENGTH_CAP, length);
+}
+
+/** The longest shortest-output among the parts of `node` (its sequences, options, repetitions). */
+function longestPart(node: Node, lengths: ReadonlyMap<string, number>): number {
+  let longest = 0;
+  const stack = [node];
+  while (stack.length > 0) {
+    const n = stack.pop()!;
+    const value = shortest(n, lengths);
+    if (value !== Infinity) longest = Math.max(longest, value);
+    if (n.kind === 'seq') stack.push(...n.items);
+    else if (n.kind === 'alt') stack.push(...n.options);
+    else if (n.kind === 'repeat') stack.push(n.item);
+  }
+  return longest;
+}
+
+/** A binary heap of [value, name], least value first. */
+class MinHeap {
+  private readonly items: [number, string][] = [];
+
+  push(value: number, name: string): void {
+    const items = this.items;
+    items.push([value, name]);
+    for (let i = items.length - 1; i > 0; ) {
+      const parent = (i - 1) >> 1;
+      if (items[parent]![0] <= items[i]![0]) break;
+      [items[parent], items[i]] = [items[i]!, items[parent]!];
+      i = parent;
+    }
+  }
+
+  pop(): [number, string] | undefined {
+    const items = this.items;
+    const top = items[0];
+    const last = items.pop();
+    if (items.length > 0 && last) {
+      items[0] = last;
+      for (let i = 0; ; ) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let least = i;
+        if (l < items.length && items[l]![0] < items[least]![0]) least = l;
+        if (r < items.length && items[r]![0] < items[least]![0]) least = r;
+        if (least === i) break;
+        [items[least], items[i]] = [items[i]!, items[least]!];
+        i = least;
+      }
+    }
+    return top;
+  }
+}
+
+/** Characters of a string literal's text between its quotes (an escape is one). */
+function literalLength(body: string): number {
+  let length = 0;
+  for (let i = 0; i < body.length; i++, length++) {
+    if (body[i] !== '\\') continue;
+    const kind = body[i + 1];
+    i += kind === 'u' ? 5 : kind === 'U' ? 9 : kind === 'x' ? 3 : 1;
+  }
+  return length;
 }
 
 function refsOf(node: Node): string[] {
@@ -158,12 +248,13 @@ class GrammarReader {
   private element(): Node {
     const c = this.text[this.at];
     if (c === '"') {
+      const start = this.at;
       this.skipQuoted('"');
-      return { kind: 'terminal' };
+      return { kind: 'terminal', length: literalLength(this.text.slice(start + 1, this.at - 1)) };
     }
     if (c === '[') {
       this.skipQuoted(']', '[');
-      return { kind: 'terminal' };
+      return { kind: 'terminal', length: 1 };
     }
     if (c === '(') {
       this.at++;
@@ -180,16 +271,16 @@ class GrammarReader {
       const c = this.text[this.at];
       if (c === '*' || c === '?') {
         this.at++;
-        item = { kind: 'repeat', item, optional: true };
+        item = { kind: 'repeat', item, min: 0 };
       } else if (c === '+') {
         this.at++;
-        item = { kind: 'repeat', item, optional: false };
+        item = { kind: 'repeat', item, min: 1 };
       } else if (c === '{') {
         REPEAT_RANGE.lastIndex = this.at;
         const range = REPEAT_RANGE.exec(this.text);
         if (!range) throw new Error(`unexpected '{' at offset ${this.at}`);
         this.at = REPEAT_RANGE.lastIndex;
-        item = { kind: 'repeat', item, optional: Number(range[1]) === 0 };
+        item = { kind: 'repeat', item, min: Number(range[1]) };
       } else return item;
     }
   }

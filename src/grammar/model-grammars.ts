@@ -8,7 +8,7 @@
 // built again in the new epoch; the vocabulary tables here are JavaScript and stay.
 import type { CompiledGrammar, GrammarCompiler, GrammarMatcher, TokenizerInfo } from '@mlc-ai/web-xgrammar';
 import type { TextTokenizer } from '../tokenizer/types.ts';
-import { MAX_COST, scaledCost } from './limits.ts';
+import { MAX_COST, MAX_REQUIRED_CHARS, scaledCost } from './limits.ts';
 import { checkFiniteRules } from './finite-rules.ts';
 import { JumpForwardTokens } from './jump-forward.ts';
 import { compileError, ignoredPartError, tooCostly, type PreparedOutput } from './prepare.ts';
@@ -233,6 +233,12 @@ export class ModelGrammars {
       } else if ('rule' in finite) {
         this.xg.live(held.epoch, () => value.grammar.dispose());
         entry.error = endlessError(prepared, finite.rule);
+      } else if ('longestRequired' in finite && finite.longestRequired > MAX_REQUIRED_CHARS) {
+        this.xg.live(held.epoch, () => value.grammar.dispose());
+        entry.error = new StructuredOutputError(
+          `Unsupported ${prepared.subject}: a part of it requires at least ${finite.longestRequired} characters of output; ` +
+            `at most ${MAX_REQUIRED_CHARS} are supported (large repetition counts, minItems or minLength)`,
+        );
       } else {
         entry.grammar = value.grammar;
         entry.bytes += Math.round(value.milliseconds * GRAMMAR_BYTES_PER_MS);
