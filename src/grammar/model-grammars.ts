@@ -226,19 +226,10 @@ export class ModelGrammars {
           normalized.dispose();
         }
       });
-      const finite = checkFiniteRules(value.text);
-      if (prepared.warningsAreErrors && warnings.length > 0) {
+      const refusal = compiledRefusal(prepared, warnings, value.text);
+      if (refusal) {
         this.xg.live(held.epoch, () => value.grammar.dispose());
-        entry.error = ignoredPartError(prepared, warnings);
-      } else if ('rule' in finite) {
-        this.xg.live(held.epoch, () => value.grammar.dispose());
-        entry.error = endlessError(prepared, finite.rule);
-      } else if ('longestRequired' in finite && finite.longestRequired > MAX_REQUIRED_CHARS) {
-        this.xg.live(held.epoch, () => value.grammar.dispose());
-        entry.error = new StructuredOutputError(
-          `Unsupported ${prepared.subject}: a part of it requires at least ${finite.longestRequired} characters of output; ` +
-            `at most ${MAX_REQUIRED_CHARS} are supported (large repetition counts, minItems or minLength)`,
-        );
+        entry.error = refusal;
       } else {
         entry.grammar = value.grammar;
         entry.bytes += Math.round(value.milliseconds * GRAMMAR_BYTES_PER_MS);
@@ -279,14 +270,25 @@ export class ModelGrammars {
 }
 
 /**
- * The refusal of a structure with a rule that never ends: a sequence entering it could never
- * complete, and XGrammar's jump-forward would build its forced text until memory ran out.
+ * Why a structure that compiled is refused after all, if it is: a warning where those mean part of
+ * it was ignored; a reachable rule that never ends (a sequence entering it could never complete,
+ * and XGrammar's jump-forward would build its forced text until memory ran out); a part that
+ * requires more output than MAX_REQUIRED_CHARS (jump-forward would build all of it at once).
  */
-function endlessError(prepared: PreparedOutput, rule: string): StructuredOutputError {
-  const hint = prepared.subject === 'JSON schema' || prepared.subject === 'structural tag' ? ' (a required property or item that refers back to its own schema?)' : '';
-  return new StructuredOutputError(
-    `Invalid ${prepared.subject}: it admits no finite output: the grammar's rule '${rule}' can never end${hint}`,
-  );
+function compiledRefusal(prepared: PreparedOutput, warnings: readonly string[], normalized: string): StructuredOutputError | undefined {
+  if (prepared.warningsAreErrors && warnings.length > 0) return ignoredPartError(prepared, warnings);
+  const finite = checkFiniteRules(normalized);
+  if ('rule' in finite) {
+    const hint = prepared.subject === 'JSON schema' || prepared.subject === 'structural tag' ? ' (a required property or item that refers back to its own schema?)' : '';
+    return new StructuredOutputError(`Invalid ${prepared.subject}: it admits no finite output: the grammar's rule '${finite.rule}' can never end${hint}`);
+  }
+  if ('longestRequired' in finite && finite.longestRequired > MAX_REQUIRED_CHARS) {
+    return new StructuredOutputError(
+      `Unsupported ${prepared.subject}: a part of it requires at least ${finite.longestRequired} characters of output; ` +
+        `at most ${MAX_REQUIRED_CHARS} are supported (large repetition counts, minItems or minLength)`,
+    );
+  }
+  return undefined;
 }
 
 const models = new WeakMap<TextTokenizer, Map<number, Promise<ModelGrammars>>>();
