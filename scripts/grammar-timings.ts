@@ -9,10 +9,11 @@
 // load: run it on an idle machine, twice.
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { compileStructuredOutput, type JsonWhitespace, type StructuredOutput } from '../src/grammar/structured-output.ts';
+import { compileStructuredOutput, type StructuredOutput } from '../src/grammar/structured-output.ts';
 import { byteLevelVocabulary } from '../src/grammar/vocabulary.ts';
 import { loadXGrammar } from '../src/grammar/xgrammar.ts';
 import { createHfTokenizer } from '../src/tokenizer/hf-tokenizer.ts';
+import { props, schema, toolCalls } from './grammar-structures.ts';
 import { mulberry32 } from './prng.ts';
 
 const { values } = parseArgs({
@@ -37,13 +38,6 @@ start = performance.now();
 (await xg.run((api) => api.TokenizerInfo.createTokenizerInfo(vocabulary, 'byte_level', false, vocabSize, []))).value.dispose();
 console.log('TokenizerInfo', ms(start));
 
-const compact = { kind: 'compact' } as const;
-const schema = (s: unknown, whitespace: JsonWhitespace = compact): StructuredOutput => ({
-  type: 'json_schema',
-  schema: s as Record<string, unknown>,
-  whitespace,
-});
-const props = (n: number, f: (i: number) => unknown) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, f(i)]));
 const person = { type: 'object', properties: { name: { type: 'string' }, age: { type: 'integer' }, tags: { type: 'array', items: { type: 'string' } } }, required: ['name', 'age'] };
 
 start = performance.now();
@@ -92,25 +86,7 @@ const CASES: [string, StructuredOutput][] = [
   ['regex .{0,32}', { type: 'regex', pattern: '.{0,32}' }],
   ['grammar [^"]{0,32}', { type: 'grammar', grammar: 'root ::= [^"]{0,32}' }],
   ['choice of 1024 strings, 61 KiB', { type: 'choice', choices: Array.from({ length: 1024 }, (_, i) => `choice number ${i} ${'y'.repeat(40)}`) }],
-  [
-    'structural tag, 30 tool calls',
-    {
-      type: 'structural_tag',
-      tag: {
-        type: 'structural_tag',
-        format: {
-          type: 'triggered_tags',
-          triggers: ['<tool_call>'],
-          tags: Array.from({ length: 30 }, (_, i) => ({
-            type: 'tag',
-            begin: `<tool_call>{"name": "f${i}", "arguments": `,
-            content: { type: 'json_schema', json_schema: { type: 'object', properties: props(5, (j) => ({ type: j % 2 ? 'string' : 'integer' })), required: ['p0'] } },
-            end: '}</tool_call>',
-          })),
-        },
-      },
-    },
-  ],
+  ['structural tag, 30 tool calls', toolCalls(30)],
 ];
 const only = values.only ? new RegExp(values.only) : undefined;
 for (const [label, output] of CASES) {
