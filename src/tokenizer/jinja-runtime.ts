@@ -69,6 +69,7 @@ interface Interpreter {
   evaluateBlock(statements: Node[], env: Environment): Value;
   evaluateBinaryExpression(node: Node, env: Environment): Value;
   evaluateMemberExpression(node: Node, env: Environment): Value;
+  evaluateCallExpression(node: Node, env: Environment): Value;
   evaluateTestExpression(node: Node, env: Environment): Value;
   evaluateFor(node: Node, env: Environment): Value;
   applyFilter(operand: Value, filter: Node, env: Environment): Value | undefined;
@@ -280,6 +281,16 @@ function createInterpreter({ jinja, kit }: Runtime, env: Environment): Interpret
     const what = pyTypeRepr(object);
     missing.pyHint = property.type === 'StringValue' ? `${pyStringRepr(what)} has no attribute ${pyStringRepr(property.value)}` : `${what} has no element ${pyRepr(property)}`;
     return missing;
+  };
+
+  // Calling an Undefined fails as Jinja2's does, with its message (`content.replace(...)` on a list:
+  // "'list object' has no attribute 'replace'"); the callee is evaluated first, as Python does.
+  interp.evaluateCallExpression = (node, scope) => {
+    const callee = interp.evaluate(node.callee, scope);
+    if (callee.type === 'UndefinedValue') {
+      throw new ChatTemplateError(callee.pyHint ?? (node.callee.type === 'Identifier' ? `'${node.callee.value}' is undefined` : `${pyRepr(callee)} is undefined`));
+    }
+    return base.evaluateCallExpression.call(interp, { ...node, callee: { type: READY, value: callee } }, scope);
   };
 
   const member = (object: Value, property: Value): Value | undefined => {

@@ -1,8 +1,13 @@
 // src/tokenizer/chat-template.ts against Python: test/fixtures/chat-templates.json holds what
 // Python Jinja2, set up as transformers' apply_chat_template sets it up, renders for the chat
-// templates of Llama 3.2, Llama 3.1, Qwen2.5, Qwen3, Gemma 3 and DeepSeek V3 and for small templates
-// of single features (scripts/chat-template-fixtures.py writes it; the templates of the last four
-// come from test/fixtures/chat-template-sources.json). Each render must match byte for byte. Also: how
+// templates of Llama 3.2, Llama 3.1, Qwen2.5, Qwen3, Gemma 3, Gemma 2, Phi-3.5-mini, Phi-4-mini,
+// SmolLM3, DeepSeek V3 and DeepSeek-R1-Distill-Qwen and for small templates of single features
+// (scripts/chat-template-fixtures.py writes it; the templates past Qwen2.5 come from
+// test/fixtures/chat-template-sources.json, which names each one's source). Cases cover system
+// prompts (Gemma folds them into the first user turn, Gemma 2 refuses them), multi-turn, tools
+// (Qwen3's Hermes <tool_call>, SmolLM3's xml_tools, Phi-4-mini's tools in the system message),
+// reasoning_content and enable_thinking (Qwen3, SmolLM3's /think and /no_think). Each render must
+// match byte for byte. Also: how
 // templates are picked, what the tokenizers carry for them, and the load options.
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
