@@ -8,8 +8,12 @@
 // (id of left, id of right). Normalizer, decoder and post_processor mirror the "legacy" Llama
 // tokenizer.json (Prepend ▁, spaces -> ▁, byte fallback).
 //
-// 'gpt2' (byte-level BPE, Llama 3, Qwen2, SmolLM): vocabulary and `tokenizer.ggml.merges`, with the
-// pre-tokenizer regex chosen by `tokenizer.ggml.pre`.
+// With `tokenizer.ggml.add_space_prefix` false (Gemma's vocabularies) no ▁ is prepended and
+// decoding strips no leading space, as Gemma's tokenizer.json does.
+//
+// 'gpt2' (byte-level BPE, Llama 3, Qwen2/Qwen3, SmolLM, SmolLM3, Phi-4-mini): vocabulary and
+// `tokenizer.ggml.merges`, with the pre-tokenizer regex chosen by `tokenizer.ggml.pre` (llama.cpp's
+// names: llama-bpe, smaug-bpe, qwen2, deepseek-r1-qwen, smollm, gpt-4o, gpt2, ...).
 //
 // The tokenizer_config built alongside carries the chat templates (`tokenizer.chat_template` as
 // 'default', `tokenizer.chat_template.<name>` by name) and the bos/eos/unk/pad tokens' pieces, so
@@ -58,6 +62,21 @@ function optionalBool(metadata: GgufMetadata, key: string): boolean | undefined 
   return typeof v === 'boolean' ? v : undefined;
 }
 
+/**
+ * Which added tokens eat the whitespace after them. Phi-3's tokenizer.json marks its chat tokens
+ * (<|user|>, <|assistant|>, <|end|>, ..., and </s>) `rstrip`, so "<|user|>\nHi" encodes without the
+ * newline; a GGUF has no such flag, and llama.cpp's vocabulary loader restores it for a model whose
+ * general.name says phi-3 or phi3: every added token but <unk>, <s> and <|endoftext|>. Here also for
+ * a SentencePiece vocabulary of architecture `phi3` whatever its name ("Phi 3.5 Mini Instruct"), as
+ * its tokenizer.json has it (Phi-4-mini, also `phi3`, has a byte-level vocabulary without the flag).
+ */
+function phi3RightStrip(metadata: GgufMetadata, model: unknown): (token: string) => boolean {
+  const name = typeof metadata['general.name'] === 'string' ? (metadata['general.name'] as string).toLowerCase() : '';
+  const phi3 = (model === 'llama' && metadata['general.architecture'] === 'phi3') || name.includes('phi-3') || name.includes('phi3');
+  if (!phi3) return () => false;
+  return (token) => !['<unk>', '<s>', '<|endoftext|>'].includes(token);
+}
+
 /** SentencePiece merges from pieces and scores, exactly as transformers' converter orders them. */
 export function mergesFromScores(tokens: readonly string[], scores: readonly number[]): [string, string][] {
   const vocab = new Map<string, number>();
@@ -87,11 +106,18 @@ export function mergesFromScores(tokens: readonly string[], scores: readonly num
   return candidates.map((c) => [c.left, c.right]);
 }
 
-/** GPT-2 style pre-tokenizer regexes, by `tokenizer.ggml.pre`. */
+/** GPT-2 style pre-tokenizer regexes, by `tokenizer.ggml.pre` (exported for the GGUF converter script). */
 const LLAMA3_PATTERN =
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const QWEN2_PATTERN =
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/** tiktoken's o200k_base (GPT-4o), which Phi-4-mini's tokenizer.json splits with: case runs, contractions attached. */
+const GPT4O_PATTERN =
+  "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" +
+  "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" +
+  "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+export const SPLIT_PATTERNS = { llama3: LLAMA3_PATTERN, qwen2: QWEN2_PATTERN, gpt4o: GPT4O_PATTERN } as const;
 
 interface ByteLevelParts {
   preTokenizer: unknown;
@@ -118,6 +144,18 @@ function byteLevelPreTokenizer(pre: string): ByteLevelParts {
     case 'llama-v3':
     case 'llama-bpe':
       return { preTokenizer: split(LLAMA3_PATTERN, true), normalizer: null, decoder: gpt2Decoder, ignoreMerges: true };
+    case 'smaug-bpe':
+      // Llama 3's split without ignore_merges: llama.cpp's converter names so the Llama 3 vocabularies
+      // whose tokenizer.json lacks `ignore_merges` (SmolLM3's, Smaug's), and llama.cpp reads it so.
+      return { preTokenizer: split(LLAMA3_PATTERN, true), normalizer: null, decoder: gpt2Decoder, ignoreMerges: false };
+    case 'gpt-4o':
+      // Phi-4-mini (llama.cpp's name for the o200k split).
+      return {
+        preTokenizer: split(GPT4O_PATTERN, false),
+        normalizer: null,
+        decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+        ignoreMerges: false,
+      };
     case 'qwen2':
     case 'deepseek-r1-qwen':
       return {
@@ -184,13 +222,14 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
   for (let i = 0; i < n; i++) if (vocab[tokens[i]] !== i) aliasIds.set(i, vocab[tokens[i]]);
 
   // Special and user-defined tokens are "added tokens": matched whole in the text, never split.
+  const rstrip = phi3RightStrip(metadata, model);
   const addedTokens: Record<string, unknown>[] = [];
   for (let i = 0; i < n; i++) {
     const t = types[i];
     const special = t === TokenType.CONTROL || t === TokenType.UNKNOWN;
     if (!special && t !== TokenType.USER_DEFINED) continue;
     if (tokens[i].length === 0) continue;
-    addedTokens.push({ id: i, content: tokens[i], single_word: false, lstrip: false, rstrip: false, normalized: false, special });
+    addedTokens.push({ id: i, content: tokens[i], single_word: false, lstrip: false, rstrip: rstrip(tokens[i]), normalized: false, special });
   }
 
   const bosToken = bosId !== null ? tokens[bosId] : null;

@@ -55,10 +55,14 @@ export interface HfTokenizerOverrides {
   chatTemplate?: string;
 }
 
-/** Token texts that end generation when they are special tokens of the vocabulary. */
+/**
+ * Token texts that end generation when they are special tokens of the vocabulary: llama.cpp's
+ * end-of-generation names, and Gemma's `<eos>` (its EOS id where generation_config.json is missing
+ * and tokenizer_config names <end_of_turn>).
+ */
 export const END_OF_GENERATION: readonly string[] = [
   '<|eot_id|>', '<|eom_id|>', '<|end_of_text|>', '<|im_end|>', '<|endoftext|>', '<|end|>', '<end_of_turn>', '<EOT>', '_<EOT>',
-  '<｜end▁of▁sentence｜>',
+  '<｜end▁of▁sentence｜>', '<eos>',
 ];
 
 function tokenContent(value: unknown): string | undefined {
