@@ -11,6 +11,7 @@ export const OPTIONS = {
   model: { type: 'string', short: 'm', multiple: true },
   id: { type: 'string', multiple: true },
   'weight-storage': { type: 'string' },
+  'max-model-len': { type: 'string' },
   'prefix-cache-mib': { type: 'string' },
   'no-prefix-cache': { type: 'boolean' },
   'chat-template': { type: 'string', multiple: true },
@@ -96,6 +97,16 @@ export function numberOption(name: string, value: string | undefined, integer: b
   if (value === undefined) return undefined;
   const n = parseDecimal(value, integer);
   if (n === undefined) throw new UsageError(`--${name} must be ${integer ? 'an integer' : 'a number'}, got '${value}'`);
+  return n;
+}
+
+/** --max-model-len N (vLLM's name): the context length to load, a positive integer; undefined when not given. */
+export function maxModelLenOption(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = parseDecimal(value, true);
+  if (n === undefined || n < 1) {
+    throw new UsageError(`--max-model-len must be a positive integer (the context length in tokens), got '${value}'`);
+  }
   return n;
 }
 

@@ -17,6 +17,8 @@ export type CliEngine = ApiEngine & { unload?(): Promise<void> };
 export interface CliLoadOptions {
   id?: string;
   weightStorage?: WeightStorage;
+  /** --max-model-len: the context length (positions of the KV cache) the model is loaded with. */
+  contextLength?: number;
   /** The text of --chat-template's file. */
   chatTemplate?: string;
   toolCallFormat?: ToolCallFormat;

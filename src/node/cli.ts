@@ -12,7 +12,7 @@ import { validateChatRequest } from '../api/chat-schema.ts';
 import { validateCompletionRequest } from '../api/schema.ts';
 import { TOOL_CALL_FORMATS, type ToolCallFormat } from '../api/tool-parsers.ts';
 import { WEIGHT_STORAGES, type WeightStorage } from '../model/weights.ts';
-import { given, numberOption, parseCommandLine, perModel, refuseFlags, SAMPLING_FLAGS, samplingParams, UsageError, type Values } from './cli-args.ts';
+import { given, maxModelLenOption, numberOption, parseCommandLine, perModel, refuseFlags, SAMPLING_FLAGS, samplingParams, UsageError, type Values } from './cli-args.ts';
 import { chat } from './cli-chat.ts';
 import {
   accessTokenFor,
@@ -39,7 +39,7 @@ const SAMPLING_USAGE = `[--max-tokens N] [--temperature T] [--top-p P] [--seed S
 
 export const USAGE = `Usage:
   webgpu-llama serve --model PATH [--model PATH]... [--id NAME]... [--weight-storage TYPE]
-                     [--chat-template FILE]... [--tool-call-format FORMAT]...
+                     [--max-model-len N] [--chat-template FILE]... [--tool-call-format FORMAT]...
                      [--prefix-cache-mib N | --no-prefix-cache]
                      [--host HOST] [--port PORT] [--api-key KEY]...
                      [--allow-origin ORIGIN]... [--allow-host NAME]...
@@ -61,7 +61,8 @@ export const USAGE = `Usage:
           Default: localhost, IP addresses and the --host name (against DNS rebinding); another
           name gets 403. '*' accepts any.
   webgpu-llama chat --model PATH [--system TEXT] [--chat-template FILE] [--id NAME]
-                    [--weight-storage TYPE] [--prefix-cache-mib N | --no-prefix-cache]
+                    [--weight-storage TYPE] [--max-model-len N]
+                    [--prefix-cache-mib N | --no-prefix-cache]
                   ${SAMPLING_USAGE}
       Chat with the model in the terminal. Each line read is a user message; the whole
       conversation goes to the model (POST /v1/chat/completions, streamed) and the reply is
@@ -75,6 +76,7 @@ export const USAGE = `Usage:
       reply (default: until the end of the turn). --json takes further
       /v1/chat/completions parameters (not messages, stream or n).
   webgpu-llama complete --model PATH --prompt TEXT|- [--id NAME] [--weight-storage TYPE]
+                        [--max-model-len N]
                   ${SAMPLING_USAGE}
       Load the model, complete the prompt and print the completion to stdout as it is
       generated. --prompt - reads the prompt from stdin (less one trailing newline).
@@ -97,15 +99,18 @@ private repos (Llama 3.2, ...).
 --weight-storage f16|f32|source|q8_0|q4_0 sets how a Hugging Face model's weights are kept on the
 GPU (default f16; GGUF files keep their types). --chat-template FILE is a Jinja chat template
 used in place of the model's own (for a model that has none, or to change it).
+--max-model-len N (vLLM's name) is the context length each model is loaded with: the positions its
+KV cache holds, prompt and completion together (default: the model's own, at most 4096). GET
+/v1/models shows it as max_model_len; a longer context costs more GPU memory (the KV cache).
 --prefix-cache-mib N is the GPU memory (MiB, each model) for the K/V of earlier conversations kept
 for reuse (the prefix cache: a request whose tokens begin with cached ones prefills only the rest;
 the last request's K/V is reused in any case). Default: the KV cache's size. --no-prefix-cache
 turns it off: every request prefills its whole prompt.
 --tool-call-format hermes|llama3_json|mistral is how the model writes the tool calls that chat
-completions return (default: what its chat template shows). In serve, --weight-storage applies
-to every model; --chat-template and --tool-call-format are given once (every model) or once per
---model, in the same order. Numbers are plain decimals (integers for --port, --max-tokens,
---seed, --top-k).
+completions return (default: what its chat template shows). In serve, --weight-storage and
+--max-model-len apply to every model; --chat-template and --tool-call-format are given once
+(every model) or once per --model, in the same order. Numbers are plain decimals (integers for
+--port, --max-tokens, --max-model-len, --seed, --top-k).
 `;
 
 const COMMANDS = ['serve', 'chat', 'complete'] as const;
@@ -217,7 +222,7 @@ function accessOptions(values: Values, env: CliEnv): AccessOptions {
   };
 }
 
-/** Each model's load options: --id, --weight-storage, the --chat-template file's text, --tool-call-format, HF_TOKEN. */
+/** Each model's load options: --id, --weight-storage, --max-model-len, the --chat-template file's text, --tool-call-format, HF_TOKEN. */
 async function modelLoadOptions(values: Values, models: readonly CliModelSource[], env: CliEnv): Promise<CliLoadOptions[]> {
   const count = models.length;
   const weightStorage = values['weight-storage'];
@@ -251,12 +256,14 @@ async function modelLoadOptions(values: Values, models: readonly CliModelSource[
   }
   const formats = perModel('tool-call-format', values['tool-call-format'], count);
   const prefixCache = prefixCacheOptions(values);
+  const contextLength = maxModelLenOption(values['max-model-len']);
   return models.map((model, i) => {
     const accessToken = accessTokenFor(model, env);
     const chatTemplate = templateFiles[i] === undefined ? undefined : texts.get(templateFiles[i]!);
     return {
       ...(ids === undefined ? {} : { id: ids[i]! }),
       ...(weightStorage === undefined ? {} : { weightStorage: weightStorage as WeightStorage }),
+      ...(contextLength === undefined ? {} : { contextLength }),
       ...(chatTemplate === undefined ? {} : { chatTemplate }),
       ...(formats[i] === undefined ? {} : { toolCallFormat: formats[i] as ToolCallFormat }),
       ...prefixCache,

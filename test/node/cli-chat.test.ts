@@ -277,6 +277,12 @@ describe('chat, against an engine that answers as the API does', () => {
     }
   });
 
+  it('passes --max-model-len to the loader as the context length', async () => {
+    const t = run(['--model', 'm.gguf', '--max-model-len', '2048'], chatEngine(), ['hi\n']);
+    expect(await t.code).toBe(0);
+    expect(t.loads).toEqual([['m.gguf', { contextLength: 2048 }]]);
+  });
+
   it('passes the --chat-template file to the loader', async () => {
     const file = join(dir, 'template.jinja');
     writeFileSync(file, CHATML);

@@ -285,6 +285,43 @@ describe('serve, several models', () => {
     }
   });
 
+  it('loads every model with --max-model-len as its context length, which GET /v1/models shows as max_model_len', async () => {
+    const loads: [string, CliLoadOptions][] = [];
+    const loadModel = async (model: string, options: CliLoadOptions) => {
+      loads.push([model, options]);
+      // As the engine's loader: the context asked for, else the model's own.
+      return { ...fakeEngine({ id: parseModelSource(model).defaultId, contextLength: options.contextLength ?? 64 }), unload: vi.fn(async () => {}) };
+    };
+    const t = io();
+    const controller = new AbortController();
+    let listening!: (s: RunningServer) => void;
+    const started = new Promise<RunningServer>((r) => (listening = r));
+    const done = runCli(['serve', '--model', 'a.gguf', '--model', 'b', '--max-model-len', '1000', '--port', '0'], {
+      ...t.io, loadModel, signal: controller.signal, onListening: listening,
+    });
+    const server = await started;
+    await vi.waitFor(() => expect(t.out.join('')).toContain('serving'));
+    expect(loads).toEqual([['a.gguf', { contextLength: 1000 }], ['b', { contextLength: 1000 }]]);
+    const listed = await (await fetch(`${server.url}/v1/models`)).json();
+    expect(listed.data.map((m: { id: string; max_model_len: number }) => [m.id, m.max_model_len])).toEqual([['a', 1000], ['b', 1000]]);
+    controller.abort();
+    expect(await done).toBe(0);
+  });
+
+  it('takes --max-model-len in complete too (chat: cli-chat.test.ts), and refuses what is not a positive integer before loading', async () => {
+    const t = io(fakeEngine({ script: ' Hello', contextLength: 32 }));
+    expect(await runCli(['complete', '--model', 'a.gguf', '--prompt', PROMPT, '--max-tokens', '1', '--max-model-len', '32'], t.io)).toBe(0);
+    expect(t.err.join('')).toBe('');
+    expect(t.options).toEqual([{ contextLength: 32 }]);
+    for (const bad of ['0', '-5', '1.5', '1e3', 'lots', '', '99999999999999999999']) {
+      const t = io();
+      expect(await runCli(['complete', '--model', 'a.gguf', '--prompt', PROMPT, '--max-model-len', bad], t.io), bad).toBe(1);
+      expect(t.err.join('')).toContain(`--max-model-len must be a positive integer (the context length in tokens), got '${bad}'`);
+      expect(t.err.join('')).toContain("Run 'webgpu-llama --help' for usage.");
+      expect(t.loads).toEqual([]);
+    }
+  });
+
   it('takes the ids from the file names without --id, and --chat-template once for all or once each', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'webgpu-llama-cli-'));
     try {
