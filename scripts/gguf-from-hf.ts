@@ -157,7 +157,8 @@ async function tokenizerKvs(dir: string, config: Json): Promise<Record<string, G
       return undefined; // optional
     }
   };
-  const tokenizerJson = read('tokenizer.json')!;
+  const tokenizerJson = read('tokenizer.json');
+  if (!tokenizerJson) throw new Error(`${dir} has no readable tokenizer.json`);
   const tokenizerConfig = read('tokenizer_config.json') ?? {};
   let chatTemplate: string | undefined;
   try {
