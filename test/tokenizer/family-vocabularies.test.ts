@@ -15,7 +15,8 @@ import { readFileSync } from 'node:fs';
 import { memorySource } from '../../src/io/files.ts';
 import { readGgufHeader, type GgufMetadata } from '../../src/io/formats/gguf.ts';
 import { ggufTokenizerParts, SPLIT_PATTERNS, tokenizerFromGguf } from '../../src/tokenizer/gguf-tokenizer.ts';
-import { createHfTokenizer, type HfTokenizer } from '../../src/tokenizer/hf-tokenizer.ts';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { createHfTokenizer, libraryTokenizerJson, type HfTokenizer } from '../../src/tokenizer/hf-tokenizer.ts';
 import { byteLevelPreName, tokenizerMetadata } from '../../scripts/gguf-tokenizer-metadata.ts';
 import { buildGguf, root, type GgufKv } from '../helpers/model-files.ts';
 
@@ -238,7 +239,7 @@ for (const family of FAMILIES) {
 }
 
 describe('family vocabularies: what the families need in particular', () => {
-  it('Gemma 3: no ▁ before the first word, one BOS, <end_of_turn> and <eos> from the GGUF ids', async () => {
+  it('Gemma 3: no ▁ before the first word, one BOS, long words as the library merges them, <end_of_turn> and <eos> from the GGUF ids', async () => {
     const { tj, hf, gguf, metadata } = await load(FAMILIES[0]);
     expect(gguf.encode('Hello', { addBos: false })).toEqual([tj.model.vocab.Hello]);
     expect(gguf.encode(' Hello', { addBos: false })).toEqual([tj.model.vocab['▁Hello']]);
@@ -250,6 +251,12 @@ describe('family vocabularies: what the families need in particular', () => {
     expect(gguf.encode('x<mask>', { addBos: false })).toEqual(hf.encode('x<mask>', { addBos: false }));
     expect(gguf.encode('<mask>', { addBos: false })).toEqual([mask]);
     expect(gguf.isSpecial(mask)).toBe(true);
+    // Long words (a SentencePiece prompt is one word) take our merge loop (long-word-bpe.ts): it
+    // merges as the library does over Gemma's 514k merges, whose order is not the pieces' ids.
+    const library = new Tokenizer(libraryTokenizerJson(tj), {});
+    for (const text of ['the quick brown fox jumps over the lazy dog '.repeat(20), 'x'.repeat(300), `${'日本語 '.repeat(60)}\n\n\t end`]) {
+      expect(hf.encode(text, { addBos: false }), text.slice(0, 20)).toEqual(library.encode(text, { add_special_tokens: false }).ids);
+    }
     // tokenizer_config names <end_of_turn> (106) as EOS; <eos> (1) ends a reply too.
     expect(metadata['tokenizer.ggml.eos_token_id']).toBe(106);
     expect(gguf.eosIds).toEqual(expect.arrayContaining([1, 106]));
