@@ -219,6 +219,16 @@ describe('toolCallFormatOf', () => {
     expect(toolCallFormatOf(template('llama3_2'))).toBe('llama3_json');
   });
 
+  it("reads the new families' real templates: Qwen3's and SmolLM3's Hermes <tool_call>; none for the others", () => {
+    const sources = JSON.parse(readFileSync('test/fixtures/chat-template-sources.json', 'utf8')) as Record<string, { chat_template: string }>;
+    expect(toolCallFormatOf(template('qwen3'))).toBe('hermes');
+    expect(toolCallFormatOf(sources.smollm3.chat_template)).toBe('hermes');
+    // Gemma writes no tool calls; Phi-4-mini's template shows no call format; DeepSeek-R1's is its own.
+    for (const family of ['gemma3', 'gemma2', 'phi3_5', 'phi4_mini', 'deepseek_r1_distill_qwen']) {
+      expect(toolCallFormatOf(sources[family].chat_template), family).toBeNull();
+    }
+  });
+
   it.each([
     ['{%- for tool_call in message.tool_calls %}{{- "\\n<tool_call>\\n" + tool_call | tojson + "\\n</tool_call>" }}{%- endfor %}', 'hermes'],
     ['{%- if tools %}{{- "[AVAILABLE_TOOLS]" + tools | tojson + "[/AVAILABLE_TOOLS]" }}{%- endif %}', 'mistral'],
