@@ -134,10 +134,15 @@ export interface ChatCompletionChunk {
   usage?: CompletionUsage | null;
 }
 
+/** Whether `text` is one special token of the vocabulary (then skip_special_tokens would take it out of the text). */
+function isSpecialToken(tokenizer: TextTokenizer, text: string): boolean {
+  const ids = tokenizer.encode(text, { addBos: false });
+  return ids.length === 1 && tokenizer.isSpecial(ids[0]!);
+}
+
 /** Where a tool-call format's marker is a special token, special tokens must stay in the text for the parser to see it. */
 function markerIsSpecial(tokenizer: TextTokenizer, format: ToolCallFormat): boolean {
-  const ids = tokenizer.encode(TOOL_CALL_MARKERS[format], { addBos: false });
-  return ids.length === 1 && tokenizer.isSpecial(ids[0]!);
+  return isSpecialToken(tokenizer, TOOL_CALL_MARKERS[format]);
 }
 
 /** The same configuration gives the same fingerprint: the model and how it is stored. */
@@ -226,6 +231,8 @@ async function planChat(generator: TextGenerator, params: ChatParams): Promise<C
   if (format !== null && markerIsSpecial(generator.tokenizer, format)) settings.skipSpecialTokens = false;
   const tags = reasoningTagsOf(generator);
   const reasoning = tags ? { tags, start: reasoningStart(rendered.text, tags) } : null;
+  // Where the tags are special tokens of the vocabulary, special tokens stay in the text for the split (as for tool markers).
+  if (reasoning && (isSpecialToken(generator.tokenizer, reasoning.tags.start) || isSpecialToken(generator.tokenizer, reasoning.tags.end))) settings.skipSpecialTokens = false;
   if (reasoning && reasoning.start !== 'answer') {
     // Structured output starts after the thinking (the gate is used only with a structure).
     settings.reasoningGate = {

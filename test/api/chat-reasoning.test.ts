@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { installFetchShim } from '../../src/api/shim.ts';
 import { reasoningTagsOf } from '../../src/api/reasoning.ts';
 import { createHfTokenizer, type HfTokenizer } from '../../src/tokenizer/hf-tokenizer.ts';
-import { events, json, post, type Json } from '../helpers/api-requests.ts';
+import { events, json, json as json_, post, type Json } from '../helpers/api-requests.ts';
 import { WEATHER_TOOL } from '../helpers/chat-fakes.ts';
 import { root } from '../helpers/model-files.ts';
 import { ScriptedGenerator } from '../helpers/scripted-generator.ts';
@@ -127,6 +127,18 @@ describe('a thinking reply (Qwen3 template, thinking on)', () => {
   it('a model loaded with reasoning: false returns the whole output as content', async () => {
     const body = json(await post(engine(script, { reasoning: false }), { model: 'scripted', messages: user }, CHAT));
     expect(body.choices[0].message).toEqual({ role: 'assistant', content: tokenizer.decode(script), refusal: null });
+  });
+});
+
+describe('a vocabulary where the tags are special tokens', () => {
+  it('keeps them in the text for the split (skip_special_tokens would take them out)', async () => {
+    const json = read('tokenizer.json');
+    for (const t of json.added_tokens) if (t.content === '<think>' || t.content === '</think>') t.special = true;
+    const special = createHfTokenizer({ tokenizerJson: json, tokenizerConfig: read('tokenizer_config.json') });
+    expect(special.isSpecial(THINK)).toBe(true);
+    const generator = new ScriptedGenerator(special, () => thinking('Hmm.', 'Hi.'));
+    const body = (await post({ generator }, { model: 'scripted', messages: user }, CHAT).then(json_)).choices[0].message;
+    expect(body).toMatchObject({ reasoning: 'Hmm.', content: 'Hi.' });
   });
 });
 
