@@ -6,7 +6,7 @@
 // running the thinking through the gate); max_tokens inside the thinking.
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ApiEngines } from '../../src/api/handler.ts';
+import { handleApiRequest, type ApiEngines } from '../../src/api/handler.ts';
 import { installFetchShim } from '../../src/api/shim.ts';
 import type { LlamaGenerator } from '../../src/engine/generator.ts';
 import { startServer, type RunningServer } from '../../src/node/http.ts';
@@ -16,6 +16,7 @@ import { THINKING_REPLY, writeThinkingModel } from '../helpers/thinking-model.ts
 const models = tempModels();
 
 let generator: LlamaGenerator;
+let dir: string;
 let server: RunningServer;
 let uninstall: () => void;
 const clients: [string, OpenAI][] = [];
@@ -23,7 +24,7 @@ const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 
 type Reasoned = { content: string | null; reasoning?: string | null; reasoning_content?: string | null };
 
 beforeAll(async () => {
-  const dir = models.dir('webgpu-llama-reasoning-');
+  dir = models.dir('webgpu-llama-reasoning-');
   writeThinkingModel(dir);
   generator = await models.load(dir, { contextLength: 256, id: 'bigram' });
   const engines: ApiEngines = { generator };
@@ -89,6 +90,13 @@ describe('a thinking model on the GPU (bigram weights, Qwen3 tokenizer and templ
     expect(completion.choices[0]!.finish_reason).toBe('length');
     expect(completion.choices[0]!.message).toMatchObject({ content: null, reasoning: 'Let me' });
     expect(await streamed(client, { max_tokens: 3 })).toEqual({ reasoning: 'Let me', content: '', finish: ['length'] });
+  });
+
+  it('loaded with reasoning: false, the model\'s whole output is content', async () => {
+    const raw = await models.load(dir, { contextLength: 256, id: 'bigram-raw', reasoning: false });
+    expect(raw.info.reasoning).toBe(false);
+    const response = await handleApiRequest({ generator: raw }, { method: 'POST', url: '/v1/chat/completions', body: JSON.stringify({ model: 'bigram-raw', messages, temperature: 0 }) });
+    expect(JSON.parse(response.body as string).choices[0].message).toEqual({ role: 'assistant', content: `<think>${THINKING_REPLY.reasoning}</think>${THINKING_REPLY.content}`, refusal: null });
   });
 
   it('structured output applies after the thinking, which runs through the constrained loop unchanged', async () => {

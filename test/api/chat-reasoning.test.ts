@@ -8,6 +8,9 @@ import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { installFetchShim } from '../../src/api/shim.ts';
 import { reasoningTagsOf } from '../../src/api/reasoning.ts';
+import { loadGenerator } from '../../src/engine/load.ts';
+import type { GpuContext } from '../../src/gpu/device.ts';
+import type { ModelFiles } from '../../src/io/files.ts';
 import { createHfTokenizer, type HfTokenizer } from '../../src/tokenizer/hf-tokenizer.ts';
 import { events, json, json as json_, post, type Json } from '../helpers/api-requests.ts';
 import { WEATHER_TOOL } from '../helpers/chat-fakes.ts';
@@ -52,6 +55,12 @@ async function joined(response: Awaited<ReturnType<typeof post>>) {
 }
 
 describe('detection', () => {
+  it('refuses a reasoning load option that is not a boolean, before opening the model', async () => {
+    const files: ModelFiles = { id: 'none', open: () => Promise.reject(new Error('opened')) };
+    await expect(loadGenerator({} as GpuContext, files, { reasoning: 'no' as never })).rejects.toThrow('reasoning must be a boolean, got "no"');
+    await expect(loadGenerator({} as GpuContext, files, { reasoning: false })).rejects.toThrow(/opened/);
+  });
+
   it('finds Qwen3 thinks from its <think> tokens, and the load option turns it off', () => {
     expect(reasoningTagsOf({ info: { reasoning: undefined } as never, tokenizer })).toEqual({ start: '<think>', end: '</think>' });
     expect(reasoningTagsOf({ info: { reasoning: false } as never, tokenizer })).toBeNull();
