@@ -48,7 +48,7 @@ export const CHAT_PARAMS = {
     default: [],
     parse: parseMessages,
     doc:
-      'The conversation: {role, content} objects with roles system, developer (as system), user, assistant (content null with tool_calls, or refusal) and tool (tool_call_id). ' +
+      'The conversation: {role, content} objects with roles system, developer (as system), user, assistant (content null with tool_calls, or refusal; a thinking model\'s thinking in reasoning or reasoning_content) and tool (tool_call_id). ' +
       'content is a string or an array of {type: "text", text} parts (joined with newlines). It is rendered with the model\'s chat template.',
   }),
   max_tokens: row<number | null>({
