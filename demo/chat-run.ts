@@ -60,12 +60,9 @@ export async function runChat(body: Record<string, unknown>, signal: AbortSignal
     if (chunk.usage) usage = chunk.usage;
     for (const choice of chunk.choices ?? []) {
       const { content, tool_calls, reasoning } = choice.delta;
-      if (reasoning) {
-        // A thinking delta: its tokens' logprobs are the thinking's, not the content's.
-        listener.reasoning?.(choice.index, reasoning);
-        continue;
-      }
-      const logprobs = choice.logprobs?.content ?? null;
+      if (reasoning) listener.reasoning?.(choice.index, reasoning);
+      // A thinking delta's logprobs are the thinking's tokens', not the content's.
+      const logprobs = reasoning ? null : (choice.logprobs?.content ?? null);
       if (content || logprobs?.length) listener.content(choice.index, content ?? '', logprobs);
       for (const call of tool_calls ?? []) listener.toolCall(choice.index, call);
       if (choice.finish_reason) listener.finish(choice.index, choice.finish_reason);
