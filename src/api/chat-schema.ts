@@ -202,6 +202,13 @@ export const CHAT_PARAMS = {
     extension: true,
     doc: "Add the tokenizer's BOS to the rendered prompt (vLLM; default false: templates write their own).",
   }),
+  include_reasoning: row<boolean>({
+    ...boolean(),
+    nullable: true,
+    default: true,
+    extension: true,
+    doc: "A model that thinks: return its thinking in reasoning and reasoning_content (vLLM; default true). false: the thinking is left out of the reply; content is the answer either way.",
+  }),
 } satisfies Record<string, ParamRow<unknown>>;
 export type ChatParams = TableParams<typeof CHAT_PARAMS>;
 
@@ -213,6 +220,7 @@ export interface ChatExtensions extends CompletionExtensions {
   add_generation_prompt?: boolean | null;
   continue_final_message?: boolean | null;
   add_special_tokens?: boolean | null;
+  include_reasoning?: boolean | null;
 }
 
 /** One content part of a message (only text parts are read). */

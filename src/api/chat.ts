@@ -167,6 +167,8 @@ interface ChatPlan {
   structure: RequestStructure | null;
   /** How the thinking is split from the answer; null: the model does not think. */
   reasoning: ReasoningPlan | null;
+  /** Whether the reply carries the thinking (include_reasoning). */
+  includeReasoning: boolean;
 }
 
 /**
@@ -253,6 +255,7 @@ async function planChat(generator: TextGenerator, params: ChatParams): Promise<C
     echo: params.echo && last?.role === 'assistant' ? (last.content ?? '') : '',
     structure: chatStructure(params, format, rendered.template),
     reasoning,
+    includeReasoning: params.include_reasoning,
   };
 }
 
@@ -324,7 +327,8 @@ export async function createChatCompletion(
     if (parsed.calls.length > 0) message.tool_calls = parsed.calls.map(toolCall);
     // As vLLM: no answer text after tool calls or thinking is null content.
     if (message.content === '' && (parsed.calls.length > 0 || split.reasoning !== null)) message.content = null;
-    if (plan.reasoning) Object.assign(message, { reasoning: split.reasoning, reasoning_content: split.reasoning });
+    const shown = plan.includeReasoning ? split.reasoning : null;
+    if (plan.reasoning) Object.assign(message, { reasoning: shown, reasoning_content: shown });
     return {
       index,
       message,
@@ -393,7 +397,7 @@ async function* streamChat(
       split.reasoning += tail.reasoning;
       split.content += tail.content;
     }
-    if (split.reasoning) yield chunk(index, { reasoning: split.reasoning, reasoning_content: split.reasoning }, state);
+    if (split.reasoning && plan.includeReasoning) yield chunk(index, { reasoning: split.reasoning, reasoning_content: split.reasoning }, state);
     const outs = [state.parser ? state.parser.push(split.content) : { content: split.content, calls: [] }];
     if (piece.end && state.parser) outs.push(state.parser.finish());
     for (const out of outs) {

@@ -127,6 +127,13 @@ describe('a thinking reply (Qwen3 template, thinking on)', () => {
     expect(s.finish).toEqual(['length']);
   });
 
+  it('include_reasoning false leaves the thinking out, streamed and whole (vLLM)', async () => {
+    const body = json(await post(engine(script), { model: 'scripted', messages: user, include_reasoning: false }, CHAT));
+    expect(body.choices[0].message).toEqual({ role: 'assistant', content: '\n\nHi there!', refusal: null, reasoning: null, reasoning_content: null });
+    const s = await joined(await post(engine(script), { model: 'scripted', messages: user, stream: true, include_reasoning: false }, CHAT));
+    expect({ reasoning: s.reasoning, content: s.content }).toEqual({ reasoning: null, content: '\n\nHi there!' });
+  });
+
   it('/v1/completions is not split', async () => {
     const body = json(await post(engine(script), { model: 'scripted', prompt: 'x', temperature: 0, max_tokens: 100 }));
     expect(body.choices[0].text).toBe(tokenizer.decode(script));
