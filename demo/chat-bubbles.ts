@@ -1,7 +1,8 @@
 // The conversation of the Chat view as bubbles: the user's messages, tool results, and the
 // assistant's replies growing with each streamed delta. A reply's text is a ChoiceView (the
 // completions view's token view: tokens tinted by probability, alternatives on hover); its tool
-// calls are shown below the text, name and arguments, as their pieces arrive.
+// calls are shown below the text, name and arguments, as their pieces arrive. A model's thinking
+// (`reasoning`) is folded above its answer in a <details> element, growing as it streams.
 import type { ChatTokenLogprob, ChatToolCall, ChatToolCallDelta } from '../src/index.ts';
 import type { ChatMessage } from './chat-run.ts';
 import { ChatLogprobsReader } from './chat-logprobs.ts';
@@ -47,8 +48,36 @@ class ToolCallsView {
   }
 }
 
+/** A choice's thinking, folded: the summary says whether it is still thinking and how much it wrote. */
+class ThinkingView {
+  readonly element = el('details', 'thinking');
+  private readonly summary = el('summary', 'thinking-summary', 'Thinking…');
+  private readonly body = el('div', 'thinking-text');
+  text = '';
+  private done = false;
+
+  constructor() {
+    this.element.dataset.testid = 'thinking';
+    this.element.append(this.summary, this.body);
+  }
+
+  add(text: string): void {
+    this.text += text;
+    this.body.textContent = this.text;
+    this.summary.textContent = `${this.done ? 'Thought' : 'Thinking…'} (${this.text.length} characters)`;
+  }
+
+  /** The answer began, or the reply ended. */
+  end(): void {
+    if (this.done) return;
+    this.done = true;
+    this.summary.textContent = `Thought (${this.text.length} characters)`;
+  }
+}
+
 interface ChoiceParts {
   view: ChoiceView;
+  thinking?: ThinkingView;
   logprobs: ChatLogprobsReader;
   tools: ToolCallsView;
   finish?: string;
@@ -73,8 +102,18 @@ export class AssistantBubble {
     return count;
   }
 
+  reasoning(index: number, text: string): void {
+    const parts = this.choice(index);
+    if (!parts.thinking) {
+      parts.thinking = new ThinkingView();
+      parts.view.element.insertBefore(parts.thinking.element, parts.view.element.children[1] ?? null);
+    }
+    parts.thinking.add(text);
+  }
+
   content(index: number, text: string, logprobs: ChatTokenLogprob[] | null): void {
     const parts = this.choice(index);
+    if (text) parts.thinking?.end();
     parts.view.append(text, logprobs ? parts.logprobs.read(logprobs) : null);
   }
 
@@ -85,6 +124,7 @@ export class AssistantBubble {
   finish(index: number, reason: string): void {
     const parts = this.choice(index);
     parts.finish = reason;
+    parts.thinking?.end();
     parts.view.finish(reason);
   }
 
@@ -99,8 +139,9 @@ export class AssistantBubble {
     const parts = this.choices.get(0);
     const content = parts?.view.textSoFar ?? '';
     const calls = parts?.tools.calls.filter(Boolean) ?? [];
-    if (calls.length === 0) return { role: 'assistant', content };
-    return { role: 'assistant', content: content === '' ? null : content, tool_calls: calls };
+    const thought = parts?.thinking ? { reasoning: parts.thinking.text } : {};
+    if (calls.length === 0) return { role: 'assistant', content, ...thought };
+    return { role: 'assistant', content: content === '' ? null : content, tool_calls: calls, ...thought };
   }
 
   private choice(index: number): ChoiceParts {

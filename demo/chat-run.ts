@@ -11,6 +11,8 @@ export interface ChatMessage {
   content: string | null;
   tool_calls?: ChatToolCall[];
   tool_call_id?: string;
+  /** The assistant's thinking (a model that thinks), sent back with its reply. */
+  reasoning?: string;
 }
 
 /** The OpenAI error object, as the API sends it (in a stream: an event of its own). */
@@ -23,6 +25,8 @@ export interface ChatListener {
   content(index: number, text: string, logprobs: ChatTokenLogprob[] | null): void;
   /** A piece of one of a choice's tool calls (a whole call when the response is not streamed). */
   toolCall(index: number, delta: ChatToolCallDelta): void;
+  /** A piece of one choice's thinking (a model that thinks: `reasoning`, apart from the content). */
+  reasoning?(index: number, text: string): void;
   finish(index: number, reason: string): void;
   /** Each streamed chunk, as it came. */
   chunk?(chunk: ChatCompletionChunk): void;
@@ -39,8 +43,10 @@ export async function runChat(body: Record<string, unknown>, signal: AbortSignal
   if (!body.stream) {
     const completion = (await response.json()) as ChatCompletion;
     for (const choice of completion.choices) {
-      const { content, tool_calls } = choice.message;
-      listener.content(choice.index, content ?? '', choice.logprobs?.content ?? null);
+      const { content, tool_calls, reasoning } = choice.message;
+      if (reasoning != null) listener.reasoning?.(choice.index, reasoning);
+      // The logprobs cover the thinking's tokens too: the content's token view shows them only without thinking.
+      listener.content(choice.index, content ?? '', reasoning == null ? (choice.logprobs?.content ?? null) : null);
       tool_calls?.forEach((call, index) => listener.toolCall(choice.index, { index, ...call }));
       listener.finish(choice.index, choice.finish_reason);
     }
@@ -53,8 +59,10 @@ export async function runChat(body: Record<string, unknown>, signal: AbortSignal
     if (chunk.error) throw new ApiRequestError(response.status, { error: chunk.error }, true);
     if (chunk.usage) usage = chunk.usage;
     for (const choice of chunk.choices ?? []) {
-      const { content, tool_calls } = choice.delta;
-      const logprobs = choice.logprobs?.content ?? null;
+      const { content, tool_calls, reasoning } = choice.delta;
+      if (reasoning) listener.reasoning?.(choice.index, reasoning);
+      // A thinking delta's logprobs are the thinking's tokens', not the content's.
+      const logprobs = reasoning ? null : (choice.logprobs?.content ?? null);
       if (content || logprobs?.length) listener.content(choice.index, content ?? '', logprobs);
       for (const call of tool_calls ?? []) listener.toolCall(choice.index, call);
       if (choice.finish_reason) listener.finish(choice.index, choice.finish_reason);

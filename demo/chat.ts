@@ -290,6 +290,11 @@ export class ChatView {
           if (body.stream) this.stats.textContent = live.describe();
         },
         toolCall: (index, delta) => bubble.toolCall(index, delta),
+        reasoning: (index, piece) => {
+          bubble.reasoning(index, piece);
+          live.add(1);
+          if (body.stream) this.stats.textContent = live.describe();
+        },
         finish: (index, reason) => {
           bubble.finish(index, reason);
           finishes.push(reason);

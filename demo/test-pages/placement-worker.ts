@@ -30,6 +30,36 @@ Object.assign(window, {
       await remote.unload();
     }
   },
+  /**
+   * A thinking model (the test model at `url`) in a second worker, behind a shim of its own: a chat
+   * reply whole and streamed, its thinking apart (the deltas' reasoning and content joined).
+   */
+  placementThinking: async (url: string) => {
+    const thinking = loadModelInWorker(url, { id: 'bigram', contextLength: 256 });
+    const uninstall = installFetchShim(thinking, { baseUrl: '/thinking/v1' });
+    try {
+      await thinking;
+      const post = (body: object) =>
+        fetch('/thinking/v1/chat/completions', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'bigram', messages: [{ role: 'user', content: 'Hi' }], temperature: 0, ...body }),
+        });
+      const whole = (await (await post({})).json()).choices[0];
+      const events = (await (await post({ stream: true })).text()).split('\n\n').filter((e) => e.startsWith('data: {'));
+      const deltas = events.map((e) => JSON.parse(e.slice('data: '.length)).choices[0]?.delta ?? {}) as { content?: string; reasoning?: string; reasoning_content?: string }[];
+      return {
+        message: whole.message,
+        finish: whole.finish_reason,
+        reasoning: deltas.map((d) => d.reasoning ?? '').join(''),
+        aliased: deltas.every((d) => d.reasoning === d.reasoning_content),
+        content: deltas.map((d) => d.content ?? '').join(''),
+      };
+    } finally {
+      uninstall();
+      await (await thinking).unload();
+    }
+  },
   /** A load that fails in the worker: the error the page gets, and what a shim on it answers. */
   placementFailedLoad: async (source: string) => {
     const failing = loadModelInWorker(source);

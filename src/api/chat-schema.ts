@@ -48,7 +48,7 @@ export const CHAT_PARAMS = {
     default: [],
     parse: parseMessages,
     doc:
-      'The conversation: {role, content} objects with roles system, developer (as system), user, assistant (content null with tool_calls, or refusal) and tool (tool_call_id). ' +
+      'The conversation: {role, content} objects with roles system, developer (as system), user, assistant (content null with tool_calls, or refusal; a thinking model\'s thinking in reasoning or reasoning_content) and tool (tool_call_id). ' +
       'content is a string or an array of {type: "text", text} parts (joined with newlines). It is rendered with the model\'s chat template.',
   }),
   max_tokens: row<number | null>({
@@ -202,6 +202,13 @@ export const CHAT_PARAMS = {
     extension: true,
     doc: "Add the tokenizer's BOS to the rendered prompt (vLLM; default false: templates write their own).",
   }),
+  include_reasoning: row<boolean>({
+    ...boolean(),
+    nullable: true,
+    default: true,
+    extension: true,
+    doc: "A model that thinks: return its thinking in reasoning and reasoning_content (vLLM; default true). false: the thinking is left out of the reply; content is the answer either way.",
+  }),
 } satisfies Record<string, ParamRow<unknown>>;
 export type ChatParams = TableParams<typeof CHAT_PARAMS>;
 
@@ -213,6 +220,7 @@ export interface ChatExtensions extends CompletionExtensions {
   add_generation_prompt?: boolean | null;
   continue_final_message?: boolean | null;
   add_special_tokens?: boolean | null;
+  include_reasoning?: boolean | null;
 }
 
 /** One content part of a message (only text parts are read). */

@@ -3,9 +3,11 @@
 // model's chat template (chat-prompt.ts); from there the request runs exactly as a completion
 // does (the same planning, sampling settings, structured output and runPrompt), and each choice's
 // text is split into content and tool calls (tool-parsers.ts) in the model's own tool-call format;
-// tool_choice 'required' or a named function constrains the output to those calls.
+// tool_choice 'required' or a named function constrains the output to those calls. A model that
+// thinks has its thinking split off first (reasoning.ts): tool calls and structured output are
+// the answer's, after the thinking.
 // Browser code: nothing here may import Node modules.
-import type { FinishReason, TextGenerator } from '../engine/types.ts';
+import { usableVocabSize, type FinishReason, type TextGenerator } from '../engine/types.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { validateChatRequest, type ChatParams } from './chat-schema.ts';
 import { renderChatPrompt, toolCallFormatFor, type ChatPromptInput } from './chat-prompt.ts';
@@ -25,6 +27,7 @@ import type { ServiceTier } from './schema.ts';
 import { runPrompt, type ChoiceSettings, type PromptPlan } from './stream.ts';
 import { compileRequestStructure, requestStructure, type RequestStructure } from './structured-output.ts';
 import { toolCallStructure } from './tool-call-grammar.ts';
+import { reasoningStart, reasoningTagsOf, ReasoningStream, splitReasoning, type ReasoningPlan } from './reasoning.ts';
 import { parseToolCalls, TOOL_CALL_MARKERS, ToolCallStream, type ParsedToolCall, type ToolCallFormat, type ToolParse } from './tool-parsers.ts';
 
 export type { ChatCompletionRequest, ChatMessage, ChatContentPart, ChatExtensions, ChatParams } from './chat-schema.ts';
@@ -58,10 +61,17 @@ export interface ChatToolCall {
 
 export interface ChatCompletionMessage {
   role: 'assistant';
-  /** null when the reply is only tool calls. */
+  /** null when the reply is only tool calls, or only thinking. */
   content: string | null;
   refusal: null;
   tool_calls?: ChatToolCall[];
+  /**
+   * A model that thinks: its thinking, without the tags (null when the reply did not think).
+   * Absent for models that do not think.
+   */
+  reasoning?: string | null;
+  /** The same as `reasoning` (DeepSeek's name, which many clients read). */
+  reasoning_content?: string | null;
 }
 
 export interface ChatCompletionChoice {
@@ -96,6 +106,9 @@ export interface ChatDelta {
   role?: 'assistant';
   content?: string;
   tool_calls?: ChatToolCallDelta[];
+  /** Thinking text (a model that thinks); `reasoning_content` is the same text. */
+  reasoning?: string;
+  reasoning_content?: string;
 }
 
 export interface ChatChunkChoice {
@@ -121,10 +134,15 @@ export interface ChatCompletionChunk {
   usage?: CompletionUsage | null;
 }
 
+/** Whether `text` is one special token of the vocabulary (then skip_special_tokens would take it out of the text). */
+function isSpecialToken(tokenizer: TextTokenizer, text: string): boolean {
+  const ids = tokenizer.encode(text, { addBos: false });
+  return ids.length === 1 && tokenizer.isSpecial(ids[0]!);
+}
+
 /** Where a tool-call format's marker is a special token, special tokens must stay in the text for the parser to see it. */
 function markerIsSpecial(tokenizer: TextTokenizer, format: ToolCallFormat): boolean {
-  const ids = tokenizer.encode(TOOL_CALL_MARKERS[format], { addBos: false });
-  return ids.length === 1 && tokenizer.isSpecial(ids[0]!);
+  return isSpecialToken(tokenizer, TOOL_CALL_MARKERS[format]);
 }
 
 /** The same configuration gives the same fingerprint: the model and how it is stored. */
@@ -147,6 +165,10 @@ interface ChatPlan {
   echo: string;
   /** The structure the output must have (tool_choice 'required' or named: the calls); null: none. */
   structure: RequestStructure | null;
+  /** How the thinking is split from the answer; null: the model does not think. */
+  reasoning: ReasoningPlan | null;
+  /** Whether the reply carries the thinking (include_reasoning). */
+  includeReasoning: boolean;
 }
 
 /**
@@ -209,6 +231,20 @@ async function planChat(generator: TextGenerator, params: ChatParams): Promise<C
     echo: false,
   });
   if (format !== null && markerIsSpecial(generator.tokenizer, format)) settings.skipSpecialTokens = false;
+  const tags = reasoningTagsOf(generator);
+  const reasoning = tags ? { tags, start: reasoningStart(rendered.text, tags) } : null;
+  // Where the tags are special tokens of the vocabulary, special tokens stay in the text for the split (as for tool markers).
+  if (reasoning && (isSpecialToken(generator.tokenizer, reasoning.tags.start) || isSpecialToken(generator.tokenizer, reasoning.tags.end))) settings.skipSpecialTokens = false;
+  if (reasoning && reasoning.start !== 'answer') {
+    // Structured output starts after the thinking (the gate is used only with a structure).
+    settings.reasoningGate = {
+      start: reasoning.start,
+      startTag: reasoning.tags.start,
+      endTag: reasoning.tags.end,
+      vocabSize: usableVocabSize(generator),
+      skipSpecialTokens: settings.skipSpecialTokens,
+    };
+  }
   const last = params.messages.at(-1);
   return {
     prompt,
@@ -218,6 +254,8 @@ async function planChat(generator: TextGenerator, params: ChatParams): Promise<C
     parallelToolCalls: params.parallel_tool_calls,
     echo: params.echo && last?.role === 'assistant' ? (last.content ?? '') : '',
     structure: chatStructure(params, format, rendered.template),
+    reasoning,
+    includeReasoning: params.include_reasoning,
   };
 }
 
@@ -281,13 +319,16 @@ export async function createChatCompletion(
     if (piece.end) [choice.finish, choice.tokens, cachedTokens] = [piece.end.finishReason, piece.end.completionTokens, piece.end.cachedTokens];
   }
   const choices = texts.map((c, index): ChatCompletionChoice => {
-    // The echo is content before what the model wrote; only the latter is parsed for calls (as the stream does).
-    const parsed = plan.format === null ? { content: c.text, calls: [] } : keepCalls(parseToolCalls(plan.format, c.text), plan.parallelToolCalls);
+    // The echo is content before what the model wrote; only the latter is parsed for thinking
+    // and calls (as the stream does), the calls in the answer after the thinking.
+    const split = plan.reasoning ? splitReasoning(plan.reasoning, c.text) : { reasoning: null, content: c.text };
+    const parsed = plan.format === null ? { content: split.content, calls: [] } : keepCalls(parseToolCalls(plan.format, split.content), plan.parallelToolCalls);
     const message: ChatCompletionMessage = { role: 'assistant', content: plan.echo + parsed.content, refusal: null };
-    if (parsed.calls.length > 0) {
-      message.tool_calls = parsed.calls.map(toolCall);
-      if (message.content === '') message.content = null;
-    }
+    if (parsed.calls.length > 0) message.tool_calls = parsed.calls.map(toolCall);
+    // As vLLM: no answer text after tool calls or thinking is null content.
+    if (message.content === '' && (parsed.calls.length > 0 || split.reasoning !== null)) message.content = null;
+    const shown = plan.includeReasoning ? split.reasoning : null;
+    if (plan.reasoning) Object.assign(message, { reasoning: shown, reasoning_content: shown });
     return {
       index,
       message,
@@ -306,8 +347,9 @@ function keepCalls(parse: ToolParse, parallel: boolean): ToolParse {
 
 type ChunkMeta = Omit<ChatCompletionChunk, 'choices' | 'usage'>;
 
-/** One choice's stream state: its parser, the calls sent so far, and logprobs not yet sent. */
+/** One choice's stream state: its parsers, the calls sent so far, and logprobs not yet sent. */
 interface StreamedChoice {
+  thinking: ReasoningStream | null;
   parser: ToolCallStream | null;
   calls: number;
   entries: LogprobEntry[];
@@ -337,13 +379,26 @@ async function* streamChat(
     const index = piece.sequence;
     let state = states.get(index);
     if (!state) {
-      state = { parser: plan.format === null ? null : new ToolCallStream(plan.format), calls: 0, entries: [] };
+      state = {
+        thinking: plan.reasoning ? new ReasoningStream(plan.reasoning.tags, plan.reasoning.start) : null,
+        parser: plan.format === null ? null : new ToolCallStream(plan.format),
+        calls: 0,
+        entries: [],
+      };
       states.set(index, state);
       yield chunk(index, { role: 'assistant', content: '' }, null);
       if (plan.echo) yield chunk(index, { content: plan.echo }, null);
     }
     appendEntries(state.entries, piece.entries);
-    const outs = [state.parser ? state.parser.push(piece.text) : { content: piece.text, calls: [] }];
+    // The thinking first, then the answer's calls.
+    const split = state.thinking ? state.thinking.push(piece.text) : { reasoning: '', content: piece.text };
+    if (piece.end && state.thinking) {
+      const tail = state.thinking.finish();
+      split.reasoning += tail.reasoning;
+      split.content += tail.content;
+    }
+    if (split.reasoning && plan.includeReasoning) yield chunk(index, { reasoning: split.reasoning, reasoning_content: split.reasoning }, state);
+    const outs = [state.parser ? state.parser.push(split.content) : { content: split.content, calls: [] }];
     if (piece.end && state.parser) outs.push(state.parser.finish());
     for (const out of outs) {
       if (out.content) yield chunk(index, { content: out.content }, state);

@@ -2,7 +2,9 @@
 // reads: content as one string (text parts joined with newlines, as vLLM joins them), 'developer'
 // as 'system', and each tool call's `arguments` (a JSON string in the API) parsed into a value,
 // since templates write it with `tojson`. Fields this API does not define are passed on to the
-// template untouched, so templates that read extra fields (reasoning_content, ...) still see them.
+// template untouched, so templates that read extra fields still see them. An assistant message's
+// thinking, sent back as `reasoning` (vLLM's name) or `reasoning_content` (DeepSeek's, which
+// Qwen3's template reads), reaches the template under both names.
 // Browser code: nothing here may import Node modules.
 import { invalidRequest } from './errors.ts';
 import { clipText, excerpt } from './excerpt.ts';
@@ -128,6 +130,14 @@ function parseMessage(value: unknown, param: string): TemplateMessage {
     }
     // A refusal is what the assistant said, when it said nothing else.
     if (out.content === null && refusal !== undefined) out.content = refusal;
+    const named = optionalString(value, 'reasoning', param);
+    const reasoning = named ?? optionalString(value, 'reasoning_content', param);
+    if (reasoning !== undefined) {
+      out.reasoning = reasoning;
+      out.reasoning_content = reasoning;
+      // A reply that only thought has an empty answer (templates test and split the content).
+      out.content ??= '';
+    }
     if (out.content === null && !out.tool_calls?.length) {
       throw invalidRequest(`Invalid '${param}': an assistant message needs 'content', 'tool_calls' or 'refusal'.`, `${param}.content`, 'invalid_value');
     }

@@ -14,6 +14,7 @@ import type {
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { IncrementalDetokenizer, PROMPT_CONTEXT_TOKENS } from './detokenize.ts';
 import { finiteLogprob, topLogprobsObject, type LogprobEntry } from './logprobs.ts';
+import { ReasoningGate, type ReasoningGateOptions } from '../engine/reasoning-constraint.ts';
 import { sequenceConstraint, type CompiledRequestStructure } from './structured-output.ts';
 
 /**
@@ -337,6 +338,8 @@ export interface ChoiceSettings {
   cachePrompt: boolean;
   /** Structured output: each sequence gets its own constraint from it. */
   structure?: CompiledRequestStructure;
+  /** A reply that may think: the structure applies from the first token after the thinking (ReasoningGate). */
+  reasoningGate?: ReasoningGateOptions;
 }
 
 /** A piece of sequence `sequence` of a prompt; `end` on its last piece. */
@@ -417,7 +420,8 @@ async function* runSequence(
     return;
   }
   // The sequence's own constraint, disposed of however the sequence ends (after the engine's generator has).
-  const constraint = settings.structure ? await sequenceConstraint(settings.structure, settings.stopTokenIds) : undefined;
+  const structure = settings.structure ? await sequenceConstraint(settings.structure, settings.stopTokenIds) : undefined;
+  const constraint = structure && settings.reasoningGate ? new ReasoningGate(structure, tokenizer, settings.reasoningGate) : structure;
   try {
     if (head.text || head.entries.length > 0) yield { sequence: index, ...head };
     signal?.throwIfAborted();

@@ -70,6 +70,12 @@ export interface LoadOptions {
    * the chat template. `info.toolCallFormat` reports the option.
    */
   toolCallFormat?: ToolCallFormat;
+  /**
+   * Whether chat replies of a model that thinks (Qwen3, DeepSeek-R1 distills: `<think>` tokens, or
+   * a template that writes `<think>`) return the thinking apart from the answer (`reasoning`).
+   * Default true; false leaves the whole output in `content`. `info.reasoning` is false then.
+   */
+  reasoning?: boolean;
   onProgress?: (progress: LoadProgress) => void;
   /** Load warnings (such as weights clamped to the f16 range); default console.warn. */
   onWarning?: (message: string) => void;
@@ -89,6 +95,7 @@ async function checkChatOptions(options: LoadOptions): Promise<void> {
       throw new Error(`chatTemplate: ${(err as Error).message}`, { cause: err });
     }
   }
+  if (options.reasoning !== undefined && typeof options.reasoning !== 'boolean') throw new Error(`reasoning must be a boolean, got ${JSON.stringify(options.reasoning)}`);
   if (toolCallFormat !== undefined && !TOOL_CALL_FORMATS.includes(toolCallFormat)) {
     throw new Error(`toolCallFormat must be one of ${TOOL_CALL_FORMATS.map((f) => `'${f}'`).join(', ')}, got ${JSON.stringify(toolCallFormat)}`);
   }
@@ -127,6 +134,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
     format: opened.format,
     created: Math.floor(Date.now() / 1000),
     ...(options.toolCallFormat !== undefined ? { toolCallFormat: options.toolCallFormat } : {}),
+    ...(options.reasoning === false ? { reasoning: false as const } : {}),
     storage: {
       weightStorage: storage,
       kvCacheDType: kvDType,

@@ -40,6 +40,11 @@ export interface ModelInfo {
    * from the chat template.
    */
   toolCallFormat?: ToolCallFormat;
+  /**
+   * false: the model's thinking is not split from its answers (LoadOptions.reasoning); absent: it
+   * is, when the model thinks (`<think>` tokens or a template that writes `<think>`: src/api/reasoning.ts).
+   */
+  reasoning?: false;
 }
 
 export interface ModelStorageInfo {

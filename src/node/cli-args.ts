@@ -16,6 +16,7 @@ export const OPTIONS = {
   'no-prefix-cache': { type: 'boolean' },
   'chat-template': { type: 'string', multiple: true },
   'tool-call-format': { type: 'string', multiple: true },
+  'no-reasoning': { type: 'boolean' },
   host: { type: 'string' },
   port: { type: 'string' },
   'allow-origin': { type: 'string', multiple: true },

@@ -140,7 +140,14 @@ async function turn(
   const stopListening = io.onInterrupt(abort);
   let reply = '';
   try {
-    for await (const content of replyDeltas(engine, body, controller.signal)) {
+    let thinking = false;
+    for await (const { content, reasoning } of replyDeltas(engine, body, controller.signal)) {
+      // A model's thinking goes to stderr, so that stdout holds the answer alone.
+      if (reasoning) io.stderr.write(reasoning);
+      thinking ||= reasoning !== undefined;
+      if (!content) continue;
+      if (thinking) io.stderr.write('\n');
+      thinking = false;
       io.write(content);
       reply += content;
     }
@@ -176,8 +183,8 @@ async function templateProblem(engine: CliEngine, id: string, system: Message[],
   return error.code === 'chat_template_missing' || error.code === 'chat_template_error' ? error.message : null;
 }
 
-/** The reply's content deltas, as they stream in; an error answer or error event throws a ReplyError. */
-async function* replyDeltas(engine: CliEngine, body: string, signal: AbortSignal): AsyncGenerator<string> {
+/** The reply's content and thinking deltas, as they stream in; an error answer or error event throws a ReplyError. */
+async function* replyDeltas(engine: CliEngine, body: string, signal: AbortSignal): AsyncGenerator<{ content?: string; reasoning?: string }> {
   const response = await answerApiRequest(engine, { method: 'POST', url: '/v1/chat/completions', body, signal });
   if (typeof response.body === 'string') {
     if (signal.aborted) return;
@@ -185,12 +192,14 @@ async function* replyDeltas(engine: CliEngine, body: string, signal: AbortSignal
   }
   for await (const data of sseData(response.body)) {
     if (data === '[DONE]') return;
-    const chunk = JSON.parse(data) as { error?: unknown; choices?: { index: number; delta?: { content?: string | null } }[] };
+    const chunk = JSON.parse(data) as { error?: unknown; choices?: { index: number; delta?: { content?: string | null; reasoning?: string } }[] };
     // An error after the first chunk: the turn's (a server error shows again as the next turn's status).
     if (chunk.error) throw replyError(null, data);
     for (const choice of chunk.choices ?? []) {
-      const content = choice.index === 0 ? choice.delta?.content : undefined;
-      if (content) yield content;
+      if (choice.index !== 0) continue;
+      const { content, reasoning } = choice.delta ?? {};
+      if (reasoning) yield { reasoning };
+      if (content) yield { content };
     }
     if (signal.aborted) return;
   }

@@ -22,6 +22,8 @@ export interface CliLoadOptions {
   /** The text of --chat-template's file. */
   chatTemplate?: string;
   toolCallFormat?: ToolCallFormat;
+  /** --no-reasoning: false. */
+  reasoning?: boolean;
   /** --no-prefix-cache: false. */
   prefixCache?: boolean;
   /** --prefix-cache-mib, in bytes. */

@@ -40,6 +40,7 @@ const SAMPLING_USAGE = `[--max-tokens N] [--temperature T] [--top-p P] [--seed S
 export const USAGE = `Usage:
   webgpu-llama serve --model PATH [--model PATH]... [--id NAME]... [--weight-storage TYPE]
                      [--max-model-len N] [--chat-template FILE]... [--tool-call-format FORMAT]...
+                     [--no-reasoning]
                      [--prefix-cache-mib N | --no-prefix-cache]
                      [--host HOST] [--port PORT] [--api-key KEY]...
                      [--allow-origin ORIGIN]... [--allow-host NAME]...
@@ -62,7 +63,7 @@ export const USAGE = `Usage:
           name gets 403. '*' accepts any.
   webgpu-llama chat --model PATH [--system TEXT] [--chat-template FILE] [--id NAME]
                     [--weight-storage TYPE] [--max-model-len N]
-                    [--prefix-cache-mib N | --no-prefix-cache]
+                    [--prefix-cache-mib N | --no-prefix-cache] [--no-reasoning]
                   ${SAMPLING_USAGE}
       Chat with the model in the terminal. Each line read is a user message; the whole
       conversation goes to the model (POST /v1/chat/completions, streamed) and the reply is
@@ -109,8 +110,10 @@ turns it off: every request prefills its whole prompt.
 --tool-call-format hermes|llama3_json|mistral is how the model writes the tool calls that chat
 completions return (default: what its chat template shows). In serve, --weight-storage and
 --max-model-len apply to every model; --chat-template and --tool-call-format are given once
-(every model) or once per --model, in the same order. Numbers are plain decimals (integers for
---port, --max-tokens, --max-model-len, --seed, --top-k).
+(every model) or once per --model, in the same order. A model that thinks (Qwen3, DeepSeek-R1
+distills) has its thinking returned apart from its answer (chat's "reasoning"; the chat command
+writes it to stderr); --no-reasoning leaves it in the answer, for every model. Numbers are plain
+decimals (integers for --port, --max-tokens, --max-model-len, --seed, --top-k).
 `;
 
 const COMMANDS = ['serve', 'chat', 'complete'] as const;
@@ -191,7 +194,7 @@ function checkFlagsOf(command: Command, values: Values): void {
   refuseFlags(values, ['host', 'port', 'allow-origin', 'allow-host', 'api-key', 'tool-call-format'], command, forServe);
   if (command === 'complete') {
     refuseFlags(values, ['system'], command, () => "for 'chat'");
-    refuseFlags(values, ['chat-template'], command, () => "for 'serve' and 'chat' (complete sends no messages)");
+    refuseFlags(values, ['chat-template', 'no-reasoning'], command, () => "for 'serve' and 'chat' (complete sends no messages)");
   } else {
     refuseFlags(values, ['prompt'], command, () => "for 'complete' (chat reads its messages from stdin)");
   }
@@ -266,6 +269,7 @@ async function modelLoadOptions(values: Values, models: readonly CliModelSource[
       ...(contextLength === undefined ? {} : { contextLength }),
       ...(chatTemplate === undefined ? {} : { chatTemplate }),
       ...(formats[i] === undefined ? {} : { toolCallFormat: formats[i] as ToolCallFormat }),
+      ...(values['no-reasoning'] ? { reasoning: false } : {}),
       ...prefixCache,
       ...(accessToken === undefined ? {} : { accessToken }),
     };

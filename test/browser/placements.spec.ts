@@ -5,7 +5,11 @@
 // iframe), and a tab closed mid-stream frees its request. Then the placements' options and edge
 // cases: a page loaded past the service worker (Shift+Reload), claimClients: false, a worker's own
 // baseUrl, what an unload leaves, and a Worker the page gives.
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { expect, test, type BrowserContext, type Page } from '@playwright/test';
+import { THINKING_REPLY, writeThinkingModel } from '../helpers/thinking-model.ts';
 import { reference } from './reference.ts';
 
 const MODEL = 'stories260K';
@@ -141,6 +145,22 @@ test.describe('engine placements', () => {
     expect(failed.message).toMatch(/^Error: .*no-such-model/);
     expect(failed.status).toBe(503);
     expect(failed.body.error).toMatchObject({ type: 'service_unavailable', message: expect.stringContaining('no-such-model') });
+  });
+
+  test('dedicated Web Worker: a thinking model (bigram weights, the real Qwen3 tokenizer and template) returns its thinking apart', async ({ context }) => {
+    const root = fileURLToPath(new URL('../..', import.meta.url));
+    mkdirSync(join(root, 'generated-models'), { recursive: true });
+    const dir = mkdtempSync(join(root, 'generated-models', 'thinking-'));
+    try {
+      writeThinkingModel(dir);
+      const page = await openReady(context, '/test-pages/placement-worker.html', errors);
+      const result = await page.evaluate((url) => (window as any).placementThinking(url), `/@fs${dir}/`);
+      expect(result.message).toEqual({ role: 'assistant', content: THINKING_REPLY.content, refusal: null, reasoning: THINKING_REPLY.reasoning, reasoning_content: THINKING_REPLY.reasoning });
+      expect(result.finish).toBe('stop');
+      expect(result).toMatchObject({ reasoning: THINKING_REPLY.reasoning, content: THINKING_REPLY.content, aliased: true });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test('Service Worker: every page of the scope is answered; a tab closed mid-stream frees its request', async ({ context }) => {

@@ -40,6 +40,8 @@ function chatEngine(
   options: {
     reply?: (body: ChatBody, turn: number) => string;
     answer?: (body: ChatBody, url: string) => ApiResponse | undefined;
+    /** Thinking sent as `reasoning` deltas before the reply (a model that thinks). */
+    thought?: string[];
     /** Called before each delta (a test's hook to interrupt a reply). */
     onDelta?: (turn: number, index: number) => void | Promise<void>;
   } = {},
@@ -66,6 +68,9 @@ function chatEngine(
       const { signal } = request;
       async function* events(): AsyncGenerator<string> {
         yield sse({ object: 'chat.completion.chunk', choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] });
+        for (const piece of options.thought ?? []) {
+          yield sse({ object: 'chat.completion.chunk', choices: [{ index: 0, delta: { reasoning: piece, reasoning_content: piece }, finish_reason: null }] });
+        }
         for (const [i, word] of words.entries()) {
           await options.onDelta?.(turn, i);
           await new Promise((r) => setTimeout(r, 1));
@@ -135,6 +140,16 @@ describe('chat, against an engine that answers as the API does', () => {
     expect(engine.tokenizes).toEqual([
       { model: 'chatty', messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello' }], add_generation_prompt: true },
     ]);
+  });
+
+  it("writes a model's thinking to stderr and its answer to stdout; --no-reasoning reaches the loader", async () => {
+    const engine = chatEngine({ thought: ['Hmm, ', 'a greeting.'], reply: () => 'Hi there.' });
+    const t = run(['--model', 'm.gguf', '--no-reasoning'], engine, ['Hello']);
+    expect(await t.code).toBe(0);
+    expect(t.err.join('')).toBe('Hmm, a greeting.\n');
+    expect(t.out.join('')).toBe('Hi there.\n');
+    expect(engine.chats[0]!.messages).toEqual([{ role: 'user', content: 'Hello' }]);
+    expect(t.loads).toEqual([['m.gguf', { reasoning: false }]]);
   });
 
   it('/reset clears the conversation but keeps the system prompt; /exit ends the chat', async () => {
