@@ -3,7 +3,7 @@
 //
 //   q = rope(qkv.q, p),  k_p = rope(qkv.k, p),  v_p = qkv.v
 //   K[p], V[p] = k_p, v_p                        (the cache row of this token)
-//   out[h] = softmax_j( q[h] · K[j, g(h)] * scale ) · V[j, g(h)],   first_key(p) <= j <= p
+//   out[h] = softmax_j( cap_score(q[h] · K[j, g(h)] * scale) ) · V[j, g(h)],   first_key(p) <= j <= p
 //
 // (GQA: g(h) = h / (num_heads / num_kv_heads); sliding window as in attention.wgsl.) One thread per
 // (block of HEADS query heads of one KV head, chunk of chunk_keys cache rows): the chunk's keys are

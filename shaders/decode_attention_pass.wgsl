@@ -11,11 +11,12 @@ struct Params {
   num_heads: u32,
   num_kv_heads: u32,
   head_dim: u32,
-  scale: f32,      // 1 / sqrt(head_dim)
+  scale: f32,      // the scores' factor: 1 / sqrt(head_dim) by default
   window: u32,     // sliding window in positions; 0: none
   chunk_keys: u32, // cache rows per chunk
   num_chunks: u32, // chunks per head
   pairing: u32,    // RoPE: 0 = adjacent, 1 = halves
+  softcap: f32,    // scores soft-capped at this (the softcap variant's cap_score); 0: not read
 }
 
 @group(0) @binding(0) var<uniform> params: Params;

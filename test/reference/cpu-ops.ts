@@ -92,7 +92,8 @@ export function ropeRef(
  * Causal grouped-query attention. q and the result are [T, numHeads, headDim]; the caches are
  * [contextRows, numKvHeads, headDim]. Query t (position p = startPos + t) attends to cache rows
  * 0 ..= p, or with a slidingWindow W to the rows in (p - W, p]; query head h reads KV head
- * floor(h / (numHeads / numKvHeads)).
+ * floor(h / (numHeads / numKvHeads)). A score is q·k · scale (default 1 / sqrt(headDim)), then
+ * with a softcap c, c · tanh(score / c) (Gemma 2), before the softmax.
  */
 export function attentionRef(
   q: Float32Array,
@@ -104,10 +105,12 @@ export function attentionRef(
   numKvHeads: number,
   headDim: number,
   slidingWindow?: number,
+  scores: { scale?: number; softcap?: number } = {},
 ): Float32Array {
   const out = new Float32Array(T * numHeads * headDim);
   const groupSize = numHeads / numKvHeads;
-  const scale = 1 / Math.sqrt(headDim);
+  const scale = scores.scale ?? 1 / Math.sqrt(headDim);
+  const cap = (s: number) => (scores.softcap === undefined ? s : scores.softcap * Math.tanh(s / scores.softcap));
   for (let t = 0; t < T; t++) {
     const pos = startPos + t;
     const first = slidingWindow === undefined ? 0 : Math.max(0, pos - slidingWindow + 1);
@@ -117,21 +120,21 @@ export function attentionRef(
       const qBase = (t * numHeads + h) * headDim;
       const kvBase = (j: number) => ((first + j) * numKvHeads + kvHead) * headDim;
 
-      const scores = new Float64Array(nKeys);
+      const weights = new Float64Array(nKeys);
       for (let j = 0; j < nKeys; j++) {
         let dot = 0;
         for (let d = 0; d < headDim; d++) dot += q[qBase + d] * kCache[kvBase(j) + d];
-        scores[j] = dot * scale;
+        weights[j] = cap(dot * scale);
       }
-      const max = Math.max(...scores);
+      const max = Math.max(...weights);
       let sum = 0;
       for (let j = 0; j < nKeys; j++) {
-        scores[j] = Math.exp(scores[j] - max);
-        sum += scores[j];
+        weights[j] = Math.exp(weights[j] - max);
+        sum += weights[j];
       }
       for (let d = 0; d < headDim; d++) {
         let acc = 0;
-        for (let j = 0; j < nKeys; j++) acc += scores[j] * vCache[kvBase(j) + d];
+        for (let j = 0; j < nKeys; j++) acc += weights[j] * vCache[kvBase(j) + d];
         out[qBase + d] = acc / sum;
       }
     }

@@ -10,6 +10,7 @@ export {
   DECODE_RECORD_SLOTS,
   decodeLayerFits,
   decodeLayerGroups,
+  decodeLayerUnsupported,
   decodeLayerLayout,
   type DecodeArena,
   type DecodeLayerDims,

@@ -27,7 +27,7 @@ import {
 } from '../../reference/cpu-ops.ts';
 import { dequantize } from '../../reference/quant.ts';
 import { quantizeValues as quantize } from '../../../src/model/quantize.ts';
-import { expectClose } from '../../helpers/compare.ts';
+import { expectClose, maxAbs, maxAbsDiff } from '../../helpers/compare.ts';
 
 let ctx: GpuContext;
 let device: GPUDevice;
@@ -274,6 +274,10 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
     { numHeads: 8, numKvHeads: 2, headDim: 8, pairing: 'halves' as const, pos: 17 },
     { numHeads: 4, numKvHeads: 2, headDim: 8, pairing: 'adjacent' as const, pos: 25, chunkKeys: 3, window: 10 },
     { numHeads: 2, numKvHeads: 2, headDim: 6, pairing: 'adjacent' as const, pos: 25, chunkKeys: 5, window: 1 },
+    // Gemma's score scale and Gemma 2's soft-capping, split and whole.
+    { numHeads: 4, numKvHeads: 2, headDim: 8, pairing: 'halves' as const, pos: 25, chunkKeys: 3, scores: { scale: 0.6, softcap: 1.2 } },
+    { numHeads: 2, numKvHeads: 1, headDim: 6, pairing: 'adjacent' as const, pos: 19, window: 9, scores: { softcap: 0.7 } },
+    { numHeads: 3, numKvHeads: 3, headDim: 4, pairing: 'halves' as const, pos: 12, scores: { scale: 1.3 } },
   ];
   // Query heads per thread: the device's choice, and every other divisor of the GQA group.
   const headsChoices = (group: number) => [undefined, ...Array.from({ length: group }, (_, i) => i + 1).filter((d) => group % d === 0)];
@@ -281,9 +285,11 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
   for (const heads of viaBuffer ? headsChoices(c.numHeads / c.numKvHeads) : [undefined]) {
     const { numHeads, numKvHeads, headDim, pairing, pos, chunkKeys } = c;
     const window = 'window' in c ? c.window : undefined;
+    const scores = 'scores' in c ? c.scores : undefined;
     const name =
       `${numHeads}/${numKvHeads} heads, headDim ${headDim}, ${pairing}, at ${pos}, ` +
       `${chunkKeys ? `chunks of ${chunkKeys}` : 'one pass'}${window ? `, window ${window}` : ''}, ${kvDType} cache, ` +
+      (scores ? `scores ${JSON.stringify(scores)}, ` : '') +
       `position ${viaBuffer ? 'from a buffer' : 'uniform'}, ${heads ? `${heads} head${heads > 1 ? 's' : ''} a thread` : "the device's heads a thread"}`;
     it(name, async () => {
       const kernels = await Kernels.create(ctx, { tuning: { attentionHeads: heads === undefined ? undefined : () => heads } });
@@ -308,7 +314,7 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       program.decodeAttention(
         { out, qkv: input(qkv), keys: kBuf, values: vBuf, invFreq: input(invFreq) },
         { startPos: viaBuffer ? 0 : pos, position },
-        { heads: numHeads, kvHeads: numKvHeads, headDim, pairing, slidingWindow: window },
+        { heads: numHeads, kvHeads: numKvHeads, headDim, pairing, slidingWindow: window, ...scores },
         kvDType,
         split,
       );
@@ -325,8 +331,13 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       const [kWant, vWant] = [round(k), round(v)];
       kWant.set(round(kNew), pos * kvDim);
       vWant.set(round(vNew), pos * kvDim);
-      const want = attentionRef(q, kWant, vWant, 1, pos, numHeads, numKvHeads, headDim, window);
+      const want = attentionRef(q, kWant, vWant, 1, pos, numHeads, numKvHeads, headDim, window, scores);
       expectClose(await read(out, qDim), want, 1e-5);
+      if (scores) {
+        // The scale and cap change the answer by far more than the tolerance.
+        const plain = attentionRef(q, kWant, vWant, 1, pos, numHeads, numKvHeads, headDim, window);
+        expect(maxAbsDiff(want, plain)).toBeGreaterThan(1e-2 * maxAbs(want));
+      }
 
       // The caches: row pos is this token's K and V; the other rows are untouched.
       const readCache = async (b: GPUBuffer) => {
