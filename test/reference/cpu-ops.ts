@@ -52,8 +52,12 @@ export function ropeInvFreq(headDim: number, theta: number): Float32Array {
 
 /**
  * Rotary embedding of x [T, numHeads, headDim], returned as a rotated copy. Token t is at
- * position startPos + t; pair i turns by angle (startPos + t) * invFreq[i]. 'adjacent' pairs
- * (x[2i], x[2i+1]); 'halves' pairs (x[i], x[i + headDim/2]).
+ * position startPos + t; pair i turns by angle (startPos + t) * invFreq[i]. Only the first
+ * rotaryDims elements of a head rotate (default all; the rest are copied), as Hugging Face's
+ * apply_rotary_pos_emb with partial_rotary_factor (rotate_half on x[..., :rotaryDims]) and
+ * llama.cpp's rope with n_dims < head_dim do: 'adjacent' pairs (x[2i], x[2i+1]) (llama.cpp's
+ * 'normal' mode), 'halves' pairs (x[i], x[i + rotaryDims/2]) (HF's rotate_half), for
+ * i < rotaryDims / 2. cos and sin are multiplied by magnitude (HF's attention_scaling, LongRoPE).
  */
 export function ropeRef(
   x: Float32Array,
@@ -63,9 +67,10 @@ export function ropeRef(
   startPos: number,
   invFreq: Float32Array,
   pairing: 'adjacent' | 'halves',
+  { rotaryDims = headDim, magnitude = 1 }: { rotaryDims?: number; magnitude?: number } = {},
 ): Float32Array {
   const out = Float32Array.from(x);
-  const half = headDim / 2;
+  const half = rotaryDims / 2;
   for (let t = 0; t < T; t++) {
     const pos = startPos + t;
     for (let h = 0; h < numHeads; h++) {
@@ -76,8 +81,8 @@ export function ropeRef(
         // The angle rounded to f32, as Hugging Face, llama.cpp and the GPU kernel compute it; at
         // long positions that rounding is the largest difference between implementations.
         const angle = Math.fround(pos * invFreq[i]);
-        const cos = Math.cos(angle);
-        const sin = Math.sin(angle);
+        const cos = Math.cos(angle) * magnitude;
+        const sin = Math.sin(angle) * magnitude;
         const a = x[ia];
         const b = x[ib];
         out[ia] = a * cos - b * sin;

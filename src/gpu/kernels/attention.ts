@@ -3,7 +3,7 @@
 // helpers of the head dimension and the cache's element type; and the planning of their dispatches.
 import type { ShaderSpec } from '../pipelines.ts';
 import { assertCount, assertDistinct, assertFits } from './checks.ts';
-import { ropePairingCode, type KvDType, type RopePairing } from './elementwise.ts';
+import { ropePairingCode, ropeParams, type KvDType, type RopeRotation } from './elementwise.ts';
 import { ATTENTION_ITEMS_PER_WORKGROUP, type KernelTuning } from './tuning.ts';
 import { paramStruct, type PlannedDispatch } from '../uniforms.ts';
 import {
@@ -41,10 +41,7 @@ export interface AttentionHeads {
 }
 
 /** AttentionHeads and how RoPE rotates q and k: what the decode kernels, which rotate them themselves, take. */
-export interface AttentionShape extends AttentionHeads {
-  /** Which elements of a head RoPE rotates together. */
-  readonly pairing: RopePairing;
-}
+export interface AttentionShape extends AttentionHeads, RopeRotation {}
 
 export type AttentionVariant = {
   entry: 'per_thread' | 'per_workgroup' | 'split_combine';
@@ -142,10 +139,13 @@ export type DecodeAttentionVariant = {
 export type DecodeAttentionFeatures = {
   /** The scores soft-capped at params.softcap. */
   softcap?: boolean;
+  /** RoPE of params.rotary_dims elements a head, cos and sin times params.magnitude (else all of them, times 1). */
+  rope?: boolean;
 };
 export const decodeAttentionKey = (v: DecodeAttentionVariant) =>
   `decode_attention/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position}/${v.split ? 'split' : 'whole'}/t${v.threads}/g${v.heads}` +
-  (v.softcap ? '/softcap' : '');
+  (v.softcap ? '/softcap' : '') +
+  (v.rope ? '/rope_params' : '');
 
 /**
  * What decode_attention.wgsl's attend_item needs besides its buffers (see the head of that file):
@@ -166,6 +166,10 @@ export function decodeAttentionHelpersWgsl(
   // (q comes from qkv: no load_q1.)
   let code = `const HEAD_DIM: u32 = ${headDim}u;\nconst HEADS: u32 = ${heads}u;\n` + attentionSliceWgsl(aligned, kvDType, false, withStoreOut);
   code += scoreCapWgsl(!!features.softcap);
+  // RoPE's rotated elements a head and factor: the params', or all of them and 1 (folded away).
+  code += features.rope
+    ? 'fn rope_dims() -> u32 { return params.rotary_dims; }\nfn rope_magnitude() -> f32 { return params.magnitude; }\n'
+    : 'fn rope_dims() -> u32 { return HEAD_DIM; }\nfn rope_magnitude() -> f32 { return 1.0; }\n';
   code += `${onlineSoftmaxWgsl}\n${sinCosWgsl}\n${f16BitsWgsl}\n`;
   code += 'fn pack_f16(a: f32, b: f32) -> u32 { return f16_bits(a) | (f16_bits(b) << 16u); }\n';
   if (aligned) {
@@ -251,6 +255,8 @@ export const DECODE_ATTENTION_PARAMS = paramStruct({
   num_chunks: 'u32',
   pairing: 'u32',
   softcap: 'f32',
+  rotary_dims: 'u32',
+  magnitude: 'f32',
 });
 
 /** What planAttention and planDecodeAttention read of the device's kernels (KernelRegistry has it). */
@@ -362,13 +368,14 @@ export function planDecodeAttention(
   checkAttentionShape(shape, 'decodeAttention');
   if (headDim % 2 !== 0) throw new Error(`decodeAttention headDim must be even (RoPE pairs), got ${headDim}`);
   if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
+  const { rotaryDims, magnitude } = ropeParams(shape, headDim, 'decodeAttention');
   const qDim = numHeads * headDim;
   const kvDim = numKvHeads * headDim;
   assertDistinct(out, [qkv, kCache, vCache, invFreq, split?.partials], 'decodeAttention');
   assertDistinct(kCache, [vCache, qkv], 'decodeAttention');
   assertFits(out, qDim * 4, 'decodeAttention out');
   assertFits(qkv, (qDim + 2 * kvDim) * 4, 'decodeAttention qkv');
-  assertFits(invFreq, (headDim / 2) * 4, 'decodeAttention invFreq');
+  assertFits(invFreq, (rotaryDims / 2) * 4, 'decodeAttention invFreq');
   const rowBytes = kvDim * (kvDType === 'f16' ? 2 : 4);
   assertFits(kCache, (startPos + 1) * rowBytes, 'decodeAttention kCache');
   assertFits(vCache, (startPos + 1) * rowBytes, 'decodeAttention vCache');
@@ -380,7 +387,7 @@ export function planDecodeAttention(
   if (split) assertFits(split.partials, numHeads * chunks * (headDim + 2) * 4, 'decodeAttention partials');
   const { scale, softcap } = scoreParams(shape);
   const attention = { num_heads: numHeads, num_kv_heads: numKvHeads, head_dim: headDim, scale, window: slidingWindow ?? 0, softcap };
-  const features: DecodeAttentionFeatures = { softcap: shape.softcap !== undefined };
+  const features: DecodeAttentionFeatures = { softcap: shape.softcap !== undefined, rope: rotaryDims !== headDim || magnitude !== 1 };
   const source = position ? 'buffer' : 'uniform';
   const threads = kernels.tuning.decodeAttentionThreads;
   const heads = kernels.tuning.attentionHeads(numHeads / numKvHeads, headDim);
@@ -389,7 +396,15 @@ export function planDecodeAttention(
   const dispatches: PlannedDispatch[] = [
     {
       pipeline: kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads, heads, ...features }),
-      params: DECODE_ATTENTION_PARAMS.pack({ start_pos: startPos, ...attention, chunk_keys: chunkKeys, num_chunks: chunks, pairing: ropePairingCode(pairing) }),
+      params: DECODE_ATTENTION_PARAMS.pack({
+        start_pos: startPos,
+        ...attention,
+        chunk_keys: chunkKeys,
+        num_chunks: chunks,
+        pairing: ropePairingCode(pairing),
+        rotary_dims: rotaryDims,
+        magnitude,
+      }),
       buffers: withPosition(bound, position),
       workgroups: Math.ceil(((numHeads / heads) * chunks) / threads),
     },

@@ -161,6 +161,8 @@ export function decodeLayerFits(d: DecodeLayerDims, matrices: readonly GpuMatrix
  */
 export function decodeLayerUnsupported(shape: AttentionShape, headDim: number): string | undefined {
   if (shape.softcap !== undefined) return 'attention soft-capping';
+  if ((shape.rotaryDims ?? headDim) !== headDim) return 'partial rotary embeddings';
+  if ((shape.magnitude ?? 1) !== 1) return 'a RoPE magnitude';
   return undefined;
 }
 
