@@ -46,10 +46,22 @@ export function rmsNormWidthWgsl(aligned: boolean): string {
     : `alias V = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: V) -> f32 { return v; }\n`;
 }
 
-export type RmsNormVariant = { entry: 'per_row' | 'per_workgroup'; aligned: boolean };
-export const rmsNormKey = (v: RmsNormVariant) => `rmsnorm/${v.entry}/${v.aligned ? 'vec4' : 'scalar'}`;
+/**
+ * rmsnorm.wgsl's x and out: `load_x` of x at binding 2 and `store_out` to out at binding 1, or
+ * (inPlace) both on the one read_write buffer at binding 1.
+ */
+export function rmsNormIoWgsl(inPlace: boolean): string {
+  return inPlace
+    ? '@group(0) @binding(1) var<storage, read_write> xo: array<V>;\n' +
+        'fn load_x(i: u32) -> V { return xo[i]; }\nfn store_out(i: u32, v: V) { xo[i] = v; }\n'
+    : '@group(0) @binding(1) var<storage, read_write> out: array<V>;\n@group(0) @binding(2) var<storage, read> x: array<V>;\n' +
+        'fn load_x(i: u32) -> V { return x[i]; }\nfn store_out(i: u32, v: V) { out[i] = v; }\n';
+}
+
+export type RmsNormVariant = { entry: 'per_row' | 'per_workgroup'; aligned: boolean; inPlace?: boolean };
+export const rmsNormKey = (v: RmsNormVariant) => `rmsnorm/${v.entry}/${v.aligned ? 'vec4' : 'scalar'}${v.inPlace ? '/in_place' : ''}`;
 export const rmsNormSpec = (v: RmsNormVariant): ShaderSpec => ({
-  code: `${rmsNormWidthWgsl(v.aligned)}\n${rmsnormWgsl}`,
+  code: `${rmsNormWidthWgsl(v.aligned)}${rmsNormIoWgsl(!!v.inPlace)}\n${rmsnormWgsl}`,
   entryPoint: v.entry,
 });
 

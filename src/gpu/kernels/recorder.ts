@@ -89,20 +89,25 @@ export abstract class KernelRecorder {
     }
   }
 
-  /** out[t, i] = x[t, i] / sqrt(mean(x[t, :]^2) + eps) * gamma[i]. out must not be x. */
+  /**
+   * out[t, i] = x[t, i] / sqrt(mean(x[t, :]^2) + eps) * gamma[i] for T rows of dim. out may be x
+   * (in place: the per-head q/k norm is rows = T * heads, dim = headDim); not gamma.
+   */
   rmsNorm(out: GPUBuffer, x: GPUBuffer, gamma: GPUBuffer, T: number, dim: number, eps: number): void {
     assertCount(T, 'rmsNorm T', 0);
     assertCount(dim, 'rmsNorm dim');
     if (T === 0) return;
-    assertDistinct(out, [x, gamma], 'rmsNorm');
+    assertDistinct(out, [gamma], 'rmsNorm');
+    assertDistinct(x, [gamma], 'rmsNorm');
     assertFits(out, T * dim * 4, 'rmsNorm out');
     assertFits(x, T * dim * 4, 'rmsNorm x');
     assertFits(gamma, dim * 4, 'rmsNorm gamma');
     // A multiple of 4 floats per row: every row starts 16-byte aligned, so the rows are read as vec4s.
     const entry = this.kernels.tuning.rmsNormPlan(dim);
-    const pipeline = this.kernels.rmsNormPipeline({ entry, aligned: dim % 4 === 0 });
+    const inPlace = out === x;
+    const pipeline = this.kernels.rmsNormPipeline({ entry, aligned: dim % 4 === 0, inPlace });
     const workgroups = entry === 'per_row' ? Math.ceil(T / RMSNORM_ROWS_PER_WORKGROUP) : T;
-    this.dispatch(pipeline, RMSNORM_PARAMS.pack({ T, dim, eps }), { 1: out, 2: x, 3: gamma }, workgroups);
+    this.dispatch(pipeline, RMSNORM_PARAMS.pack({ T, dim, eps }), inPlace ? { 1: x, 3: gamma } : { 1: out, 2: x, 3: gamma }, workgroups);
   }
 
   /**

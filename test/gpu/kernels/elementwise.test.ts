@@ -36,6 +36,33 @@ describe('rmsNorm', () => {
     }
   }
 
+  // In place (out === x), as the per-head q/k norm runs it: rows = T * heads, dim = headDim.
+  const inPlaceCases = [[3 * 8, 64], [5 * 4, 128], [2 * 2, 256], [70, 61], [1, 8]];
+  for (const entry of ['per_row', 'per_workgroup'] as const) {
+    for (const [rows, dim] of inPlaceCases) {
+      it(`${entry}, in place: rows=${rows}, dim=${dim}`, async () => {
+        const x = randomF32(rows * dim, 300 + dim + rows, 3);
+        const gamma = randomF32(dim, 400 + dim, 2);
+        const eps = 1e-6;
+        const xBuf = input(x);
+        await expectNoGpuErrors(async () => {
+          const batch = (await tuned({ rmsNormPlan: () => entry })).begin();
+          batch.rmsNorm(xBuf, xBuf, input(gamma), rows, dim, eps);
+          batch.submit();
+        });
+        const want = rmsNormRef(x, gamma, rows, dim, eps);
+        expectClose(await read(xBuf, rows * dim), want);
+        expect(maxAbsDiff(want, x)).toBeGreaterThan(0.1); // the buffer was rewritten
+      });
+    }
+  }
+
+  it('refuses gamma as the output or the input', () => {
+    const [x, gamma] = [output(64), output(8)];
+    expect(() => kernels.begin().rmsNorm(gamma, x, gamma, 8, 8, 1e-5)).toThrow(/also an input/);
+    expect(() => kernels.begin().rmsNorm(gamma, gamma, gamma, 1, 8, 1e-5)).toThrow(/also an input/);
+  });
+
   it('respects eps (tiny inputs)', async () => {
     const T = 2;
     const dim = 61;
