@@ -9,6 +9,7 @@ import swigluWgsl from '../../../shaders/swiglu.wgsl?raw';
 import residualWgsl from '../../../shaders/residual.wgsl?raw';
 import kvCacheWgsl from '../../../shaders/kv_cache.wgsl?raw';
 import sinCosWgsl from '../../../shaders/sin_cos.wgsl?raw';
+import geluTanhWgsl from '../../../shaders/gelu_tanh.wgsl?raw';
 import f16BitsWgsl from '../../../shaders/f16_bits.wgsl?raw';
 
 /** Element type of a KV cache: 'f16' packs two halves a u32 word (no shader-f16 needed). */
@@ -17,9 +18,26 @@ export type KvDType = 'f16' | 'f32';
 // Workgroup shapes; each must match its shader's constants.
 export const ELEMENTWISE_WORKGROUP = 256; // embedding, rope, swiglu, residual: one invocation per element
 
+/**
+ * The activation of a gated feed-forward's gate: out = act(gate) * up. 'silu' (SwiGLU: Llama,
+ * Qwen, Phi-3) or 'gelu_tanh' (GeGLU with torch's tanh-approximated GELU, HF gelu_pytorch_tanh: Gemma).
+ */
+export type GatedActivation = 'silu' | 'gelu_tanh';
+
+/** `const GELU_TANH: bool` (whether a gating kernel takes gelu_tanh rather than silu) and gelu_tanh.wgsl. */
+export function gatedActivationWgsl(activation: GatedActivation): string {
+  return `const GELU_TANH: bool = ${activation === 'gelu_tanh'};\n${geluTanhWgsl}\n`;
+}
+
+/** Throws unless `activation` is a GatedActivation. */
+export function checkGatedActivation(activation: GatedActivation, what: string): void {
+  if (activation !== 'silu' && activation !== 'gelu_tanh') throw new Error(`${what}: unknown gated activation ${String(activation)}`);
+}
+
 // Kernels whose source does not depend on the weights.
 export const FIXED_KERNELS = {
-  swiglu: { code: swigluWgsl, entryPoint: 'main' },
+  swiglu: { code: `${geluTanhWgsl}\n${swigluWgsl}`, entryPoint: 'main' },
+  swiglu_gelu_tanh: { code: `${geluTanhWgsl}\n${swigluWgsl}`, entryPoint: 'gelu_tanh_main' },
   add: { code: residualWgsl, entryPoint: 'add' },
   add_in_place: { code: residualWgsl, entryPoint: 'add_in_place' },
 } satisfies Record<string, ShaderSpec>;

@@ -22,7 +22,9 @@ import {
   ROPE_PARAMS,
   ropePairingCode,
   ropeParams,
+  checkGatedActivation,
   SWIGLU_PARAMS,
+  type GatedActivation,
   type KvDType,
   type RopeShape,
 } from './elementwise.ts';
@@ -152,12 +154,22 @@ export abstract class KernelRecorder {
   }
 
   /**
-   * The feed-forward's input for T tokens: out[T, rows] = silu(x·W_gateᵀ) * (x·W_upᵀ), in one
-   * pass (matmul.wgsl SWIGLU) when T > 1 and neither matrix is split; otherwise the two
-   * projections go to `scratch` and swiglu() combines them (T = 1: fusedSwiglu). out must not be x.
+   * The feed-forward's input for T tokens: out[T, rows] = act(x·W_gateᵀ) * (x·W_upᵀ), act silu
+   * (SwiGLU) or `activation` (GatedActivation), in one pass (matmul.wgsl SWIGLU) when T > 1 and
+   * neither matrix is split; otherwise the two projections go to `scratch` and swiglu() combines
+   * them (T = 1: fusedSwiglu). out must not be x.
    */
-  matmulSwiglu(out: GPUBuffer, x: GPUBuffer, wGate: GpuMatrix, wUp: GpuMatrix, T: number, scratch: { gate: GPUBuffer; up: GPUBuffer }): void {
+  matmulSwiglu(
+    out: GPUBuffer,
+    x: GPUBuffer,
+    wGate: GpuMatrix,
+    wUp: GpuMatrix,
+    T: number,
+    scratch: { gate: GPUBuffer; up: GPUBuffer },
+    activation: GatedActivation = 'silu',
+  ): void {
     assertCount(T, 'matmulSwiglu T', 0);
+    checkGatedActivation(activation, 'matmulSwiglu');
     if (T === 0) return;
     if (wGate.rows !== wUp.rows || wGate.cols !== wUp.cols) {
       throw new Error(`matmulSwiglu: W_gate [${wGate.rows}, ${wGate.cols}] and W_up [${wUp.rows}, ${wUp.cols}] differ`);
@@ -165,12 +177,12 @@ export abstract class KernelRecorder {
     const oneToken = T === 1 && !this.prefill;
     if (oneToken || wGate.parts || wUp.parts || wGate.dtype !== wUp.dtype) {
       if (oneToken) {
-        this.fusedSwiglu(out, x, wGate, wUp, { scratch });
+        this.fusedSwiglu(out, x, wGate, wUp, { scratch, activation });
         return;
       }
       this.matmul(scratch.gate, x, wGate, T);
       this.matmul(scratch.up, x, wUp, T);
-      this.swiglu(out, scratch.gate, scratch.up, T * wGate.rows);
+      this.swiglu(out, scratch.gate, scratch.up, T * wGate.rows, activation);
       return;
     }
     checkSecondPassWeights('matmulSwiglu', [wGate, 'W_gate'], [wUp, 'W_up']);
@@ -179,7 +191,7 @@ export abstract class KernelRecorder {
     assertFits(x, T * wGate.cols * 4, 'matmulSwiglu x');
     const aligned = wGate.cols % 4 === 0;
     const shape = this.kernels.matmulShape(this.shapeTokens(T), aligned, wGate.dtype);
-    const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned, matmul: shape, swiglu: true });
+    const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned, matmul: shape, swiglu: true, activation });
     this.dispatch(
       pipeline,
       MATMUL_PARAMS.pack({ T, rows: wGate.rows, cols: wGate.cols, row_offset: 0, y_stride: wGate.rows }),
@@ -367,17 +379,20 @@ export abstract class KernelRecorder {
   }
 
   /**
-   * Decode (one token) feed-forward input: out = silu(x'·W_gateᵀ) * (x'·W_upᵀ), x' = x or
-   * rmsnorm(x)·γ with `norm`, in one dispatch (fused_matvec.wgsl MODE_SWIGLU). A split W_gate or
-   * W_up (GpuMatrix.parts) takes the two projections into `scratch` and swiglu() instead.
+   * Decode (one token) feed-forward input: out = act(x'·W_gateᵀ) * (x'·W_upᵀ), x' = x or
+   * rmsnorm(x)·γ with `norm`, act silu or options.activation, in one dispatch (fused_matvec.wgsl
+   * MODE_SWIGLU). A split W_gate or W_up (GpuMatrix.parts) takes the two projections into
+   * `scratch` and swiglu() instead.
    */
   fusedSwiglu(
     out: GPUBuffer,
     x: GPUBuffer,
     wGate: GpuMatrix,
     wUp: GpuMatrix,
-    options: { norm?: { gamma: GPUBuffer; eps: number }; scratch?: { gate: GPUBuffer; up: GPUBuffer } } = {},
+    options: { norm?: { gamma: GPUBuffer; eps: number }; scratch?: { gate: GPUBuffer; up: GPUBuffer }; activation?: GatedActivation } = {},
   ): void {
+    const activation = options.activation ?? 'silu';
+    checkGatedActivation(activation, 'fusedSwiglu');
     if (wGate.rows !== wUp.rows || wGate.cols !== wUp.cols) {
       throw new Error(`fusedSwiglu: W_gate [${wGate.rows}, ${wGate.cols}] and W_up [${wUp.rows}, ${wUp.cols}] differ`);
     }
@@ -386,7 +401,7 @@ export abstract class KernelRecorder {
       if (!scratch) throw new Error('fusedSwiglu: a split W_gate or W_up needs scratch buffers');
       this.fusedMatvec(scratch.gate, x, [{ W: wGate }], { norm: options.norm });
       this.fusedMatvec(scratch.up, x, [{ W: wUp }], { norm: options.norm });
-      this.swiglu(out, scratch.gate, scratch.up, wGate.rows);
+      this.swiglu(out, scratch.gate, scratch.up, wGate.rows, activation);
       return;
     }
     for (const [W, what] of [[wGate, 'W_gate'], [wUp, 'W_up']] as const) {
@@ -396,7 +411,7 @@ export abstract class KernelRecorder {
     }
     assertFits(out, wGate.rows * 4, 'fusedSwiglu out');
     const segment = (W: GpuMatrix): FusedSegment => ({ buffer: W.buffer, dtype: W.dtype, rows: W.rows, outRow: 0, biasRow: 0 });
-    this.recordFused('swiglu', out, x, wGate.cols, [segment(wGate), segment(wUp)], options.norm);
+    this.recordFused('swiglu', out, x, wGate.cols, [segment(wGate), segment(wUp)], options.norm, activation);
   }
 
   private recordFused(
@@ -406,8 +421,9 @@ export abstract class KernelRecorder {
     cols: number,
     segments: FusedSegment[],
     norm: { gamma: GPUBuffer; eps: number } | undefined,
+    activation: GatedActivation = 'silu',
   ): void {
-    for (const d of planFusedMatvec(this.kernels, mode, y, x, cols, segments, norm)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
+    for (const d of planFusedMatvec(this.kernels, mode, y, x, cols, segments, norm, activation)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
   /**
@@ -454,13 +470,15 @@ export abstract class KernelRecorder {
     this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
-  /** out[i] = silu(gate[i]) * up[i] for i < n. out must not be gate or up. */
-  swiglu(out: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number): void {
+  /** out[i] = act(gate[i]) * up[i] for i < n, act silu or `activation`. out must not be gate or up. */
+  swiglu(out: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number, activation: GatedActivation = 'silu'): void {
     assertCount(n, 'swiglu n', 0);
+    checkGatedActivation(activation, 'swiglu');
     if (n === 0) return;
     assertDistinct(out, [gate, up], 'swiglu');
     for (const [b, what] of [[out, 'out'], [gate, 'gate'], [up, 'up']] as const) assertFits(b, n * 4, `swiglu ${what}`);
-    this.dispatch(this.kernels.fixedPipeline('swiglu'), SWIGLU_PARAMS.pack({ n }), { 1: out, 2: gate, 3: up }, Math.ceil(n / ELEMENTWISE_WORKGROUP));
+    const pipeline = this.kernels.fixedPipeline(activation === 'gelu_tanh' ? 'swiglu_gelu_tanh' : 'swiglu');
+    this.dispatch(pipeline, SWIGLU_PARAMS.pack({ n }), { 1: out, 2: gate, 3: up }, Math.ceil(n / ELEMENTWISE_WORKGROUP));
   }
 
   /** out[i] = a[i] + b[i] for i < n. out may be a or b (in-place residual add), not both. */

@@ -5,7 +5,7 @@
 import { randomF32 } from '../../helpers/prng.ts';
 import { describe, expect, it } from 'vitest';
 import { rmsNormPlan, RMSNORM_ROW_MAX_DIM } from '../../../src/gpu/kernels/index.ts';
-import { addRef, rmsNormRef, ropeInvFreq, ropeRef, swigluRef } from '../../reference/cpu-ops.ts';
+import { addRef, gatedRef, geluTanhRef, rmsNormRef, ropeInvFreq, ropeRef, swigluRef } from '../../reference/cpu-ops.ts';
 import { expectClose, maxAbs, maxAbsDiff } from '../../helpers/compare.ts';
 import { expectNoGpuErrors, input, kernels, output, read, tuned, useKernelGpu } from '../../helpers/kernel-runs.ts';
 
@@ -177,6 +177,38 @@ describe('swiglu', () => {
       expectClose(await read(out, n), swigluRef(gate, up));
     });
   }
+
+  // GeGLU (Gemma): gelu_tanh(gate) * up, gates far out both ways included (exp overflows: no NaN).
+  for (const n of [1, 61, 1000]) {
+    it(`gelu_tanh, n=${n}`, async () => {
+      const gate = randomF32(n, 1700 + n, 6);
+      const extremes = [-200, 200, -12, 12, -3, 1e-4, -1e-4, 0];
+      gate.set(extremes.slice(0, n));
+      const up = randomF32(n, 1800 + n, 2);
+      const out = output(n);
+      const batch = kernels.begin();
+      batch.swiglu(out, input(gate), input(up), n, 'gelu_tanh');
+      batch.submit();
+      const got = await read(out, n);
+      const want = gatedRef(gate, up, 'gelu_tanh');
+      expectClose(got, want, 1e-5);
+      if (n > extremes.length) {
+        // On the ordinary gates, GeGLU and SwiGLU differ by far more than the tolerance.
+        const [ordinary, silu] = [want.slice(extremes.length), swigluRef(gate, up).slice(extremes.length)];
+        expect(maxAbsDiff(ordinary, silu)).toBeGreaterThan(1e-2 * maxAbs(ordinary));
+      }
+    });
+  }
+
+  it("the reference is GELU's tanh approximation, not the exact (erf) GELU", () => {
+    expect(geluTanhRef(1)).toBeCloseTo(0.841192, 6); // exact GELU(1) = Φ(1) = 0.841345
+    expect(geluTanhRef(-1)).toBeCloseTo(-0.158808, 6);
+  });
+
+  it('refuses an unknown activation', () => {
+    const b = output(8);
+    expect(() => kernels.begin().swiglu(output(8), b, output(8), 8, 'gelu' as never)).toThrow(/activation/);
+  });
 });
 
 describe('add', () => {
