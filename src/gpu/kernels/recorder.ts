@@ -69,11 +69,13 @@ export abstract class KernelRecorder {
   }
 
   /**
-   * out[t, :] = E[tokens[t], :] (f32 [T, table.cols]). Token ids past the table give zero rows.
-   * A split table (GpuMatrix.parts) takes one dispatch per part, each writing the tokens in its rows.
+   * out[t, :] = E[tokens[t], :] · scale (f32 [T, table.cols]; Gemma scales by sqrt(d_model)).
+   * Token ids past the table give zero rows. A split table (GpuMatrix.parts) takes one dispatch
+   * per part, each writing the tokens in its rows.
    */
-  embedding(out: GPUBuffer, table: GpuMatrix, tokens: GPUBuffer, T: number): void {
+  embedding(out: GPUBuffer, table: GpuMatrix, tokens: GPUBuffer, T: number, scale = 1): void {
     assertCount(T, 'embedding T', 0);
+    if (!Number.isFinite(scale)) throw new Error(`embedding scale must be a finite number, got ${scale}`);
     if (T === 0) return;
     assertFits(out, T * table.cols * 4, 'embedding out');
     assertFits(tokens, T * 4, 'embedding tokens');
@@ -84,7 +86,7 @@ export abstract class KernelRecorder {
     for (const part of parts) {
       this.dispatch(
         pipeline,
-        EMBEDDING_PARAMS.pack({ T, cols: table.cols, vocab: table.rows, first_row: part.firstRow, part_rows: part.rows }),
+        EMBEDDING_PARAMS.pack({ T, cols: table.cols, vocab: table.rows, first_row: part.firstRow, part_rows: part.rows, scale }),
         { 1: out, 2: tokens, [WEIGHT_BINDING]: part.buffer },
         Math.ceil(n / ELEMENTWISE_WORKGROUP),
       );

@@ -157,7 +157,7 @@ export function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: We
 }
 
 /** embedding.wgsl's Params. */
-export const EMBEDDING_PARAMS = paramStruct({ T: 'u32', cols: 'u32', vocab: 'u32', first_row: 'u32', part_rows: 'u32' });
+export const EMBEDDING_PARAMS = paramStruct({ T: 'u32', cols: 'u32', vocab: 'u32', first_row: 'u32', part_rows: 'u32', scale: 'f32' });
 /** matmul_output.wgsl's Params (matmul.wgsl and matmul_tiled.wgsl). */
 export const MATMUL_PARAMS = paramStruct({ T: 'u32', rows: 'u32', cols: 'u32', row_offset: 'u32', y_stride: 'u32' });
 /** matvec.wgsl's Params. */

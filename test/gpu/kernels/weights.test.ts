@@ -44,6 +44,30 @@ describe('embedding', () => {
     }
   }
 
+  // Scaled rows (Gemma: sqrt(d_model)); an id outside the table still gives a zero row.
+  for (const dtype of ['f32', 'bf16'] as const) {
+    it(`${dtype}, scale sqrt(2304) = 48 and 50.596`, async () => {
+      const { W, held } = weightMatrix(randomF32(vocab * cols, 13), vocab, cols, dtype);
+      const ids = [5, vocab + 3, 0, 36];
+      const tokens = track(createU32Buffer(device, Uint32Array.from(ids), 'tokens'));
+      for (const scale of [48, Math.sqrt(2560)]) {
+        const out = output(ids.length * cols);
+        const batch = kernels.begin();
+        batch.embedding(out, W, tokens, ids.length, scale);
+        batch.submit();
+        const want = embeddingRef(held, cols, ids.map((id) => (id < vocab ? id : 0))).map((v) => v * Math.fround(scale));
+        want.fill(0, cols, 2 * cols);
+        expect(Array.from(await read(out, ids.length * cols))).toEqual(Array.from(want)); // one f32 product: exact
+      }
+    });
+  }
+
+  it('refuses a scale that is not finite', () => {
+    const { W } = weightMatrix(randomF32(vocab * cols, 14), vocab, cols, 'f32');
+    const tokens = track(createU32Buffer(device, Uint32Array.of(1), 'tokens'));
+    expect(() => kernels.begin().embedding(output(cols), W, tokens, 1, NaN)).toThrow(/scale/);
+  });
+
   it('gives a zero row for a token id outside the table', async () => {
     const { W, held } = weightMatrix(randomF32(vocab * cols, 5), vocab, cols, 'f32');
     const tokens = track(createU32Buffer(device, Uint32Array.of(2, vocab, 0), 'tokens'));
