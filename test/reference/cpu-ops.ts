@@ -165,6 +165,11 @@ export function gatedRef(gate: Float32Array, up: Float32Array, activation: 'silu
   return gate.map((g, i) => geluTanhRef(g) * up[i]);
 }
 
+/** cap · tanh(x / cap) elementwise (Gemma 2's soft-capping). */
+export function softcapRef(x: Float32Array, cap: number): Float32Array {
+  return x.map((v) => cap * Math.tanh(v / cap));
+}
+
 /** a + b elementwise. */
 export function addRef(a: Float32Array, b: Float32Array): Float32Array {
   const out = new Float32Array(a.length);

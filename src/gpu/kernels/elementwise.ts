@@ -1,11 +1,12 @@
 // The kernels of one thread per element or row: rmsnorm.wgsl, rope.wgsl, swiglu.wgsl,
-// residual.wgsl and kv_cache.wgsl (the K/V append).
+// residual.wgsl, softcap.wgsl and kv_cache.wgsl (the K/V append).
 import type { ShaderSpec } from '../pipelines.ts';
 import { paramStruct } from '../uniforms.ts';
 import { positionWgsl, type PositionSource } from './wgsl.ts';
 import rmsnormWgsl from '../../../shaders/rmsnorm.wgsl?raw';
 import ropeWgsl from '../../../shaders/rope.wgsl?raw';
 import swigluWgsl from '../../../shaders/swiglu.wgsl?raw';
+import softcapWgsl from '../../../shaders/softcap.wgsl?raw';
 import residualWgsl from '../../../shaders/residual.wgsl?raw';
 import kvCacheWgsl from '../../../shaders/kv_cache.wgsl?raw';
 import sinCosWgsl from '../../../shaders/sin_cos.wgsl?raw';
@@ -16,7 +17,7 @@ import f16BitsWgsl from '../../../shaders/f16_bits.wgsl?raw';
 export type KvDType = 'f16' | 'f32';
 
 // Workgroup shapes; each must match its shader's constants.
-export const ELEMENTWISE_WORKGROUP = 256; // embedding, rope, swiglu, residual: one invocation per element
+export const ELEMENTWISE_WORKGROUP = 256; // embedding, rope, swiglu, residual, softcap: one invocation per element
 
 /**
  * The activation of a gated feed-forward's gate: out = act(gate) * up. 'silu' (SwiGLU: Llama,
@@ -40,6 +41,7 @@ export const FIXED_KERNELS = {
   swiglu_gelu_tanh: { code: `${geluTanhWgsl}\n${swigluWgsl}`, entryPoint: 'gelu_tanh_main' },
   add: { code: residualWgsl, entryPoint: 'add' },
   add_in_place: { code: residualWgsl, entryPoint: 'add_in_place' },
+  softcap: { code: softcapWgsl, entryPoint: 'main' },
 } satisfies Record<string, ShaderSpec>;
 export type FixedKernel = keyof typeof FIXED_KERNELS;
 
@@ -135,6 +137,8 @@ export const ROPE_PARAMS = paramStruct({
 });
 /** swiglu.wgsl's Params. */
 export const SWIGLU_PARAMS = paramStruct({ n: 'u32' });
+/** softcap.wgsl's Params. */
+export const SOFTCAP_PARAMS = paramStruct({ n: 'u32', cap: 'f32' });
 /** residual.wgsl's Params. */
 export const RESIDUAL_PARAMS = paramStruct({ n: 'u32' });
 /** kv_cache.wgsl's Params. */

@@ -23,6 +23,7 @@ import {
   ropePairingCode,
   ropeParams,
   checkGatedActivation,
+  SOFTCAP_PARAMS,
   SWIGLU_PARAMS,
   type GatedActivation,
   type KvDType,
@@ -481,6 +482,15 @@ export abstract class KernelRecorder {
     for (const [b, what] of [[out, 'out'], [gate, 'gate'], [up, 'up']] as const) assertFits(b, n * 4, `swiglu ${what}`);
     const pipeline = this.kernels.fixedPipeline(activation === 'gelu_tanh' ? 'swiglu_gelu_tanh' : 'swiglu');
     this.dispatch(pipeline, SWIGLU_PARAMS.pack({ n }), { 1: out, 2: gate, 3: up }, Math.ceil(n / ELEMENTWISE_WORKGROUP));
+  }
+
+  /** In place, x[i] = cap · tanh(x[i] / cap) for i < n (Gemma 2's final logit soft-capping). */
+  softcap(x: GPUBuffer, n: number, cap: number): void {
+    assertCount(n, 'softcap n', 0);
+    if (!(Number.isFinite(cap) && cap > 0)) throw new Error(`softcap cap must be a positive number, got ${cap}`);
+    if (n === 0) return;
+    assertFits(x, n * 4, 'softcap x');
+    this.dispatch(this.kernels.fixedPipeline('softcap'), SOFTCAP_PARAMS.pack({ n, cap }), { 1: x }, Math.ceil(n / ELEMENTWISE_WORKGROUP));
   }
 
   /** out[i] = a[i] + b[i] for i < n. out may be a or b (in-place residual add), not both. */

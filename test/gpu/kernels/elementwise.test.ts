@@ -5,7 +5,7 @@
 import { randomF32 } from '../../helpers/prng.ts';
 import { describe, expect, it } from 'vitest';
 import { rmsNormPlan, RMSNORM_ROW_MAX_DIM } from '../../../src/gpu/kernels/index.ts';
-import { addRef, gatedRef, geluTanhRef, rmsNormRef, ropeInvFreq, ropeRef, swigluRef } from '../../reference/cpu-ops.ts';
+import { addRef, gatedRef, geluTanhRef, rmsNormRef, ropeInvFreq, ropeRef, softcapRef, swigluRef } from '../../reference/cpu-ops.ts';
 import { expectClose, maxAbs, maxAbsDiff } from '../../helpers/compare.ts';
 import { expectNoGpuErrors, input, kernels, output, read, tuned, useKernelGpu } from '../../helpers/kernel-runs.ts';
 
@@ -208,6 +208,28 @@ describe('swiglu', () => {
   it('refuses an unknown activation', () => {
     const b = output(8);
     expect(() => kernels.begin().swiglu(output(8), b, output(8), 8, 'gelu' as never)).toThrow(/activation/);
+  });
+});
+
+describe('softcap', () => {
+  // Logits-like values, some far past the cap (and ±huge: tanh must not give NaN).
+  for (const [n, cap] of [[1, 30], [1000, 30], [300, 0.5]] as const) {
+    it(`n=${n}, cap ${cap}`, async () => {
+      const x = randomF32(n, 1900 + n, 3 * cap);
+      x.set([1e30, -1e30, 0, cap, -cap / 10].slice(0, n));
+      const xBuf = input(x);
+      const batch = kernels.begin();
+      batch.softcap(xBuf, n, cap);
+      batch.submit();
+      const want = softcapRef(x, cap);
+      expectClose(await read(xBuf, n), want, 1e-5);
+      if (n > 1) expect(maxAbsDiff(want, x)).toBeGreaterThan(1e-2 * maxAbs(want));
+    });
+  }
+
+  it('refuses a cap that is not a positive number', () => {
+    const b = output(8);
+    for (const cap of [0, -1, NaN]) expect(() => kernels.begin().softcap(b, 8, cap)).toThrow(/cap/);
   });
 });
 
