@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../../../src/gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../../../src/gpu/tensor.ts';
-import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../../../src/gpu/kernels/index.ts';
+import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type GatedActivation, type KvDType, type MatvecPlan } from '../../../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../../../src/gpu/buffers.ts';
 import { isQuantized, QUANT_FORMATS } from '../../../src/gpu/weight-formats.ts';
 import { weightRowBytes } from '../../../src/gpu/weight-layout.ts';
@@ -24,6 +24,7 @@ import {
   ropeRef,
   roundF16,
   swigluRef,
+  gatedRef,
 } from '../../reference/cpu-ops.ts';
 import { dequantize } from '../../reference/quant.ts';
 import { quantizeValues as quantize } from '../../../src/model/quantize.ts';
@@ -225,17 +226,22 @@ describe('fusedMatvec accumulate: the residual add folded into the output projec
 });
 
 describe('fusedSwiglu: gate/up projections, RMSNorm and SwiGLU in one pass', () => {
-  const cases: { gate: WeightDType; up: WeightDType; cols: number; partRows?: number }[] = [
+  const cases: { gate: WeightDType; up: WeightDType; cols: number; partRows?: number; activation?: GatedActivation }[] = [
     { gate: 'f32', up: 'f32', cols: 45 },
     { gate: 'f16', up: 'bf16', cols: 64 },
     { gate: 'q4_k', up: 'q6_k', cols: 512 },
     { gate: 'q8_0', up: 'q5_1', cols: 96 },
     { gate: 'q4_0', up: 'q8_0', cols: 320 }, // both walked by runs (on the CPU device), 10 blocks
     { gate: 'f16', up: 'f16', cols: 48, partRows: 8 }, // split: two fused projections + swiglu
+    // GeGLU (gelu_tanh, Gemma): fused, and split.
+    { gate: 'f16', up: 'bf16', cols: 64, activation: 'gelu_tanh' },
+    { gate: 'q8_0', up: 'q4_0', cols: 96, activation: 'gelu_tanh' },
+    { gate: 'f32', up: 'f32', cols: 45, partRows: 8, activation: 'gelu_tanh' },
   ];
   for (const c of cases) {
+    const activation = c.activation ?? 'silu';
     for (const { name: planName, plan, shape, runs } of plans()) {
-      it(`${c.gate} / ${c.up}, ${c.cols} cols${c.partRows ? ', split' : ''}, ${planName}`, async () => {
+      it(`${c.gate} / ${c.up}, ${c.cols} cols${c.partRows ? ', split' : ''}${c.activation ? `, ${c.activation}` : ''}, ${planName}`, async () => {
         const rows = 29;
         const gate = matrix(c.gate, rows, c.cols, 80, c.partRows);
         const up = matrix(c.up, rows, c.cols, 81, c.partRows);
@@ -247,12 +253,15 @@ describe('fusedSwiglu: gate/up projections, RMSNorm and SwiGLU in one pass', () 
           batch.fusedSwiglu(out, input(xs), gate.W, up.W, {
             norm: { gamma: input(gamma), eps: 1e-5 },
             scratch: { gate: output(rows), up: output(rows) },
+            activation: c.activation,
           });
           batch.submit();
         }, shape, runs);
         const xb = rmsNormRef(xs, gamma, 1, c.cols, 1e-5);
-        const want = swigluRef(matmulRef(xb, gate.held, 1, rows, c.cols), matmulRef(xb, up.held, 1, rows, c.cols));
+        const [g, u] = [matmulRef(xb, gate.held, 1, rows, c.cols), matmulRef(xb, up.held, 1, rows, c.cols)];
+        const want = gatedRef(g, u, activation);
         expectClose(await read(out, rows), want, 1e-5);
+        if (activation !== 'silu') expect(maxAbsDiff(want, swigluRef(g, u))).toBeGreaterThan(1e-2 * maxAbs(want));
       });
     }
   }
