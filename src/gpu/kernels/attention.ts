@@ -403,8 +403,14 @@ export function planDecodeAttention(
   assertFits(kCache, (startPos + 1) * rowBytes, 'decodeAttention kCache');
   assertFits(vCache, (startPos + 1) * rowBytes, 'decodeAttention vCache');
   const rows = Math.floor(Math.min(kCache.size, vCache.size) / rowBytes);
-  const chunkKeys = split ? split.chunkKeys : rows;
-  assertCount(chunkKeys, 'decodeAttention chunkKeys');
+  if (split) assertCount(split.chunkKeys, 'decodeAttention chunkKeys');
+  // Storage buffers: out, qkv, the caches, invFreq, and the position, partials and gammas when
+  // bound. Where the split's partials would pass the device's limit (qkNorm with a position
+  // buffer: 9 of the 8 WebGPU promises), the keys go unsplit, one chunk, one dispatch.
+  const unsplit = 5 + (position ? 1 : 0) + (qkNorm ? 2 : 0);
+  const maxStorage = kernels.ctx.limits.maxStorageBuffersPerShaderStage;
+  if (unsplit > maxStorage) throw new Error(`decodeAttention binds ${unsplit} storage buffers, the device ${maxStorage}`);
+  const chunkKeys = split && unsplit < maxStorage ? split.chunkKeys : rows;
   const chunks = Math.ceil(rows / chunkKeys);
   if (chunks > 1 && !split) throw new Error('decodeAttention: several chunks need a partials buffer');
   if (split) assertFits(split.partials, numHeads * chunks * (headDim + 2) * 4, 'decodeAttention partials');
@@ -419,11 +425,6 @@ export function planDecodeAttention(
   if (qkNorm) {
     bound[DECODE_QK_NORM_BINDINGS.q] = qkNorm.q;
     bound[DECODE_QK_NORM_BINDINGS.k] = qkNorm.k;
-  }
-  const storage = Object.keys(bound).length + (position ? 1 : 0);
-  const maxStorage = kernels.ctx.limits.maxStorageBuffersPerShaderStage;
-  if (storage > maxStorage) {
-    throw new Error(`decodeAttention binds ${storage} storage buffers, the device ${maxStorage}: normalize q and k with rmsNorm beforehand`);
   }
   const dispatches: PlannedDispatch[] = [
     {

@@ -438,9 +438,9 @@ export abstract class KernelRecorder {
    * 1) the keys are split over the sequence and combined in a second dispatch (attention.wgsl
    * split_combine); partials holds heads * chunks * (headDim + 2) floats. The grids depend on the
    * cache size, not the position. With `qkNorm` (Qwen3, Gemma 3), each head of q and of k is
-   * RMS-normalized (x / sqrt(mean(x²) + eps) * γ, gammas q and k of [headDim]) before RoPE. The
-   * dispatch binds up to 9 storage buffers (split, a position buffer and qkNorm); a device that
-   * allows fewer refuses it.
+   * RMS-normalized (x / sqrt(mean(x²) + eps) * γ, gammas q and k of [headDim]) before RoPE. On a
+   * device that binds fewer than 9 storage buffers a dispatch, qkNorm with a position buffer goes
+   * unsplit (one dispatch over all the keys) whatever `split` says.
    */
   decodeAttention(
     buffers: { out: GPUBuffer; qkv: GPUBuffer; keys: GPUBuffer; values: GPUBuffer; invFreq: GPUBuffer },

@@ -404,7 +404,7 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
     });
   }
 
-  it('refuses a dispatch that binds more storage buffers than the device allows (split, position buffer and q/k norm: 9)', () => {
+  it('goes unsplit where the split would bind more storage buffers than the device allows (split, position buffer and q/k norm: 9)', () => {
     const stub = (max: number): AttentionKernels => ({
       ctx: { limits: { maxStorageBuffersPerShaderStage: max } },
       tuning: kernels.tuning,
@@ -417,9 +417,15 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
     const split = { chunkKeys: 2, partials: output(2 * 8 * 6) };
     const qkNorm = { q: b(), k: b(), eps: 1e-6 };
     const at = { startPos: 0, position: b() };
-    expect(() => planDecodeAttention(stub(8), buffers, at, shape, 'f32', split, qkNorm)).toThrow(/9 storage buffers/);
-    expect(planDecodeAttention(stub(9), buffers, at, shape, 'f32', split, qkNorm)).toHaveLength(2);
+    const bound = (d: { buffers: Record<number, GPUBuffer> }) => Object.keys(d.buffers).length;
+    const unsplit = planDecodeAttention(stub(8), buffers, at, shape, 'f32', split, qkNorm);
+    expect(unsplit).toHaveLength(1);
+    expect(bound(unsplit[0])).toBe(8);
+    const splitUp = planDecodeAttention(stub(9), buffers, at, shape, 'f32', split, qkNorm);
+    expect(splitUp).toHaveLength(2);
+    expect(bound(splitUp[0])).toBe(9);
     expect(planDecodeAttention(stub(8), buffers, { startPos: 0 }, shape, 'f32', split, qkNorm)).toHaveLength(2);
+    expect(() => planDecodeAttention(stub(7), buffers, at, shape, 'f32', split, qkNorm)).toThrow(/8 storage buffers/);
   });
 
   it('CPU devices give a thread the whole GQA group while its slices unroll; GPUs one head', () => {
