@@ -437,7 +437,10 @@ export abstract class KernelRecorder {
    * attention over the cache rows up to it. With `split` (chunks = ceil(cache rows / chunkKeys) >
    * 1) the keys are split over the sequence and combined in a second dispatch (attention.wgsl
    * split_combine); partials holds heads * chunks * (headDim + 2) floats. The grids depend on the
-   * cache size, not the position.
+   * cache size, not the position. With `qkNorm` (Qwen3, Gemma 3), each head of q and of k is
+   * RMS-normalized (x / sqrt(mean(x²) + eps) * γ, gammas q and k of [headDim]) before RoPE. On a
+   * device that binds fewer than 9 storage buffers a dispatch, qkNorm with a position buffer goes
+   * unsplit (one dispatch over all the keys) whatever `split` says.
    */
   decodeAttention(
     buffers: { out: GPUBuffer; qkv: GPUBuffer; keys: GPUBuffer; values: GPUBuffer; invFreq: GPUBuffer },
@@ -445,8 +448,9 @@ export abstract class KernelRecorder {
     shape: AttentionShape,
     kvDType: KvDType,
     split?: { chunkKeys: number; partials: GPUBuffer },
+    qkNorm?: { q: GPUBuffer; k: GPUBuffer; eps: number },
   ): void {
-    for (const d of planDecodeAttention(this.kernels, buffers, at, shape, kvDType, split)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
+    for (const d of planDecodeAttention(this.kernels, buffers, at, shape, kvDType, split, qkNorm)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
   /**

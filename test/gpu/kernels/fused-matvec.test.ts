@@ -9,6 +9,7 @@ import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../../../src/gpu/ten
 import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type GatedActivation, type KvDType, type MatvecPlan } from '../../../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../../../src/gpu/buffers.ts';
 import { isQuantized, QUANT_FORMATS } from '../../../src/gpu/weight-formats.ts';
+import { planDecodeAttention, type AttentionKernels } from '../../../src/gpu/kernels/attention.ts';
 import { weightRowBytes } from '../../../src/gpu/weight-layout.ts';
 import { testGpu } from '../../helpers/gpu.ts';
 import { randomF32 } from '../../helpers/prng.ts';
@@ -291,6 +292,13 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
     { numHeads: 4, numKvHeads: 2, headDim: 8, pairing: 'halves' as const, pos: 22, chunkKeys: 6, rope: { rotaryDims: 4 } },
     { numHeads: 2, numKvHeads: 1, headDim: 12, pairing: 'adjacent' as const, pos: 17, rope: { rotaryDims: 6, magnitude: 1.3 } },
     { numHeads: 2, numKvHeads: 2, headDim: 6, pairing: 'halves' as const, pos: 9, chunkKeys: 4, rope: { magnitude: 0.8 } },
+    // Per-head q/k RMSNorm before RoPE (Qwen3; Gemma 3 with a scale, a partial... everything at once).
+    { numHeads: 4, numKvHeads: 2, headDim: 8, pairing: 'halves' as const, pos: 21, chunkKeys: 5, qkNorm: true },
+    { numHeads: 2, numKvHeads: 1, headDim: 6, pairing: 'adjacent' as const, pos: 14, qkNorm: true },
+    {
+      numHeads: 4, numKvHeads: 1, headDim: 12, pairing: 'halves' as const, pos: 23, chunkKeys: 8, window: 12, qkNorm: true,
+      scores: { scale: 0.4, softcap: 2 }, rope: { rotaryDims: 8, magnitude: 1.1 },
+    },
   ];
   // Query heads per thread: the device's choice, and every other divisor of the GQA group.
   const headsChoices = (group: number) => [undefined, ...Array.from({ length: group }, (_, i) => i + 1).filter((d) => group % d === 0)];
@@ -301,11 +309,13 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
     const scores = 'scores' in c ? c.scores : undefined;
     const rope = 'rope' in c ? c.rope : undefined;
     const rotaryDims = rope?.rotaryDims ?? headDim;
+    const qkNorm = 'qkNorm' in c;
     const name =
       `${numHeads}/${numKvHeads} heads, headDim ${headDim}, ${pairing}, at ${pos}, ` +
       `${chunkKeys ? `chunks of ${chunkKeys}` : 'one pass'}${window ? `, window ${window}` : ''}, ${kvDType} cache, ` +
       (scores ? `scores ${JSON.stringify(scores)}, ` : '') +
       (rope ? `rope ${JSON.stringify(rope)}, ` : '') +
+      (qkNorm ? 'q/k norm, ' : '') +
       `position ${viaBuffer ? 'from a buffer' : 'uniform'}, ${heads ? `${heads} head${heads > 1 ? 's' : ''} a thread` : "the device's heads a thread"}`;
     it(name, async () => {
       const kernels = await Kernels.create(ctx, { tuning: { attentionHeads: heads === undefined ? undefined : () => heads } });
@@ -325,6 +335,7 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       const chunks = chunkKeys ? Math.ceil(rows / chunkKeys) : 1;
       const split = chunkKeys ? { chunkKeys, partials: output(numHeads * chunks * (headDim + 2)) } : undefined;
       const out = output(qDim);
+      const [qGamma, kGamma] = [randomF32(headDim, 113, 0.5).map((g) => g + 1), randomF32(headDim, 114, 0.5).map((g) => g + 1)];
       const position = viaBuffer ? track(createU32Buffer(device, Uint32Array.of(pos), 'position')) : undefined;
       const program = kernels.program();
       program.decodeAttention(
@@ -333,6 +344,7 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
         { heads: numHeads, kvHeads: numKvHeads, headDim, pairing, slidingWindow: window, ...scores, ...rope },
         kvDType,
         split,
+        qkNorm ? { q: input(qGamma), k: input(kGamma), eps: 1e-6 } : undefined,
       );
       expect(program.dispatchCount).toBe(chunks > 1 ? 2 : 1);
       const encoder = device.createCommandEncoder();
@@ -340,8 +352,13 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       device.queue.submit([encoder.finish()]);
 
       // The reference: rope q and k, put (k, v) at row pos of the caches (rounded as they store), attend.
-      const q = ropeRef(qkv.subarray(0, qDim), 1, numHeads, headDim, pos, invFreq, pairing, rope);
-      const kNew = ropeRef(qkv.subarray(qDim, qDim + kvDim), 1, numKvHeads, headDim, pos, invFreq, pairing, rope);
+      // (With the q/k norm: each head normalized first, rmsNorm of rows = heads, dim = headDim.)
+      const [qIn, kIn] = [qkv.slice(0, qDim), qkv.slice(qDim, qDim + kvDim)];
+      const [qNormed, kNormed] = qkNorm
+        ? [rmsNormRef(qIn, qGamma, numHeads, headDim, 1e-6), rmsNormRef(kIn, kGamma, numKvHeads, headDim, 1e-6)]
+        : [qIn, kIn];
+      const q = ropeRef(qNormed, 1, numHeads, headDim, pos, invFreq, pairing, rope);
+      const kNew = ropeRef(kNormed, 1, numKvHeads, headDim, pos, invFreq, pairing, rope);
       const vNew = qkv.slice(qDim + kvDim);
       const round = (x: Float32Array) => (kvDType === 'f16' ? roundF16(x) : x);
       const [kWant, vWant] = [round(k), round(v)];
@@ -349,9 +366,17 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       vWant.set(round(vNew), pos * kvDim);
       const want = attentionRef(q, kWant, vWant, 1, pos, numHeads, numKvHeads, headDim, window, scores);
       expectClose(await read(out, qDim), want, 1e-5);
+      if (qkNorm) {
+        // The norm changes the answer.
+        const plain = ropeRef(kIn, 1, numKvHeads, headDim, pos, invFreq, pairing, rope);
+        expect(maxAbsDiff(kNew, plain)).toBeGreaterThan(1e-2 * maxAbs(kNew));
+        const qPlain = ropeRef(qIn, 1, numHeads, headDim, pos, invFreq, pairing, rope);
+        const outPlain = attentionRef(qPlain, kWant, vWant, 1, pos, numHeads, numKvHeads, headDim, window, scores);
+        expect(maxAbsDiff(want, outPlain)).toBeGreaterThan(1e-2 * maxAbs(want));
+      }
       if (rope) {
         // The rotation changes the answer (the cache's K row: past rotaryDims, k as it came).
-        const plain = ropeRef(qkv.subarray(qDim, qDim + kvDim), 1, numKvHeads, headDim, pos, ropeInvFreq(headDim, 10000), pairing);
+        const plain = ropeRef(kNormed, 1, numKvHeads, headDim, pos, ropeInvFreq(headDim, 10000), pairing);
         expect(maxAbsDiff(kNew, plain)).toBeGreaterThan(1e-2 * maxAbs(kNew));
       }
       if (scores) {
@@ -378,6 +403,30 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       program.destroy();
     });
   }
+
+  it('goes unsplit where the split would bind more storage buffers than the device allows (split, position buffer and q/k norm: 9)', () => {
+    const stub = (max: number): AttentionKernels => ({
+      ctx: { limits: { maxStorageBuffersPerShaderStage: max } },
+      tuning: kernels.tuning,
+      attentionPipeline: () => ({}) as GPUComputePipeline,
+      decodeAttentionPipeline: () => ({}) as GPUComputePipeline,
+    });
+    const b = () => output(64);
+    const buffers = { out: b(), qkv: b(), keys: b(), values: b(), invFreq: b() };
+    const shape = { heads: 2, kvHeads: 2, headDim: 4, pairing: 'halves' as const };
+    const split = { chunkKeys: 2, partials: output(2 * 8 * 6) };
+    const qkNorm = { q: b(), k: b(), eps: 1e-6 };
+    const at = { startPos: 0, position: b() };
+    const bound = (d: { buffers: Record<number, GPUBuffer> }) => Object.keys(d.buffers).length;
+    const unsplit = planDecodeAttention(stub(8), buffers, at, shape, 'f32', split, qkNorm);
+    expect(unsplit).toHaveLength(1);
+    expect(bound(unsplit[0])).toBe(8);
+    const splitUp = planDecodeAttention(stub(9), buffers, at, shape, 'f32', split, qkNorm);
+    expect(splitUp).toHaveLength(2);
+    expect(bound(splitUp[0])).toBe(9);
+    expect(planDecodeAttention(stub(8), buffers, { startPos: 0 }, shape, 'f32', split, qkNorm)).toHaveLength(2);
+    expect(() => planDecodeAttention(stub(7), buffers, at, shape, 'f32', split, qkNorm)).toThrow(/8 storage buffers/);
+  });
 
   it('CPU devices give a thread the whole GQA group while its slices unroll; GPUs one head', () => {
     expect(attentionHeadsPerThread(4, 8, false)).toBe(1);
