@@ -195,7 +195,7 @@ describe('Gemma GGUF metadata, read as llama.cpp reads it', () => {
 });
 
 /** Logits of the reusable decode step at each position after `prompt` (prefilled by forward()), for the tokens t → (31 t + 7) mod vocab. */
-async function decodeStepLogits(model: LlamaModel, cache: KvCache, prompt: number[], steps: number, options: { fused?: boolean } = {}): Promise<{ tokens: number[]; logits: Float32Array[]; dispatches: number }> {
+async function decodeStepLogits(model: LlamaModel, cache: KvCache, prompt: number[], steps: number, options: { fused?: boolean } = {}): Promise<{ tokens: number[]; logits: Float32Array[]; dispatches: number; layered: boolean }> {
   const device = model.ctx.device;
   const vocab = model.config.vocabSize;
   await model.forward(prompt, 0, cache);
@@ -217,7 +217,7 @@ async function decodeStepLogits(model: LlamaModel, cache: KvCache, prompt: numbe
       logits.push(new Float32Array(staging.getMappedRange().slice(0)));
       staging.unmap();
     }
-    return { tokens, logits, dispatches: step.dispatchCount };
+    return { tokens, logits, dispatches: step.dispatchCount, layered: step.consecutive !== undefined };
   } finally {
     staging.destroy();
     step.destroy();
@@ -235,6 +235,7 @@ function referenceLogits(config: LlamaConfig, weights: CpuLlamaWeights, kvDType:
 // Past the window (5 for gemma3, 6 for gemma2) by the prompt alone, and further by the decode steps.
 const PROMPT = Array.from({ length: 11 }, (_, i) => (i * 53 + 11) % 500);
 const STEPS = 4;
+const TEXT = 'Once upon a time, there was a tiny model. <start_of_turn>user\nHi!';
 /** Relative to the largest |logit|: f32 sums in another order; far below what any rule gets wrong. */
 const TOL = 2e-4;
 
@@ -265,12 +266,22 @@ describe('Gemma test models on the GPU vs the float64 CPU reference (Hugging Fac
           const expected = referenceLogits(config, weights, kvDType, PROMPT, []);
           const bound = TOL * Math.max(1, maxAbs(expected[0]));
           expect(maxAbsDiff(prefill, expected[0]), `${kvDType} prefill`).toBeLessThan(bound);
+          // A prompt prefilled in two passes (the second past the window) ends on the same logits.
+          const split = model.createKvCache(64, kvDType);
+          try {
+            await model.forward(PROMPT.slice(0, 4), 0, split);
+            const last = await model.forward(PROMPT.slice(4), 4, split);
+            expect(maxAbsDiff(last, prefill.subarray((PROMPT.length - 1) * config.vocabSize)), `${kvDType} split prefill`).toBeLessThan(bound);
+          } finally {
+            split.destroy();
+          }
           const dispatches: number[] = [];
           for (const fused of [true, false]) {
             const got = await decodeStepLogits(model, cache, PROMPT, STEPS, { fused });
             const want = referenceLogits(config, weights, kvDType, PROMPT, got.tokens);
             got.logits.forEach((l, i) => expect(maxAbsDiff(l, want[i + 1]), `${kvDType} fused ${fused} step ${i}`).toBeLessThan(bound));
             dispatches.push(got.dispatches);
+            expect(got.layered).toBe(false);
           }
           // The fused step (fewer dispatches) where it runs the description, else the general pass.
           if (fusedRuns) expect(dispatches[0]).toBeLessThan(dispatches[1]);
@@ -401,10 +412,10 @@ async function cpuWeightsOfGguf(path: string, config: LlamaConfig): Promise<{ we
 
 describe('Gemma GGUFs (llama.cpp names and keys, norms +1) vs the CPU reference', () => {
   for (const family of GEMMA_FAMILIES) {
-    it(`${family}: F32, F16, Q8_0, prefill past the window and decode steps, read as llama.cpp reads them`, async () => {
+    it(`${family}: F32 / F16 / Q8_0 GGUFs, prefill past the window and decode steps, read as llama.cpp reads them; the tokenizer as the folder's`, async () => {
       const dir = models.dir(`webgpu-llama-gguf-${family}-`);
       generateModel({ family, shape: 'tiny', out: dir, seed: 9 });
-      const hfConfig = (await openModel(filesFromPath(dir))).config;
+      const { config: hfConfig, tokenizer: hfTokenizer } = await openModel(filesFromPath(dir));
       const hfWeights = cpuLlamaWeights(hfConfig, await readFolderTensors(dir));
       // Gemma 3's 262144-row embedding makes each file slow to write and read: F32 and Q8_0 only.
       const types: GgufOutType[] = family === 'gemma3' ? ['f32', 'q8_0'] : ['f32', 'f16', 'q8_0'];
@@ -415,6 +426,8 @@ describe('Gemma GGUFs (llama.cpp names and keys, norms +1) vs the CPU reference'
         const model = generator.model;
         const c = model.config;
         const f = familyOf(c);
+        // The GGUF's tokenizer (tokenizer.ggml.*) encodes as the folder's tokenizer.json.
+        expect(generator.tokenizer.encode(TEXT), 'tokenizer').toEqual(hfTokenizer.encode(TEXT));
         // What the GGUF says, as llama.cpp reads it: the same layers, windows, bases and soft-caps;
         // norms already +1; sqrtf(n_embd); 1/sqrt(key_length) whatever query_pre_attn_scalar was.
         expect(layerSummary(c)).toEqual(layerSummary(hfConfig));
