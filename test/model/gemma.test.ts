@@ -136,6 +136,8 @@ describe('Gemma config.json, read as transformers reads it', () => {
     expect(() => configFromHf({ ...gemma3, sliding_window: 0 })).toThrow(/sliding_window/);
     expect(() => configFromHf({ ...gemma2, attn_logit_softcapping: -1 })).toThrow(/attn_logit_softcapping/);
     expect(() => configFromHf({ architectures: ['Gemma3TextModel'], model_type: 'gemma3_text' })).toThrow(/Unsupported model architecture Gemma3TextModel/);
+    // A hostile layer count is refused before a description that long is built.
+    expect(() => configFromHf({ ...gemma3, num_hidden_layers: 2 ** 40 })).toThrow(/num_hidden_layers = 1099511627776/);
   });
 
   it('an image-text checkpoint\'s language-model tensors take their causal-LM names; the rest are left out', () => {
@@ -191,6 +193,7 @@ describe('Gemma GGUF metadata, read as llama.cpp reads it', () => {
     expect(familyOf(d)).toMatchObject({ attentionSoftcap: 2.5, finalLogitSoftcap: 3 });
     expect(layerSummary(d)).toEqual(['1000000/-/6', '1000000/-/full']);
     expect(familyOf(configFromGguf(base('gemma2', 46), 256000, names)).attentionScale).toBe(Math.fround(1 / Math.sqrt(288)));
+    expect(() => configFromGguf(base('gemma2', 2 ** 40), 256000, names)).toThrow(/block_count = 1099511627776/);
   });
 });
 
