@@ -140,6 +140,18 @@ describe('Gemma config.json, read as transformers reads it', () => {
     expect(() => configFromHf({ ...gemma3, num_hidden_layers: 2 ** 40 })).toThrow(/num_hidden_layers = 1099511627776/);
   });
 
+  it('without a dtype in config.json, the embedding scale is rounded to the embedding tensor\'s', async () => {
+    for (const dtype of ['bf16', 'f32'] as const) {
+      const dir = models.dir('webgpu-llama-gemma2-dtype-');
+      const config = generateModel({ family: 'gemma2', shape: 'tiny', out: dir, seed: 4, dtype });
+      const { torch_dtype: _d, ...rest } = config;
+      writeFileSync(join(dir, 'config.json'), JSON.stringify(rest));
+      const opened = await openModel(filesFromPath(dir));
+      expect(familyOf(opened.config).embeddingScale, dtype).toBe(roundToDType(Math.sqrt(32), dtype));
+    }
+    expect(roundToDType(Math.sqrt(32), 'bf16')).toBe(5.65625);
+  });
+
   it('an image-text checkpoint\'s language-model tensors take their causal-LM names; the rest are left out', () => {
     expect(languageModelTensorName('language_model.model.layers.0.self_attn.q_norm.weight')).toBe('model.layers.0.self_attn.q_norm.weight');
     expect(languageModelTensorName('model.language_model.embed_tokens.weight')).toBe('model.embed_tokens.weight');
