@@ -116,6 +116,8 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const config = opened.config;
   const capacity = options.contextLength ?? Math.min(config.contextLength, DEFAULT_MAX_CONTEXT);
   if (!Number.isInteger(capacity) || capacity < 1) throw new Error(`contextLength must be a positive integer, got ${capacity}`);
+  // The RoPE tables are chosen for the loaded context (LongRoPE's long factors past its original context).
+  config.loadedContextLength = capacity;
   const kvDType = options.kvCacheDType ?? defaultKvCacheDType(ctx);
   if (kvDType !== 'f16' && kvDType !== 'f32') throw new Error(`kvCacheDType must be 'f16' or 'f32', got ${String(kvDType)}`);
   const weightStorage = options.weightStorage ?? 'f16';
@@ -125,6 +127,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const id = options.id ?? files.id;
   checkMemory(estimate, plan, ctx.limits, options.memoryBudgetBytes, { modelId: id, storage, contextLength: capacity });
   const prefixCacheBytes = prefixCacheBudget(options, estimate);
+  for (const notice of opened.notices) (options.onWarning ?? console.warn)(notice);
   const info: ModelInfo = {
     id,
     aliases: options.aliases ?? [],
@@ -135,6 +138,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
     created: Math.floor(Date.now() / 1000),
     ...(options.toolCallFormat !== undefined ? { toolCallFormat: options.toolCallFormat } : {}),
     ...(options.reasoning === false ? { reasoning: false as const } : {}),
+    ...(opened.notices.length > 0 ? { notices: [...opened.notices] } : {}),
     storage: {
       weightStorage: storage,
       kvCacheDType: kvDType,

@@ -45,6 +45,8 @@ export interface ModelInfo {
    * is, when the model thinks (`<think>` tokens or a template that writes `<think>`: src/api/reasoning.ts).
    */
   reasoning?: false;
+  /** What the load left out of the files, said once (e.g. the vision tower of an image-text checkpoint: the model takes text only). */
+  notices?: readonly string[];
 }
 
 export interface ModelStorageInfo {

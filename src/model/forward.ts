@@ -7,6 +7,11 @@
 //     xb = rmsnorm(x) ; x += (silu(xb·W_gateᵀ) * xb·W_upᵀ)·W_downᵀ
 //   logits = rmsnorm(x)·W_lm_headᵀ
 //
+// That is the Llama block; a family's description (shape.family, shape.layerShapes: config.ts's
+// FamilyDescription) adds to it where it says so: an embedding scale, q/k per-head norms before
+// RoPE, per-layer RoPE tables (or none) and windows, an attention scale and soft-cap, norms of
+// each block's output before its residual add, GeGLU, a logit soft-cap.
+//
 // Prefill runs the whole prompt through each layer in one pass (T tokens at once); decode is the
 // same code with T = 1. Every dispatch of a step is recorded into one command buffer.
 // test/reference/cpu-llama.ts runs the same steps on the CPU: check recordForward against it, and
@@ -17,7 +22,7 @@
 // owns the buffers and runs these passes.
 import type { GpuContext } from '../gpu/device.ts';
 import type { Kernels, KernelRecorder } from '../gpu/kernels/index.ts';
-import type { LlamaConfig } from './config.ts';
+import type { GatedActivation, LlamaConfig } from './config.ts';
 import type { KvCache } from './kv-cache.ts';
 import { llamaShape, type LlamaShape } from './shape.ts';
 import type { LlamaWeights } from './weights.ts';
@@ -28,8 +33,17 @@ import type { LlamaWeights } from './weights.ts';
  */
 export function activationFloatsPerToken(c: LlamaConfig): number {
   const s = llamaShape(c);
-  return 1 + 2 * s.dim + 2 * s.qDim + 2 * s.kvDim + 3 * s.ffn;
+  return 1 + 2 * s.dim + 2 * s.qDim + 2 * s.kvDim + 3 * s.ffn + extraFloatsPerToken(s);
 }
+
+/** The activation only some families use: a block's output before its post-norm. */
+function extraFloatsPerToken(s: LlamaShape): number {
+  const f = s.family;
+  return f.postAttentionNorm || f.postFeedForwardNorm ? s.dim : 0;
+}
+
+/** The family's optional trailing arguments: none where the value is the default, so Llama-layout calls stay as they were. */
+const optional = <T>(value: T | undefined, fallback: T): [] | [T] => (value === undefined || value === fallback ? [] : [value]);
 
 /** Activation buffers of one step, sized for up to `tokens` tokens (T below). */
 export class Activations {
@@ -44,6 +58,8 @@ export class Activations {
   readonly gate: GPUBuffer; // [T, ffn]
   readonly up: GPUBuffer; // [T, ffn]
   readonly ffnHidden: GPUBuffer; // silu(gate) * up [T, ffn]
+  /** A block's output before its post-norm (FamilyDescription.postAttentionNorm / postFeedForwardNorm; 4 bytes otherwise). */
+  readonly blockOut: GPUBuffer; // [T, dim]
   readonly lastXb: GPUBuffer; // the last token's rmsnorm(x) [dim]
   readonly logits: GPUBuffer; // [T or 1, vocab]
   /** MAP_READ copy of the logits; absent when they stay on the GPU (the decode step). */
@@ -76,6 +92,8 @@ export class Activations {
     this.gate = f32('gate', T * s.ffn);
     this.up = f32('up', T * s.ffn);
     this.ffnHidden = f32('ffn_hidden', T * s.ffn);
+    const f = s.family;
+    this.blockOut = f32('block_out', f.postAttentionNorm || f.postFeedForwardNorm ? T * s.dim : 1);
     this.lastXb = f32('last_xb', s.dim);
     const logitRows = allLogits ? T : 1;
     this.logits = f32('logits', logitRows * s.vocab);
@@ -100,8 +118,10 @@ export interface LlamaParts {
   readonly kernels: Kernels;
   readonly weights: LlamaWeights;
   readonly shape: LlamaShape;
-  /** f32 [headDim / 2]: RoPE's inverse frequencies (ropeInverseFrequencies). */
+  /** f32 [rotaryDims / 2]: the first layer's RoPE inverse frequencies (ropeInverseFrequencies); invFreqs[0]. */
   readonly invFreq: GPUBuffer;
+  /** Each distinct RoPE table of the layers (LayerShape.ropeTable indexes it). */
+  readonly invFreqs: readonly GPUBuffer[];
 }
 
 /** The tokens one recorded pass runs. */
@@ -118,15 +138,16 @@ export interface ForwardPass {
 
 /** Records the forward pass of the tokens in act.tokenIds, at their positions, up to act.logits. */
 export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activations, pass: ForwardPass): void {
-  const { shape: s, weights: w, invFreq } = model;
-  const a = s.attention;
+  const { shape: s, weights: w, invFreqs } = model;
+  const family = s.family;
   const { T, startPos, cache, position } = pass;
   const tokens = { T, startPos, position };
 
-  rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, T); // x: [T, dim]
+  rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, T, ...optional(family.embeddingScale, 1)); // x: [T, dim]
 
   for (let l = 0; l < s.layers; l++) {
     const layer = w.layers[l];
+    const { attention: a, rope, ropeTable } = s.layerShapes[l];
     const keys = cache.keys[l]; // [capacity, kvHeads, headDim]
     const values = cache.values[l];
 
@@ -135,30 +156,54 @@ export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activ
     rec.rmsNorm(act.xb, act.x, layer.attnNorm, T, s.dim, s.eps); // xb: [T, dim]
     rec.matmul(act.q, act.xb, layer.wq, T, layer.bq); // q: [T, heads, headDim]
     rec.matmulPair({ y: act.k, W: layer.wk, bias: layer.bk }, { y: act.v, W: layer.wv, bias: layer.bv }, act.xb, T); // k, v: [T, kvHeads, headDim]
-    rec.rope(act.q, invFreq, tokens, a); // q's heads: a.heads
-    rec.rope(act.k, invFreq, tokens, { heads: a.kvHeads, headDim: a.headDim, pairing: a.pairing });
+    const q = act.q;
+    const k = act.k;
+    if (layer.qNorm && layer.kNorm) {
+      // Per-head RMSNorm of q and k (Qwen3, Gemma 3), in place: rows of headDim.
+      rec.rmsNorm(q, q, layer.qNorm, T * a.heads, a.headDim, s.eps);
+      rec.rmsNorm(k, k, layer.kNorm, T * a.kvHeads, a.headDim, s.eps);
+    }
+    if (rope) {
+      const rotation = { pairing: a.pairing, rotaryDims: a.rotaryDims, magnitude: a.magnitude };
+      rec.rope(q, invFreqs[ropeTable], tokens, { heads: a.heads, headDim: a.headDim, ...rotation }); // q's heads: a.heads
+      rec.rope(k, invFreqs[ropeTable], tokens, { heads: a.kvHeads, headDim: a.headDim, ...rotation });
+    }
     // keys, values rows startPos .. startPos + T - 1 = k, v
     if (cache.kvDType === 'f32' && !position) {
       // The T new positions are contiguous in the cache: one copy each for K and V.
-      rec.copy(act.k, 0, keys, startPos * cache.rowBytes, T * cache.rowBytes);
+      rec.copy(k, 0, keys, startPos * cache.rowBytes, T * cache.rowBytes);
       rec.copy(act.v, 0, values, startPos * cache.rowBytes, T * cache.rowBytes);
     } else {
-      rec.writeKv({ keys, values, k: act.k, v: act.v }, tokens, s.kvDim, cache.kvDType);
+      rec.writeKv({ keys, values, k, v: act.v }, tokens, s.kvDim, cache.kvDType);
     }
     // attnOut: [T, heads, headDim]; each query sees the rows up to its position (the last slidingWindow of them, when set).
-    rec.attention({ out: act.attnOut, q: act.q, keys, values }, tokens, a, cache.kvDType);
-    rec.matmul(act.x, act.attnOut, layer.wo, T, undefined, { accumulate: true }); // x: [T, dim]
+    rec.attention({ out: act.attnOut, q, keys, values }, tokens, a, cache.kvDType);
+    if (layer.postAttnNorm) {
+      // Gemma: x += rmsnorm(attention·Woᵀ).
+      rec.matmul(act.blockOut, act.attnOut, layer.wo, T); // blockOut: [T, dim]
+      rec.rmsNorm(act.blockOut, act.blockOut, layer.postAttnNorm, T, s.dim, s.eps);
+      rec.add(act.x, act.x, act.blockOut, T * s.dim);
+    } else {
+      rec.matmul(act.x, act.attnOut, layer.wo, T, undefined, { accumulate: true }); // x: [T, dim]
+    }
 
-    // Feed-forward block (SwiGLU): x += (silu(xb·W_gateᵀ) * xb·W_upᵀ)·W_downᵀ with xb = rmsnorm(x)
+    // Feed-forward block (SwiGLU, or GeGLU): x += (act(xb·W_gateᵀ) * xb·W_upᵀ)·W_downᵀ with xb = rmsnorm(x)
     // (the residual add is folded into the W_down matmul).
     rec.rmsNorm(act.xb, act.x, layer.ffnNorm, T, s.dim, s.eps); // xb: [T, dim]
-    rec.matmulSwiglu(act.ffnHidden, act.xb, layer.wGate, layer.wUp, T, { gate: act.gate, up: act.up }); // ffnHidden: [T, ffn]
-    rec.matmul(act.x, act.ffnHidden, layer.wDown, T, undefined, { accumulate: true }); // x: [T, dim]
+    rec.matmulSwiglu(act.ffnHidden, act.xb, layer.wGate, layer.wUp, T, { gate: act.gate, up: act.up }, ...optional<GatedActivation>(family.activation, 'silu')); // ffnHidden: [T, ffn]
+    if (layer.postFfnNorm) {
+      rec.matmul(act.blockOut, act.ffnHidden, layer.wDown, T); // blockOut: [T, dim]
+      rec.rmsNorm(act.blockOut, act.blockOut, layer.postFfnNorm, T, s.dim, s.eps);
+      rec.add(act.x, act.x, act.blockOut, T * s.dim);
+    } else {
+      rec.matmul(act.x, act.ffnHidden, layer.wDown, T, undefined, { accumulate: true }); // x: [T, dim]
+    }
   }
 
   rec.rmsNorm(act.xb, act.x, w.outputNorm, T, s.dim, s.eps); // xb: [T, dim]
   // One row of logits takes the matrix-vector kernel even in a prefill pass: the last token's
   // logits are computed so however the prompt was split.
+  const rows = act.allLogits || T === 1 ? T : 1;
   if (act.allLogits || T === 1) {
     rec.matmul(act.logits, act.xb, w.lmHead, T, undefined, { vector: true }); // logits: [T, vocab]
   } else {
@@ -166,5 +211,5 @@ export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activ
     rec.copy(act.xb, (T - 1) * s.dim * 4, act.lastXb, 0, s.dim * 4); // lastXb: [dim]
     rec.matmul(act.logits, act.lastXb, w.lmHead, 1, undefined, { vector: true }); // logits: [1, vocab]
   }
+  if (family.finalLogitSoftcap !== undefined) rec.softcap(act.logits, rows * s.vocab, family.finalLogitSoftcap); // Gemma 2
 }
-

@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { afterAll } from 'vitest';
 import type { Engine } from '../../src/api/engine.ts';
 import type { LlamaGenerator } from '../../src/engine/generator.ts';
-import type { LlamaConfig } from '../../src/model/config.ts';
+import { familyOf, type LlamaConfig } from '../../src/model/config.ts';
+import { layerTensorNames } from '../../src/model/tensor-names.ts';
 import { readSafetensorsCheckpoint } from '../../src/io/formats/safetensors.ts';
 import { filesFromPath, loadModelFromPath, type LoadModelOptions } from '../../src/node/index.ts';
 import type { CpuLlamaWeights } from '../reference/cpu-llama.ts';
@@ -56,10 +57,43 @@ export async function readFolderTensors(dir: string): Promise<Map<string, Float3
   return out;
 }
 
-/** CpuLlama's weights from tensors by Hugging Face name (biases optional; the embedding serves as the head when tied). */
+/** The tensors with a family's fused qkv_proj / gate_up_proj split by rows into the split names, as openModel splits them. */
+export function splitFusedCpu(config: LlamaConfig, tensors: ReadonlyMap<string, Float32Array>): Map<string, Float32Array> {
+  const family = familyOf(config);
+  const h = config.hiddenSize;
+  const q = config.numHeads * config.headDim;
+  const kv = config.numKvHeads * config.headDim;
+  const f = config.intermediateSize;
+  const out = new Map(tensors);
+  for (let l = 0; l < config.numLayers; l++) {
+    const n = layerTensorNames(l, family);
+    const qkv = tensors.get(n.wqkv);
+    if (qkv) {
+      out.delete(n.wqkv);
+      out.set(n.wq, qkv.subarray(0, q * h));
+      out.set(n.wk, qkv.subarray(q * h, (q + kv) * h));
+      out.set(n.wv, qkv.subarray((q + kv) * h, (q + 2 * kv) * h));
+    }
+    const gateUp = tensors.get(n.wGateUp);
+    if (gateUp) {
+      out.delete(n.wGateUp);
+      out.set(n.wGate, gateUp.subarray(0, f * h));
+      out.set(n.wUp, gateUp.subarray(f * h, 2 * f * h));
+    }
+  }
+  return out;
+}
+
+/**
+ * CpuLlama's weights from tensors by Hugging Face name (biases optional; the embedding serves as
+ * the head when tied), the layer's names as its family's description says (layerTensorNames);
+ * fused qkv_proj / gate_up_proj are split by rows here, as openModel splits them.
+ */
 export function cpuLlamaWeights(config: LlamaConfig, tensors: ReadonlyMap<string, Float32Array>): CpuLlamaWeights {
+  const family = familyOf(config);
+  const split = splitFusedCpu(config, tensors);
   const tensor = (name: string): Float32Array => {
-    const t = tensors.get(name);
+    const t = split.get(name);
     if (!t) throw new Error(`no tensor ${name}`);
     return t;
   };
@@ -67,20 +101,24 @@ export function cpuLlamaWeights(config: LlamaConfig, tensors: ReadonlyMap<string
   return {
     tokenEmbedding,
     layers: Array.from({ length: config.numLayers }, (_, l) => {
-      const p = `model.layers.${l}`;
+      const n = layerTensorNames(l, family);
       return {
-        attnNorm: tensor(`${p}.input_layernorm.weight`),
-        wq: tensor(`${p}.self_attn.q_proj.weight`),
-        wk: tensor(`${p}.self_attn.k_proj.weight`),
-        wv: tensor(`${p}.self_attn.v_proj.weight`),
-        wo: tensor(`${p}.self_attn.o_proj.weight`),
-        bq: tensors.get(`${p}.self_attn.q_proj.bias`),
-        bk: tensors.get(`${p}.self_attn.k_proj.bias`),
-        bv: tensors.get(`${p}.self_attn.v_proj.bias`),
-        ffnNorm: tensor(`${p}.post_attention_layernorm.weight`),
-        wGate: tensor(`${p}.mlp.gate_proj.weight`),
-        wUp: tensor(`${p}.mlp.up_proj.weight`),
-        wDown: tensor(`${p}.mlp.down_proj.weight`),
+        attnNorm: tensor(n.attnNorm),
+        wq: tensor(n.wq),
+        wk: tensor(n.wk),
+        wv: tensor(n.wv),
+        wo: tensor(n.wo),
+        bq: split.get(n.bq),
+        bk: split.get(n.bk),
+        bv: split.get(n.bv),
+        qNorm: family.qkNorm ? tensor(n.qNorm) : undefined,
+        kNorm: family.qkNorm ? tensor(n.kNorm) : undefined,
+        postAttnNorm: family.postAttentionNorm ? tensor(n.postAttnNorm) : undefined,
+        ffnNorm: tensor(n.ffnNorm),
+        postFfnNorm: family.postFeedForwardNorm ? tensor(n.postFfnNorm) : undefined,
+        wGate: tensor(n.wGate),
+        wUp: tensor(n.wUp),
+        wDown: tensor(n.wDown),
       };
     }),
     outputNorm: tensor('model.norm.weight'),
