@@ -137,9 +137,13 @@ export function wllamaTable(ours: CaseFigures | undefined, settings: WllamaFigur
   return table(['runtime', 'threads', 'load ms', 'TTFT ms', 'prefill tok/s', 'decode tok/s', "llama.cpp's own prefill / decode tok/s"], rows);
 }
 
-/** Where a side's decode path came from: the path, and why the faster ones refuse the model. */
+/**
+ * A side's decode path with why the next faster one does not run it: the refusal (decode-step.ts,
+ * decode-layers.ts), or "tuning" where decode_layer.wgsl could run the model but the kernels'
+ * tuning does not take it for these weights on this adapter (Kernels.usesDecodeLayer).
+ */
 function pathCell(side: SideFigures): string {
-  const why = side.decode_path === 'general' ? side.refusals.fused : side.decode_path === 'fused' ? side.refusals.decode_layer : undefined;
+  const why = side.decode_path === 'general' ? side.refusals.fused : side.decode_path === 'fused' ? side.refusals.decode_layer ?? 'tuning' : undefined;
   return `${side.decode_path}${why ? ` (${why})` : ''} ${fmt(side.dispatches_per_token, 0)}/tok`;
 }
 
