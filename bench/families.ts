@@ -50,6 +50,8 @@ export interface SideFigures {
   decode_tokens_per_s: Stat;
   /** Dispatches per decode token (median over runs), from the device's counters. */
   dispatches_per_token: number;
+  /** Dispatches of the last run's max_tokens 1 request (the prompt's prefill and the first token). */
+  prefill_dispatches: number;
   /** The decode path, told by the dispatches per token per layer (see decodePathOf). */
   decode_path: DecodePath;
   /** Why the faster paths refuse this model (decode-layers.ts, decode-step.ts), where they do. */
@@ -259,6 +261,21 @@ function dispatchesPerToken(pair: RunPair<CountedRun>): number {
 }
 
 /**
+ * Each timed pair's TTFT, prefill and decode tokens/s, decode timed as the full request less the
+ * side's median TTFT (not its own pair's): a prefill-only request slowed by other processes would
+ * otherwise move the decode figure of a short decode by as much (bench/cases.ts's pairFigures
+ * takes the pair's own; over many tokens the two agree).
+ */
+function sideFigures(pairs: RunPair[]): { ttftMs: number; prefillTps: number; decodeTps: number }[] {
+  const ttft = stat(pairs.map((p) => p.prefill.totalMs), 3).median;
+  return pairs.map((p) => {
+    const own = pairFigures(p);
+    const decodeMs = p.full.totalMs - ttft;
+    return { ttftMs: own.ttftMs, prefillTps: own.prefillTps, decodeTps: decodeMs > 0 && own.decoded > 1 ? (own.decoded - 1) / (decodeMs / 1000) : own.decodeTps };
+  });
+}
+
+/**
  * Measures one family and its twin on a host: `hosts` are two hosts of the same kind (a model
  * each, both loaded at once), the family's first.
  */
@@ -298,7 +315,7 @@ async function measurePair(hosts: [Host, Host], pair: FamilyPair, options: Famil
       }
     }
     const sides = pairs.map((ps, side): SideFigures => {
-      const figures = ps.map(pairFigures);
+      const figures = sideFigures(ps);
       const dispatches = stat(ps.map(dispatchesPerToken), 1).median;
       return {
         load_ms: round(loads[side], 0),
@@ -306,12 +323,13 @@ async function measurePair(hosts: [Host, Host], pair: FamilyPair, options: Famil
         prefill_tokens_per_s: stat(figures.map((f) => f.prefillTps)),
         decode_tokens_per_s: stat(figures.map((f) => f.decodeTps), 2),
         dispatches_per_token: dispatches,
+        prefill_dispatches: counterDelta(ps.at(-1)!.prefill.atEnd!, ps.at(-1)!.prefill.atStart).dispatches,
         decode_path: decodePathOf(dispatches, pair.layers),
         refusals: (side === 0 ? pair.refusals?.family : pair.refusals?.llama) ?? {},
       };
     });
-    const perRun = (metric: 'prefillTps' | 'decodeTps') =>
-      stat(pairs[0].map((p, i) => pairFigures(p)[metric] / pairFigures(pairs[1][i])[metric]), 3).median;
+    const [familyRuns, llamaRuns] = pairs.map(sideFigures);
+    const perRun = (metric: 'prefillTps' | 'decodeTps') => stat(familyRuns.map((f, i) => f[metric] / llamaRuns[i][metric]), 3).median;
     return {
       ...base,
       runs: options.runs,

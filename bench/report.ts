@@ -147,6 +147,11 @@ function pathCell(side: SideFigures): string {
   return `${side.decode_path}${why ? ` (${why})` : ''} ${fmt(side.dispatches_per_token, 0)}/tok`;
 }
 
+/** Dispatches of a prefill (max_tokens 1) request, family | Llama. */
+function prefillDispatches(f: FamilyFigures): string {
+  return `${f.family_model!.prefill_dispatches} | ${f.llama!.prefill_dispatches}`;
+}
+
 /**
  * The families case (bench/families.ts): per host and family, prefill and decode tokens/s of the
  * family's model and of its Llama twin (same dims), family / Llama (median of per-run ratios: 1 is
@@ -156,7 +161,7 @@ export function familiesTable(figures: FamilyFigures[]): string {
   const tps = (s: Stat) => statCell(s, s.median < 100 ? 1 : 0);
   const measured = figures.filter((f) => !f.skipped && !f.error && f.family_model && f.llama && f.ratio);
   const rows = table(
-    ['host', 'family', 'runs', 'prompt tok', 'prefill tok/s family | Llama', 'prefill ratio', 'decode tok/s family | Llama', 'decode ratio', 'decode path family | Llama'],
+    ['host', 'family', 'runs', 'prompt tok', 'prefill tok/s family | Llama', 'prefill ratio', 'prefill dispatches', 'decode tok/s family | Llama', 'decode ratio', 'decode path family | Llama'],
     measured.map((f) => [
       f.host,
       f.family,
@@ -164,6 +169,7 @@ export function familiesTable(figures: FamilyFigures[]): string {
       `${f.prompt_tokens} (+${f.decode_tokens})`,
       `${tps(f.family_model!.prefill_tokens_per_s)} | ${tps(f.llama!.prefill_tokens_per_s)}`,
       fmt(f.ratio!.prefill_tokens_per_s, 2),
+      prefillDispatches(f),
       `${tps(f.family_model!.decode_tokens_per_s)} | ${tps(f.llama!.decode_tokens_per_s)}`,
       fmt(f.ratio!.decode_tokens_per_s, 2),
       `${pathCell(f.family_model!)} | ${pathCell(f.llama!)}`,
