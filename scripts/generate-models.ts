@@ -3,7 +3,7 @@
 //   node bin/run-ts.mjs scripts/generate-models.ts --family llama3 --shape tiny --out /tmp/llama3-tiny
 //   node bin/run-ts.mjs scripts/generate-models.ts --family all --shape real --out /tmp/models
 //
-// --family: llama2 | llama3 | smollm2 | mistral | qwen2 | all (with all, one sub-folder per family)
+// --family: llama2 | llama3 | smollm2 | mistral | qwen2 | qwen3 | smollm3 | phi3 | phi4 | all (with all, one sub-folder per family)
 // --shape: tiny (test shapes) | real (TinyLlama-1.1B, Llama-3.2-1B, SmolLM2-135M, Mistral-7B-v0.1,
 //          Qwen2.5-0.5B; for benchmarks only: write them to a temporary folder or generated-models/
 //          (ignored by git), never commit them)

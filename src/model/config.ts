@@ -1,11 +1,11 @@
 // One description of a model, whichever file it came from: its sizes (LlamaConfig) and its
 // family's block (FamilyDescription), which the config readers below produce and every path reads
 // (the weight plan, forward.ts, decode-step.ts, decode-layers.ts, the CPU reference).
-import type { RopePairing } from '../gpu/kernels/index.ts';
+import type { GatedActivation, RopePairing } from '../gpu/kernels/index.ts';
 import type { GgufMetadata, GgufValue } from '../io/formats/gguf.ts';
 
-// The kernels own RopePairing (src/gpu does not import from src/model); the config re-exports it.
-export type { RopePairing };
+// The kernels own RopePairing and GatedActivation (src/gpu does not import from src/model); the config re-exports them.
+export type { GatedActivation, RopePairing };
 
 /** RoPE frequency scaling (Hugging Face `rope_scaling`), applied to the inverse-frequency table. */
 export type RopeScaling =
@@ -20,9 +20,6 @@ export type RopeScaling =
    * One factor per rotated pair (rotaryDims / 2).
    */
   | { type: 'longrope'; shortFactor: number[]; longFactor: number[]; originalContextLength: number; attentionFactor: number };
-
-/** The gated feed-forward activation: silu(g)·u (SwiGLU) or gelu_tanh(g)·u (GeGLU, HF gelu_pytorch_tanh). */
-export type GatedActivation = 'silu' | 'gelu_tanh';
 
 /** RoPE of one layer. */
 export interface LayerRope {
