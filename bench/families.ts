@@ -10,8 +10,8 @@
 // (family first on even runs, Llama first on odd ones): a VM's speed drifts within minutes, so
 // the two sides of a ratio are measured in the same phase of it. Reported per family: prefill and
 // decode tokens/s of each side, family / Llama (the median of the per-run ratios), and the decode
-// path each took (decode-layer: one dispatch a layer or fewer; fused: the fused-matvec step, about
-// five a layer; general: forward()'s unfused pass), with why a faster path refused the model.
+// path each took (decode-layer: one dispatch a layer or fewer; fused: the fused-matvec step;
+// general: forward()'s unfused pass), with why a faster path refused the model.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { counterDelta, type GpuCounters } from '../src/gpu/counters.ts';
@@ -121,7 +121,8 @@ function llamaTwin(familyConfig: Json, dims: Json, eos: number): Json {
   return {
     ...generators.familyConfig('smollm2', 'real'),
     ...dims,
-    tie_word_embeddings: familyConfig.tie_word_embeddings === true,
+    // Tied as the family's checkpoint is (Gemma's configs leave it out: tied).
+    tie_word_embeddings: !generators.tensorPlan(familyConfig).some((t) => t.name === 'lm_head.weight'),
     rms_norm_eps: familyConfig.rms_norm_eps ?? 1e-5,
     max_position_embeddings: familyConfig.max_position_embeddings,
     bos_token_id: null,
@@ -193,7 +194,7 @@ export async function prepareFamilies(options: FamiliesOptions): Promise<FamilyP
   const root = join(GENERATED_DIR, `families-${options.shape}`);
   const tokenizerDir = join(root, 'tokenizer');
   const eos = ensureTokenizer(tokenizerDir, dims.vocab_size as number);
-  const known = generators.FAMILIES as readonly string[];
+  const known = generators.ALL_FAMILIES as readonly string[];
   const pairs: FamilyPair[] = [];
   for (const family of options.families) {
     const layers = dims.num_hidden_layers as number;
@@ -201,7 +202,7 @@ export async function prepareFamilies(options: FamiliesOptions): Promise<FamilyP
       pairs.push({ family, reference: '-', layers, skipped: `no generator for ${family} in scripts/model-families.ts on this branch (it has ${known.join(', ')})` });
       continue;
     }
-    const reference = generators.REAL_CONFIGS[family as generators.Family].name;
+    const reference = generators.realConfig(family as generators.Family).name;
     try {
       const config = familyAtShape(family, dims, eos);
       const familyDir = join(root, family);
@@ -240,15 +241,17 @@ function folderCase(name: string, dir: string, options: FamiliesOptions): BenchC
 }
 
 /**
- * The decode path from the dispatches a decode token took per layer: decode_layer.wgsl runs a
- * layer (or several) in one dispatch; the fused step takes about five a layer (plus the head and
- * sampler); forward()'s general pass about sixteen.
+ * The decode path: decode_layer.wgsl runs a layer (or several) in one dispatch, which the
+ * dispatches a decode token took per layer tell; otherwise the fused step where fusedStepRefusal
+ * (`refusals.fused`, the function createDecodeStep asks) takes the model, else forward()'s general
+ * pass. Without the refusals (a config the bench could not read), the dispatches alone: the fused
+ * step takes about five to ten a layer (more with Gemma's four norms), the general pass more.
  */
-export function decodePathOf(dispatchesPerToken: number, layers: number): DecodePath {
+export function decodePathOf(dispatchesPerToken: number, layers: number, refusals?: SideFigures['refusals']): DecodePath {
   const perLayer = dispatchesPerToken / layers;
   if (perLayer < 2.5) return 'decode-layer';
-  if (perLayer < 9) return 'fused';
-  return 'general';
+  if (refusals) return refusals.fused === undefined ? 'fused' : 'general';
+  return perLayer < 11 ? 'fused' : 'general';
 }
 
 const firstLine = (text: string) => text.split('\n')[0].slice(0, 200);
@@ -324,7 +327,7 @@ async function measurePair(hosts: [Host, Host], pair: FamilyPair, options: Famil
         decode_tokens_per_s: stat(figures.map((f) => f.decodeTps), 2),
         dispatches_per_token: dispatches,
         prefill_dispatches: counterDelta(ps.at(-1)!.prefill.atEnd!, ps.at(-1)!.prefill.atStart).dispatches,
-        decode_path: decodePathOf(dispatches, pair.layers),
+        decode_path: decodePathOf(dispatches, pair.layers, side === 0 ? pair.refusals?.family : pair.refusals?.llama),
         refusals: (side === 0 ? pair.refusals?.family : pair.refusals?.llama) ?? {},
       };
     });
