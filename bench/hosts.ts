@@ -119,8 +119,9 @@ export async function startBrowser(): Promise<BrowserSession> {
         if (message.type() === 'error' || text.startsWith('probe:')) log(`chromium: ${text}`);
       });
       page.on('response', (response) => {
-        // The loader asks for a sharded checkpoint's index first; a single-file model has none.
-        const expected = /\/favicon\.ico$|\.safetensors\.index\.json$/.test(response.url()) && response.status() === 404;
+        // The loader asks for a sharded checkpoint's index first, and for a chat template file beside
+        // the tokenizer's: a single-file model without one has neither.
+        const expected = /\/favicon\.ico$|\.safetensors\.index\.json$|\/chat_template\.jinja$/.test(response.url()) && response.status() === 404;
         if (response.status() >= 400 && !expected) log(`chromium: HTTP ${response.status()} for ${response.url()}`);
       });
       await page.goto(origin + path);

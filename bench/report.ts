@@ -1,5 +1,6 @@
 // The bench's tables (plain text, aligned columns) and the ours / wllama ratios.
 import type { CaseFigures } from './cases.ts';
+import type { FamilyFigures, SideFigures } from './families.ts';
 import type { Stat } from './measure.ts';
 import type { ProbeFigures } from './probes.ts';
 import type { WllamaFigures } from './wllama.ts';
@@ -134,4 +135,49 @@ export function wllamaTable(ours: CaseFigures | undefined, settings: WllamaFigur
     }
   }
   return table(['runtime', 'threads', 'load ms', 'TTFT ms', 'prefill tok/s', 'decode tok/s', "llama.cpp's own prefill / decode tok/s"], rows);
+}
+
+/**
+ * A side's decode path with why the next faster one does not run it: the refusal (decode-step.ts,
+ * decode-layers.ts), or "tuning" where decode_layer.wgsl could run the model but the kernels'
+ * tuning does not take it for these weights on this adapter (Kernels.usesDecodeLayer).
+ */
+function pathCell(side: SideFigures): string {
+  const why = side.decode_path === 'general' ? side.refusals.fused : side.decode_path === 'fused' ? side.refusals.decode_layer ?? 'tuning' : undefined;
+  return `${side.decode_path}${why ? ` (${why})` : ''} ${fmt(side.dispatches_per_token, 0)}/tok`;
+}
+
+/** Dispatches of a prefill (max_tokens 1) request, family | Llama. */
+function prefillDispatches(f: FamilyFigures): string {
+  return `${f.family_model!.prefill_dispatches} | ${f.llama!.prefill_dispatches}`;
+}
+
+/**
+ * The families case (bench/families.ts): per host and family, prefill and decode tokens/s of the
+ * family's model and of its Llama twin (same dims), family / Llama (median of per-run ratios: 1 is
+ * as fast; the aim is at least 0.85), and each side's decode path with dispatches per token.
+ */
+export function familiesTable(figures: FamilyFigures[]): string {
+  const tps = (s: Stat) => statCell(s, s.median < 100 ? 1 : 0);
+  const measured = figures.filter((f) => !f.skipped && !f.error && f.family_model && f.llama && f.ratio);
+  const rows = table(
+    ['host', 'family', 'runs', 'prompt tok', 'prefill tok/s family | Llama', 'prefill ratio', 'prefill dispatches', 'decode tok/s family | Llama', 'decode ratio', 'decode path family | Llama'],
+    measured.map((f) => [
+      f.host,
+      f.family,
+      String(f.runs),
+      `${f.prompt_tokens} (+${f.decode_tokens})`,
+      `${tps(f.family_model!.prefill_tokens_per_s)} | ${tps(f.llama!.prefill_tokens_per_s)}`,
+      fmt(f.ratio!.prefill_tokens_per_s, 2),
+      prefillDispatches(f),
+      `${tps(f.family_model!.decode_tokens_per_s)} | ${tps(f.llama!.decode_tokens_per_s)}`,
+      fmt(f.ratio!.decode_tokens_per_s, 2),
+      `${pathCell(f.family_model!)} | ${pathCell(f.llama!)}`,
+    ]),
+  );
+  // Skipped families and errors below the table, whole (their reasons are long).
+  const notes = figures
+    .filter((f) => !measured.includes(f))
+    .map((f) => `${f.host} ${f.family}: ${f.skipped ? `skipped: ${f.skipped}` : `ERROR: ${f.error ?? 'no figures'}`}`);
+  return [rows, ...notes].join('\n');
 }

@@ -36,6 +36,13 @@
 //
 // `npm run bench -- --real-shapes ...` is the memory bench of bench/real-shapes.ts (Node only:
 // peak memory while loading SmolLM2-135M / Llama-3.2-1B shaped models).
+//
+// `npm run bench -- --families ...` is the families case of bench/families.ts: each family's
+// random model beside a plain Llama of the same dims, interleaved, on each host (--node-only,
+// --browser-only as above):
+//   npm run bench -- --families [--families-list qwen3,smollm3,phi3,phi4,gemma3,gemma2]
+//                    [--families-shape tiny|small|smollm2] [--families-runs 3] [--families-warmup-runs 1]
+//                    [--families-prompt-tokens 32] [--families-decode-tokens 32]
 import { readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
@@ -45,7 +52,8 @@ import { measureCase, RequestTimeout, setRequestTimeout, type CaseFigures } from
 import { chromiumHost, nodeHost, startBrowser, type BrowserSession, type Host, type HostName } from './hosts.ts';
 import { DEFAULT_PROBE_OPTIONS, FILE_ONLY_PROBE_DTYPES, type ProbeDType, type ProbeFigures, type ProbeOptions } from './probes.ts';
 import { ensureGenerated, realShapesTable, runRealShapes } from './real-shapes.ts';
-import { bestOf, casesTable, countersTable, probesTable, ratios, wllamaTable } from './report.ts';
+import { DEFAULT_BENCH_FAMILIES, prepareFamilies, runFamilies, type FamiliesOptions, type FamilyFigures } from './families.ts';
+import { bestOf, casesTable, countersTable, familiesTable, probesTable, ratios, wllamaTable } from './report.ts';
 import { openWllama, type WllamaContestant, type WllamaFigures } from './wllama.ts';
 import { measureStructured, structuredTable, type StructuredFigures } from './structured.ts';
 import { measureMultiTurn, multiTurnTable, type MultiTurnFigures, type MultiTurnOptions } from './multi-turn.ts';
@@ -92,6 +100,14 @@ const { values } = parseArgs({
     'real-shapes': { type: 'boolean', default: false },
     'prefill-tokens': { type: 'string', default: '64' },
     shape: { type: 'string', default: 'real' },
+    // --families: each family beside a Llama of the same dims (bench/families.ts)
+    families: { type: 'boolean', default: false },
+    'families-list': { type: 'string', default: DEFAULT_BENCH_FAMILIES.join(',') },
+    'families-shape': { type: 'string', default: 'small' },
+    'families-runs': { type: 'string', default: '3' },
+    'families-warmup-runs': { type: 'string', default: '1' },
+    'families-prompt-tokens': { type: 'string', default: '32' },
+    'families-decode-tokens': { type: 'string', default: '32' },
   },
 });
 
@@ -115,6 +131,44 @@ async function realShapes(): Promise<void> {
     `prefill with a ~${options.prefillTokens}-token prompt, decode with max_tokens ${options.decodeTokens}, temperature 0`);
   console.log(realShapesTable(figures));
   console.log(JSON.stringify({ real_shapes: options, results: figures }));
+}
+
+async function families(): Promise<void> {
+  const started = performance.now();
+  const loadBefore = loadavg()[0];
+  const options: FamiliesOptions = {
+    families: list(values['families-list']).map((f) => f.toLowerCase()),
+    shape: values['families-shape'],
+    promptTokens: int('families-prompt-tokens'),
+    decodeTokens: int('families-decode-tokens', 2),
+    runs: int('families-runs'),
+    warmupRuns: int('families-warmup-runs', 0),
+  };
+  setRequestTimeout(int('request-timeout-s') * 1000);
+  const pairs = await prepareFamilies(options);
+  const results: FamilyFigures[] = [];
+  let chromiumVersion: string | undefined;
+  if (!values['browser-only']) results.push(...(await runFamilies(nodeHost, pairs, options)));
+  if (!values['node-only']) {
+    const session = await startBrowser();
+    chromiumVersion = session.version;
+    try {
+      results.push(...(await runFamilies(() => chromiumHost(session), pairs, options)));
+    } finally {
+      await session.close();
+    }
+  }
+  console.log(`families beside a Llama of the same dims (shape ${options.shape}), f32 weights, a ~${options.promptTokens}-token prompt, ` +
+    `${options.decodeTokens} decode tokens, greedy; ${options.runs} runs after ${options.warmupRuns} untimed, family and Llama alternating`);
+  console.log(familiesTable(results));
+  console.log(JSON.stringify({
+    families: options,
+    node: process.version,
+    chromium: chromiumVersion ?? null,
+    elapsed_s: Math.round((performance.now() - started) / 1000),
+    machine: { cpus: cpus().length, cpu_model: cpus()[0]?.model.trim() ?? null, load_average_start: loadBefore, load_average_end: loadavg()[0] },
+    results,
+  }));
 }
 
 interface Plan {
@@ -234,6 +288,7 @@ async function runHost(host: Host, p: Plan, results: CaseFigures[], interleave?:
 
 async function main(): Promise<void> {
   if (values['real-shapes']) return realShapes();
+  if (values.families) return families();
   setRequestTimeout(int('request-timeout-s') * 1000);
   const started = performance.now();
   // Other processes on a small machine move every figure: the load is recorded with them.
