@@ -3,8 +3,7 @@
 // think `</think>` "\n\n" Hello! `<|im_end|>`, and to the prompt of enable_thinking false (which
 // ends with "\n\n" after an empty thinking block) "Hello!". Shared by the Node tests and the
 // browser's.
-// The model is a 'qwen2' architecture for now; once the Qwen3 architecture loads (issue 30), it can
-// be written with family 'qwen3' (q/k norms of ones change nothing here).
+// The model is of the Qwen3 architecture (its q/k norms are ones: they change nothing here).
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createHfTokenizer } from '../../src/tokenizer/hf-tokenizer.ts';
@@ -28,7 +27,7 @@ export function writeThinkingModel(out: string): void {
   const answer = [...ids('Hello'), ...ids('!')];
   if (on === off || thought.length + answer.length + 3 !== THINKING_REPLY.tokens) throw new Error('the Qwen3 tokenizer splits the thinking model\'s text otherwise than expected');
   writeBigramModel({
-    family: 'qwen2',
+    family: 'qwen3',
     out,
     tokenizer: { dir: QWEN3_DIR, generationConfig: { bos_token_id: 151643, eos_token_id: [151645, 151643] } },
     vocabSize: 151936,
