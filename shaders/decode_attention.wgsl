@@ -59,10 +59,11 @@ var<private> v_cur: array<H, HEAD_SLICES>;
  */
 fn attend_item(item: u32) {
   let h0 = (item / params.num_chunks) * HEADS;
-  let chunk = item % params.num_chunks;
+  let slot = item % params.num_chunks; // the chunk's work slot (a ring's slots: kvRowWgsl)
   let group = params.num_heads / params.num_kv_heads;
   let kv_head = h0 / group;
   let pos = start_pos();
+  let chunk = slot_chunk(slot, pos);
   let p = f32(pos);
   let q_dim = params.num_heads * HEAD_DIM;
   let kv_dim = params.num_kv_heads * HEAD_DIM;
@@ -144,7 +145,7 @@ fn attend_item(item: u32) {
   }
   let kv_offset = kv_head * HEAD_DIM; // this KV head within a cache row
   if (h0 % group == 0u && chunk == pos / params.chunk_keys) {
-    store_kv_row(pos * kv_dim + kv_offset);
+    store_kv_row(kv_row(pos) * kv_dim + kv_offset);
   }
 
   // The cache rows before p, then row p from registers (the cache's may not be written yet); kept
@@ -152,7 +153,7 @@ fn attend_item(item: u32) {
   let lo = max(first_key(pos), chunk * params.chunk_keys);
   let hi = min(pos + 1u, (chunk + 1u) * params.chunk_keys);
   for (var j = lo; j < min(hi, pos); j++) {
-    attend_row(qv, &acc, &m, &l, (j * kv_dim + kv_offset) / WIDTH);
+    attend_row(qv, &acc, &m, &l, (kv_row(j) * kv_dim + kv_offset) / WIDTH);
   }
   if (lo <= pos && pos < hi) {
     attend_key(qv, &acc, &m, &l, k_cur, v_cur);
@@ -166,7 +167,7 @@ fn attend_item(item: u32) {
         store_out(h * HEAD_DIM + i * WIDTH, acc[g * HEAD_SLICES + i] * inv_l);
       }
     } else {
-      let hc = h * params.num_chunks + chunk; // split_combine's (head, chunk) index
+      let hc = h * params.num_chunks + slot; // split_combine's (head, chunk slot) index
       for (var i = 0u; i < HEAD_SLICES; i++) {
         store_partial(hc * HEAD_DIM + i * WIDTH, acc[g * HEAD_SLICES + i]);
       }

@@ -230,7 +230,8 @@ function recordDecodeStep(rec: KernelRecorder, model: LlamaParts, act: Activatio
     rec.fusedMatvec(step.qkv, act.x, qkv, { norm: { gamma: layer.attnNorm, eps } }); // qkv: [qDim + 2 kvDim]
     const { attention: la, ropeTable } = s.layerShapes[l];
     const attention = { out: act.attnOut, qkv: step.qkv, keys: cache.keys[l], values: cache.values[l], invFreq: model.invFreqs[ropeTable] };
-    rec.decodeAttention(attention, { startPos: 0, position: step.position }, la, cache.kvDType, step.split); // attnOut: [qDim]
+    const ring = cache.rings[l];
+    rec.decodeAttention(attention, { startPos: 0, position: step.position }, ring ? { ...la, ring } : la, cache.kvDType, step.split); // attnOut: [qDim]
     rec.fusedMatvec(act.x, act.attnOut, [{ W: layer.wo }], { accumulate: true });
     // ffnHidden: [ffn]
     rec.fusedSwiglu(act.ffnHidden, act.x, layer.wGate, layer.wUp, { norm: { gamma: layer.ffnNorm, eps }, scratch: { gate: act.gate, up: act.up } });

@@ -1,0 +1,122 @@
+// Sliding-window layers' K/V rings (KvCache: a window layer keeps window + passTokens - 1 rows,
+// position p at row p mod rows) against the full cache: the same logits, bit for bit, for
+// prompts and decodes far past the window, prefills in passes, every decode path, f32 and f16.
+import { describe, expect, it } from 'vitest';
+import { LLAMA_FAMILY, type LayerDescription, type LlamaConfig } from '../../src/model/config.ts';
+import { LlamaModel } from '../../src/model/llama.ts';
+import { KvCache } from '../../src/model/kv-cache.ts';
+import type { KvDType } from '../../src/gpu/kernels/index.ts';
+import { cacheRuns } from '../../src/model/forward.ts';
+import { buildRandomModel, tinyConfig } from '../helpers/random-model.ts';
+import { mulberry32 } from '../helpers/prng.ts';
+import { testGpu } from '../helpers/gpu.ts';
+
+const rope = { theta: 10000, rotaryDims: 8 };
+const local = (slidingWindow: number): LayerDescription => ({ rope, slidingWindow });
+const global: LayerDescription = { rope };
+
+/**
+ * Gemma-3-like: local layers of windows 5 and 7 around a global one, sharp attention (a large
+ * score scale, so that a wrong key or a wrong window shows).
+ */
+const perLayer: LlamaConfig = tinyConfig({
+  hiddenSize: 20,
+  numHeads: 4,
+  numKvHeads: 2,
+  headDim: 8,
+  numLayers: 4,
+  contextLength: 64,
+  family: { ...LLAMA_FAMILY, attentionScale: 1.5, layers: [local(5), local(7), global, local(5)] },
+});
+/** Mistral-like: one window (6) for every layer. */
+const uniform: LlamaConfig = tinyConfig({ hiddenSize: 20, numHeads: 4, numKvHeads: 1, headDim: 8, numLayers: 2, contextLength: 64, slidingWindow: 6 });
+
+async function readF32(device: GPUDevice, buffer: GPUBuffer, floats: number): Promise<Float32Array> {
+  const staging = device.createBuffer({ size: floats * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  const encoder = device.createCommandEncoder();
+  encoder.copyBufferToBuffer(buffer, 0, staging, 0, floats * 4);
+  device.queue.submit([encoder.finish()]);
+  await staging.mapAsync(GPUMapMode.READ);
+  const out = new Float32Array(staging.getMappedRange().slice(0));
+  staging.destroy();
+  return out;
+}
+
+describe('KvCache rings', () => {
+  it('sizes window layers to window + passTokens - 1 rows, within the capacity', () => {
+    expect(KvCache.layerRowsOf(perLayer, 64, 4)).toEqual([8, 10, 64, 8]);
+    expect(KvCache.layerRowsOf(perLayer, 64, Infinity)).toEqual([64, 64, 64, 64]);
+    expect(KvCache.layerRowsOf(perLayer, 9, 4)).toEqual([8, 9, 9, 8]);
+    expect(KvCache.byteSizeOf(perLayer, 64, 'f32', 4)).toBe(2 * (8 + 10 + 64 + 8) * 2 * 8 * 4);
+    expect(cacheRuns(5, 3)).toEqual([{ from: 0, row: 5, count: 3 }]);
+    expect(cacheRuns(13, 4, 8)).toEqual([{ from: 0, row: 5, count: 3 }, { from: 3, row: 0, count: 1 }]);
+    expect(cacheRuns(16, 4, 8)).toEqual([{ from: 0, row: 0, count: 4 }]);
+  });
+
+  for (const [name, config] of [['per-layer windows 5, 7, none, 5', perLayer], ['one window of 6', uniform]] as const) {
+    for (const kvDType of ['f32', 'f16'] as KvDType[]) {
+      for (const chunkKeys of [undefined, 4]) {
+        it(`${name}, ${kvDType}${chunkKeys ? ', decode attention in chunks of 4' : ''}: prefill in passes and every decode path equal the full cache bit for bit`, async () => {
+          const ctx = await testGpu();
+          const device = ctx.device;
+          const { gpu } = buildRandomModel(ctx, config, 'f32', 3);
+          const model = await LlamaModel.create(ctx, config, gpu, { tuning: { decodeChunkKeys: chunkKeys, decodeLayer: () => true } });
+          const capacity = 48;
+          const passTokens = 4;
+          const full = model.createKvCache(capacity, kvDType, Infinity);
+          const ring = model.createKvCache(capacity, kvDType, passTokens);
+          expect(full.ringed).toBe(false);
+          expect(ring.ringed).toBe(true);
+          expect(ring.byteSize).toBeLessThan(full.byteSize);
+          const rand = mulberry32(11);
+          const prompt = Array.from({ length: 30 }, () => Math.floor(rand() * config.vocabSize));
+
+          // The full cache in passes of 4 (explicitly); the ring given the whole prompt (forward splits it).
+          const fullLogits: Float32Array[] = [];
+          for (let s = 0; s < prompt.length; s += passTokens) fullLogits.push(await model.forward(prompt.slice(s, s + passTokens), s, full, { allLogits: true }));
+          const ringLogits = await model.forward(prompt, 0, ring, { allLogits: true });
+          const joined = new Float32Array(fullLogits.reduce((n, l) => n + l.length, 0));
+          fullLogits.reduce((at, l) => (joined.set(l, at), at + l.length), 0);
+          expect(Array.from(ringLogits)).toEqual(Array.from(joined));
+          // A pass longer than the ring takes is refused by the kernels, not run wrong.
+          const [window, rows] = [ring.windows[0]!, ring.rows[0]!];
+          expect(rows).toBe(window + passTokens - 1);
+          expect(() => model.kernels.begin().attention(
+            { out: gpu.lmHead.buffer, q: gpu.tokenEmbedding.buffer, keys: ring.keys[0]!, values: ring.values[0]! },
+            { T: passTokens + 1, startPos: 30 },
+            { heads: 4, kvHeads: config.numKvHeads, headDim: 8, slidingWindow: window, ring: ring.rings[0]! },
+            kvDType,
+          )).toThrow(`ring of ${rows} K/V rows cannot take ${passTokens + 1} tokens`);
+
+          // Decodes to the end of the context: forward() (uniform position), the fused step and
+          // forward()'s kernels as a step (position buffer), each on a ring and a full cache.
+          const caches = { ring: [ring, model.createKvCache(capacity, kvDType, passTokens), model.createKvCache(capacity, kvDType, passTokens)], full: [full, model.createKvCache(capacity, kvDType, Infinity), model.createKvCache(capacity, kvDType, Infinity)] };
+          for (const c of [...caches.ring.slice(1), ...caches.full.slice(1)]) await model.forward(prompt, 0, c, { readBack: false });
+          const steps = {
+            ring: [model.createDecodeStep(caches.ring[1]!), model.createDecodeStep(caches.ring[2]!, { fused: false })],
+            full: [model.createDecodeStep(caches.full[1]!), model.createDecodeStep(caches.full[2]!, { fused: false })],
+          };
+          let token = prompt[prompt.length - 1]!;
+          for (let pos = prompt.length; pos < capacity; pos++) {
+            token = (token * 31 + 7) % config.vocabSize;
+            const got: Record<'ring' | 'full', Float32Array[]> = { ring: [], full: [] };
+            for (const kind of ['ring', 'full'] as const) {
+              got[kind].push(await model.forward([token], pos, caches[kind][0]!));
+              for (const step of steps[kind]) {
+                device.queue.writeBuffer(step.tokenIn, 0, new Uint32Array([token]));
+                const encoder = device.createCommandEncoder();
+                step.encodeStep(encoder, pos);
+                device.queue.submit([encoder.finish()]);
+                got[kind].push(await readF32(device, step.logits, config.vocabSize));
+              }
+            }
+            for (let i = 0; i < 3; i++) expect(Array.from(got.ring[i]!), `position ${pos}, path ${i}`).toEqual(Array.from(got.full[i]!));
+          }
+          for (const s of [...steps.ring, ...steps.full]) s.destroy();
+          for (const c of [...caches.ring, ...caches.full]) c.destroy();
+          model.destroy();
+        }, 60_000);
+      }
+    }
+  }
+});
