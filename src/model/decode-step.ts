@@ -168,6 +168,7 @@ export function createDecodeStep(model: DecodeStepContext, cache: KvCache, optio
     if (!Number.isInteger(pos) || !Number.isInteger(steps) || pos < 0 || steps < 1 || last >= capacity) {
       throw new Error(`decode positions ${pos} .. ${last} are outside the KV cache (0 .. ${capacity - 1})`);
     }
+    cache.noteWritten(pos + steps);
     encoder.copyBufferToBuffer(positions, pos * 4, positionTarget.buffer, positionTarget.offset, 4);
   };
   return {

@@ -91,19 +91,23 @@ export class KvCache {
   }
 
   /**
-   * Whether a sequence can go on from position `length` over K/V that this cache's rings took up
-   * to position `written` (exclusive; written >= length): every ring still holds the window's keys
-   * before `length` (positions max(0, length - W + 1) .. length - 1), so that the next query reads
-   * what a full cache would. The positions from `length` on are written again before they are read.
-   * Always true without rings.
+   * The end of the positions written since resetWritten (a high-water mark: forward() and the
+   * decode steps raise it as they record their writes). A ring row of position p is overwritten
+   * by position p + rows: what the rings still hold follows from it (engine/prefix-cache.ts).
    */
-  resumable(length: number, written: number): boolean {
-    if (length === 0) return true;
-    return this.rings.every((ring, l) => {
-      if (!ring) return true;
-      const oldest = Math.max(0, length - this.windows[l]! + 1);
-      return oldest >= written - ring.rows;
-    });
+  get written(): number {
+    return this.writtenEnd;
+  }
+  private writtenEnd = 0;
+
+  /** Records that positions up to `end` (exclusive) are, or are about to be, written. */
+  noteWritten(end: number): void {
+    if (end > this.writtenEnd) this.writtenEnd = end;
+  }
+
+  /** Starts the high-water mark again at `end` (a sequence that writes from there on). */
+  resetWritten(end: number): void {
+    this.writtenEnd = end;
   }
 
   destroy(): void {

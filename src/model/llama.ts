@@ -103,6 +103,7 @@ export class LlamaModel {
     const allLogits = options.allLogits ?? false;
     const readBack = options.readBack ?? true;
     if (T > cache.maxPassTokens) return this.forwardInPasses(tokens, startPos, cache, options);
+    cache.noteWritten(startPos + T);
     const vocabBytes = this.config.vocabSize * 4;
     if (options.lastLogitsTo && options.lastLogitsTo.size < vocabBytes) {
       throw new Error(`lastLogitsTo has ${options.lastLogitsTo.size} bytes, needs ${vocabBytes}`);
