@@ -53,6 +53,19 @@ describe('KvCache rings', () => {
     expect(cacheRuns(16, 4, 8)).toEqual([{ from: 0, row: 0, count: 4 }]);
   });
 
+  it('a Gemma-3-like model at 32k costs about its global layers\' share (docs/architecture.md\'s table)', () => {
+    const MiB = 2 ** 20;
+    const gemma = (numLayers: number, numKvHeads: number, window: number): LlamaConfig => {
+      const layers = Array.from({ length: numLayers }, (_, l) => ((l + 1) % 6 === 0 ? global : local(window)));
+      return tinyConfig({ numLayers, numKvHeads, numHeads: numKvHeads, headDim: 256, family: { ...LLAMA_FAMILY, layers } });
+    };
+    expect(KvCache.byteSizeOf(gemma(26, 1, 512), 32768, 'f16') / MiB).toBeCloseTo(149.98, 2);
+    expect(KvCache.byteSizeOf(gemma(26, 1, 512), 32768, 'f16', Infinity) / MiB).toBe(832);
+    expect(KvCache.byteSizeOf(gemma(34, 4, 1024), 32768, 'f16') / MiB).toBeCloseTo(813.89, 2);
+    const mistral = tinyConfig({ numLayers: 32, numKvHeads: 8, numHeads: 32, headDim: 128, slidingWindow: 4096 });
+    expect(KvCache.byteSizeOf(mistral, 32768, 'f16') / MiB).toBeCloseTo(575.88, 2);
+  });
+
   for (const [name, config] of [['per-layer windows 5, 7, none, 5', perLayer], ['one window of 6', uniform]] as const) {
     for (const kvDType of ['f32', 'f16'] as KvDType[]) {
       for (const chunkKeys of [undefined, 4]) {
