@@ -30,9 +30,10 @@
 // partials, laid out as attention.wgsl's split_combine reads them; no-ops with one chunk);
 // `fn cap_score(s) -> f32` (the score, or soft-capped), `fn rope_dims() -> u32` and
 // `fn rope_magnitude() -> f32` (RoPE's rotated elements a head and factor: HEAD_DIM and 1 unless
-// the variant reads its params); `const QK_NORM: bool` with `fn q_gamma(e) -> f32`, `fn k_gamma(e)
-// -> f32` and `fn qk_eps() -> f32` (the per-head q/k RMSNorm's weights and eps); and a `params` with the fields of decode_attention_pass.wgsl's
-// Params (those of the features off are not read).
+// the variant reads its params); `const QK_NORM: bool` with `fn q_gamma(e) -> f32`,
+// `fn k_gamma(e) -> f32` and `fn qk_eps() -> f32` (the per-head q/k RMSNorm's weights and eps);
+// and a `params` with the fields of decode_attention_pass.wgsl's Params (those of the features
+// off are not read).
 
 /** 1 / sqrt(mean(x²) + eps) of the head of qkv that starts at element `base` (QK_NORM). */
 fn head_inv_rms(base: u32) -> f32 {

@@ -4,11 +4,13 @@
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { createHfTokenizer } from '../tokenizer/hf-tokenizer.ts';
 import { tokenizerFromGguf } from '../tokenizer/gguf-tokenizer.ts';
-import { configFromGguf, configFromHf, familyOf, withLongRopeFactors, withRopeFreqFactors, type LlamaConfig } from '../model/config.ts';
+import {
+  configFromGguf, configFromHf, familyOf, hfCheckpointDType, withEmbeddingScaleDType, withLongRopeFactors, withRopeFreqFactors, type LlamaConfig,
+} from '../model/config.ts';
 import { readJsonFile, readTextFile, type ByteSource, type ModelFiles } from '../io/files.ts';
 import { readGgufHeader, type GgufMetadata, type GgufTensorType } from '../io/formats/gguf.ts';
 import { isLoadableDType, readSafetensorsCheckpoint, type SafetensorsDType } from '../io/formats/safetensors.ts';
-import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf } from '../model/tensor-names.ts';
+import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf, languageModelTensorName } from '../model/tensor-names.ts';
 import { checkTensors, requiredTensors, weightBytes, type ModelTensor, type WeightSource } from '../model/weights.ts';
 import { splitFusedTensors } from '../model/tensors.ts';
 import type { WeightDType } from '../gpu/tensor.ts';
@@ -32,6 +34,8 @@ export interface OpenedModel extends WeightSource {
   sources: ReadonlyMap<string, ByteSource>;
   /** The GGUF metadata (GGUF models only). */
   ggufMetadata?: GgufMetadata;
+  /** What the load leaves out and says so (the vision tower of an image-text checkpoint). */
+  notices: string[];
 }
 
 const GGUF_DTYPES: Record<GgufTensorType, WeightDType> = {
@@ -113,6 +117,7 @@ async function openGguf(files: ModelFiles, fileName: string, options: OpenModelO
     files,
     sources: new Map([[fileName, source]]),
     ggufMetadata: metadata,
+    notices: [],
   };
 }
 
@@ -130,15 +135,26 @@ async function openHfFolder(files: ModelFiles, options: OpenModelOptions): Promi
 
   const tensors = new Map<string, ModelTensor>();
   const sources = new Map<string, ByteSource>();
+  // An image-text checkpoint (config under text_config, Gemma3ForConditionalGeneration): its
+  // language model's tensors under their causal-LM names; the vision tower and projector are left
+  // out, and the load says so.
+  const multimodal = typeof configJson.text_config === 'object' && configJson.text_config !== null;
+  const notices: string[] = [];
+  let leftOut = 0;
   // Tensors of other dtypes are left out unless the model needs them (as transformers ignores unexpected keys).
   const unloadable = new Map<string, string>();
   for (const t of await readSafetensorsCheckpoint(files, sources)) {
-    if (!isLoadableDType(t.dtype)) {
-      unloadable.set(t.name, t.dtype);
+    const name = multimodal ? languageModelTensorName(t.name) : t.name;
+    if (name === null) {
+      leftOut++;
       continue;
     }
-    tensors.set(t.name, {
-      name: t.name,
+    if (!isLoadableDType(t.dtype)) {
+      unloadable.set(name, t.dtype);
+      continue;
+    }
+    tensors.set(name, {
+      name,
       sourceName: t.name,
       shape: t.shape,
       dtype: SAFETENSORS_DTYPES[t.dtype],
@@ -151,6 +167,14 @@ async function openHfFolder(files: ModelFiles, options: OpenModelOptions): Promi
   const hasLmHead = tensors.has(GLOBAL_TENSOR_NAMES.lmHead) || unloadable.has(GLOBAL_TENSOR_NAMES.lmHead);
   if (!config.tieWordEmbeddings && !hasLmHead && configJson.tie_word_embeddings !== false) {
     config.tieWordEmbeddings = true;
+  }
+  if (multimodal) {
+    notices.push(`${files.id} is an image-text checkpoint (${String((configJson.architectures as unknown[] | undefined)?.[0] ?? configJson.model_type)}): only its language model is loaded; the vision tower and projector (${leftOut} tensors) are not, and the model takes text only`);
+  }
+  // The embedding scale is rounded to the checkpoint's dtype: config.json's, else the embedding's.
+  const embedding = tensors.get(GLOBAL_TENSOR_NAMES.tokenEmbedding);
+  if (hfCheckpointDType(configJson) === undefined && embedding && (embedding.dtype === 'f32' || embedding.dtype === 'f16' || embedding.dtype === 'bf16')) {
+    withEmbeddingScaleDType(config, embedding.dtype);
   }
   splitFusedTensors(config, tensors);
   for (const { name } of requiredTensors(config, tensors.size + unloadable.size)) {
@@ -171,5 +195,6 @@ async function openHfFolder(files: ModelFiles, options: OpenModelOptions): Promi
     tensors,
     files,
     sources,
+    notices,
   };
 }
