@@ -69,12 +69,12 @@ async function openGguf(files: ModelFiles, fileName: string, options: OpenModelO
   // Llama 3.1-style RoPE scaling: a small F32 tensor of per-frequency divisors, read into the config.
   // A small F32 tensor of RoPE factors, its length checked from the header before reading (a huge
   // tensor under such a name is not read whole).
-  const readFactors = async (tensorName: string, expected: number): Promise<Float32Array<ArrayBuffer> | undefined> => {
+  const readFactors = async (tensorName: string, expected: number, needs: string): Promise<Float32Array<ArrayBuffer> | undefined> => {
     const t = header.tensors.find((x) => x.name === tensorName);
     if (!t) return undefined;
     if (t.ggmlType !== 0) throw new Error(`${tensorName} has ggml type ${t.ggmlType}; only F32 is supported for it`);
     const count = t.ne.reduce((a, b) => a * b, 1);
-    if (count !== expected) throw new Error(`${tensorName} has ${count} values; the model needs ${expected}`);
+    if (count !== expected) throw new Error(`${tensorName} has ${count} values; ${needs} needs ${expected}`);
     const bytes = await source.read(t.offset, t.byteLength);
     const factors = new Float32Array(t.byteLength / 4);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -82,12 +82,13 @@ async function openGguf(files: ModelFiles, fileName: string, options: OpenModelO
     return factors;
   };
   // Llama 3.1-style RoPE scaling: per-frequency divisors, read into the config.
-  const ropeFreqs = await readFactors('rope_freqs.weight', config.headDim / 2);
+  const ropeFreqs = await readFactors('rope_freqs.weight', config.headDim / 2, `head size ${config.headDim}`);
   if (ropeFreqs) withRopeFreqFactors(config, ropeFreqs);
   // LongRoPE (Phi-3): the short and long factors, one per rotated pair.
   if (config.ropeScaling?.type === 'longrope') {
     const pairs = config.ropeScaling.shortFactor.length;
-    withLongRopeFactors(config, await readFactors('rope_factors_short.weight', pairs), await readFactors('rope_factors_long.weight', pairs));
+    const needs = `RoPE of ${2 * pairs} rotated dims`;
+    withLongRopeFactors(config, await readFactors('rope_factors_short.weight', pairs, needs), await readFactors('rope_factors_long.weight', pairs, needs));
   }
   const family = familyOf(config);
   const tensors = new Map<string, ModelTensor>();

@@ -316,7 +316,7 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   // SmolLM3: no_rope_layers[l] = 1 when layer l USES RoPE (transformers' SmolLM3Attention.use_rope);
   // missing, transformers builds it from no_rope_layer_interval (every interval-th layer without).
   let usesRope: boolean[] | undefined;
-  if (architecture === 'smollm3') {
+  if (architecture === 'smollm3' && (c.no_rope_layers !== undefined || (Number.isSafeInteger(numLayers) && numLayers > 0 && numLayers <= MAX_DESCRIBED_LAYERS))) {
     const interval = hfNumber(c, 'no_rope_layer_interval', 4);
     const list = c.no_rope_layers ?? Array.from({ length: numLayers }, (_, l) => ((l + 1) % interval !== 0 ? 1 : 0));
     if (!Array.isArray(list) || list.length !== numLayers || list.some((v) => v !== 0 && v !== 1)) {
@@ -354,6 +354,9 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   return config;
 }
 
+/** The most layers a per-layer description is built for (far beyond any model: each layer is at least nine tensors). */
+const MAX_DESCRIBED_LAYERS = 1 << 16;
+
 /** config.json activations and what they are. */
 const HF_ACTIVATIONS: Record<string, GatedActivation> = {
   silu: 'silu',
@@ -370,7 +373,10 @@ const HF_ACTIVATIONS: Record<string, GatedActivation> = {
 function setFamily(config: LlamaConfig, family: FamilyDescription, perLayer: { rotaryDims: number; usesRope?: boolean[] }): void {
   const { rotaryDims, usesRope } = perLayer;
   let layers: LayerDescription[] | undefined;
-  if (rotaryDims !== config.headDim || usesRope?.some((u) => !u)) {
+  // A layer count no file could hold the tensors of (a hostile header's 2^40) builds no list: the
+  // tensor check refuses the model, naming the count (requiredTensors).
+  const describable = Number.isSafeInteger(config.numLayers) && config.numLayers > 0 && config.numLayers <= MAX_DESCRIBED_LAYERS;
+  if (describable && (rotaryDims !== config.headDim || usesRope?.some((u) => !u))) {
     const rope: LayerRope = {
       theta: config.ropeTheta,
       rotaryDims,
@@ -578,7 +584,7 @@ export function configFromGguf(metadata: GgufMetadata, tokenCount?: number, tens
   if (window !== undefined && window !== 0) config.slidingWindow = ggufNum(metadata, `${arch}.attention.sliding_window`);
   // SmolLM3: llama.cpp has no key for its RoPE-less layers; it skips RoPE on every 4th layer
   // (n_no_rope_layer_step = 4), as transformers' default no_rope_layer_interval.
-  const usesRope = arch === 'smollm3' ? Array.from({ length: config.numLayers }, (_, l) => (l + 1) % 4 !== 0) : undefined;
+  const usesRope = arch === 'smollm3' && config.numLayers <= MAX_DESCRIBED_LAYERS ? Array.from({ length: config.numLayers }, (_, l) => (l + 1) % 4 !== 0) : undefined;
   const fusedQkv = [...names].some((n) => /^blk\.\d+\.attn_qkv\.weight$/.test(n));
   const fusedGateUp = tensorNames !== undefined && arch === 'phi3' && ![...names].some((n) => /^blk\.\d+\.ffn_gate\.weight$/.test(n));
   setFamily(config, { ...LLAMA_FAMILY, qkNorm: arch === 'qwen3', fusedQkv, fusedGateUp }, { rotaryDims, usesRope });
@@ -605,8 +611,9 @@ function validateConfig(c: LlamaConfig, where: string): void {
   if (c.ropeFreqFactors && c.ropeFreqFactors.length !== c.headDim / 2) {
     throw new Error(`${where}: ${c.ropeFreqFactors.length} RoPE frequency factors for head size ${c.headDim} (needs ${c.headDim / 2})`);
   }
-  const layers = modelLayers(c);
-  if (layers.length !== c.numLayers) throw new Error(`${where}: ${layers.length} layer descriptions for ${c.numLayers} layers`);
+  // The per-layer description when there is one (the defaults are the config's, checked above).
+  const layers = c.family?.layers ?? [];
+  if (c.family?.layers && layers.length !== c.numLayers) throw new Error(`${where}: ${layers.length} layer descriptions for ${c.numLayers} layers`);
   for (const [l, layer] of layers.entries()) {
     const r = layer.rope;
     if (r) {
