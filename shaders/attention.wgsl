@@ -29,7 +29,8 @@
 // or params.start_pos plus a u32 read from a storage buffer for the reusable decode step: the
 // dispatch grid depends only on T and the heads, and each thread loops to its own position, so one
 // recorded bind group serves every step); online_softmax.wgsl (first_key, attend_key / attend_row,
-// NEG_LARGE, HEAD_SLICES). Two entry points; the host picks (kernels/tuning.ts, attentionPlan):
+// NEG_LARGE, HEAD_SLICES); `fn kv_row(j: u32) -> u32`, the cache row of position j (j, or in a
+// sliding-window layer's ring j mod its rows), and split_combine's chunk slots (kvRowWgsl). Two entry points; the host picks (kernels/tuning.ts, attentionPlan):
 //
 // - `per_thread`: one thread per (block of QUERIES consecutive query tokens, block of GROUP_HEADS
 //   heads sharing a KV head): HEADS = QUERIES x GROUP_HEADS query heads, for which it walks the

@@ -17,6 +17,10 @@
 // With one chunk (num_chunks = 1) the thread writes its heads' outputs; with more it leaves their
 // unnormalized accumulators and (m, l) in `partials`, and attention.wgsl's split_combine finishes
 // (flash-decoding). The grid depends on the cache size, not on p.
+// A sliding-window layer's cache may be a ring (kvRowWgsl): position j is at row kv_row(j) (j mod
+// its rows, at least the window: row kv_row(p) held a position no query of this step reads), and
+// work slot `slot` takes chunk slot_chunk(slot, p) of the chunks a full cache would have, so that
+// split_combine sums the same chunks in the same order.
 //
 // This file is the math of one thread, `attend_item`; two kernels run it: decode_attention_pass.wgsl
 // (a dispatch of its own) and decode_layer.wgsl (a phase of the whole layer). Composed in front of
@@ -33,7 +37,7 @@
 // the variant reads its params); `const QK_NORM: bool` with `fn q_gamma(e) -> f32`,
 // `fn k_gamma(e) -> f32` and `fn qk_eps() -> f32` (the per-head q/k RMSNorm's weights and eps);
 // and a `params` with the fields of decode_attention_pass.wgsl's Params (those of the features
-// off are not read).
+// off are not read); `fn kv_row(j) -> u32` and `fn slot_chunk(slot, p) -> u32` (kvRowWgsl).
 
 /** 1 / sqrt(mean(x²) + eps) of the head of qkv that starts at element `base` (QK_NORM). */
 fn head_inv_rms(base: u32) -> f32 {

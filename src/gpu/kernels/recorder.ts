@@ -295,7 +295,9 @@ export abstract class KernelRecorder {
    * element type ('f16': two halves a u32 word, as writeKv stores them). With tokens.position (a
    * u32 on the GPU, see PositionSource), the first token is at startPos plus that value: the
    * caches are then only checked to hold startPos + T rows, the kernel variant is planned for as
-   * many keys as the caches hold, and the dispatch grid does not depend on it.
+   * many keys as the caches hold, and the dispatch grid does not depend on it. With shape.ring (a
+   * sliding-window layer's ring, KvRing) position p is at row p mod ring.rows, which must be at
+   * least slidingWindow + T - 1, and the entry is planned as for a cache of ring.positions rows.
    */
   attention(
     buffers: { out: GPUBuffer; q: GPUBuffer; keys: GPUBuffer; values: GPUBuffer },
@@ -444,7 +446,9 @@ export abstract class KernelRecorder {
    * cache size, not the position. With `qkNorm` (Qwen3, Gemma 3), each head of q and of k is
    * RMS-normalized (x / sqrt(mean(x²) + eps) * γ, gammas q and k of [headDim]) before RoPE. On a
    * device that binds fewer than 9 storage buffers a dispatch, qkNorm with a position buffer goes
-   * unsplit (one dispatch over all the keys) whatever `split` says.
+   * unsplit (one dispatch over all the keys) whatever `split` says. With shape.ring the caches are
+   * a ring (see attention) and the chunks those of a cache of ring.positions rows, of which only
+   * the few a window spans run (slot chunk mod slots), combined in the same order.
    */
   decodeAttention(
     buffers: { out: GPUBuffer; qkv: GPUBuffer; keys: GPUBuffer; values: GPUBuffer; invFreq: GPUBuffer },
