@@ -740,6 +740,15 @@ function periodicSlidingLayers(layers: number, period: number): boolean[] {
   return Array.from({ length: layers }, (_, i) => period === 0 || (i + 1) % period !== 0);
 }
 
+/**
+ * Gemma's layers differ (window, RoPE base), so its description lists them: a layer count no file
+ * could hold the tensors of (a hostile header's 2^40) is refused here, naming it, before a list
+ * that long is built.
+ */
+function describableLayers(n: number, where: string): void {
+  if (!(Number.isSafeInteger(n) && n > 0 && n <= MAX_DESCRIBED_LAYERS)) throw new Error(`${where} = ${n}: not a layer count this runtime runs (1 .. ${MAX_DESCRIBED_LAYERS})`);
+}
+
 /** A positive soft-cap, or undefined for null / absent / 0 (no capping). */
 function softcapValue(v: unknown, where: string): number | undefined {
   if (v === undefined || v === null || v === 0) return undefined;
@@ -784,6 +793,7 @@ function gemmaConfigFromHf(top: Json, architecture: 'gemma2' | 'gemma3'): LlamaC
   const numKvHeads = hfNumber(c, 'num_key_value_heads', numHeads);
   const headDim = hfNumber(c, 'head_dim', hiddenSize / numHeads);
   const contextLength = hfNumber(c, 'max_position_embeddings');
+  describableLayers(numLayers, 'config.json num_hidden_layers');
 
   // Which layers slide.
   let sliding: boolean[];
@@ -900,6 +910,7 @@ function gemmaConfigFromHf(top: Json, architecture: 'gemma2' | 'gemma3'): LlamaC
 function gemmaGgufFamily(metadata: GgufMetadata, arch: 'gemma2' | 'gemma3', config: LlamaConfig): FamilyDescription {
   const num = (key: string, fallback?: number) => ggufNum(metadata, `${arch}.${key}`, fallback);
   const layerCount = config.numLayers;
+  describableLayers(layerCount, `GGUF metadata ${arch}.block_count`);
   const large = arch === 'gemma2' ? layerCount === 46 : layerCount === 62;
   const attentionScale = Math.fround(1 / Math.sqrt(large ? Math.floor(config.hiddenSize / config.numHeads) : config.headDim));
   const globalRope: LayerRope = {

@@ -136,6 +136,20 @@ describe('Gemma config.json, read as transformers reads it', () => {
     expect(() => configFromHf({ ...gemma3, sliding_window: 0 })).toThrow(/sliding_window/);
     expect(() => configFromHf({ ...gemma2, attn_logit_softcapping: -1 })).toThrow(/attn_logit_softcapping/);
     expect(() => configFromHf({ architectures: ['Gemma3TextModel'], model_type: 'gemma3_text' })).toThrow(/Unsupported model architecture Gemma3TextModel/);
+    // A hostile layer count is refused before a description that long is built.
+    expect(() => configFromHf({ ...gemma3, num_hidden_layers: 2 ** 40 })).toThrow(/num_hidden_layers = 1099511627776/);
+  });
+
+  it('without a dtype in config.json, the embedding scale is rounded to the embedding tensor\'s', async () => {
+    for (const dtype of ['bf16', 'f32'] as const) {
+      const dir = models.dir('webgpu-llama-gemma2-dtype-');
+      const config = generateModel({ family: 'gemma2', shape: 'tiny', out: dir, seed: 4, dtype });
+      const { torch_dtype: _d, ...rest } = config;
+      writeFileSync(join(dir, 'config.json'), JSON.stringify(rest));
+      const opened = await openModel(filesFromPath(dir));
+      expect(familyOf(opened.config).embeddingScale, dtype).toBe(roundToDType(Math.sqrt(32), dtype));
+    }
+    expect(roundToDType(Math.sqrt(32), 'bf16')).toBe(5.65625);
   });
 
   it('an image-text checkpoint\'s language-model tensors take their causal-LM names; the rest are left out', () => {
@@ -191,11 +205,12 @@ describe('Gemma GGUF metadata, read as llama.cpp reads it', () => {
     expect(familyOf(d)).toMatchObject({ attentionSoftcap: 2.5, finalLogitSoftcap: 3 });
     expect(layerSummary(d)).toEqual(['1000000/-/6', '1000000/-/full']);
     expect(familyOf(configFromGguf(base('gemma2', 46), 256000, names)).attentionScale).toBe(Math.fround(1 / Math.sqrt(288)));
+    expect(() => configFromGguf(base('gemma2', 2 ** 40), 256000, names)).toThrow(/block_count = 1099511627776/);
   });
 });
 
 /** Logits of the reusable decode step at each position after `prompt` (prefilled by forward()), for the tokens t → (31 t + 7) mod vocab. */
-async function decodeStepLogits(model: LlamaModel, cache: KvCache, prompt: number[], steps: number, options: { fused?: boolean } = {}): Promise<{ tokens: number[]; logits: Float32Array[]; dispatches: number }> {
+async function decodeStepLogits(model: LlamaModel, cache: KvCache, prompt: number[], steps: number, options: { fused?: boolean } = {}): Promise<{ tokens: number[]; logits: Float32Array[]; dispatches: number; layered: boolean }> {
   const device = model.ctx.device;
   const vocab = model.config.vocabSize;
   await model.forward(prompt, 0, cache);
@@ -217,7 +232,7 @@ async function decodeStepLogits(model: LlamaModel, cache: KvCache, prompt: numbe
       logits.push(new Float32Array(staging.getMappedRange().slice(0)));
       staging.unmap();
     }
-    return { tokens, logits, dispatches: step.dispatchCount };
+    return { tokens, logits, dispatches: step.dispatchCount, layered: step.consecutive !== undefined };
   } finally {
     staging.destroy();
     step.destroy();
@@ -235,6 +250,7 @@ function referenceLogits(config: LlamaConfig, weights: CpuLlamaWeights, kvDType:
 // Past the window (5 for gemma3, 6 for gemma2) by the prompt alone, and further by the decode steps.
 const PROMPT = Array.from({ length: 11 }, (_, i) => (i * 53 + 11) % 500);
 const STEPS = 4;
+const TEXT = 'Once upon a time, there was a tiny model. <start_of_turn>user\nHi!';
 /** Relative to the largest |logit|: f32 sums in another order; far below what any rule gets wrong. */
 const TOL = 2e-4;
 
@@ -265,12 +281,22 @@ describe('Gemma test models on the GPU vs the float64 CPU reference (Hugging Fac
           const expected = referenceLogits(config, weights, kvDType, PROMPT, []);
           const bound = TOL * Math.max(1, maxAbs(expected[0]));
           expect(maxAbsDiff(prefill, expected[0]), `${kvDType} prefill`).toBeLessThan(bound);
+          // A prompt prefilled in two passes (the second past the window) ends on the same logits.
+          const split = model.createKvCache(64, kvDType);
+          try {
+            await model.forward(PROMPT.slice(0, 4), 0, split);
+            const last = await model.forward(PROMPT.slice(4), 4, split);
+            expect(maxAbsDiff(last, prefill.subarray((PROMPT.length - 1) * config.vocabSize)), `${kvDType} split prefill`).toBeLessThan(bound);
+          } finally {
+            split.destroy();
+          }
           const dispatches: number[] = [];
           for (const fused of [true, false]) {
             const got = await decodeStepLogits(model, cache, PROMPT, STEPS, { fused });
             const want = referenceLogits(config, weights, kvDType, PROMPT, got.tokens);
             got.logits.forEach((l, i) => expect(maxAbsDiff(l, want[i + 1]), `${kvDType} fused ${fused} step ${i}`).toBeLessThan(bound));
             dispatches.push(got.dispatches);
+            expect(got.layered).toBe(false);
           }
           // The fused step (fewer dispatches) where it runs the description, else the general pass.
           if (fusedRuns) expect(dispatches[0]).toBeLessThan(dispatches[1]);
@@ -401,18 +427,22 @@ async function cpuWeightsOfGguf(path: string, config: LlamaConfig): Promise<{ we
 
 describe('Gemma GGUFs (llama.cpp names and keys, norms +1) vs the CPU reference', () => {
   for (const family of GEMMA_FAMILIES) {
-    it(`${family}: F32, F16 and Q8_0, prefill past the window and decode steps, read as llama.cpp reads them`, async () => {
+    it(`${family}: F32 / F16 / Q8_0 GGUFs, prefill past the window and decode steps, read as llama.cpp reads them; the tokenizer as the folder's`, async () => {
       const dir = models.dir(`webgpu-llama-gguf-${family}-`);
       generateModel({ family, shape: 'tiny', out: dir, seed: 9 });
-      const hfConfig = (await openModel(filesFromPath(dir))).config;
+      const { config: hfConfig, tokenizer: hfTokenizer } = await openModel(filesFromPath(dir));
       const hfWeights = cpuLlamaWeights(hfConfig, await readFolderTensors(dir));
-      for (const type of ['f32', 'f16', 'q8_0'] as GgufOutType[]) {
+      // Gemma 3's 262144-row embedding makes each file slow to write and read: F32 and Q8_0 only.
+      const types: GgufOutType[] = family === 'gemma3' ? ['f32', 'q8_0'] : ['f32', 'f16', 'q8_0'];
+      for (const type of types) {
         const path = join(dir, `model-${type}.gguf`);
         await writeGgufFromHf(dir, path, type);
         const generator = await models.load(path);
         const model = generator.model;
         const c = model.config;
         const f = familyOf(c);
+        // The GGUF's tokenizer (tokenizer.ggml.*) encodes as the folder's tokenizer.json.
+        expect(generator.tokenizer.encode(TEXT), 'tokenizer').toEqual(hfTokenizer.encode(TEXT));
         // What the GGUF says, as llama.cpp reads it: the same layers, windows, bases and soft-caps;
         // norms already +1; sqrtf(n_embd); 1/sqrt(key_length) whatever query_pre_attn_scalar was.
         expect(layerSummary(c)).toEqual(layerSummary(hfConfig));
@@ -447,4 +477,31 @@ describe('Gemma GGUFs (llama.cpp names and keys, norms +1) vs the CPU reference'
       }
     });
   }
+});
+
+describe('quantized Gemma GGUFs (every block type the writer makes) vs the CPU reference on their dequantized weights', () => {
+  // Gemma 2 at rows of 256 (whole K-quant super-blocks; its vocabulary stays 512).
+  it('gemma2 at dims of 256: Q4_0, Q4_K_M (Q4_K and Q6_K)', async () => {
+    const dir = models.dir('webgpu-llama-gguf-q-gemma2-');
+    generateModel({ family: 'gemma2', shape: 'tiny', out: dir, seed: 10, overrides: { hidden_size: 256, intermediate_size: 256, head_dim: 64, num_hidden_layers: 2 } });
+    const expected: Record<string, string[]> = { q4_0: ['Q4_0', 'F32'], q4_k_m: ['Q4_K', 'Q6_K', 'F32'] };
+    for (const type of Object.keys(expected) as GgufOutType[]) {
+      const path = join(dir, `model-${type}.gguf`);
+      await writeGgufFromHf(dir, path, type);
+      const model = (await models.load(path)).model;
+      const c = model.config;
+      const { weights, types } = await cpuWeightsOfGguf(path, c);
+      expect([...types].sort(), type).toEqual([...expected[type]].sort());
+      const reference = new CpuLlama(c, weights, 64, 'f32');
+      const cache = model.createKvCache(64, 'f32');
+      try {
+        const cpu = reference.forward(PROMPT, 0);
+        expect(maxAbsDiff(await model.forward(PROMPT, 0, cache, { allLogits: true }), cpu), type).toBeLessThan(TOL * Math.max(1, maxAbs(cpu)));
+        const step = reference.forward([3], PROMPT.length);
+        expect(maxAbsDiff(await model.forward([3], PROMPT.length, cache), step), `${type} decode`).toBeLessThan(TOL * Math.max(1, maxAbs(cpu)));
+      } finally {
+        cache.destroy();
+      }
+    }
+  });
 });
