@@ -7,6 +7,11 @@
 //     xb = rmsnorm(x) ; x += (silu(xb·W_gateᵀ) * xb·W_upᵀ)·W_downᵀ
 //   logits = rmsnorm(x)·W_lm_headᵀ
 //
+// That is the Llama block; a family's description (shape.family, shape.layerShapes: config.ts's
+// FamilyDescription) adds to it where it says so: an embedding scale, q/k per-head norms before
+// RoPE, per-layer RoPE tables (or none) and windows, an attention scale and soft-cap, norms of
+// each block's output before its residual add, GeGLU, a logit soft-cap.
+//
 // Prefill runs the whole prompt through each layer in one pass (T tokens at once); decode is the
 // same code with T = 1. Every dispatch of a step is recorded into one command buffer.
 // test/reference/cpu-llama.ts runs the same steps on the CPU: check recordForward against it, and

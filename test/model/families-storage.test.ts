@@ -44,7 +44,8 @@ function expectedDType(shape: number[], storage: Storage): string {
   return storage;
 }
 
-for (const family of FAMILIES) {
+// Gemma 2 too (Gemma 3's 262144-row embedding would make four loads slow: its GGUF Q8_0 test covers quantized Gemma 3 weights).
+for (const family of [...FAMILIES, 'gemma2'] as Family[]) {
   describe(`${family}: GPU vs CPU reference per weight storage`, () => {
     let dir: string;
     let fileTensors: Map<string, Float32Array>;
