@@ -14,7 +14,7 @@
 import { acquireDevice, type GpuContext } from '../../src/gpu/device.ts';
 import { filesFromUrl } from '../../src/io/files.ts';
 import { loadGenerator } from '../../src/engine/load.ts';
-import { modelLayers } from '../../src/model/config.ts';
+import { familyOf, modelLayers } from '../../src/model/config.ts';
 import type { LlamaModel } from '../../src/model/llama.ts';
 import { usableVocabSize } from '../../src/engine/types.ts';
 
@@ -50,6 +50,8 @@ export interface FamiliesResult {
     /** The ids the generator samples among (usableVocabSize: the tokenizer's, when it has fewer). */
     sampledVocab: number;
     loadedContextLength: number | undefined;
+    /** The attention score scale (FamilyDescription.attentionScale, else 1/sqrt(headDim)). */
+    attentionScale: number;
     layers: { rope: { theta: number; rotaryDims: number } | null; slidingWindow: number | null }[];
   };
   /** Rows per path, at positions prefill.. (prefill: 0..). */
@@ -145,6 +147,7 @@ const families = {
           vocabSize: vocab,
           sampledVocab: usableVocabSize(generator),
           loadedContextLength: config.loadedContextLength,
+          attentionScale: familyOf(config).attentionScale ?? 1 / Math.sqrt(config.headDim),
           layers: modelLayers(config).map((l) => ({
             rope: l.rope && { theta: l.rope.theta, rotaryDims: l.rope.rotaryDims },
             slidingWindow: l.slidingWindow ?? null,

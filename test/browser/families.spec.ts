@@ -7,8 +7,8 @@
 // device's decode step (fused kernels, or the decode-layer kernel where the model allows it), the
 // unfused decode step, and the generator (prompt logprobs as echo + logprobs asks for them, and a
 // greedy continuation through the decode pipeline and the GPU sampler). The reference runs here in
-// Node on the weights read back from the folder, with the config as Node reads it, rounding K/V
-// to f16 where the cache does.
+// Node on the weights read back from the folder, with the config as Node reads it (for a GGUF,
+// as llama.cpp reads it: asGgufSays), rounding K/V to f16 where the cache does.
 //
 // The sequence is 40 tokens (34 in the prefill) and 4 greedy ones in a context of 48: past every
 // tiny sliding window (Mistral 32, Phi-3 24, Gemma 5 / 6) in the prefill and in the single-token
@@ -26,7 +26,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect, test, type Page } from '@playwright/test';
 import { configFromHf, familyOf, modelLayers, type LlamaConfig } from '../../src/model/config.ts';
-import { FAMILIES, generateModel, type Family } from '../../scripts/model-families.ts';
+import { ALL_FAMILIES, generateModel, type Family } from '../../scripts/model-families.ts';
 import { writeGgufFromHf } from '../../scripts/gguf-from-hf.ts';
 import { CpuLlama, type CpuLlamaWeights } from '../reference/cpu-llama.ts';
 import { cpuLlamaWeights, readFolderTensors } from '../helpers/cpu-weights.ts';
@@ -91,6 +91,17 @@ function pathError(rows: LogitsRow[], want: Float32Array[], from: number, ids: n
   return { err, at };
 }
 
+/**
+ * The config a GGUF of the folder means, as llama.cpp reads it: its converter writes Mistral as
+ * Llama without the sliding window, and GGUF holds no query_pre_attn_scalar, so a Gemma GGUF's
+ * attention scale is 1/sqrt(key_length) (the test models' scalars are not their head sizes).
+ */
+function asGgufSays(config: LlamaConfig, family: Family): LlamaConfig {
+  if (family === 'mistral') return { ...config, architecture: 'llama', slidingWindow: undefined };
+  if (family === 'gemma2' || family === 'gemma3') return { ...config, family: { ...familyOf(config), attentionScale: Math.fround(1 / Math.sqrt(config.headDim)) } };
+  return config;
+}
+
 /** The configs a wrong runtime could have run: each must miss the GPU's logits by far. */
 function wrongConfigs(config: LlamaConfig): { name: string; config: LlamaConfig }[] {
   const layers = modelLayers(config);
@@ -134,7 +145,7 @@ test.describe.serial('every family in the page against the float64 CPU reference
     expect(pageErrors.splice(0)).toEqual([]);
   });
 
-  for (const family of FAMILIES) {
+  for (const family of ALL_FAMILIES) {
     test(`${family}: HF and GGUF, f32 and f16 KV caches, every decode path`, async () => {
       const dir = join(modelsDir, family);
       const json = generateModel({ family, shape: 'tiny', out: dir, seed: 41, dtype: 'f32', overrides: OVERRIDES[family] });
@@ -148,12 +159,10 @@ test.describe.serial('every family in the page against the float64 CPU reference
       const ids = V <= SAMPLED_IDS ? null : [...new Set([...Array.from({ length: SAMPLED_IDS }, (_, k) => Math.floor((k * V) / SAMPLED_IDS)), ...tokens])];
       const compared = ids ?? Array.from({ length: V }, (_, i) => i);
       const problems: string[] = [];
+      const references = new Map<string, ReturnType<typeof referenceRows>>();
 
       for (const format of ['hf', 'gguf'] as const) {
-        // llama.cpp converts Mistral as Llama, without its sliding window: the GGUF attends to everything.
-        const config: LlamaConfig = format === 'gguf' && family === 'mistral'
-          ? { ...hfConfig, architecture: 'llama', slidingWindow: undefined }
-          : hfConfig;
+        const config = format === 'gguf' ? asGgufSays(hfConfig, family) : hfConfig;
         for (const kvCacheDType of ['f32', 'f16'] as const) {
           const label = `${family} ${format} ${kvCacheDType} KV`;
           const run: FamiliesRun = {
@@ -165,10 +174,17 @@ test.describe.serial('every family in the page against the float64 CPU reference
           // The page runs the config the reference runs: the same RoPE and window on every layer, the same loaded context.
           const layerKey = (l: ReturnType<typeof modelLayers>[number]) => ({ rope: l.rope && { theta: Math.fround(l.rope.theta), rotaryDims: l.rope.rotaryDims }, slidingWindow: l.slidingWindow ?? null });
           expect(got.config.layers.map((l) => ({ ...l, rope: l.rope && { ...l.rope, theta: Math.fround(l.rope.theta) } })), label).toEqual(modelLayers(config).map(layerKey));
+          const f = familyOf(config);
+          expect(got.config.attentionScale, label).toBeCloseTo(f.attentionScale ?? 1 / Math.sqrt(config.headDim), 7);
           expect(got.config.loadedContextLength, label).toBe(CONTEXT);
           expect(got.config.vocabSize, label).toBe(V);
 
-          const { rows: want, ref } = referenceRows(config, weights, tokens, kvCacheDType);
+          // The reference is the same for both formats but where the GGUF's config differs.
+          const refKey = `${config === hfConfig ? 'hf' : format} ${kvCacheDType}`;
+          if (!references.has(refKey)) references.set(refKey, referenceRows(config, weights, tokens, kvCacheDType));
+          // `ref` holds the K/V of `tokens`: the greedy check below continues it (from position
+          // TOKENS on, rewriting what an earlier greedy check wrote there).
+          const { rows: want, ref } = references.get(refKey)!;
           const scale = Math.max(1, ...want.map(maxAbs));
           const tol = REL_TOL * scale;
 
