@@ -7,7 +7,7 @@
 import type { Plugin } from 'vite';
 
 /** Pages (paths as requested, query ignored) served cross-origin isolated. */
-export const ISOLATED_PAGES = ['/bench.html', '/bench-wllama.html'];
+export const ISOLATED_PAGES = ['/bench.html', '/bench-wllama.html', '/test-pages/llama-cpp-reference.html'];
 
 export function benchIsolation(pages: string[] = ISOLATED_PAGES): Plugin {
   const isolate = (url: string | undefined) => !!url && pages.includes(url.split('?')[0]);
