@@ -1,5 +1,6 @@
-// Cross-origin isolation for the bench pages only. wllama's threads (WebAssembly pthreads) need
-// SharedArrayBuffer, which a page gets only when it is served with COOP `same-origin` and COEP
+// Cross-origin isolation for the bench pages and the llama.cpp reference page
+// (scripts/llama-cpp-reference.ts) only. wllama's threads (WebAssembly pthreads) need
+// SharedArrayBuffer (its WebAssembly memory is shared even on one thread), which a page gets only when it is served with COOP `same-origin` and COEP
 // `require-corp`. The demo must not get them: it fetches models cross-origin (Hugging Face),
 // which `require-corp` would block. Everything a bench page loads is same-origin, and same-origin
 // responses pass COEP without a CORP header; worker scripts (wllama's come from blob: URLs)
