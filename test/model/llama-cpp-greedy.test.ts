@@ -15,6 +15,10 @@
 // llama.cpp's arithmetic picked otherwise, and the comparison of that prompt ends there (the
 // sequences differ from there on), counted as skipped. The test prints how many steps it compared
 // and requires most of them.
+//
+// Then teacher-forced: our prefill over the prompt and llama.cpp's whole sequence gives our best
+// token after every prefix of it, so every step is compared, after a divergence too; a step where
+// ours differs is judged by exact math the same way.
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { join } from 'node:path';
@@ -81,7 +85,15 @@ function compare(ours: GeneratedToken[], reference: number[], exactGap: (step: n
   return outcome;
 }
 
-async function checkModel(m: ReferenceModel): Promise<{ compared: number; total: number; notes: string[] }> {
+interface ModelOutcome {
+  compared: number;
+  total: number;
+  /** Teacher-forced steps whose best token equals llama.cpp's. */
+  forcedEqual: number;
+  notes: string[];
+}
+
+async function checkModel(m: ReferenceModel): Promise<ModelOutcome> {
   const dir = models.dir(`webgpu-llama-llamacpp-${m.family}-${m.type}-`);
   const { path, storage } = await generateReferenceGguf(m, dir);
   expect(sha256(path), `${m.family} ${m.type}: the regenerated GGUF differs from the one llama.cpp ran (regenerate the fixture: docs/testing.md)`).toBe(m.gguf_sha256);
@@ -99,7 +111,9 @@ async function checkModel(m: ReferenceModel): Promise<{ compared: number; total:
   };
   let compared = 0;
   let total = 0;
+  let forcedEqual = 0;
   const notes: string[] = [];
+  const masked = new Set(m.masked_ids);
   for (const p of m.prompts) {
     const session = await generator.openSession({ promptTokens: p.prompt_ids, sampling: { temperature: 0, topP: 1, logitBias }, logprobs: 20, cachePrompt: false });
     const ours: GeneratedToken[] = [];
@@ -117,8 +131,26 @@ async function checkModel(m: ReferenceModel): Promise<{ compared: number; total:
     total += p.greedy_ids.length;
     const d = outcome.divergence;
     if (d) notes.push(`${JSON.stringify(p.text)}: llama.cpp differs at step ${d.step} (our gap ${d.ours.toFixed(3)}, exact ${d.exact.toFixed(3)}), ${outcome.skipped} steps skipped`);
+
+    // Teacher-forced: our best unmasked token after each prefix of llama.cpp's sequence.
+    const all = [...p.prompt_ids, ...p.greedy_ids];
+    const forced = await generator.openSession({ promptTokens: all, sampling: { temperature: 0, topP: 1 }, logprobs: 20, promptLogprobs: true, cachePrompt: false });
+    const scored = forced.promptLogprobs!;
+    forced.close();
+    for (let step = 0; step < p.greedy_ids.length; step++) {
+      const entry = scored[p.prompt_ids.length + step]!;
+      const best = entry.topLogprobs!.find((t) => !masked.has(t.id))!;
+      const theirs = p.greedy_ids[step];
+      if (best.id === theirs) {
+        forcedEqual++;
+        continue;
+      }
+      const logits = exactLogits(all.slice(0, p.prompt_ids.length + step));
+      const exact = logits[best.id] - logits[theirs];
+      expect(exact, `${m.family} ${m.type} ${JSON.stringify(p.text)} teacher-forced step ${step}: ours ${best.id}, llama.cpp's ${theirs}; exact math prefers llama.cpp's`).toBeGreaterThanOrEqual(-ARBITER_TOL);
+    }
   }
-  return { compared, total, notes };
+  return { compared, total, forcedEqual, notes };
 }
 
 describe('greedy tokens equal llama.cpp\'s on the same GGUF', () => {
@@ -127,20 +159,24 @@ describe('greedy tokens equal llama.cpp\'s on the same GGUF', () => {
     for (const m of fixture.models) expect(m.error ?? m.prompts.length, `${m.family} ${m.type}`).toBeGreaterThan(0);
   });
 
-  const totals = { compared: 0, total: 0 };
+  const totals = { compared: 0, total: 0, forcedEqual: 0 };
   for (const m of fixture.models.filter((x) => !x.error)) {
     it(`${m.family} ${m.type}`, async () => {
-      const { compared, total, notes } = await checkModel(m);
+      const { compared, total, forcedEqual, notes } = await checkModel(m);
       totals.compared += compared;
       totals.total += total;
-      console.log(`${m.family} ${m.type}: ${compared}/${total} greedy steps compared equal to llama.cpp ${fixture.llama_cpp}${notes.length ? `; ${notes.join('; ')}` : ''}`);
+      totals.forcedEqual += forcedEqual;
+      console.log(`${m.family} ${m.type}: ${compared}/${total} greedy steps compared equal to llama.cpp ${fixture.llama_cpp}, ` +
+        `teacher-forced ${forcedEqual}/${total} equal (the others near-ties by exact math)${notes.length ? `; ${notes.join('; ')}` : ''}`);
       // Most steps are compared: near-ties end few sequences early.
       expect(compared, `${m.family} ${m.type}: too few steps compared`).toBeGreaterThanOrEqual(total / 2);
     });
   }
 
   it('compares most steps over all models', () => {
-    console.log(`all models: ${totals.compared}/${totals.total} greedy steps compared equal to llama.cpp's`);
+    console.log(`all models: ${totals.compared}/${totals.total} greedy steps compared equal to llama.cpp's; teacher-forced ${totals.forcedEqual}/${totals.total} equal`);
     expect(totals.compared).toBeGreaterThanOrEqual(0.75 * totals.total);
+    // Near-ties are rare: teacher-forced, nearly every step is llama.cpp's token.
+    expect(totals.forcedEqual).toBeGreaterThanOrEqual(0.95 * totals.total);
   });
 });
