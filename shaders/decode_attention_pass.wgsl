@@ -11,11 +11,14 @@ struct Params {
   num_heads: u32,
   num_kv_heads: u32,
   head_dim: u32,
-  scale: f32,      // 1 / sqrt(head_dim)
+  scale: f32,      // the scores' factor: 1 / sqrt(head_dim) by default
   window: u32,     // sliding window in positions; 0: none
   chunk_keys: u32, // cache rows per chunk
   num_chunks: u32, // chunks per head
   pairing: u32,    // RoPE: 0 = adjacent, 1 = halves
+  softcap: f32,    // scores soft-capped at this (the softcap variant's cap_score); 0: not read
+  rotary_dims: u32, // RoPE: the rotated elements of a head (read by the rope_params variant)
+  magnitude: f32,  // RoPE: cos and sin times this (read by the rope_params variant)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -23,7 +26,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> qkv: array<f32>;             // [q_dim + 2 kv_dim]
 @group(0) @binding(3) var<storage, read_write> k_cache: array<KV>;    // [rows, num_kv_heads, head_dim]
 @group(0) @binding(4) var<storage, read_write> v_cache: array<KV>;
-@group(0) @binding(6) var<storage, read> inv_freq: array<f32>;        // [head_dim / 2]
+@group(0) @binding(6) var<storage, read> inv_freq: array<f32>;        // [rotary_dims / 2]
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,

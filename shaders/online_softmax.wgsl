@@ -3,7 +3,7 @@
 // one key k, v for the HEADS query heads a thread serves (Milakov & Gimelshein, 2018; as in
 // FlashAttention):
 //
-//   s_g = q_g · k · scale
+//   s_g = cap_score(q_g · k · scale)
 //   m_g' = max(m_g, s_g),  l_g' = l_g · exp(m_g - m_g') + exp(s_g - m_g')
 //   acc_g' = acc_g · exp(m_g - m_g') + exp(s_g - m_g') · v
 //
@@ -12,8 +12,10 @@
 // costs more than the exp it saves (docs/tuning.md#attention). The state is the caller's: head g's q
 // and acc in slots g * HEAD_SLICES + i (slices of WIDTH floats), m[g] starting at NEG_LARGE (so
 // the first key's rescale factor is exp(-huge) = 0) and l[g] at 0.
-// Needs HEAD_DIM, HEADS, H, WIDTH, hsum, load_k / load_v and params.scale, params.window from the
-// kernel; its loops are unrolled with the kernel's (kernels/wgsl.ts, unrollConstLoops).
+// Needs HEAD_DIM, HEADS, H, WIDTH, hsum, load_k / load_v, params.scale, params.window and
+// `fn cap_score(s: f32) -> f32` (the score as it is, or soft-capped: kernels/attention.ts,
+// scoreCapWgsl) from the kernel; its loops are unrolled with the kernel's (kernels/wgsl.ts,
+// unrollConstLoops).
 
 const NEG_LARGE: f32 = -1e30;
 const HEAD_SLICES: u32 = HEAD_DIM / WIDTH;
@@ -33,7 +35,7 @@ fn attend_key(qv: array<H, HEADS * HEAD_SLICES>, acc: ptr<function, array<H, HEA
     for (var i = 0u; i < HEAD_SLICES; i++) {
       dot += qv[g * HEAD_SLICES + i] * k[i];
     }
-    let score = hsum(dot) * params.scale + score_bias[g];
+    let score = cap_score(hsum(dot) * params.scale) + score_bias[g];
     let m_new = max((*m)[g], score);
     let correction = exp((*m)[g] - m_new);
     (*m)[g] = m_new;

@@ -1,10 +1,12 @@
 // Rotary position embedding (RoFormer, Su et al. 2021), in place on x [T, num_heads, head_dim].
 //
-// Token t sits at position p = start_pos + t. For pair i < head_dim/2 the angle is
-// p * inv_freq[i], and the pair (a, b) becomes (a cos - b sin, a sin + b cos). Which two
-// dimensions form pair i depends on the checkpoint's layout:
-//   pairing 0 ('adjacent'): (x[2i], x[2i+1])        - llama.cpp / GGUF, Meta's original code
-//   pairing 1 ('halves'):   (x[i], x[i + head_dim/2]) - Hugging Face Llama
+// Token t sits at position p = start_pos + t. The first rotary_dims elements of each head rotate
+// (all of them, head_dim, unless the model rotates part: HF partial_rotary_factor, llama.cpp
+// n_dims); the rest pass through. For pair i < rotary_dims/2 the angle is p * inv_freq[i], and
+// the pair (a, b) becomes m (a cos - b sin, a sin + b cos), m = magnitude (1, or LongRoPE's
+// attention factor). Which two dimensions form pair i depends on the checkpoint's layout:
+//   pairing 0 ('adjacent'): (x[2i], x[2i+1])           - llama.cpp / GGUF, Meta's original code
+//   pairing 1 ('halves'):   (x[i], x[i + rotary_dims/2]) - Hugging Face Llama
 // One invocation per pair; each rotates its own two elements, so in place is safe.
 //
 // Composed in front of this file (kernels/elementwise.ts): sin_cos.wgsl's `fn sin_cos(angle) -> vec2<f32>`;
@@ -18,18 +20,20 @@ struct Params {
   head_dim: u32,
   start_pos: u32,
   pairing: u32, // 0 = adjacent, 1 = halves
+  rotary_dims: u32, // the rotated elements of a head (even, <= head_dim)
+  magnitude: f32,   // cos and sin times this
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;    // [T, num_heads, head_dim]
-@group(0) @binding(2) var<storage, read> inv_freq: array<f32>;   // [head_dim / 2]
+@group(0) @binding(2) var<storage, read> inv_freq: array<f32>;   // [rotary_dims / 2]
 
 const WORKGROUP_SIZE: u32 = 256u;
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  let half_dim = params.head_dim / 2u;
+  let half_dim = params.rotary_dims / 2u;
   let n = params.T * params.num_heads * half_dim; // pairs in all
   let pair = (wg.y * grid.x + wg.x) * WORKGROUP_SIZE + lid;
   if (pair >= n) {
@@ -51,7 +55,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
   }
 
   let p = f32(start_pos() + t);
-  let sc = sin_cos(p * inv_freq[i]);
+  let sc = sin_cos(p * inv_freq[i]) * params.magnitude;
   let s = sc.x;
   let c = sc.y;
   let a = x[ia];

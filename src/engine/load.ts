@@ -109,6 +109,8 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const config = opened.config;
   const capacity = options.contextLength ?? Math.min(config.contextLength, DEFAULT_MAX_CONTEXT);
   if (!Number.isInteger(capacity) || capacity < 1) throw new Error(`contextLength must be a positive integer, got ${capacity}`);
+  // The RoPE tables are chosen for the loaded context (LongRoPE's long factors past its original context).
+  config.loadedContextLength = capacity;
   const kvDType = options.kvCacheDType ?? defaultKvCacheDType(ctx);
   if (kvDType !== 'f16' && kvDType !== 'f32') throw new Error(`kvCacheDType must be 'f16' or 'f32', got ${String(kvDType)}`);
   const weightStorage = options.weightStorage ?? 'f16';

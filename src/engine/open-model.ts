@@ -4,12 +4,13 @@
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { createHfTokenizer } from '../tokenizer/hf-tokenizer.ts';
 import { tokenizerFromGguf } from '../tokenizer/gguf-tokenizer.ts';
-import { configFromGguf, configFromHf, withRopeFreqFactors, type LlamaConfig } from '../model/config.ts';
+import { configFromGguf, configFromHf, familyOf, withLongRopeFactors, withRopeFreqFactors, type LlamaConfig } from '../model/config.ts';
 import { readJsonFile, readTextFile, type ByteSource, type ModelFiles } from '../io/files.ts';
 import { readGgufHeader, type GgufMetadata, type GgufTensorType } from '../io/formats/gguf.ts';
 import { isLoadableDType, readSafetensorsCheckpoint, type SafetensorsDType } from '../io/formats/safetensors.ts';
 import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf } from '../model/tensor-names.ts';
 import { checkTensors, requiredTensors, weightBytes, type ModelTensor, type WeightSource } from '../model/weights.ts';
+import { splitFusedTensors } from '../model/tensors.ts';
 import type { WeightDType } from '../gpu/tensor.ts';
 
 export { planWeightStorage, uploadLlamaWeights } from '../model/weights.ts';
@@ -62,23 +63,32 @@ async function openGguf(files: ModelFiles, fileName: string, options: OpenModelO
   }
   const config = configFromGguf(metadata, undefined, header.tensors.map((t) => t.name));
   // Llama 3.1-style RoPE scaling: a small F32 tensor of per-frequency divisors, read into the config.
-  const ropeFreqs = header.tensors.find((t) => t.name === 'rope_freqs.weight');
-  if (ropeFreqs) {
-    if (ropeFreqs.ggmlType !== 0) throw new Error(`rope_freqs.weight has ggml type ${ropeFreqs.ggmlType}; only F32 is supported for it`);
-    // Its length from the header, before reading: a huge tensor under this name is not read whole.
-    const count = ropeFreqs.ne.reduce((a, b) => a * b, 1);
-    if (count !== config.headDim / 2) {
-      throw new Error(`rope_freqs.weight has ${count} values; head size ${config.headDim} needs ${config.headDim / 2}`);
-    }
-    const bytes = await source.read(ropeFreqs.offset, ropeFreqs.byteLength);
-    const factors = new Float32Array(ropeFreqs.byteLength / 4);
+  // A small F32 tensor of RoPE factors, its length checked from the header before reading (a huge
+  // tensor under such a name is not read whole).
+  const readFactors = async (tensorName: string, expected: number): Promise<Float32Array<ArrayBuffer> | undefined> => {
+    const t = header.tensors.find((x) => x.name === tensorName);
+    if (!t) return undefined;
+    if (t.ggmlType !== 0) throw new Error(`${tensorName} has ggml type ${t.ggmlType}; only F32 is supported for it`);
+    const count = t.ne.reduce((a, b) => a * b, 1);
+    if (count !== expected) throw new Error(`${tensorName} has ${count} values; the model needs ${expected}`);
+    const bytes = await source.read(t.offset, t.byteLength);
+    const factors = new Float32Array(t.byteLength / 4);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     for (let i = 0; i < factors.length; i++) factors[i] = view.getFloat32(i * 4, true);
-    withRopeFreqFactors(config, factors);
+    return factors;
+  };
+  // Llama 3.1-style RoPE scaling: per-frequency divisors, read into the config.
+  const ropeFreqs = await readFactors('rope_freqs.weight', config.headDim / 2);
+  if (ropeFreqs) withRopeFreqFactors(config, ropeFreqs);
+  // LongRoPE (Phi-3): the short and long factors, one per rotated pair.
+  if (config.ropeScaling?.type === 'longrope') {
+    const pairs = config.ropeScaling.shortFactor.length;
+    withLongRopeFactors(config, await readFactors('rope_factors_short.weight', pairs), await readFactors('rope_factors_long.weight', pairs));
   }
+  const family = familyOf(config);
   const tensors = new Map<string, ModelTensor>();
   for (const t of header.tensors) {
-    const name = hfNameFromGguf(t.name);
+    const name = hfNameFromGguf(t.name, family);
     if (name === null) continue; // not a tensor this runtime uses
     tensors.set(name, {
       name,
@@ -90,6 +100,7 @@ async function openGguf(files: ModelFiles, fileName: string, options: OpenModelO
       byteLength: t.byteLength,
     });
   }
+  splitFusedTensors(config, tensors);
   checkTensors(config, tensors);
   const tokenizer = tokenizerFromGguf(metadata, { chatTemplate: options.chatTemplate });
   return {
@@ -141,6 +152,7 @@ async function openHfFolder(files: ModelFiles, options: OpenModelOptions): Promi
   if (!config.tieWordEmbeddings && !hasLmHead && configJson.tie_word_embeddings !== false) {
     config.tieWordEmbeddings = true;
   }
+  splitFusedTensors(config, tensors);
   for (const { name } of requiredTensors(config, tensors.size + unloadable.size)) {
     const dtype = unloadable.get(name);
     if (dtype !== undefined) throw new Error(`Tensor ${name} has dtype ${dtype}; only F32, F16 and BF16 tensors are supported`);

@@ -1,4 +1,6 @@
-// One description of a Llama-family model, whichever file it came from.
+// One description of a model, whichever file it came from: its sizes (LlamaConfig) and its
+// family's block (FamilyDescription), which the config readers below produce and every path reads
+// (the weight plan, forward.ts, decode-step.ts, decode-layers.ts, the CPU reference).
 import type { RopePairing } from '../gpu/kernels/index.ts';
 import type { GgufMetadata, GgufValue } from '../io/formats/gguf.ts';
 
@@ -10,7 +12,88 @@ export type RopeScaling =
   /** Positions divided by `factor`: every inverse frequency divided by it. */
   | { type: 'linear'; factor: number }
   /** Llama 3.1/3.2: long wavelengths divided by `factor`, short ones kept, a smooth ramp between. */
-  | { type: 'llama3'; factor: number; lowFreqFactor: number; highFreqFactor: number; originalContextLength: number };
+  | { type: 'llama3'; factor: number; lowFreqFactor: number; highFreqFactor: number; originalContextLength: number }
+  /**
+   * LongRoPE (Phi-3, `longrope` / `su`): inverse frequency i divided by shortFactor[i], or by
+   * longFactor[i] when the loaded context (LlamaConfig.loadedContextLength) is longer than
+   * originalContextLength, as llama.cpp and vLLM choose; cos and sin times attentionFactor.
+   * One factor per rotated pair (rotaryDims / 2).
+   */
+  | { type: 'longrope'; shortFactor: number[]; longFactor: number[]; originalContextLength: number; attentionFactor: number };
+
+/** The gated feed-forward activation: silu(g)·u (SwiGLU) or gelu_tanh(g)·u (GeGLU, HF gelu_pytorch_tanh). */
+export type GatedActivation = 'silu' | 'gelu_tanh';
+
+/** RoPE of one layer. */
+export interface LayerRope {
+  /** rope_theta. */
+  readonly theta: number;
+  readonly scaling?: RopeScaling;
+  /** GGUF rope_freqs.weight: per-frequency divisors ([rotaryDims / 2]), applied after `scaling`. */
+  readonly freqFactors?: Float32Array<ArrayBuffer>;
+  /** The leading dims of each head that rotate (even, <= headDim; the rest pass through). */
+  readonly rotaryDims: number;
+}
+
+/** How one layer places its tokens: its RoPE (null: none, SmolLM3's NoPE layers) and its window. */
+export interface LayerDescription {
+  readonly rope: LayerRope | null;
+  /** Each query sees at most this many keys (itself included); absent: all. */
+  readonly slidingWindow?: number;
+}
+
+/**
+ * A model family's block as data. Every field has the plain Llama value in LLAMA_FAMILY; a config
+ * without `family` is that. No pass or kernel asks which architecture a model is: they read this.
+ */
+export interface FamilyDescription {
+  /**
+   * RMSNorm's weight offset: 0 gives x·w, 1 gives x·(1 + w) (Gemma). The upload folds it into the
+   * norm weights (weights.ts: VectorSink adds it), so the kernels always compute x·w; the CPU
+   * reference applies it itself to the file's weights.
+   */
+  readonly normWeightOffset: number;
+  /** Gemma: a norm of the attention block's output before the residual add (post_attention_layernorm). */
+  readonly postAttentionNorm: boolean;
+  /** Gemma: a norm of the feed-forward block's output before the residual add (post_feedforward_layernorm). */
+  readonly postFeedForwardNorm: boolean;
+  /** Qwen3, Gemma 3: RMSNorm of each q and k head (weights [headDim]) before RoPE. */
+  readonly qkNorm: boolean;
+  readonly activation: GatedActivation;
+  /** Attention score scale; absent: 1 / sqrt(headDim) (Gemma: query_pre_attn_scalar^-0.5). */
+  readonly attentionScale?: number;
+  /** Gemma 2: score = cap·tanh(score / cap) after the scale. */
+  readonly attentionSoftcap?: number;
+  /** Gemma 2: logits = cap·tanh(logits / cap). */
+  readonly finalLogitSoftcap?: number;
+  /** Gemma: the token embedding times this (sqrt(hidden), rounded to the checkpoint's dtype). */
+  readonly embeddingScale?: number;
+  /**
+   * The file stores q, k, v as one matrix (Phi-3 qkv_proj / GGUF attn_qkv) and gate, up as one
+   * (gate_up_proj / GGUF ffn_up of 2·ffn rows). openModel splits them by rows into the split
+   * tensors (splitFusedTensors: byte ranges of the same file, no copy), so the passes see split
+   * projections only.
+   */
+  readonly fusedQkv: boolean;
+  readonly fusedGateUp: boolean;
+  /**
+   * Per-layer RoPE and window, when layers differ (SmolLM3, Gemma) or differ from the config's
+   * defaults (partial rotation, LongRoPE); absent: every layer has LlamaConfig's ropeTheta,
+   * ropeScaling, ropeFreqFactors, all of headDim, and slidingWindow. Read it with modelLayers().
+   */
+  readonly layers?: readonly LayerDescription[];
+}
+
+/** The plain Llama block (Llama 2/3, Mistral, Qwen2, SmolLM2). */
+export const LLAMA_FAMILY: FamilyDescription = {
+  normWeightOffset: 0,
+  postAttentionNorm: false,
+  postFeedForwardNorm: false,
+  qkNorm: false,
+  activation: 'silu',
+  fusedQkv: false,
+  fusedGateUp: false,
+};
 
 export interface LlamaConfig {
   architecture: string; // e.g. 'llama'
@@ -35,18 +118,52 @@ export interface LlamaConfig {
   /** Mistral-style sliding-window attention: each query sees at most this many keys (itself
    * included). No effect on sequences no longer than the window. */
   slidingWindow?: number;
+  /** The family's block (absent: LLAMA_FAMILY). Read it with familyOf(). */
+  family?: FamilyDescription;
+  /**
+   * The positions the loaded model's KV cache holds (loadGenerator sets it): LongRoPE picks its
+   * long factors when this is more than its original context. Absent: contextLength.
+   */
+  loadedContextLength?: number;
+}
+
+/** The config's family description (LLAMA_FAMILY when it has none). */
+export function familyOf(config: LlamaConfig): FamilyDescription {
+  return config.family ?? LLAMA_FAMILY;
+}
+
+/** Each layer's RoPE and window: the family's per-layer description, or the config's defaults for every layer. */
+export function modelLayers(config: LlamaConfig): readonly LayerDescription[] {
+  const layers = config.family?.layers;
+  if (layers) return layers;
+  const rope: LayerRope = {
+    theta: config.ropeTheta,
+    rotaryDims: config.headDim,
+    ...(config.ropeScaling ? { scaling: config.ropeScaling } : {}),
+    ...(config.ropeFreqFactors ? { freqFactors: config.ropeFreqFactors } : {}),
+  };
+  const layer: LayerDescription = config.slidingWindow !== undefined ? { rope, slidingWindow: config.slidingWindow } : { rope };
+  return Array.from({ length: config.numLayers }, () => layer);
+}
+
+/** cos and sin's factor for a layer's RoPE (LongRoPE's attention factor; else 1). */
+export function ropeMagnitude(rope: LayerRope): number {
+  return rope.scaling?.type === 'longrope' ? rope.scaling.attentionFactor : 1;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Reading a LlamaConfig from the files. Anything this runtime does not implement is an error that
-// names it, never a silently wrong model.
-
+// names it, never a silently wrong model. A family is its architecture names here and the
+// FamilyDescription its reader builds; nothing past the readers asks for the architecture.
 
 /** Hugging Face `architectures` this runtime runs, and their `model_type`. */
 const HF_ARCHITECTURES: Record<string, string> = {
   LlamaForCausalLM: 'llama',
   MistralForCausalLM: 'mistral',
   Qwen2ForCausalLM: 'qwen2',
+  Qwen3ForCausalLM: 'qwen3',
+  SmolLM3ForCausalLM: 'smollm3',
+  Phi3ForCausalLM: 'phi3',
 };
 
 type Json = Record<string, unknown>;
@@ -61,10 +178,52 @@ function hfNumber(config: Json, key: string, fallback?: number): number {
   return v;
 }
 
-/** A LlamaConfig from a Hugging Face config.json (Llama, Mistral, Qwen2). */
+const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * Throws naming a feature this runtime does not run, found anywhere in config.json (the top level,
+ * `text_config`): mixture of experts, linear-attention layers (Qwen3-Next, Qwen3.5), mRoPE, or a
+ * vision-only checkpoint. Called first, so that the error names the feature rather than the
+ * architecture, and before any weight is read.
+ */
+export function refuseUnsupportedHfFeatures(c: Json): void {
+  const parts: [string, Json][] = [['', c]];
+  if (isObject(c.text_config)) parts.push(['text_config.', c.text_config]);
+  for (const [at, part] of parts) {
+    for (const key of ['num_local_experts', 'num_experts', 'n_routed_experts', 'moe_intermediate_size', 'num_experts_per_tok']) {
+      if (part[key] !== undefined && part[key] !== null && part[key] !== 0) {
+        throw new Error(`Unsupported model: mixture-of-experts (config.json ${at}${key} = ${JSON.stringify(part[key])})`);
+      }
+    }
+    const layerTypes = Array.isArray(part.layer_types) ? (part.layer_types as unknown[]).map(String) : [];
+    const linear = layerTypes.find((t) => /linear/.test(t));
+    if (linear) throw new Error(`Unsupported model: linear-attention layers (config.json ${at}layer_types has "${linear}")`);
+    for (const key of ['full_attention_interval', 'linear_num_key_heads', 'linear_num_value_heads', 'linear_conv_kernel_dim']) {
+      if (part[key] !== undefined && part[key] !== null) {
+        throw new Error(`Unsupported model: linear-attention layers (config.json ${at}${key} = ${JSON.stringify(part[key])})`);
+      }
+    }
+    if (part.use_mrope === true) throw new Error(`Unsupported model: mRoPE (config.json ${at}use_mrope = true)`);
+    for (const key of ['rope_scaling', 'rope_parameters']) {
+      const r = part[key];
+      if (isObject(r) && (r.mrope_section !== undefined || r.type === 'mrope' || r.rope_type === 'mrope')) {
+        throw new Error(`Unsupported model: mRoPE (config.json ${at}${key}.mrope_section)`);
+      }
+    }
+  }
+  const architectures = Array.isArray(c.architectures) ? (c.architectures as unknown[]).map(String) : [];
+  const visionOnly = (isObject(c.vision_config) || architectures.some((a) => /Vision(Model|Encoder)/.test(a)) || /vision/.test(String(c.model_type ?? '')))
+    && !isObject(c.text_config) && c.vocab_size === undefined;
+  if (visionOnly) {
+    throw new Error(`Unsupported model: a vision-only checkpoint (${architectures.join(', ') || String(c.model_type)}), with no language model`);
+  }
+}
+
+/** A LlamaConfig from a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3, SmolLM3, Phi-3). */
 export function configFromHf(configJson: unknown): LlamaConfig {
   if (!configJson || typeof configJson !== 'object') throw new Error('config.json is not a JSON object');
   const c = configJson as Json;
+  refuseUnsupportedHfFeatures(c);
   const architectures = Array.isArray(c.architectures) ? (c.architectures as unknown[]).map(String) : [];
   const modelType = typeof c.model_type === 'string' ? c.model_type : undefined;
   let architecture: string | undefined;
@@ -82,16 +241,12 @@ export function configFromHf(configJson: unknown): LlamaConfig {
     throw new Error(`Unsupported model: config.json has no supported architectures (model_type ${modelType ?? 'missing'})`);
   }
 
-  for (const key of ['num_local_experts', 'num_experts', 'n_routed_experts', 'moe_intermediate_size']) {
-    if (c[key] !== undefined && c[key] !== null && c[key] !== 0) {
-      throw new Error(`Unsupported model: mixture-of-experts (config.json ${key} = ${JSON.stringify(c[key])})`);
-    }
-  }
   const act = c.hidden_act ?? c.hidden_activation ?? 'silu';
-  if (act !== 'silu') throw new Error(`Unsupported activation hidden_act = ${JSON.stringify(act)} (only silu)`);
+  const activation = HF_ACTIVATIONS[String(act)];
+  if (!activation) throw new Error(`Unsupported activation hidden_act = ${JSON.stringify(act)} (supported: ${Object.keys(HF_ACTIVATIONS).join(', ')})`);
   if (c.mlp_bias === true) throw new Error('Unsupported model: mlp_bias = true (biases on the MLP projections)');
   if (architecture !== 'qwen2' && c.attention_bias === true) {
-    throw new Error('Unsupported model: attention_bias = true for a Llama model (bias on o_proj)');
+    throw new Error(`Unsupported model: attention_bias = true for a ${architecture} model (bias on o_proj)`);
   }
   // transformers 5 writes RoPE as one object, rope_parameters {rope_type, rope_theta, factor, ...},
   // in place of the top-level rope_theta and rope_scaling that earlier versions wrote.
@@ -100,30 +255,40 @@ export function configFromHf(configJson: unknown): LlamaConfig {
     throw new Error(`config.json rope_parameters is not an object: ${JSON.stringify(ropeParameters)}`);
   }
   const rope = ropeParameters as Json | undefined;
-  if (rope && Object.values(rope).some((v) => typeof v === 'object' && v !== null)) {
+  if (rope && Object.values(rope).some((v) => isObject(v))) {
     throw new Error(`Unsupported config.json rope_parameters per layer type: ${JSON.stringify(rope)}`);
-  }
-  const ropeScaling = rope
-    ? hfRopeScaling(rope.rope_type === undefined && rope.type === undefined ? { ...rope, rope_type: 'default' } : rope, 'rope_parameters')
-    : hfRopeScaling(c.rope_scaling, 'rope_scaling');
-  if (c.partial_rotary_factor !== undefined && c.partial_rotary_factor !== 1) {
-    throw new Error(`Unsupported partial_rotary_factor ${JSON.stringify(c.partial_rotary_factor)}`);
   }
 
   const hiddenSize = hfNumber(c, 'hidden_size');
+  const numLayers = hfNumber(c, 'num_hidden_layers');
   const numHeads = hfNumber(c, 'num_attention_heads');
   const numKvHeads = hfNumber(c, 'num_key_value_heads', numHeads);
   const headDim = hfNumber(c, 'head_dim', hiddenSize / numHeads);
   const contextLength = hfNumber(c, 'max_position_embeddings', 2048);
+  // transformers: the rotated dims are int(head_dim * partial_rotary_factor).
+  const partial = rope?.partial_rotary_factor ?? c.partial_rotary_factor ?? 1;
+  if (typeof partial !== 'number' || !(partial > 0 && partial <= 1)) throw new Error(`config.json partial_rotary_factor must be in (0, 1] (got ${JSON.stringify(partial)})`);
+  const rotaryDims = Math.floor(headDim * partial);
+  if (rotaryDims % 2 !== 0 || rotaryDims === 0) throw new Error(`Unsupported partial_rotary_factor ${partial}: ${rotaryDims} rotated dims of a head of ${headDim} is not a positive even number`);
+  const scalingSource = rope
+    ? (rope.rope_type === undefined && rope.type === undefined ? { ...rope, rope_type: 'default' } : rope)
+    : c.rope_scaling;
+  const ropeScaling = hfRopeScaling(scalingSource, rope ? 'rope_parameters' : 'rope_scaling', {
+    contextLength,
+    originalContextLength: c.original_max_position_embeddings,
+    rotaryDims,
+  });
+
   // Sliding-window attention equals full attention for sequences up to the window, but it is kept
   // even when no smaller than max_position_embeddings: a KV cache may be made longer than that
-  // (loadModel's contextLength). Qwen2 configs carry a sliding_window that is off unless
-  // use_sliding_window is true; HF's Llama ignores sliding_window altogether.
+  // (loadModel's contextLength). Qwen2 / Qwen3 / SmolLM3 configs carry a sliding_window that is off
+  // unless use_sliding_window is true; Mistral and Phi-3 use theirs (transformers' Phi3Attention
+  // passes config.sliding_window); HF's Llama ignores sliding_window altogether.
   const window = c.sliding_window;
-  let usesSliding = architecture === 'qwen2' ? c.use_sliding_window === true : architecture === 'mistral';
-  if (architecture === 'qwen2' && usesSliding) {
+  const switched = architecture === 'qwen2' || architecture === 'qwen3' || architecture === 'smollm3';
+  let usesSliding = switched ? c.use_sliding_window === true : architecture === 'mistral' || architecture === 'phi3';
+  if (switched && usesSliding) {
     // Qwen2 windows only the layers from max_window_layers on: all of them or none is supported.
-    const numLayers = hfNumber(c, 'num_hidden_layers');
     const firstWindowed = hfNumber(c, 'max_window_layers', 28);
     if (firstWindowed >= numLayers) usesSliding = false;
     else if (firstWindowed > 0) {
@@ -137,33 +302,92 @@ export function configFromHf(configJson: unknown): LlamaConfig {
     }
     slidingWindow = window;
   }
+  const ropeTheta = rope?.rope_theta !== undefined ? hfNumber(rope, 'rope_theta') : hfNumber(c, 'rope_theta', 10000);
+
+  // SmolLM3: no_rope_layers[l] = 1 when layer l USES RoPE (transformers' SmolLM3Attention.use_rope);
+  // missing, transformers builds it from no_rope_layer_interval (every interval-th layer without).
+  let usesRope: boolean[] | undefined;
+  if (architecture === 'smollm3') {
+    const interval = hfNumber(c, 'no_rope_layer_interval', 4);
+    const list = c.no_rope_layers ?? Array.from({ length: numLayers }, (_, l) => ((l + 1) % interval !== 0 ? 1 : 0));
+    if (!Array.isArray(list) || list.length !== numLayers || list.some((v) => v !== 0 && v !== 1)) {
+      throw new Error(`config.json no_rope_layers must be ${numLayers} values of 0 or 1 (got ${JSON.stringify(list)})`);
+    }
+    usesRope = list.map((v) => v === 1);
+  }
+  const family: FamilyDescription = {
+    ...LLAMA_FAMILY,
+    activation,
+    qkNorm: architecture === 'qwen3',
+    fusedQkv: architecture === 'phi3',
+    fusedGateUp: architecture === 'phi3',
+  };
   const config: LlamaConfig = {
     architecture,
     vocabSize: hfNumber(c, 'vocab_size'),
     hiddenSize,
     intermediateSize: hfNumber(c, 'intermediate_size'),
-    numLayers: hfNumber(c, 'num_hidden_layers'),
+    numLayers,
     numHeads,
     numKvHeads,
     headDim,
     contextLength,
     rmsNormEps: hfNumber(c, 'rms_norm_eps', 1e-6),
-    ropeTheta: rope?.rope_theta !== undefined ? hfNumber(rope, 'rope_theta') : hfNumber(c, 'rope_theta', 10000),
+    ropeTheta,
     ropePairing: 'halves',
     tieWordEmbeddings: c.tie_word_embeddings === true,
     attentionBias: architecture === 'qwen2',
   };
   if (ropeScaling) config.ropeScaling = ropeScaling;
   if (slidingWindow !== undefined) config.slidingWindow = slidingWindow;
+  setFamily(config, family, { rotaryDims, usesRope });
   validateConfig(config, 'config.json');
   return config;
 }
 
+/** config.json activations and what they are. */
+const HF_ACTIVATIONS: Record<string, GatedActivation> = {
+  silu: 'silu',
+  swish: 'silu',
+  gelu_pytorch_tanh: 'gelu_tanh',
+  gelu_tanh: 'gelu_tanh',
+};
+
 /**
- * config.json `rope_scaling` or `rope_parameters` (`key`): null, type 'default', 'linear' or
- * 'llama3'; other types are errors.
+ * Sets `family` on a config, with per-layer RoPE when a layer's differs from the config's defaults
+ * (fewer rotated dims than the head, a layer without RoPE); a family equal to LLAMA_FAMILY with
+ * no such layers is left out, so that Llama-layout configs stay as they were.
  */
-function hfRopeScaling(value: unknown, key: string): RopeScaling | undefined {
+function setFamily(config: LlamaConfig, family: FamilyDescription, perLayer: { rotaryDims: number; usesRope?: boolean[] }): void {
+  const { rotaryDims, usesRope } = perLayer;
+  let layers: LayerDescription[] | undefined;
+  if (rotaryDims !== config.headDim || usesRope?.some((u) => !u)) {
+    const rope: LayerRope = {
+      theta: config.ropeTheta,
+      rotaryDims,
+      ...(config.ropeScaling ? { scaling: config.ropeScaling } : {}),
+      ...(config.ropeFreqFactors ? { freqFactors: config.ropeFreqFactors } : {}),
+    };
+    layers = Array.from({ length: config.numLayers }, (_, l) => {
+      const layer: LayerDescription = { rope: usesRope && !usesRope[l] ? null : rope };
+      return config.slidingWindow !== undefined ? { ...layer, slidingWindow: config.slidingWindow } : layer;
+    });
+  }
+  const plain = (Object.keys(LLAMA_FAMILY) as (keyof FamilyDescription)[]).every((k) => family[k] === LLAMA_FAMILY[k]);
+  if (plain && !layers && Object.keys(family).length === Object.keys(LLAMA_FAMILY).length) return;
+  config.family = layers ? { ...family, layers } : family;
+}
+
+/**
+ * config.json `rope_scaling` or `rope_parameters` (`key`): null, type 'default', 'linear',
+ * 'llama3' or 'longrope' / 'su' (Phi-3; its factor and original context as transformers'
+ * _compute_longrope_parameters reads them); other types are errors.
+ */
+function hfRopeScaling(
+  value: unknown,
+  key: string,
+  model: { contextLength: number; originalContextLength: unknown; rotaryDims: number },
+): RopeScaling | undefined {
   if (value === undefined || value === null) return undefined;
   if (typeof value !== 'object' || Array.isArray(value)) throw new Error(`config.json ${key} is not an object: ${JSON.stringify(value)}`);
   const r = value as Json;
@@ -196,13 +420,58 @@ function hfRopeScaling(value: unknown, key: string): RopeScaling | undefined {
       }
       return scaling;
     }
+    case 'longrope':
+    case 'su': {
+      const factors = (name: string): number[] => {
+        const list = r[name];
+        if (!Array.isArray(list) || list.length !== model.rotaryDims / 2 || list.some((v) => typeof v !== 'number' || !(v > 0) || !Number.isFinite(v))) {
+          throw new Error(`config.json ${key}.${name} must be ${model.rotaryDims / 2} positive numbers (one per rotated pair), got ${JSON.stringify(list)}`);
+        }
+        return list as number[];
+      };
+      // transformers: with a top-level original_max_position_embeddings (Phi-3), factor =
+      // max_position_embeddings / it; without, the original is max_position_embeddings and the
+      // factor rope_scaling.factor. attention_factor: given, or sqrt(1 + ln(factor) / ln(original)), 1 for factor <= 1.
+      const top = model.originalContextLength ?? r.original_max_position_embeddings;
+      let original: number;
+      let factor: number;
+      if (top !== undefined && top !== null) {
+        if (typeof top !== 'number' || !Number.isInteger(top) || top <= 0) throw new Error(`config.json original_max_position_embeddings must be a positive integer (got ${JSON.stringify(top)})`);
+        original = top;
+        factor = model.contextLength / original;
+      } else {
+        original = model.contextLength;
+        factor = num('factor', 1);
+      }
+      const given = r.attention_factor;
+      let attentionFactor: number;
+      if (given !== undefined && given !== null) attentionFactor = num('attention_factor');
+      else attentionFactor = factor <= 1 ? 1 : Math.sqrt(1 + Math.log(factor) / Math.log(original));
+      return { type: 'longrope', shortFactor: factors('short_factor'), longFactor: factors('long_factor'), originalContextLength: original, attentionFactor };
+    }
     default:
-      throw new Error(`Unsupported rope_scaling type ${JSON.stringify(type)} (config.json ${key}): supported are default, linear, llama3`);
+      throw new Error(`Unsupported rope_scaling type ${JSON.stringify(type)} (config.json ${key}): supported are default, linear, llama3, longrope`);
   }
 }
 
 /** GGUF `general.architecture` values this runtime runs. */
-const GGUF_ARCHITECTURES = ['llama', 'qwen2'];
+const GGUF_ARCHITECTURES = ['llama', 'qwen2', 'qwen3', 'smollm3', 'phi3'];
+
+/** GGUF architectures whose converter keeps Hugging Face's rotate-halves RoPE (llama.cpp's NEOX type); the others are permuted to adjacent pairs. */
+const GGUF_NEOX = ['qwen2', 'qwen3', 'phi3'];
+
+/** GGUF architectures known to be what this runtime refuses, with the feature that is why. */
+const GGUF_REFUSED: Record<string, string> = {
+  qwen3next: 'linear-attention layers (Qwen3-Next)',
+  qwen35: 'linear-attention layers (Qwen3.5)',
+  qwen35moe: 'linear-attention layers and mixture-of-experts (Qwen3.5)',
+  qwen2moe: 'mixture-of-experts',
+  qwen3moe: 'mixture-of-experts',
+  qwen2vl: 'mRoPE (Qwen2-VL)',
+  qwen25vl: 'mRoPE (Qwen2.5-VL)',
+  qwen3vl: 'mRoPE (Qwen3-VL)',
+  clip: 'a vision-only checkpoint (a multimodal projector, mmproj)',
+};
 
 function ggufNum(metadata: GgufMetadata, key: string, fallback?: number): number {
   const v: GgufValue | undefined = metadata[key];
@@ -218,32 +487,41 @@ function ggufNum(metadata: GgufMetadata, key: string, fallback?: number): number
 /**
  * A LlamaConfig from GGUF metadata. `tokenCount` is the vocabulary size when known (defaults to the
  * length of `tokenizer.ggml.tokens`, then `{arch}.vocab_size`); `tensorNames` (the GGUF tensor
- * names) decides tied embeddings: tied when there is no `output.weight`.
+ * names) decides tied embeddings (tied when there is no `output.weight`) and fused projections
+ * (`attn_qkv`; `ffn_up` without `ffn_gate`). LongRoPE's factors are tensors: openModel reads them
+ * into the config (withLongRopeFactors).
  */
 export function configFromGguf(metadata: GgufMetadata, tokenCount?: number, tensorNames?: Iterable<string>): LlamaConfig {
   const arch = metadata['general.architecture'];
   if (typeof arch !== 'string') throw new Error('GGUF metadata has no general.architecture');
+  if (arch in GGUF_REFUSED) throw new Error(`Unsupported model: ${GGUF_REFUSED[arch]} (GGUF architecture '${arch}')`);
+  const experts = ggufNum(metadata, `${arch}.expert_count`, 0);
+  if (experts > 0) throw new Error(`Unsupported model: mixture-of-experts (${arch}.expert_count = ${experts})`);
+  if (metadata[`${arch}.rope.dimension_sections`] !== undefined) throw new Error(`Unsupported model: mRoPE (${arch}.rope.dimension_sections)`);
+  if (metadata[`${arch}.full_attention_interval`] !== undefined) throw new Error(`Unsupported model: linear-attention layers (${arch}.full_attention_interval)`);
   if (!GGUF_ARCHITECTURES.includes(arch)) {
     throw new Error(`Unsupported GGUF architecture '${arch}': supported are ${GGUF_ARCHITECTURES.join(', ')}`);
   }
-  const experts = ggufNum(metadata, `${arch}.expert_count`, 0);
-  if (experts > 0) throw new Error(`Unsupported model: mixture-of-experts (${arch}.expert_count = ${experts})`);
+  const names = new Set(tensorNames ?? []);
   // RoPE scaling: 'linear' (positions divided by the factor) is a table change; Llama 3.1-style
-  // scaling comes as the rope_freqs.weight tensor (read by openModel into ropeFreqFactors).
+  // scaling comes as the rope_freqs.weight tensor (read by openModel into ropeFreqFactors), and
+  // LongRoPE as rope_factors_long / _short (withLongRopeFactors).
   // As llama.cpp reads them: the type defaults to linear; the factor comes from rope.scaling.factor
   // or, in files from before that key, rope.scale_linear; a factor of 0 (or none) means 1.
   const scaling = metadata[`${arch}.rope.scaling.type`] ?? 'linear';
   const factorKey = metadata[`${arch}.rope.scaling.factor`] !== undefined ? `${arch}.rope.scaling.factor` : `${arch}.rope.scale_linear`;
   const factorValue = metadata[factorKey] ?? 0;
+  const longRope = names.has('rope_factors_long.weight') || names.has('rope_factors_short.weight');
   let ropeScaling: RopeScaling | undefined;
   if (scaling === 'linear') {
     if (typeof factorValue !== 'number' || !(factorValue >= 0)) throw new Error(`GGUF metadata ${factorKey} must be a number >= 0 (got ${String(factorValue)})`);
-    if (factorValue !== 0 && factorValue !== 1) ropeScaling = { type: 'linear', factor: factorValue };
-  } else if (scaling !== 'none') {
+    if (factorValue !== 0 && factorValue !== 1 && !longRope) ropeScaling = { type: 'linear', factor: factorValue };
+  } else if (scaling !== 'none' && !(scaling === 'longrope' || scaling === 'su')) {
     throw new Error(`Unsupported RoPE scaling type '${String(scaling)}' (${arch}.rope.scaling.type)`);
   }
-  if (metadata[`${arch}.rope.scaling.attn_factor`] !== undefined) {
-    throw new Error(`Unsupported RoPE scaling (${arch}.rope.scaling.attn_factor)`);
+  const attnFactor = metadata[`${arch}.rope.scaling.attn_factor`];
+  if (attnFactor !== undefined && !longRope && attnFactor !== 1) {
+    throw new Error(`Unsupported RoPE scaling (${arch}.rope.scaling.attn_factor without LongRoPE factors)`);
   }
   const hiddenSize = ggufNum(metadata, `${arch}.embedding_length`);
   const numHeads = ggufNum(metadata, `${arch}.attention.head_count`);
@@ -251,17 +529,25 @@ export function configFromGguf(metadata: GgufMetadata, tokenCount?: number, tens
   const headDim = ggufNum(metadata, `${arch}.attention.key_length`, hiddenSize / numHeads);
   const valueDim = ggufNum(metadata, `${arch}.attention.value_length`, headDim);
   if (valueDim !== headDim) throw new Error(`Unsupported model: value head size ${valueDim} differs from key head size ${headDim}`);
-  const ropeDims = ggufNum(metadata, `${arch}.rope.dimension_count`, headDim);
-  if (ropeDims !== headDim) {
-    throw new Error(`Unsupported partial RoPE: ${arch}.rope.dimension_count = ${ropeDims} but the head size is ${headDim}`);
+  const rotaryDims = ggufNum(metadata, `${arch}.rope.dimension_count`, headDim);
+  if (!Number.isInteger(rotaryDims) || rotaryDims <= 0 || rotaryDims > headDim || rotaryDims % 2 !== 0) {
+    throw new Error(`Unsupported partial RoPE: ${arch}.rope.dimension_count = ${rotaryDims} for a head size of ${headDim} (needs an even number up to it)`);
+  }
+  const contextLength = ggufNum(metadata, `${arch}.context_length`, 2048);
+  if (longRope) {
+    const original = ggufNum(metadata, `${arch}.rope.scaling.original_context_length`);
+    const factor = contextLength / original;
+    // The converter writes attn_factor; a file without it gets transformers' default.
+    const attentionFactor = attnFactor !== undefined ? ggufNum(metadata, `${arch}.rope.scaling.attn_factor`)
+      : factor <= 1 ? 1 : Math.sqrt(1 + Math.log(factor) / Math.log(original));
+    // The factors themselves are tensors, read by openModel (withLongRopeFactors); ones until then.
+    const ones = Array.from({ length: rotaryDims / 2 }, () => 1);
+    ropeScaling = { type: 'longrope', shortFactor: ones, longFactor: ones, originalContextLength: original, attentionFactor };
   }
   const tokens = metadata['tokenizer.ggml.tokens'];
   const vocabSize = tokenCount ?? (Array.isArray(tokens) ? tokens.length : ggufNum(metadata, `${arch}.vocab_size`));
-  let tieWordEmbeddings = false;
-  if (tensorNames) {
-    tieWordEmbeddings = true;
-    for (const name of tensorNames) if (name === 'output.weight') tieWordEmbeddings = false;
-  }
+  const tieWordEmbeddings = tensorNames !== undefined && !names.has('output.weight');
+  const window = metadata[`${arch}.attention.sliding_window`];
   const config: LlamaConfig = {
     architecture: arch,
     vocabSize,
@@ -271,15 +557,22 @@ export function configFromGguf(metadata: GgufMetadata, tokenCount?: number, tens
     numHeads,
     numKvHeads,
     headDim,
-    contextLength: ggufNum(metadata, `${arch}.context_length`, 2048),
+    contextLength,
     rmsNormEps: ggufNum(metadata, `${arch}.attention.layer_norm_rms_epsilon`, 1e-5),
     ropeTheta: ggufNum(metadata, `${arch}.rope.freq_base`, 10000),
-    // llama.cpp's converter permutes Wq/Wk rows for 'llama' ("normal" rope); qwen2 uses NeoX rope.
-    ropePairing: arch === 'llama' ? 'adjacent' : 'halves',
+    // llama.cpp's converter permutes Wq/Wk rows for the "normal" rope architectures; the NEOX ones are not permuted.
+    ropePairing: GGUF_NEOX.includes(arch) ? 'halves' : 'adjacent',
     tieWordEmbeddings,
     attentionBias: arch === 'qwen2',
   };
   if (ropeScaling) config.ropeScaling = ropeScaling;
+  if (window !== undefined && window !== 0) config.slidingWindow = ggufNum(metadata, `${arch}.attention.sliding_window`);
+  // SmolLM3: llama.cpp has no key for its RoPE-less layers; it skips RoPE on every 4th layer
+  // (n_no_rope_layer_step = 4), as transformers' default no_rope_layer_interval.
+  const usesRope = arch === 'smollm3' ? Array.from({ length: config.numLayers }, (_, l) => (l + 1) % 4 !== 0) : undefined;
+  const fusedQkv = [...names].some((n) => /^blk\.\d+\.attn_qkv\.weight$/.test(n));
+  const fusedGateUp = tensorNames !== undefined && arch === 'phi3' && ![...names].some((n) => /^blk\.\d+\.ffn_gate\.weight$/.test(n));
+  setFamily(config, { ...LLAMA_FAMILY, qkNorm: arch === 'qwen3', fusedQkv, fusedGateUp }, { rotaryDims, usesRope });
   validateConfig(config, 'GGUF metadata');
   return config;
 }
@@ -299,6 +592,33 @@ function validateConfig(c: LlamaConfig, where: string): void {
   if (c.ropeFreqFactors && c.ropeFreqFactors.length !== c.headDim / 2) {
     throw new Error(`${where}: ${c.ropeFreqFactors.length} RoPE frequency factors for head size ${c.headDim} (needs ${c.headDim / 2})`);
   }
+  const layers = modelLayers(c);
+  if (layers.length !== c.numLayers) throw new Error(`${where}: ${layers.length} layer descriptions for ${c.numLayers} layers`);
+  for (const [l, layer] of layers.entries()) {
+    const r = layer.rope;
+    if (r) {
+      if (!Number.isInteger(r.rotaryDims) || r.rotaryDims <= 0 || r.rotaryDims > c.headDim || r.rotaryDims % 2 !== 0) {
+        throw new Error(`${where}: layer ${l} rotates ${r.rotaryDims} dims of a head of ${c.headDim} (needs an even number up to it)`);
+      }
+      if (!(r.theta > 0) || !Number.isFinite(r.theta)) throw new Error(`${where}: layer ${l} rope_theta must be positive (got ${r.theta})`);
+      if (r.freqFactors && r.freqFactors.length !== r.rotaryDims / 2) throw new Error(`${where}: layer ${l} has ${r.freqFactors.length} RoPE frequency factors for ${r.rotaryDims} rotated dims`);
+      const s = r.scaling;
+      if (s?.type === 'longrope' && (s.shortFactor.length !== r.rotaryDims / 2 || s.longFactor.length !== r.rotaryDims / 2)) {
+        throw new Error(`${where}: LongRoPE factors (${s.shortFactor.length} short, ${s.longFactor.length} long) for ${r.rotaryDims} rotated dims (needs ${r.rotaryDims / 2} each)`);
+      }
+    }
+    if (layer.slidingWindow !== undefined && !(Number.isInteger(layer.slidingWindow) && layer.slidingWindow > 0)) {
+      throw new Error(`${where}: layer ${l} sliding window must be a positive integer (got ${layer.slidingWindow})`);
+    }
+  }
+}
+
+/** The config with every layer's RoPE changed by `change` (the per-layer description, when there is one, and the defaults). */
+function updateRope(config: LlamaConfig, change: (rope: LayerRope) => LayerRope): void {
+  const layers = config.family?.layers;
+  if (layers && config.family) {
+    config.family = { ...config.family, layers: layers.map((layer) => (layer.rope ? { ...layer, rope: change(layer.rope) } : layer)) };
+  }
 }
 
 /** Sets GGUF `rope_freqs.weight` (per-frequency divisors) on a config, checking its length. */
@@ -308,5 +628,28 @@ export function withRopeFreqFactors(config: LlamaConfig, factors: Float32Array<A
   }
   for (const f of factors) if (!(f > 0) || !Number.isFinite(f)) throw new Error(`rope_freqs.weight holds a non-positive or non-finite factor (${f})`);
   config.ropeFreqFactors = factors;
+  updateRope(config, (rope) => ({ ...rope, freqFactors: factors }));
+  return config;
+}
+
+/**
+ * Sets GGUF LongRoPE factors (`rope_factors_short.weight`, `rope_factors_long.weight`; a file with
+ * one uses it for both) on a config that configFromGguf read as LongRoPE, checking their lengths.
+ */
+export function withLongRopeFactors(config: LlamaConfig, short: Float32Array | undefined, long: Float32Array | undefined): LlamaConfig {
+  const scaling = config.ropeScaling;
+  if (scaling?.type !== 'longrope') throw new Error('LongRoPE factors for a model without LongRoPE');
+  const rotaryDims = modelLayers(config).find((l) => l.rope)?.rope?.rotaryDims ?? config.headDim;
+  const check = (name: string, f: Float32Array | undefined): number[] | undefined => {
+    if (!f) return undefined;
+    if (f.length !== rotaryDims / 2) throw new Error(`${name} has ${f.length} values; ${rotaryDims} rotated dims need ${rotaryDims / 2}`);
+    for (const v of f) if (!(v > 0) || !Number.isFinite(v)) throw new Error(`${name} holds a non-positive or non-finite factor (${v})`);
+    return Array.from(f);
+  };
+  const s = check('rope_factors_short.weight', short);
+  const l = check('rope_factors_long.weight', long);
+  const next: RopeScaling = { ...scaling, shortFactor: s ?? l ?? scaling.shortFactor, longFactor: l ?? s ?? scaling.longFactor };
+  config.ropeScaling = next;
+  updateRope(config, (rope) => ({ ...rope, scaling: next }));
   return config;
 }

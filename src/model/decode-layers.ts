@@ -5,6 +5,7 @@ import {
   DECODE_LAYER_MAX_WEIGHTS,
   decodeLayerGroups,
   decodeLayerLayout,
+  decodeLayerUnsupported,
   type DecodeArena,
   type DecodeLayerDims,
   type DecodeLayerLayout,
@@ -33,6 +34,31 @@ function decodeLayerDims(s: LlamaShape): DecodeLayerDims {
   return { dim: s.dim, qDim: s.qDim, kvDim: s.kvDim, ffn: s.ffn, headDim: s.attention.headDim, numLayers: s.layers };
 }
 
+/**
+ * Why decode_layer.wgsl cannot run a model, or undefined where it can. The kernel runs the plain
+ * Llama block with one attention shape for every layer (it is not extended: issue 30's plan), so
+ * a family description with anything more (q/k norms, post-norms, another activation, an
+ * embedding scale, a logit soft-cap, a layer without RoPE or with a RoPE table or window of its
+ * own, partial or scaled rotation, attention soft-caps) takes the fused-matvec step instead, on
+ * purpose (test/model/model-families.test.ts checks the fallback).
+ */
+export function decodeLayerRefusal(s: LlamaShape): string | undefined {
+  const f = s.family;
+  if (f.qkNorm) return 'q/k norms';
+  if (f.postAttentionNorm || f.postFeedForwardNorm) return 'post-block norms';
+  if (f.activation !== 'silu') return `the ${f.activation} activation`;
+  if (f.embeddingScale !== undefined) return 'an embedding scale';
+  if (f.finalLogitSoftcap !== undefined) return 'final-logit soft-capping';
+  for (const layer of s.layerShapes) {
+    if (!layer.rope) return 'layers without RoPE';
+    if (layer.ropeTable !== 0) return 'RoPE tables per layer';
+    if (layer.attention.slidingWindow !== s.attention.slidingWindow) return 'windows per layer';
+    const unsupported = decodeLayerUnsupported(layer.attention, layer.attention.headDim);
+    if (unsupported) return unsupported;
+  }
+  return undefined;
+}
+
 /** The decode layers' state buffer, and where it keeps what. */
 export interface DecodeLayerState {
   readonly state: GPUBuffer;
@@ -47,6 +73,7 @@ export interface DecodeLayerState {
 export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayerState | undefined {
   const { shape: s, weights: w } = model;
   const dims = decodeLayerDims(s);
+  if (decodeLayerRefusal(s) !== undefined) return undefined;
   if (!w.layers.every((layer) => model.kernels.usesDecodeLayer(dims, layerMatrices(layer)))) return undefined;
   // The norms and biases are copied into the state: weights uploaded without COPY_SRC (made by
   // hand rather than by uploadLlamaWeights) keep the five dispatches.

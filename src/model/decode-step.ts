@@ -12,6 +12,7 @@ import {
 import { decodeLayerState, recordDecodeLayers } from './decode-layers.ts';
 import type { KvCache } from './kv-cache.ts';
 import type { Activations, LlamaParts } from './forward.ts';
+import type { LlamaShape } from './shape.ts';
 
 /**
  * One decode step recorded once and encoded again for every token: the token is read from
@@ -91,6 +92,24 @@ export interface DecodeStepContext extends LlamaParts {
 }
 
 /**
+ * Why the fused step (recordDecodeStep) cannot run a model, or undefined where it can: its kernels
+ * (fused_matvec, decode_attention with RoPE folded in) run a block with RoPE on every layer, no
+ * q/k norms, no post-block norms, SwiGLU, no embedding scale and no logit soft-cap. Such a model's
+ * reusable step records forward()'s general pass instead (one token, the same kernels as a
+ * prefill), on purpose; test/model/model-families.test.ts checks that it does.
+ */
+export function fusedStepRefusal(s: LlamaShape): string | undefined {
+  const f = s.family;
+  if (f.qkNorm) return 'q/k norms';
+  if (f.postAttentionNorm || f.postFeedForwardNorm) return 'post-block norms';
+  if (f.activation !== 'silu') return `the ${f.activation} activation`;
+  if (f.embeddingScale !== undefined) return 'an embedding scale';
+  if (f.finalLogitSoftcap !== undefined) return 'final-logit soft-capping';
+  if (s.layerShapes.some((layer) => !layer.rope)) return 'layers without RoPE';
+  return undefined;
+}
+
+/**
  * A reusable decode step over `cache` (see DecodeStep): its activations, position buffer, uniform
  * parameters and bind groups are made here, once.
  */
@@ -135,7 +154,7 @@ export function createDecodeStep(model: DecodeStepContext, cache: KvCache, optio
     const chunkKeys = model.kernels.decodeAttentionChunkKeys();
     const chunks = Math.ceil(cache.capacity / chunkKeys);
     partials = chunks > 1 ? storage('attention_partials', a.heads * chunks * (a.headDim + 2)) : undefined;
-    if (options.fused ?? true) {
+    if ((options.fused ?? true) && fusedStepRefusal(s) === undefined) {
       recordDecodeStep(program, model, act, { qkv, position, split: partials && { chunkKeys, partials } }, cache);
     } else {
       model.recordForward(program, act, cache, position);
@@ -199,7 +218,6 @@ interface FusedStepBuffers {
  */
 function recordDecodeStep(rec: KernelRecorder, model: LlamaParts, act: Activations, step: FusedStepBuffers, cache: KvCache): void {
   const { shape: s, weights: w } = model;
-  const a = s.attention;
   const eps = s.eps;
   rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, 1); // x: [dim]
   for (let l = 0; l < s.layers; l++) {
@@ -210,8 +228,9 @@ function recordDecodeStep(rec: KernelRecorder, model: LlamaParts, act: Activatio
       { W: layer.wv, bias: layer.bv },
     ];
     rec.fusedMatvec(step.qkv, act.x, qkv, { norm: { gamma: layer.attnNorm, eps } }); // qkv: [qDim + 2 kvDim]
-    const attention = { out: act.attnOut, qkv: step.qkv, keys: cache.keys[l], values: cache.values[l], invFreq: model.invFreq };
-    rec.decodeAttention(attention, { startPos: 0, position: step.position }, a, cache.kvDType, step.split); // attnOut: [qDim]
+    const { attention: la, ropeTable } = s.layerShapes[l];
+    const attention = { out: act.attnOut, qkv: step.qkv, keys: cache.keys[l], values: cache.values[l], invFreq: model.invFreqs[ropeTable] };
+    rec.decodeAttention(attention, { startPos: 0, position: step.position }, la, cache.kvDType, step.split); // attnOut: [qDim]
     rec.fusedMatvec(act.x, act.attnOut, [{ W: layer.wo }], { accumulate: true });
     // ffnHidden: [ffn]
     rec.fusedSwiglu(act.ffnHidden, act.x, layer.wGate, layer.wUp, { norm: { gamma: layer.ffnNorm, eps }, scratch: { gate: act.gate, up: act.up } });

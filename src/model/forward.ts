@@ -17,7 +17,8 @@
 // owns the buffers and runs these passes.
 import type { GpuContext } from '../gpu/device.ts';
 import type { Kernels, KernelRecorder } from '../gpu/kernels/index.ts';
-import type { LlamaConfig } from './config.ts';
+import type { GatedActivation, LlamaConfig } from './config.ts';
+import type { GpuMatrix } from '../gpu/tensor.ts';
 import type { KvCache } from './kv-cache.ts';
 import { llamaShape, type LlamaShape } from './shape.ts';
 import type { LlamaWeights } from './weights.ts';
@@ -28,8 +29,27 @@ import type { LlamaWeights } from './weights.ts';
  */
 export function activationFloatsPerToken(c: LlamaConfig): number {
   const s = llamaShape(c);
-  return 1 + 2 * s.dim + 2 * s.qDim + 2 * s.kvDim + 3 * s.ffn;
+  return 1 + 2 * s.dim + 2 * s.qDim + 2 * s.kvDim + 3 * s.ffn + extraFloatsPerToken(s);
 }
+
+/** The activations only some families use: normed q and k (qkNorm), a block's output before its post-norm. */
+function extraFloatsPerToken(s: LlamaShape): number {
+  const f = s.family;
+  return (f.qkNorm ? s.qDim + s.kvDim : 0) + (f.postAttentionNorm || f.postFeedForwardNorm ? s.dim : 0);
+}
+
+/**
+ * The kernel contract's optional arguments (docs: /work/plan issue 30) that not every
+ * KernelRecorder takes yet: the embedding's scale, the gated activation, the final soft-cap.
+ */
+type FamilyRecorder = KernelRecorder & {
+  embedding(out: GPUBuffer, table: GpuMatrix, tokens: GPUBuffer, T: number, scale?: number): void;
+  matmulSwiglu(out: GPUBuffer, x: GPUBuffer, wGate: GpuMatrix, wUp: GpuMatrix, T: number, scratch: { gate: GPUBuffer; up: GPUBuffer }, activation?: GatedActivation): void;
+  softcap?(x: GPUBuffer, n: number, cap: number): void;
+};
+
+/** The family's optional trailing arguments: none where the value is the default, so Llama-layout calls stay as they were. */
+const optional = <T>(value: T | undefined, fallback: T): [] | [T] => (value === undefined || value === fallback ? [] : [value]);
 
 /** Activation buffers of one step, sized for up to `tokens` tokens (T below). */
 export class Activations {
@@ -44,6 +64,11 @@ export class Activations {
   readonly gate: GPUBuffer; // [T, ffn]
   readonly up: GPUBuffer; // [T, ffn]
   readonly ffnHidden: GPUBuffer; // silu(gate) * up [T, ffn]
+  /** Per-head RMSNorm of q and k (FamilyDescription.qkNorm; 4 bytes otherwise). */
+  readonly qNormed: GPUBuffer; // [T, heads, headDim]
+  readonly kNormed: GPUBuffer; // [T, kvHeads, headDim]
+  /** A block's output before its post-norm (FamilyDescription.postAttentionNorm / postFeedForwardNorm; 4 bytes otherwise). */
+  readonly blockOut: GPUBuffer; // [T, dim]
   readonly lastXb: GPUBuffer; // the last token's rmsnorm(x) [dim]
   readonly logits: GPUBuffer; // [T or 1, vocab]
   /** MAP_READ copy of the logits; absent when they stay on the GPU (the decode step). */
@@ -76,6 +101,10 @@ export class Activations {
     this.gate = f32('gate', T * s.ffn);
     this.up = f32('up', T * s.ffn);
     this.ffnHidden = f32('ffn_hidden', T * s.ffn);
+    const f = s.family;
+    this.qNormed = f32('q_normed', f.qkNorm ? T * s.qDim : 1);
+    this.kNormed = f32('k_normed', f.qkNorm ? T * s.kvDim : 1);
+    this.blockOut = f32('block_out', f.postAttentionNorm || f.postFeedForwardNorm ? T * s.dim : 1);
     this.lastXb = f32('last_xb', s.dim);
     const logitRows = allLogits ? T : 1;
     this.logits = f32('logits', logitRows * s.vocab);
@@ -100,8 +129,10 @@ export interface LlamaParts {
   readonly kernels: Kernels;
   readonly weights: LlamaWeights;
   readonly shape: LlamaShape;
-  /** f32 [headDim / 2]: RoPE's inverse frequencies (ropeInverseFrequencies). */
+  /** f32 [rotaryDims / 2]: the first layer's RoPE inverse frequencies (ropeInverseFrequencies); invFreqs[0]. */
   readonly invFreq: GPUBuffer;
+  /** Each distinct RoPE table of the layers (LayerShape.ropeTable indexes it). */
+  readonly invFreqs: readonly GPUBuffer[];
 }
 
 /** The tokens one recorded pass runs. */
@@ -117,16 +148,18 @@ export interface ForwardPass {
 }
 
 /** Records the forward pass of the tokens in act.tokenIds, at their positions, up to act.logits. */
-export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activations, pass: ForwardPass): void {
-  const { shape: s, weights: w, invFreq } = model;
-  const a = s.attention;
+export function recordForward(recorder: KernelRecorder, model: LlamaParts, act: Activations, pass: ForwardPass): void {
+  const rec = recorder as FamilyRecorder;
+  const { shape: s, weights: w, invFreqs } = model;
+  const family = s.family;
   const { T, startPos, cache, position } = pass;
   const tokens = { T, startPos, position };
 
-  rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, T); // x: [T, dim]
+  rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, T, ...optional(family.embeddingScale, 1)); // x: [T, dim]
 
   for (let l = 0; l < s.layers; l++) {
     const layer = w.layers[l];
+    const { attention: a, rope, ropeTable } = s.layerShapes[l];
     const keys = cache.keys[l]; // [capacity, kvHeads, headDim]
     const values = cache.values[l];
 
@@ -135,30 +168,56 @@ export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activ
     rec.rmsNorm(act.xb, act.x, layer.attnNorm, T, s.dim, s.eps); // xb: [T, dim]
     rec.matmul(act.q, act.xb, layer.wq, T, layer.bq); // q: [T, heads, headDim]
     rec.matmulPair({ y: act.k, W: layer.wk, bias: layer.bk }, { y: act.v, W: layer.wv, bias: layer.bv }, act.xb, T); // k, v: [T, kvHeads, headDim]
-    rec.rope(act.q, invFreq, tokens, a); // q's heads: a.heads
-    rec.rope(act.k, invFreq, tokens, { heads: a.kvHeads, headDim: a.headDim, pairing: a.pairing });
+    let q = act.q;
+    let k = act.k;
+    if (layer.qNorm && layer.kNorm) {
+      // Per-head RMSNorm of q and k (Qwen3, Gemma 3): rows of headDim.
+      rec.rmsNorm(act.qNormed, act.q, layer.qNorm, T * a.heads, a.headDim, s.eps);
+      rec.rmsNorm(act.kNormed, act.k, layer.kNorm, T * a.kvHeads, a.headDim, s.eps);
+      q = act.qNormed;
+      k = act.kNormed;
+    }
+    if (rope) {
+      const rotation = { pairing: a.pairing, rotaryDims: a.rotaryDims, magnitude: a.magnitude };
+      rec.rope(q, invFreqs[ropeTable], tokens, { heads: a.heads, headDim: a.headDim, ...rotation }); // q's heads: a.heads
+      rec.rope(k, invFreqs[ropeTable], tokens, { heads: a.kvHeads, headDim: a.headDim, ...rotation });
+    }
     // keys, values rows startPos .. startPos + T - 1 = k, v
     if (cache.kvDType === 'f32' && !position) {
       // The T new positions are contiguous in the cache: one copy each for K and V.
-      rec.copy(act.k, 0, keys, startPos * cache.rowBytes, T * cache.rowBytes);
+      rec.copy(k, 0, keys, startPos * cache.rowBytes, T * cache.rowBytes);
       rec.copy(act.v, 0, values, startPos * cache.rowBytes, T * cache.rowBytes);
     } else {
-      rec.writeKv({ keys, values, k: act.k, v: act.v }, tokens, s.kvDim, cache.kvDType);
+      rec.writeKv({ keys, values, k, v: act.v }, tokens, s.kvDim, cache.kvDType);
     }
     // attnOut: [T, heads, headDim]; each query sees the rows up to its position (the last slidingWindow of them, when set).
-    rec.attention({ out: act.attnOut, q: act.q, keys, values }, tokens, a, cache.kvDType);
-    rec.matmul(act.x, act.attnOut, layer.wo, T, undefined, { accumulate: true }); // x: [T, dim]
+    rec.attention({ out: act.attnOut, q, keys, values }, tokens, a, cache.kvDType);
+    if (layer.postAttnNorm) {
+      // Gemma: x += rmsnorm(attention·Woᵀ).
+      rec.matmul(act.blockOut, act.attnOut, layer.wo, T); // blockOut: [T, dim]
+      rec.rmsNorm(act.xb, act.blockOut, layer.postAttnNorm, T, s.dim, s.eps);
+      rec.add(act.x, act.x, act.xb, T * s.dim);
+    } else {
+      rec.matmul(act.x, act.attnOut, layer.wo, T, undefined, { accumulate: true }); // x: [T, dim]
+    }
 
-    // Feed-forward block (SwiGLU): x += (silu(xb·W_gateᵀ) * xb·W_upᵀ)·W_downᵀ with xb = rmsnorm(x)
+    // Feed-forward block (SwiGLU, or GeGLU): x += (act(xb·W_gateᵀ) * xb·W_upᵀ)·W_downᵀ with xb = rmsnorm(x)
     // (the residual add is folded into the W_down matmul).
     rec.rmsNorm(act.xb, act.x, layer.ffnNorm, T, s.dim, s.eps); // xb: [T, dim]
-    rec.matmulSwiglu(act.ffnHidden, act.xb, layer.wGate, layer.wUp, T, { gate: act.gate, up: act.up }); // ffnHidden: [T, ffn]
-    rec.matmul(act.x, act.ffnHidden, layer.wDown, T, undefined, { accumulate: true }); // x: [T, dim]
+    rec.matmulSwiglu(act.ffnHidden, act.xb, layer.wGate, layer.wUp, T, { gate: act.gate, up: act.up }, ...optional<GatedActivation>(family.activation, 'silu')); // ffnHidden: [T, ffn]
+    if (layer.postFfnNorm) {
+      rec.matmul(act.blockOut, act.ffnHidden, layer.wDown, T); // blockOut: [T, dim]
+      rec.rmsNorm(act.xb, act.blockOut, layer.postFfnNorm, T, s.dim, s.eps);
+      rec.add(act.x, act.x, act.xb, T * s.dim);
+    } else {
+      rec.matmul(act.x, act.ffnHidden, layer.wDown, T, undefined, { accumulate: true }); // x: [T, dim]
+    }
   }
 
   rec.rmsNorm(act.xb, act.x, w.outputNorm, T, s.dim, s.eps); // xb: [T, dim]
   // One row of logits takes the matrix-vector kernel even in a prefill pass: the last token's
   // logits are computed so however the prompt was split.
+  const rows = act.allLogits || T === 1 ? T : 1;
   if (act.allLogits || T === 1) {
     rec.matmul(act.logits, act.xb, w.lmHead, T, undefined, { vector: true }); // logits: [T, vocab]
   } else {
@@ -166,5 +225,8 @@ export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activ
     rec.copy(act.xb, (T - 1) * s.dim * 4, act.lastXb, 0, s.dim * 4); // lastXb: [dim]
     rec.matmul(act.logits, act.lastXb, w.lmHead, 1, undefined, { vector: true }); // logits: [1, vocab]
   }
+  if (family.finalLogitSoftcap !== undefined) {
+    if (!rec.softcap) throw new Error('the kernels have no softcap: this model needs final-logit soft-capping');
+    rec.softcap(act.logits, rows * s.vocab, family.finalLogitSoftcap);
+  }
 }
-

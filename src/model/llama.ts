@@ -10,7 +10,7 @@ import { createDecodeStep, type DecodeStep, type DecodeStepOptions } from './dec
 import { Activations, activationFloatsPerToken, recordForward, type LlamaParts } from './forward.ts';
 import { KvCache, type KvDType } from './kv-cache.ts';
 import { ropeInverseFrequencies } from './rope-frequencies.ts';
-import { llamaShape } from './shape.ts';
+import { llamaShape, ropeTables } from './shape.ts';
 import type { LlamaWeights } from './weights.ts';
 
 export { ropeInverseFrequencies } from './rope-frequencies.ts';
@@ -60,14 +60,20 @@ export class LlamaModel {
     readonly config: LlamaConfig,
     readonly weights: LlamaWeights,
   ) {
-    const frequencies = ropeInverseFrequencies(config);
-    const invFreq = ctx.device.createBuffer({
-      label: 'rope_inv_freq',
-      size: frequencies.byteLength,
-      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC,
+    // One table for each distinct RoPE of the layers (ropeTables); a model without any keeps one
+    // placeholder, so that invFreq always exists.
+    const { firstLayer } = ropeTables(config);
+    const invFreqs = (firstLayer.length > 0 ? firstLayer : [0]).map((layer, i) => {
+      const frequencies = firstLayer.length > 0 ? ropeInverseFrequencies(config, layer) : new Float32Array(1);
+      const buffer = ctx.device.createBuffer({
+        label: `rope_inv_freq_${i}`,
+        size: Math.max(4, frequencies.byteLength),
+        usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC,
+      });
+      ctx.device.queue.writeBuffer(buffer, 0, frequencies);
+      return buffer;
     });
-    ctx.device.queue.writeBuffer(invFreq, 0, frequencies);
-    this.parts = { ctx, kernels, weights, shape: llamaShape(config), invFreq };
+    this.parts = { ctx, kernels, weights, shape: llamaShape(config), invFreq: invFreqs[0], invFreqs };
   }
 
   /** `options.tuning` replaces the kernels' device choices (tests, measurements; see KernelTuning). */
@@ -182,7 +188,7 @@ export class LlamaModel {
     this.decodeActivations?.destroy();
     this.prefillActivations?.destroy();
     this.arena?.buffer.destroy();
-    this.parts.invFreq.destroy();
+    for (const b of this.parts.invFreqs) b.destroy();
     this.weights.destroy();
   }
 }

@@ -1,4 +1,7 @@
-// GGUF tensor names (llama.cpp) -> canonical Hugging Face names, and GGUF dims -> HF shapes.
+// GGUF tensor names (llama.cpp) -> canonical Hugging Face names, and GGUF dims -> HF shapes. The
+// canonical names of a layer follow its family's description: Gemma's post-attention norm is HF's
+// post_attention_layernorm, which in a Llama block is the norm before the feed-forward block.
+import { LLAMA_FAMILY, type FamilyDescription } from './config.ts';
 
 const GLOBAL: Record<string, string> = {
   'token_embd.weight': 'model.embed_tokens.weight',
@@ -11,20 +14,30 @@ const LAYER: Record<string, string> = {
   attn_q: 'self_attn.q_proj',
   attn_k: 'self_attn.k_proj',
   attn_v: 'self_attn.v_proj',
+  attn_qkv: 'self_attn.qkv_proj',
+  attn_q_norm: 'self_attn.q_norm',
+  attn_k_norm: 'self_attn.k_norm',
   attn_output: 'self_attn.o_proj',
-  ffn_norm: 'post_attention_layernorm',
+  post_attention_norm: 'post_attention_layernorm',
   ffn_gate: 'mlp.gate_proj',
-  ffn_up: 'mlp.up_proj',
   ffn_down: 'mlp.down_proj',
+  post_ffw_norm: 'post_feedforward_layernorm',
 };
 
-/** The Hugging Face name of a GGUF tensor, or null for names this runtime does not know (e.g. rope_freqs). */
-export function hfNameFromGguf(name: string): string | null {
+/**
+ * The Hugging Face name of a GGUF tensor, or null for names this runtime does not know (e.g.
+ * rope_freqs). `ffn_norm` is the pre-feed-forward norm: post_attention_layernorm in a Llama
+ * block, pre_feedforward_layernorm in one with a post-attention norm; `ffn_up` holds gate and up
+ * (gate_up_proj) where the family fuses them.
+ */
+export function hfNameFromGguf(name: string, family: FamilyDescription = LLAMA_FAMILY): string | null {
   const global = GLOBAL[name];
   if (global) return global;
   const m = /^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$/.exec(name);
   if (!m) return null;
-  const part = LAYER[m[2]];
+  let part = LAYER[m[2]];
+  if (m[2] === 'ffn_norm') part = family.postAttentionNorm ? 'pre_feedforward_layernorm' : 'post_attention_layernorm';
+  if (m[2] === 'ffn_up') part = family.fusedGateUp ? 'mlp.gate_up_proj' : 'mlp.up_proj';
   if (!part) return null;
   return `model.layers.${m[1]}.${part}.${m[3]}`;
 }
@@ -34,8 +47,8 @@ export function hfShapeFromGguf(ne: readonly number[]): number[] {
   return [...ne].reverse();
 }
 
-/** Canonical HF names of one decoder layer's tensors. */
-export function layerTensorNames(layer: number) {
+/** Canonical HF names of one decoder layer's tensors (those of a family's block; see hfNameFromGguf for the norms). */
+export function layerTensorNames(layer: number, family: FamilyDescription = LLAMA_FAMILY) {
   const p = `model.layers.${layer}.`;
   return {
     attnNorm: `${p}input_layernorm.weight`,
@@ -46,10 +59,17 @@ export function layerTensorNames(layer: number) {
     bq: `${p}self_attn.q_proj.bias`,
     bk: `${p}self_attn.k_proj.bias`,
     bv: `${p}self_attn.v_proj.bias`,
-    ffnNorm: `${p}post_attention_layernorm.weight`,
+    qNorm: `${p}self_attn.q_norm.weight`,
+    kNorm: `${p}self_attn.k_norm.weight`,
+    postAttnNorm: `${p}post_attention_layernorm.weight`,
+    ffnNorm: family.postAttentionNorm ? `${p}pre_feedforward_layernorm.weight` : `${p}post_attention_layernorm.weight`,
+    postFfnNorm: `${p}post_feedforward_layernorm.weight`,
     wGate: `${p}mlp.gate_proj.weight`,
     wUp: `${p}mlp.up_proj.weight`,
     wDown: `${p}mlp.down_proj.weight`,
+    /** Fused in the file (FamilyDescription.fusedQkv, fusedGateUp): split by openModel. */
+    wqkv: `${p}self_attn.qkv_proj.weight`,
+    wGateUp: `${p}mlp.gate_up_proj.weight`,
   };
 }
 

@@ -2,7 +2,8 @@
 // list a config needs with each one's shape (requiredTensors), and the checks a model's tensors
 // must pass before anything is allocated.
 import type { WeightDType } from '../gpu/tensor.ts';
-import type { LlamaConfig } from './config.ts';
+import { weightRowBytes } from '../gpu/weight-layout.ts';
+import { familyOf, type LlamaConfig } from './config.ts';
 import { GLOBAL_TENSOR_NAMES, layerTensorNames } from './tensor-names.ts';
 
 /** One tensor of the model, under its canonical Hugging Face name, wherever it is stored. */
@@ -36,8 +37,9 @@ export function requiredTensors(config: LlamaConfig, available?: number): { name
     { name: GLOBAL_TENSOR_NAMES.outputNorm, shape: [h] },
   ];
   if (!config.tieWordEmbeddings) global.push({ name: GLOBAL_TENSOR_NAMES.lmHead, shape: [vocabSize, h] });
+  const family = familyOf(config);
   const layer = (l: number): Required[] => {
-    const n = layerTensorNames(l);
+    const n = layerTensorNames(l, family);
     const tensors: Required[] = [
       { name: n.attnNorm, shape: [h] },
       { name: n.wq, shape: [q, h] },
@@ -50,6 +52,9 @@ export function requiredTensors(config: LlamaConfig, available?: number): { name
       { name: n.wDown, shape: [h, f] },
     ];
     if (config.attentionBias) tensors.push({ name: n.bq, shape: [q] }, { name: n.bk, shape: [kv] }, { name: n.bv, shape: [kv] });
+    if (family.qkNorm) tensors.push({ name: n.qNorm, shape: [headDim] }, { name: n.kNorm, shape: [headDim] });
+    if (family.postAttentionNorm) tensors.push({ name: n.postAttnNorm, shape: [h] });
+    if (family.postFeedForwardNorm) tensors.push({ name: n.postFfnNorm, shape: [h] });
     return tensors;
   };
   const needed = global.length + config.numLayers * layer(0).length;
@@ -90,4 +95,40 @@ export function weightBytes(config: LlamaConfig, tensors: ReadonlyMap<string, Mo
   let total = 0;
   for (const { name } of requiredTensors(config)) total += tensors.get(name)?.byteLength ?? 0;
   return total;
+}
+
+/**
+ * Splits the fused projections of a family that stores them so (FamilyDescription.fusedQkv:
+ * qkv_proj / attn_qkv of [q + 2 kv, hidden] rows; fusedGateUp: gate_up_proj / ffn_up of
+ * [2 ffn, hidden], gate first) into the split tensors every pass reads. A matrix's rows are
+ * contiguous in its file (whole blocks of a quantized type), so each part is a byte range of the
+ * same file: nothing is copied, and the upload streams them as any tensor.
+ */
+export function splitFusedTensors(config: LlamaConfig, tensors: Map<string, ModelTensor>): void {
+  const family = familyOf(config);
+  if (!family.fusedQkv && !family.fusedGateUp) return;
+  const q = config.numHeads * config.headDim;
+  const kv = config.numKvHeads * config.headDim;
+  const f = config.intermediateSize;
+  const split = (fusedName: string, parts: [string, number][]) => {
+    const t = tensors.get(fusedName);
+    if (!t) return;
+    const rows = parts.reduce((a, [, r]) => a + r, 0);
+    if (t.shape.length !== 2 || t.shape[0] !== rows) {
+      throw new Error(`Tensor ${fusedName} (${t.sourceName}) has shape [${t.shape.join(', ')}]; the config needs [${rows}, ${config.hiddenSize}]`);
+    }
+    const rowBytes = weightRowBytes(t.dtype, t.shape[1]);
+    if (rowBytes * rows !== t.byteLength) throw new Error(`Tensor ${fusedName} (${t.sourceName}) has ${t.byteLength} bytes; ${rows} rows of ${t.dtype} need ${rowBytes * rows}`);
+    let row = 0;
+    for (const [name, r] of parts) {
+      tensors.set(name, { ...t, name, shape: [r, t.shape[1]], offset: t.offset + row * rowBytes, byteLength: r * rowBytes });
+      row += r;
+    }
+    tensors.delete(fusedName);
+  };
+  for (let l = 0; l < config.numLayers; l++) {
+    const n = layerTensorNames(l, family);
+    if (family.fusedQkv) split(n.wqkv, [[n.wq, q], [n.wk, kv], [n.wv, kv]]);
+    if (family.fusedGateUp) split(n.wGateUp, [[n.wGate, f], [n.wUp, f]]);
+  }
 }

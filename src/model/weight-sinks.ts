@@ -197,7 +197,8 @@ const convertScratch = {
 export class VectorSink implements TensorSink {
   private readonly bytes: Uint8Array;
   private filled = 0;
-  constructor(private readonly queue: GPUQueue, private readonly buffer: GPUBuffer, private readonly tensor: ModelTensor) {
+  /** `offset` is added to every value (a norm weight's FamilyDescription.normWeightOffset: x·(1 + w) becomes x·w'). */
+  constructor(private readonly queue: GPUQueue, private readonly buffer: GPUBuffer, private readonly tensor: ModelTensor, private readonly offset = 0) {
     this.bytes = new Uint8Array(tensor.byteLength);
   }
   write(piece: Uint8Array): void {
@@ -206,6 +207,7 @@ export class VectorSink implements TensorSink {
   }
   finish(): void {
     const f32 = toFloat32(this.bytes, this.tensor.dtype);
+    if (this.offset !== 0) for (let i = 0; i < f32.length; i++) f32[i] += this.offset;
     this.queue.writeBuffer(this.buffer, 0, f32.buffer, f32.byteOffset, f32.byteLength);
   }
 }

@@ -14,7 +14,7 @@ import type { GpuContext } from '../gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart } from '../gpu/tensor.ts';
 import { checkWeightShape, isQuantized, weightByteSize, weightRowBytes } from '../gpu/weight-layout.ts';
 import { DEFAULT_CHUNK_SIZE, type ByteSource, type ModelFiles } from '../io/files.ts';
-import type { LlamaConfig } from './config.ts';
+import { familyOf, type LlamaConfig } from './config.ts';
 import { F16_MAX } from './quantize.ts';
 import { GLOBAL_TENSOR_NAMES, layerTensorNames } from './tensor-names.ts';
 import { checkTensors, requiredTensors, type ModelTensor } from './tensors.ts';
@@ -66,7 +66,14 @@ export interface LlamaLayerWeights {
   bq?: GPUBuffer;
   bk?: GPUBuffer;
   bv?: GPUBuffer;
+  /** Per-head RMSNorm weights of q and k ([headDim]; FamilyDescription.qkNorm). */
+  qNorm?: GPUBuffer;
+  kNorm?: GPUBuffer;
+  /** Norm of the attention block's output (FamilyDescription.postAttentionNorm). */
+  postAttnNorm?: GPUBuffer;
   ffnNorm: GPUBuffer;
+  /** Norm of the feed-forward block's output (FamilyDescription.postFeedForwardNorm). */
+  postFfnNorm?: GPUBuffer;
   wGate: GpuMatrix;
   wUp: GpuMatrix;
   wDown: GpuMatrix;
@@ -113,6 +120,9 @@ export async function uploadLlamaWeights(
   const plan = planWeightStorage(config, tensors, options.storage ?? 'source', ctx.limits);
 
   const required = requiredTensors(config);
+  const family = familyOf(config);
+  // Norm weights get the family's offset folded in here (x·(1 + w) uploaded as x·w'); biases do not.
+  const isNorm = (name: string) => /(norm|layernorm)\.weight$/.test(name);
   // Check every storage type and size before allocating anything.
   for (const { name } of required) {
     const t = tensors.get(name)!;
@@ -147,7 +157,7 @@ export async function uploadLlamaWeights(
         const buffer = device.createBuffer({ label: name, size: shape[0] * 4, usage });
         buffers.push(buffer);
         vectors.set(name, buffer);
-        jobs.push({ tensor: t, sink: new VectorSink(device.queue, buffer, t) });
+        jobs.push({ tensor: t, sink: new VectorSink(device.queue, buffer, t, isNorm(name) ? family.normWeightOffset : 0) });
       } else {
         const sinkFor = (buffer: GPUBuffer): TensorSink => matrixSink(device.queue, buffer, t.dtype, target.dtype, stats);
         if (!target.parts) {
@@ -242,7 +252,7 @@ export async function uploadLlamaWeights(
 
   const layers: LlamaLayerWeights[] = [];
   for (let l = 0; l < config.numLayers; l++) {
-    const n = layerTensorNames(l);
+    const n = layerTensorNames(l, family);
     layers.push({
       attnNorm: vectors.get(n.attnNorm)!,
       wq: matrices.get(n.wq)!,
@@ -252,7 +262,11 @@ export async function uploadLlamaWeights(
       bq: vectors.get(n.bq),
       bk: vectors.get(n.bk),
       bv: vectors.get(n.bv),
+      qNorm: family.qkNorm ? vectors.get(n.qNorm) : undefined,
+      kNorm: family.qkNorm ? vectors.get(n.kNorm) : undefined,
+      postAttnNorm: family.postAttentionNorm ? vectors.get(n.postAttnNorm) : undefined,
       ffnNorm: vectors.get(n.ffnNorm)!,
+      postFfnNorm: family.postFeedForwardNorm ? vectors.get(n.postFfnNorm) : undefined,
       wGate: matrices.get(n.wGate)!,
       wUp: matrices.get(n.wUp)!,
       wDown: matrices.get(n.wDown)!,

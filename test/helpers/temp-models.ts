@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { afterAll } from 'vitest';
 import type { Engine } from '../../src/api/engine.ts';
 import type { LlamaGenerator } from '../../src/engine/generator.ts';
-import type { LlamaConfig } from '../../src/model/config.ts';
+import { familyOf, type LlamaConfig } from '../../src/model/config.ts';
+import { layerTensorNames } from '../../src/model/tensor-names.ts';
 import { readSafetensorsCheckpoint } from '../../src/io/formats/safetensors.ts';
 import { filesFromPath, loadModelFromPath, type LoadModelOptions } from '../../src/node/index.ts';
 import type { CpuLlamaWeights } from '../reference/cpu-llama.ts';
@@ -56,31 +57,46 @@ export async function readFolderTensors(dir: string): Promise<Map<string, Float3
   return out;
 }
 
-/** CpuLlama's weights from tensors by Hugging Face name (biases optional; the embedding serves as the head when tied). */
+/**
+ * CpuLlama's weights from tensors by Hugging Face name (biases optional; the embedding serves as
+ * the head when tied), the layer's names as its family's description says (layerTensorNames);
+ * fused qkv_proj / gate_up_proj are split by rows here, as openModel splits them.
+ */
 export function cpuLlamaWeights(config: LlamaConfig, tensors: ReadonlyMap<string, Float32Array>): CpuLlamaWeights {
   const tensor = (name: string): Float32Array => {
     const t = tensors.get(name);
     if (!t) throw new Error(`no tensor ${name}`);
     return t;
   };
+  const family = familyOf(config);
+  const h = config.hiddenSize;
+  const q = config.numHeads * config.headDim;
+  const kv = config.numKvHeads * config.headDim;
+  const f = config.intermediateSize;
   const tokenEmbedding = tensor('model.embed_tokens.weight');
   return {
     tokenEmbedding,
     layers: Array.from({ length: config.numLayers }, (_, l) => {
-      const p = `model.layers.${l}`;
+      const n = layerTensorNames(l, family);
+      const qkv = tensors.get(n.wqkv);
+      const gateUp = tensors.get(n.wGateUp);
       return {
-        attnNorm: tensor(`${p}.input_layernorm.weight`),
-        wq: tensor(`${p}.self_attn.q_proj.weight`),
-        wk: tensor(`${p}.self_attn.k_proj.weight`),
-        wv: tensor(`${p}.self_attn.v_proj.weight`),
-        wo: tensor(`${p}.self_attn.o_proj.weight`),
-        bq: tensors.get(`${p}.self_attn.q_proj.bias`),
-        bk: tensors.get(`${p}.self_attn.k_proj.bias`),
-        bv: tensors.get(`${p}.self_attn.v_proj.bias`),
-        ffnNorm: tensor(`${p}.post_attention_layernorm.weight`),
-        wGate: tensor(`${p}.mlp.gate_proj.weight`),
-        wUp: tensor(`${p}.mlp.up_proj.weight`),
-        wDown: tensor(`${p}.mlp.down_proj.weight`),
+        attnNorm: tensor(n.attnNorm),
+        wq: qkv ? qkv.subarray(0, q * h) : tensor(n.wq),
+        wk: qkv ? qkv.subarray(q * h, (q + kv) * h) : tensor(n.wk),
+        wv: qkv ? qkv.subarray((q + kv) * h, (q + 2 * kv) * h) : tensor(n.wv),
+        wo: tensor(n.wo),
+        bq: tensors.get(n.bq),
+        bk: tensors.get(n.bk),
+        bv: tensors.get(n.bv),
+        qNorm: family.qkNorm ? tensor(n.qNorm) : undefined,
+        kNorm: family.qkNorm ? tensor(n.kNorm) : undefined,
+        postAttnNorm: family.postAttentionNorm ? tensor(n.postAttnNorm) : undefined,
+        ffnNorm: tensor(n.ffnNorm),
+        postFfnNorm: family.postFeedForwardNorm ? tensor(n.postFfnNorm) : undefined,
+        wGate: gateUp ? gateUp.subarray(0, f * h) : tensor(n.wGate),
+        wUp: gateUp ? gateUp.subarray(f * h, 2 * f * h) : tensor(n.wUp),
+        wDown: tensor(n.wDown),
       };
     }),
     outputNorm: tensor('model.norm.weight'),

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { LlamaGenerator } from '../../src/engine/generator.ts';
 import type { QuantDType } from '../../src/gpu/tensor.ts';
-import type { LlamaConfig } from '../../src/model/config.ts';
+import { familyOf, modelLayers, type LlamaConfig } from '../../src/model/config.ts';
 import { memorySource } from '../../src/io/files.ts';
 import { openModel, uploadLlamaWeights } from '../../src/engine/open-model.ts';
 import { filesFromPath } from '../../src/node/files.ts';
@@ -22,7 +22,7 @@ import { FAMILIES, generateModel, type Family } from '../../scripts/model-famili
 import { CpuLlama, type CpuLlamaWeights } from '../reference/cpu-llama.ts';
 import { f16BitsToF32 } from '../reference/cpu-ops.ts';
 import { dequantize } from '../reference/quant.ts';
-import { maxAbsDiff } from '../helpers/compare.ts';
+import { maxAbs, maxAbsDiff } from '../helpers/compare.ts';
 import { cpuLlamaWeights, tempModels } from '../helpers/temp-models.ts';
 
 const models = tempModels();
@@ -64,7 +64,7 @@ async function cpuWeightsOfGguf(path: string, config: LlamaConfig): Promise<{ we
   const byName = new Map<string, Float32Array>();
   const types = new Set<string>();
   for (const t of header.tensors) {
-    const hf = hfNameFromGguf(t.name);
+    const hf = hfNameFromGguf(t.name, familyOf(config));
     if (!hf) continue;
     types.add(t.type);
     const n = t.ne.reduce((a, b) => a * b, 1);
@@ -174,21 +174,34 @@ describe('GGUF (F32, F16) and Hugging Face layouts of the same random model agre
     it(family, async () => {
       const dir = models.dir(`webgpu-llama-gguf-${family}-`);
       // bf16 weights: exact in f32 and (at these magnitudes) in f16, so all three hold the same values.
-      generateModel({ family, shape: 'tiny', out: dir, seed: 11 });
+      // SmolLM3: llama.cpp's fixed NoPE pattern (every 4th layer), which GGUF cannot say otherwise.
+      generateModel({ family, shape: 'tiny', out: dir, seed: 11, overrides: family === 'smollm3' ? { no_rope_layers: [1, 1, 1, 0] } : undefined });
       const hf = await models.load(dir);
       const config = hf.model.config;
       const prompt = hf.tokenizer.encode(TEXT).slice(0, 8);
       const expected = await greedy(hf, prompt, 3);
-      const scale = Math.max(...expected.logits[0].map(Math.abs));
+      const scale = maxAbs(expected.logits[0]);
       for (const type of ['f32', 'f16'] as GgufOutType[]) {
         const path = join(dir, `model-${type}.gguf`);
         await writeGgufFromHf(dir, path, type);
         const gguf = await models.load(path);
         const c = gguf.model.config;
-        expect(c.ropePairing).toBe(family === 'qwen2' ? 'halves' : 'adjacent');
+        expect(c.ropePairing).toBe(['qwen2', 'qwen3', 'phi3', 'phi4'].includes(family) ? 'halves' : 'adjacent');
         // Everything but RoPE's description (GGUF: adjacent pairs on permuted rows, rope_freqs for
         // Llama 3 scaling), the context cap and the epsilon (an f32 in GGUF) is the same.
-        const skip = { ropePairing: undefined, ropeScaling: undefined, ropeFreqFactors: undefined, contextLength: undefined, rmsNormEps: undefined };
+        // The family's description is compared apart: its layers' RoPE carries LongRoPE's attention
+        // factor, an f32 in GGUF.
+        const skip = { ropePairing: undefined, ropeScaling: undefined, ropeFreqFactors: undefined, contextLength: undefined, rmsNormEps: undefined, family: undefined };
+        expect({ ...familyOf(c), layers: undefined }).toEqual({ ...familyOf(config), layers: undefined });
+        // Layer by layer: rotated dims, base, and (but for Mistral, below) the window.
+        const layerKey = (l: ReturnType<typeof modelLayers>[number]) => [l.rope?.rotaryDims, l.rope?.theta, family === 'mistral' ? 0 : l.slidingWindow];
+        expect(modelLayers(c).map(layerKey)).toEqual(modelLayers(config).map(layerKey));
+        if (config.ropeScaling?.type === 'longrope') {
+          // GGUF holds LongRoPE's factors and attention factor as f32.
+          const f32 = (xs: number[]) => xs.map(Math.fround);
+          expect(c.ropeScaling).toMatchObject({ type: 'longrope', shortFactor: f32(config.ropeScaling.shortFactor), longFactor: f32(config.ropeScaling.longFactor) });
+          expect(c.ropeScaling?.type === 'longrope' && c.ropeScaling.attentionFactor).toBe(Math.fround(config.ropeScaling.attentionFactor));
+        }
         if (family === 'mistral') {
           // As llama.cpp converts Mistral: architecture llama, no sliding-window key (the tokens
           // compared here, 8 + 3, stay inside the window of 32, where both attend alike).
@@ -229,6 +242,12 @@ describe('quantized GGUFs vs the CPU reference on their dequantized weights', ()
       types: ['q8_0', 'q4_k'],
       expectTypes: { q8_0: ['Q8_0', 'F16', 'F32'], q4_k: ['Q5_0', 'F16', 'F32'] }, // ffn_down rows of 72: F16
     },
+    // The families of issue 30: q/k norms (F32 vectors), fused attn_qkv / ffn_up split at load
+    // from quantized blocks, partial LongRoPE (its factors F32 tensors), llama.cpp's NoPE layers.
+    { family: 'qwen3', types: ['q8_0'], expectTypes: { q8_0: ['Q8_0', 'F16', 'F32'] } }, // ffn_down rows of 48: F16
+    { family: 'phi3', types: ['q4_0'], expectTypes: { q4_0: ['Q4_0', 'F16', 'F32'] } }, // ffn_down rows of 40: F16
+    { family: 'phi4', types: ['q8_0'], expectTypes: { q8_0: ['Q8_0', 'F16', 'F32'] } },
+    { family: 'smollm3', overrides: { no_rope_layers: [1, 1, 1, 0] }, types: ['q8_0'], expectTypes: { q8_0: ['Q8_0', 'F16', 'F32'] } },
   ];
   for (const { family, overrides, types, expectTypes } of cases) {
     it(`${family}: ${types.join(', ')}`, async () => {
@@ -248,7 +267,7 @@ describe('quantized GGUFs vs the CPU reference on their dequantized weights', ()
         try {
           const gpu = await model.forward(prompt, 0, cache, { allLogits: true });
           const cpu = reference.forward(prompt, 0);
-          const scale = Math.max(...cpu.map(Math.abs));
+          const scale = maxAbs(cpu);
           expect(maxAbsDiff(gpu, cpu), `${family} ${type}`).toBeLessThan(2e-4 * Math.max(1, scale));
           const gpuStep = await model.forward([3], prompt.length, cache);
           const cpuStep = reference.forward([3], prompt.length);

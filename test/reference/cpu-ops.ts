@@ -52,8 +52,12 @@ export function ropeInvFreq(headDim: number, theta: number): Float32Array {
 
 /**
  * Rotary embedding of x [T, numHeads, headDim], returned as a rotated copy. Token t is at
- * position startPos + t; pair i turns by angle (startPos + t) * invFreq[i]. 'adjacent' pairs
- * (x[2i], x[2i+1]); 'halves' pairs (x[i], x[i + headDim/2]).
+ * position startPos + t; pair i turns by angle (startPos + t) * invFreq[i]. Only the first
+ * rotaryDims elements of a head rotate (default all; the rest are copied), as Hugging Face's
+ * apply_rotary_pos_emb with partial_rotary_factor (rotate_half on x[..., :rotaryDims]) and
+ * llama.cpp's rope with n_dims < head_dim do: 'adjacent' pairs (x[2i], x[2i+1]) (llama.cpp's
+ * 'normal' mode), 'halves' pairs (x[i], x[i + rotaryDims/2]) (HF's rotate_half), for
+ * i < rotaryDims / 2. cos and sin are multiplied by magnitude (HF's attention_scaling, LongRoPE).
  */
 export function ropeRef(
   x: Float32Array,
@@ -63,9 +67,10 @@ export function ropeRef(
   startPos: number,
   invFreq: Float32Array,
   pairing: 'adjacent' | 'halves',
+  { rotaryDims = headDim, magnitude = 1 }: { rotaryDims?: number; magnitude?: number } = {},
 ): Float32Array {
   const out = Float32Array.from(x);
-  const half = headDim / 2;
+  const half = rotaryDims / 2;
   for (let t = 0; t < T; t++) {
     const pos = startPos + t;
     for (let h = 0; h < numHeads; h++) {
@@ -76,8 +81,8 @@ export function ropeRef(
         // The angle rounded to f32, as Hugging Face, llama.cpp and the GPU kernel compute it; at
         // long positions that rounding is the largest difference between implementations.
         const angle = Math.fround(pos * invFreq[i]);
-        const cos = Math.cos(angle);
-        const sin = Math.sin(angle);
+        const cos = Math.cos(angle) * magnitude;
+        const sin = Math.sin(angle) * magnitude;
         const a = x[ia];
         const b = x[ib];
         out[ia] = a * cos - b * sin;
@@ -92,7 +97,8 @@ export function ropeRef(
  * Causal grouped-query attention. q and the result are [T, numHeads, headDim]; the caches are
  * [contextRows, numKvHeads, headDim]. Query t (position p = startPos + t) attends to cache rows
  * 0 ..= p, or with a slidingWindow W to the rows in (p - W, p]; query head h reads KV head
- * floor(h / (numHeads / numKvHeads)).
+ * floor(h / (numHeads / numKvHeads)). A score is q·k · scale (default 1 / sqrt(headDim)), then
+ * with a softcap c, c · tanh(score / c) (Gemma 2), before the softmax.
  */
 export function attentionRef(
   q: Float32Array,
@@ -104,10 +110,12 @@ export function attentionRef(
   numKvHeads: number,
   headDim: number,
   slidingWindow?: number,
+  scores: { scale?: number; softcap?: number } = {},
 ): Float32Array {
   const out = new Float32Array(T * numHeads * headDim);
   const groupSize = numHeads / numKvHeads;
-  const scale = 1 / Math.sqrt(headDim);
+  const scale = scores.scale ?? 1 / Math.sqrt(headDim);
+  const cap = (s: number) => (scores.softcap === undefined ? s : scores.softcap * Math.tanh(s / scores.softcap));
   for (let t = 0; t < T; t++) {
     const pos = startPos + t;
     const first = slidingWindow === undefined ? 0 : Math.max(0, pos - slidingWindow + 1);
@@ -117,21 +125,21 @@ export function attentionRef(
       const qBase = (t * numHeads + h) * headDim;
       const kvBase = (j: number) => ((first + j) * numKvHeads + kvHead) * headDim;
 
-      const scores = new Float64Array(nKeys);
+      const weights = new Float64Array(nKeys);
       for (let j = 0; j < nKeys; j++) {
         let dot = 0;
         for (let d = 0; d < headDim; d++) dot += q[qBase + d] * kCache[kvBase(j) + d];
-        scores[j] = dot * scale;
+        weights[j] = cap(dot * scale);
       }
-      const max = Math.max(...scores);
+      const max = Math.max(...weights);
       let sum = 0;
       for (let j = 0; j < nKeys; j++) {
-        scores[j] = Math.exp(scores[j] - max);
-        sum += scores[j];
+        weights[j] = Math.exp(weights[j] - max);
+        sum += weights[j];
       }
       for (let d = 0; d < headDim; d++) {
         let acc = 0;
-        for (let j = 0; j < nKeys; j++) acc += scores[j] * vCache[kvBase(j) + d];
+        for (let j = 0; j < nKeys; j++) acc += weights[j] * vCache[kvBase(j) + d];
         out[qBase + d] = acc / sum;
       }
     }

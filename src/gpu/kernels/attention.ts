@@ -3,7 +3,7 @@
 // helpers of the head dimension and the cache's element type; and the planning of their dispatches.
 import type { ShaderSpec } from '../pipelines.ts';
 import { assertCount, assertDistinct, assertFits } from './checks.ts';
-import { ropePairingCode, type KvDType, type RopePairing } from './elementwise.ts';
+import { ropePairingCode, ropeParams, type KvDType, type RopeRotation } from './elementwise.ts';
 import { ATTENTION_ITEMS_PER_WORKGROUP, type KernelTuning } from './tuning.ts';
 import { paramStruct, type PlannedDispatch } from '../uniforms.ts';
 import {
@@ -34,13 +34,14 @@ export interface AttentionHeads {
   readonly headDim: number;
   /** Each query sees at most this many of the latest positions (Mistral, Qwen2); undefined: all. */
   readonly slidingWindow?: number;
+  /** score = q·k · scale (Gemma: query_pre_attn_scalar^-1/2); default 1 / sqrt(headDim). */
+  readonly scale?: number;
+  /** score = softcap · tanh(score / softcap), after scale, before the mask and softmax (Gemma 2); undefined: none. */
+  readonly softcap?: number;
 }
 
 /** AttentionHeads and how RoPE rotates q and k: what the decode kernels, which rotate them themselves, take. */
-export interface AttentionShape extends AttentionHeads {
-  /** Which elements of a head RoPE rotates together. */
-  readonly pairing: RopePairing;
-}
+export interface AttentionShape extends AttentionHeads, RopeRotation {}
 
 export type AttentionVariant = {
   entry: 'per_thread' | 'per_workgroup' | 'split_combine';
@@ -53,16 +54,31 @@ export type AttentionVariant = {
   queries?: number;
   /** per_thread: threads a workgroup (attentionThreadsPerWorkgroup); split_combine: 64. */
   threads?: number;
+  /** The scores soft-capped at params.softcap (scoreCapWgsl). */
+  softcap?: boolean;
 };
 export const attentionKey = (v: AttentionVariant) =>
-  `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position ?? 'uniform'}/g${v.heads ?? 1}/q${v.queries ?? 1}/w${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}`;
+  `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position ?? 'uniform'}/g${v.heads ?? 1}/q${v.queries ?? 1}/w${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}` +
+  (v.softcap ? '/softcap' : '');
+
+/**
+ * `fn cap_score(s: f32) -> f32`, which the attention kernels apply to every score (after the
+ * scale, before the mask): with `softcap`, params.softcap · tanh(s / params.softcap) (Gemma 2;
+ * the quotient clamped to ±15, where tanh is ±1 in f32, as some backends' tanh overflows to NaN
+ * beyond); without, s as it is.
+ */
+export function scoreCapWgsl(softcap: boolean): string {
+  return softcap
+    ? 'fn cap_score(s: f32) -> f32 { return params.softcap * tanh(clamp(s / params.softcap, -15.0, 15.0)); }\n'
+    : 'fn cap_score(s: f32) -> f32 { return s; }\n';
+}
 export const attentionSpec = (v: AttentionVariant): ShaderSpec => {
   const heads = v.heads ?? 1;
   const queries = v.queries ?? 1;
   const code =
     `const HEAD_DIM: u32 = ${v.headDim}u;\nconst GROUP_HEADS: u32 = ${heads}u;\nconst QUERIES: u32 = ${queries}u;\n` +
     `const THREAD_WORKGROUP_SIZE: u32 = ${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}u;\n` +
-    `const HEADS: u32 = ${heads * queries}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}` +
+    `const HEADS: u32 = ${heads * queries}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}${scoreCapWgsl(!!v.softcap)}` +
     `${positionWgsl(v.position ?? 'uniform')}\n${onlineSoftmaxWgsl}\n${attentionWgsl}`;
   // Unrolled: CPU devices index the slice arrays through memory otherwise. Measurements: docs/tuning.md#attention
   return { code: unrollAttentionLoops(code, v.headDim, heads * queries, { GROUP_HEADS: heads, QUERIES: queries }), entryPoint: v.entry };
@@ -118,9 +134,18 @@ export type DecodeAttentionVariant = {
   threads: number;
   /** Query heads per thread (a divisor of the GQA group; see attentionHeadsPerThread). */
   heads: number;
+} & DecodeAttentionFeatures;
+/** What decode_attention.wgsl does beyond Llama's attention, each read from its params when on (decodeAttentionHelpersWgsl). */
+export type DecodeAttentionFeatures = {
+  /** The scores soft-capped at params.softcap. */
+  softcap?: boolean;
+  /** RoPE of params.rotary_dims elements a head, cos and sin times params.magnitude (else all of them, times 1). */
+  rope?: boolean;
 };
 export const decodeAttentionKey = (v: DecodeAttentionVariant) =>
-  `decode_attention/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position}/${v.split ? 'split' : 'whole'}/t${v.threads}/g${v.heads}`;
+  `decode_attention/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position}/${v.split ? 'split' : 'whole'}/t${v.threads}/g${v.heads}` +
+  (v.softcap ? '/softcap' : '') +
+  (v.rope ? '/rope_params' : '');
 
 /**
  * What decode_attention.wgsl's attend_item needs besides its buffers (see the head of that file):
@@ -129,10 +154,22 @@ export const decodeAttentionKey = (v: DecodeAttentionVariant) =>
  * `params`, `k_cache`, `v_cache`, `out` (or, with withStoreOut false, its own store_out), load_qkv,
  * load_inv_freq, start_pos, store_partial and store_ml.
  */
-export function decodeAttentionHelpersWgsl(headDim: number, heads: number, kvDType: KvDType, withStoreOut = true): string {
+export function decodeAttentionHelpersWgsl(
+  headDim: number,
+  heads: number,
+  kvDType: KvDType,
+  withStoreOut = true,
+  /** The features on (decode_attention_pass.wgsl's params hold their values); none: the decode layer kernel's. */
+  features: DecodeAttentionFeatures = {},
+): string {
   const aligned = headDim % 4 === 0;
   // (q comes from qkv: no load_q1.)
   let code = `const HEAD_DIM: u32 = ${headDim}u;\nconst HEADS: u32 = ${heads}u;\n` + attentionSliceWgsl(aligned, kvDType, false, withStoreOut);
+  code += scoreCapWgsl(!!features.softcap);
+  // RoPE's rotated elements a head and factor: the params', or all of them and 1 (folded away).
+  code += features.rope
+    ? 'fn rope_dims() -> u32 { return params.rotary_dims; }\nfn rope_magnitude() -> f32 { return params.magnitude; }\n'
+    : 'fn rope_dims() -> u32 { return HEAD_DIM; }\nfn rope_magnitude() -> f32 { return 1.0; }\n';
   code += `${onlineSoftmaxWgsl}\n${sinCosWgsl}\n${f16BitsWgsl}\n`;
   code += 'fn pack_f16(a: f32, b: f32) -> u32 { return f16_bits(a) | (f16_bits(b) << 16u); }\n';
   if (aligned) {
@@ -176,7 +213,7 @@ export function unrollAttentionLoops(source: string, headDim: number, heads: num
 /** decode_attention_pass.wgsl: decode_attention.wgsl as a dispatch of its own. */
 export function decodeAttentionSpec(v: DecodeAttentionVariant): ShaderSpec {
   const aligned = v.headDim % 4 === 0;
-  let code = `const THREADS: u32 = ${v.threads}u;\n` + decodeAttentionHelpersWgsl(v.headDim, v.heads, v.kvDType) + positionWgsl(v.position);
+  let code = `const THREADS: u32 = ${v.threads}u;\n` + decodeAttentionHelpersWgsl(v.headDim, v.heads, v.kvDType, true, v) + positionWgsl(v.position);
   code += 'fn load_qkv(i: u32) -> f32 { return qkv[i]; }\nfn load_inv_freq(d: u32) -> f32 { return inv_freq[d]; }\n';
   // The partials binding exists only in the split variant (a layout 'auto' binding must be bound).
   if (v.split) {
@@ -204,6 +241,7 @@ export const ATTENTION_PARAMS = paramStruct({
   window: 'u32',
   chunk_keys: 'u32',
   num_chunks: 'u32',
+  softcap: 'f32',
 });
 /** decode_attention_pass.wgsl's Params. */
 export const DECODE_ATTENTION_PARAMS = paramStruct({
@@ -216,6 +254,9 @@ export const DECODE_ATTENTION_PARAMS = paramStruct({
   chunk_keys: 'u32',
   num_chunks: 'u32',
   pairing: 'u32',
+  softcap: 'f32',
+  rotary_dims: 'u32',
+  magnitude: 'f32',
 });
 
 /** What planAttention and planDecodeAttention read of the device's kernels (KernelRegistry has it). */
@@ -233,6 +274,15 @@ function checkAttentionShape(shape: AttentionHeads, what: string): void {
   assertCount(headDim, `${what} headDim`);
   if (heads % kvHeads !== 0) throw new Error(`attention numHeads (${heads}) must be a multiple of numKvHeads (${kvHeads})`);
   if (headDim > ATTENTION_MAX_HEAD_DIM) throw new Error(`attention headDim ${headDim} exceeds the supported ${ATTENTION_MAX_HEAD_DIM}`);
+  for (const [value, name] of [[shape.scale, 'scale'], [shape.softcap, 'softcap']] as const) {
+    if (value !== undefined && !(Number.isFinite(value) && value > 0)) throw new Error(`${what} ${name} must be a positive number, got ${value}`);
+  }
+  if (shape.slidingWindow !== undefined) assertCount(shape.slidingWindow, 'attention slidingWindow');
+}
+
+/** The scores' parameters of `shape` (attention.wgsl's and decode_attention_pass.wgsl's Params). */
+export function scoreParams(shape: AttentionHeads): { scale: number; softcap: number } {
+  return { scale: shape.scale ?? 1 / Math.sqrt(shape.headDim), softcap: shape.softcap ?? 0 };
 }
 
 /** The dispatch of a prefill attention (see KernelRecorder.attention), checked; none for T = 0. */
@@ -251,7 +301,6 @@ export function planAttention(
   assertCount(T, 'attention T', 0);
   assertCount(startPos, 'attention startPos', 0);
   checkAttentionShape(shape, 'attention');
-  if (slidingWindow !== undefined) assertCount(slidingWindow, 'attention slidingWindow');
   if (T === 0) return undefined;
   assertDistinct(out, [q, kCache, vCache], 'attention');
   assertFits(out, T * numHeads * headDim * 4, 'attention out');
@@ -274,14 +323,23 @@ export function planAttention(
   const workgroup = tuning.attentionThreads;
   const source = position ? 'buffer' : 'uniform';
   return {
-    pipeline: kernels.attentionPipeline({ entry, headDim, kvDType, position: source, heads, queries, threads: entry === 'per_thread' ? workgroup : undefined }),
+    pipeline: kernels.attentionPipeline({
+      entry,
+      headDim,
+      kvDType,
+      position: source,
+      heads,
+      queries,
+      threads: entry === 'per_thread' ? workgroup : undefined,
+      softcap: shape.softcap !== undefined,
+    }),
     params: ATTENTION_PARAMS.pack({
       T,
       start_pos: startPos,
       num_heads: numHeads,
       num_kv_heads: numKvHeads,
       head_dim: headDim,
-      scale: 1 / Math.sqrt(headDim),
+      ...scoreParams(shape),
       window: slidingWindow ?? 0,
       chunk_keys: 0,
       num_chunks: 0,
@@ -310,14 +368,14 @@ export function planDecodeAttention(
   checkAttentionShape(shape, 'decodeAttention');
   if (headDim % 2 !== 0) throw new Error(`decodeAttention headDim must be even (RoPE pairs), got ${headDim}`);
   if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
-  if (slidingWindow !== undefined) assertCount(slidingWindow, 'attention slidingWindow');
+  const { rotaryDims, magnitude } = ropeParams(shape, headDim, 'decodeAttention');
   const qDim = numHeads * headDim;
   const kvDim = numKvHeads * headDim;
   assertDistinct(out, [qkv, kCache, vCache, invFreq, split?.partials], 'decodeAttention');
   assertDistinct(kCache, [vCache, qkv], 'decodeAttention');
   assertFits(out, qDim * 4, 'decodeAttention out');
   assertFits(qkv, (qDim + 2 * kvDim) * 4, 'decodeAttention qkv');
-  assertFits(invFreq, (headDim / 2) * 4, 'decodeAttention invFreq');
+  assertFits(invFreq, (rotaryDims / 2) * 4, 'decodeAttention invFreq');
   const rowBytes = kvDim * (kvDType === 'f16' ? 2 : 4);
   assertFits(kCache, (startPos + 1) * rowBytes, 'decodeAttention kCache');
   assertFits(vCache, (startPos + 1) * rowBytes, 'decodeAttention vCache');
@@ -327,7 +385,9 @@ export function planDecodeAttention(
   const chunks = Math.ceil(rows / chunkKeys);
   if (chunks > 1 && !split) throw new Error('decodeAttention: several chunks need a partials buffer');
   if (split) assertFits(split.partials, numHeads * chunks * (headDim + 2) * 4, 'decodeAttention partials');
-  const attention = { num_heads: numHeads, num_kv_heads: numKvHeads, head_dim: headDim, scale: 1 / Math.sqrt(headDim), window: slidingWindow ?? 0 };
+  const { scale, softcap } = scoreParams(shape);
+  const attention = { num_heads: numHeads, num_kv_heads: numKvHeads, head_dim: headDim, scale, window: slidingWindow ?? 0, softcap };
+  const features: DecodeAttentionFeatures = { softcap: shape.softcap !== undefined, rope: rotaryDims !== headDim || magnitude !== 1 };
   const source = position ? 'buffer' : 'uniform';
   const threads = kernels.tuning.decodeAttentionThreads;
   const heads = kernels.tuning.attentionHeads(numHeads / numKvHeads, headDim);
@@ -335,8 +395,16 @@ export function planDecodeAttention(
   if (chunks > 1 && split) bound[5] = split.partials;
   const dispatches: PlannedDispatch[] = [
     {
-      pipeline: kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads, heads }),
-      params: DECODE_ATTENTION_PARAMS.pack({ start_pos: startPos, ...attention, chunk_keys: chunkKeys, num_chunks: chunks, pairing: ropePairingCode(pairing) }),
+      pipeline: kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads, heads, ...features }),
+      params: DECODE_ATTENTION_PARAMS.pack({
+        start_pos: startPos,
+        ...attention,
+        chunk_keys: chunkKeys,
+        num_chunks: chunks,
+        pairing: ropePairingCode(pairing),
+        rotary_dims: rotaryDims,
+        magnitude,
+      }),
       buffers: withPosition(bound, position),
       workgroups: Math.ceil(((numHeads / heads) * chunks) / threads),
     },

@@ -155,6 +155,17 @@ export function decodeLayerFits(d: DecodeLayerDims, matrices: readonly GpuMatrix
   );
 }
 
+/**
+ * The attention feature of `shape` that decode_layer.wgsl does not implement (its attention is
+ * Llama's, with any score scale), or undefined when it takes them all.
+ */
+export function decodeLayerUnsupported(shape: AttentionShape, headDim: number): string | undefined {
+  if (shape.softcap !== undefined) return 'attention soft-capping';
+  if ((shape.rotaryDims ?? headDim) !== headDim) return 'partial rotary embeddings';
+  if ((shape.magnitude ?? 1) !== 1) return 'a RoPE magnitude';
+  return undefined;
+}
+
 /** Whether decode_layer.wgsl can take these sizes: whole vec4s, and a head the attention takes. */
 export function decodeLayerSizesFit(d: DecodeLayerDims): boolean {
   return [d.dim, d.qDim, d.kvDim, d.ffn, d.headDim].every((n) => n > 0 && n % 4 === 0) && d.headDim <= ATTENTION_MAX_HEAD_DIM;
@@ -388,6 +399,8 @@ export function planDecodeLayers(
   }
   if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
   if (slidingWindow !== undefined) assertCount(slidingWindow, 'decodeLayers slidingWindow');
+  const unsupported = decodeLayerUnsupported(shape.attention, dims.headDim);
+  if (unsupported) throw new Error(`decodeLayers: decode_layer.wgsl does not take ${unsupported}; use the fused-matvec step`);
   if (!decodeLayerSizesFit(dims)) throw new Error('decodeLayers: these sizes do not fit decode_layer.wgsl (see decodeLayerFits)');
   const shapes: [number, number][] = [
     [dims.qDim, dims.dim], [dims.kvDim, dims.dim], [dims.kvDim, dims.dim], [dims.dim, dims.qDim],
@@ -502,7 +515,7 @@ export function planDecodeLayers(
       num_heads: numHeads,
       num_kv_heads: numKvHeads,
       head_dim: dims.headDim,
-      scale: 1 / Math.sqrt(dims.headDim),
+      scale: shape.attention.scale ?? 1 / Math.sqrt(dims.headDim),
       window: slidingWindow ?? 0,
       chunk_keys: rows,
       num_chunks: 1,

@@ -58,11 +58,35 @@ export const rmsNormSpec = (v: RmsNormVariant): ShaderSpec => ({
  * rotates adjacent pairs (x[2i], x[2i+1]); Hugging Face Llama rotates halves (x[i], x[i + d/2]).
  */
 export type RopePairing = 'adjacent' | 'halves';
-/** The heads rope() rotates in each token: `heads` of headDim elements, paired by `pairing`. */
-export interface RopeShape {
+/** How RoPE rotates a head: which elements pair up, how many rotate, and by what the rotation is scaled. */
+export interface RopeRotation {
+  /** Which elements of a head RoPE rotates together. */
+  readonly pairing: RopePairing;
+  /**
+   * Only the first rotaryDims elements of each head rotate (even, <= headDim; default headDim:
+   * all), the rest pass through (HF partial_rotary_factor, llama.cpp rope n_dims < head_dim).
+   * invFreq then holds rotaryDims / 2 values; 'halves' pairs i with i + rotaryDims / 2,
+   * 'adjacent' 2i with 2i + 1, both inside the rotated part.
+   */
+  readonly rotaryDims?: number;
+  /** cos and sin times this (LongRoPE's attention factor); default 1. */
+  readonly magnitude?: number;
+}
+/** The heads rope() rotates in each token: `heads` of headDim elements, rotated as RopeRotation says. */
+export interface RopeShape extends RopeRotation {
   readonly heads: number;
   readonly headDim: number;
-  readonly pairing: RopePairing;
+}
+
+/** The rotated elements a head and the rotation's factor of `rotation`, checked against headDim. */
+export function ropeParams(rotation: RopeRotation, headDim: number, what: string): { rotaryDims: number; magnitude: number } {
+  const rotaryDims = rotation.rotaryDims ?? headDim;
+  const magnitude = rotation.magnitude ?? 1;
+  if (!Number.isInteger(rotaryDims) || rotaryDims < 2 || rotaryDims > headDim || rotaryDims % 2 !== 0) {
+    throw new Error(`${what} rotaryDims must be an even integer in 2 ..= headDim (${headDim}), got ${rotaryDims}`);
+  }
+  if (!(Number.isFinite(magnitude) && magnitude > 0)) throw new Error(`${what} magnitude must be a positive number, got ${magnitude}`);
+  return { rotaryDims, magnitude };
 }
 /** The `pairing` parameter of rope.wgsl and the decode kernels. */
 export const ropePairingCode = (pairing: RopePairing): number => (pairing === 'adjacent' ? 0 : 1);
@@ -70,7 +94,15 @@ export const ropePairingCode = (pairing: RopePairing): number => (pairing === 'a
 /** rmsnorm.wgsl's Params. */
 export const RMSNORM_PARAMS = paramStruct({ T: 'u32', dim: 'u32', eps: 'f32' });
 /** rope.wgsl's Params. */
-export const ROPE_PARAMS = paramStruct({ T: 'u32', num_heads: 'u32', head_dim: 'u32', start_pos: 'u32', pairing: 'u32' });
+export const ROPE_PARAMS = paramStruct({
+  T: 'u32',
+  num_heads: 'u32',
+  head_dim: 'u32',
+  start_pos: 'u32',
+  pairing: 'u32',
+  rotary_dims: 'u32',
+  magnitude: 'f32',
+});
 /** swiglu.wgsl's Params. */
 export const SWIGLU_PARAMS = paramStruct({ n: 'u32' });
 /** residual.wgsl's Params. */

@@ -21,6 +21,7 @@ import {
   RMSNORM_PARAMS,
   ROPE_PARAMS,
   ropePairingCode,
+  ropeParams,
   SWIGLU_PARAMS,
   type KvDType,
   type RopeShape,
@@ -230,7 +231,9 @@ export abstract class KernelRecorder {
 
   /**
    * Rotates x [T, shape.heads, shape.headDim] in place by the inverse frequencies invFreq
-   * [headDim / 2]; token t is at position tokens.startPos + t (plus tokens.position).
+   * [rotaryDims / 2]; token t is at position tokens.startPos + t (plus tokens.position). With
+   * shape.rotaryDims, only the first rotaryDims elements of each head rotate; with
+   * shape.magnitude, cos and sin are scaled by it (RopeRotation).
    */
   rope(x: GPUBuffer, invFreq: GPUBuffer, tokens: TokenSpan, shape: RopeShape): void {
     const { T, startPos, position } = tokens;
@@ -241,14 +244,23 @@ export abstract class KernelRecorder {
     assertCount(startPos, 'rope startPos', 0);
     if (headDim % 2 !== 0) throw new Error(`rope headDim must be even, got ${headDim}`);
     if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
+    const { rotaryDims, magnitude } = ropeParams(shape, headDim, 'rope');
     if (T === 0) return;
     assertDistinct(x, [invFreq], 'rope');
     assertFits(x, T * numHeads * headDim * 4, 'rope x');
-    assertFits(invFreq, (headDim / 2) * 4, 'rope invFreq');
-    const pairs = T * numHeads * (headDim / 2);
+    assertFits(invFreq, (rotaryDims / 2) * 4, 'rope invFreq');
+    const pairs = T * numHeads * (rotaryDims / 2);
     this.dispatch(
       this.kernels.positionalPipeline('rope', position ? 'buffer' : 'uniform'),
-      ROPE_PARAMS.pack({ T, num_heads: numHeads, head_dim: headDim, start_pos: startPos, pairing: ropePairingCode(pairing) }),
+      ROPE_PARAMS.pack({
+        T,
+        num_heads: numHeads,
+        head_dim: headDim,
+        start_pos: startPos,
+        pairing: ropePairingCode(pairing),
+        rotary_dims: rotaryDims,
+        magnitude,
+      }),
       withPosition({ 1: x, 2: invFreq }, position),
       Math.ceil(pairs / ELEMENTWISE_WORKGROUP),
     );

@@ -39,7 +39,8 @@ describe('attention', () => {
     kvDType: KvDType = 'f32',
     heads?: number,
     queries?: number,
-  ): Promise<{ got: Float32Array; want: Float32Array; unwindowed: Float32Array }> {
+    scores: { scale?: number; softcap?: number } = {},
+  ): Promise<{ got: Float32Array; want: Float32Array; unwindowed: Float32Array; plain: Float32Array }> {
     const { T, startPos, numHeads, numKvHeads, headDim, window } = c;
     const contextRows = startPos + T + 4;
     const kvRow = numKvHeads * headDim;
@@ -73,15 +74,18 @@ describe('attention', () => {
       kBuf = input(kCache);
       vBuf = input(vCache);
     }
-    batch.attention({ out, q: input(q), keys: kBuf, values: vBuf }, { T, startPos }, { heads: numHeads, kvHeads: numKvHeads, headDim, slidingWindow: window }, kvDType);
+    const shape = { heads: numHeads, kvHeads: numKvHeads, headDim, slidingWindow: window, ...scores };
+    batch.attention({ out, q: input(q), keys: kBuf, values: vBuf }, { T, startPos }, shape, kvDType);
     batch.submit();
     // An f16 cache holds K and V rounded to nearest even: the reference attends over those.
     const k = kvDType === 'f16' ? roundF16(kCache) : kCache;
     const v = kvDType === 'f16' ? roundF16(vCache) : vCache;
     return {
       got: await read(out, T * numHeads * headDim),
-      want: attentionRef(q, k, v, T, startPos, numHeads, numKvHeads, headDim, window),
-      unwindowed: attentionRef(q, k, v, T, startPos, numHeads, numKvHeads, headDim),
+      want: attentionRef(q, k, v, T, startPos, numHeads, numKvHeads, headDim, window, scores),
+      unwindowed: attentionRef(q, k, v, T, startPos, numHeads, numKvHeads, headDim, undefined, scores),
+      // Without the score scale and soft-capping.
+      plain: attentionRef(q, k, v, T, startPos, numHeads, numKvHeads, headDim, window),
     };
   }
 
@@ -145,6 +149,39 @@ describe('attention', () => {
       });
     }
   }
+
+  // A score scale other than 1/sqrt(headDim) (Gemma's query_pre_attn_scalar) and soft-capped scores
+  // (Gemma 2), alone and together, with and without a window, under every entry and both caches;
+  // each changes the answer by far more than the tolerance.
+  const scoreCases = [
+    { c: cases[3], scores: { scale: 0.7 } },
+    { c: cases[0], scores: { softcap: 0.8 } },
+    { c: windowCases[1], scores: { scale: 0.5, softcap: 1.5 } },
+    { c: { T: 3, startPos: 9, numHeads: 4, numKvHeads: 2, headDim: 6 }, scores: { scale: 0.1, softcap: 0.3 } },
+  ];
+  for (const { c, scores } of scoreCases) {
+    for (const [entry, heads] of [['per_thread', 1], ['per_thread', undefined], ['per_workgroup', undefined]] as const) {
+      for (const kvDType of ['f32', 'f16'] as const) {
+        const { T, startPos, numHeads, numKvHeads, headDim } = c;
+        const window = 'window' in c ? `, window=${c.window}` : '';
+        it(`${entry}${heads ? ', one head a thread' : ''}, ${kvDType} cache, scale ${scores.scale ?? 'default'}, softcap ${scores.softcap ?? 'none'}: T=${T}, startPos=${startPos}, heads=${numHeads}/${numKvHeads}, headDim=${headDim}${window}`, async () => {
+          const { got, want, plain } = await runAttention(c, entry, kvDType, heads, undefined, scores);
+          expectClose(got, want);
+          expect(maxAbsDiff(want, plain)).toBeGreaterThan(1e-2 * maxAbs(want));
+        });
+      }
+    }
+  }
+
+  it('refuses a score scale or softcap that is not a positive number', () => {
+    const b = output(64);
+    const batch = kernels.begin();
+    for (const scores of [{ scale: 0 }, { scale: -1 }, { scale: NaN }, { softcap: 0 }, { softcap: Infinity }]) {
+      const shape = { heads: 1, kvHeads: 1, headDim: 8, ...scores };
+      expect(() => batch.attention({ out: output(8), q: b, keys: b, values: b }, { T: 1, startPos: 0 }, shape)).toThrow(/scale|softcap/);
+    }
+    batch.submit();
+  });
 
   it('writeKv rounds to nearest even like f32ToF16Bits (ties, subnormals, overflow, NaN)', async () => {
     const special = [

@@ -88,6 +88,53 @@ describe('rope', () => {
     expectClose(got, adjacent);
     expect(() => expectClose(got, halves)).toThrow(/exceeds/);
   });
+
+  // Partial rotary (HF partial_rotary_factor, llama.cpp n_dims < head_dim): only the first
+  // rotaryDims elements of a head rotate, by rotaryDims / 2 frequencies; and LongRoPE's magnitude.
+  const partialCases = [
+    { T: 3, numHeads: 2, headDim: 64, rotaryDims: 16, magnitude: 1, startPos: 9 },
+    { T: 5, numHeads: 3, headDim: 8, rotaryDims: 6, magnitude: 1.19, startPos: 0 },
+    { T: 2, numHeads: 2, headDim: 128, rotaryDims: 96, magnitude: 1, startPos: 7000 }, // Phi-3.5's 0.75
+    { T: 2, numHeads: 4, headDim: 96, rotaryDims: 96, magnitude: 1.4, startPos: 300 }, // magnitude alone
+  ];
+  for (const { T, numHeads, headDim, rotaryDims, magnitude, startPos } of partialCases) {
+    for (const pairing of ['adjacent', 'halves'] as const) {
+      it(`${pairing}, ${rotaryDims} of ${headDim} dims rotate, magnitude ${magnitude}: T=${T}, heads=${numHeads}, startPos=${startPos}`, async () => {
+        const n = T * numHeads * headDim;
+        const x = randomF32(n, 850 + n + rotaryDims);
+        const invFreq = ropeInvFreq(rotaryDims, 10000);
+        const xBuf = input(x);
+        const batch = kernels.begin();
+        batch.rope(xBuf, input(invFreq), { T, startPos }, { heads: numHeads, headDim, pairing, rotaryDims, magnitude });
+        batch.submit();
+        const got = await read(xBuf, n);
+        const want = ropeRef(x, T, numHeads, headDim, startPos, invFreq, pairing, { rotaryDims, magnitude });
+        expectClose(got, want);
+        for (let head = 0; head < T * numHeads; head++) {
+          const pass = (a: Float32Array) => Array.from(a.subarray(head * headDim + rotaryDims, (head + 1) * headDim));
+          expect(pass(got)).toEqual(pass(x)); // the elements past rotaryDims pass through, bit for bit
+        }
+        if (magnitude !== 1) {
+          const unit = ropeRef(x, T, numHeads, headDim, startPos, invFreq, pairing, { rotaryDims });
+          expect(maxAbsDiff(want, unit)).toBeGreaterThan(1e-2 * maxAbs(want));
+        }
+        if (rotaryDims < headDim) {
+          // Rotating the whole head (with the same frequencies spread over it) is far off.
+          const whole = ropeRef(x, T, numHeads, headDim, startPos, ropeInvFreq(headDim, 10000), pairing, { magnitude });
+          expect(maxAbsDiff(want, whole)).toBeGreaterThan(1e-2 * maxAbs(want));
+        }
+      });
+    }
+  }
+
+  it('refuses an odd or too large rotaryDims and a magnitude that is not a positive number', () => {
+    const x = output(64);
+    const batch = kernels.begin();
+    for (const bad of [{ rotaryDims: 7 }, { rotaryDims: 10 }, { rotaryDims: 0 }, { magnitude: 0 }, { magnitude: NaN }]) {
+      expect(() => batch.rope(x, output(8), { T: 1, startPos: 0 }, { heads: 1, headDim: 8, pairing: 'halves', ...bad })).toThrow(/rotaryDims|magnitude/);
+    }
+    batch.submit();
+  });
 });
 
 describe('swiglu', () => {

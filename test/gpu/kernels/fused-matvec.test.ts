@@ -27,7 +27,7 @@ import {
 } from '../../reference/cpu-ops.ts';
 import { dequantize } from '../../reference/quant.ts';
 import { quantizeValues as quantize } from '../../../src/model/quantize.ts';
-import { expectClose } from '../../helpers/compare.ts';
+import { expectClose, maxAbs, maxAbsDiff } from '../../helpers/compare.ts';
 
 let ctx: GpuContext;
 let device: GPUDevice;
@@ -274,6 +274,14 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
     { numHeads: 8, numKvHeads: 2, headDim: 8, pairing: 'halves' as const, pos: 17 },
     { numHeads: 4, numKvHeads: 2, headDim: 8, pairing: 'adjacent' as const, pos: 25, chunkKeys: 3, window: 10 },
     { numHeads: 2, numKvHeads: 2, headDim: 6, pairing: 'adjacent' as const, pos: 25, chunkKeys: 5, window: 1 },
+    // Gemma's score scale and Gemma 2's soft-capping, split and whole.
+    { numHeads: 4, numKvHeads: 2, headDim: 8, pairing: 'halves' as const, pos: 25, chunkKeys: 3, scores: { scale: 0.6, softcap: 1.2 } },
+    { numHeads: 2, numKvHeads: 1, headDim: 6, pairing: 'adjacent' as const, pos: 19, window: 9, scores: { softcap: 0.7 } },
+    { numHeads: 3, numKvHeads: 3, headDim: 4, pairing: 'halves' as const, pos: 12, scores: { scale: 1.3 } },
+    // Partial rotary (rotaryDims < headDim) and LongRoPE's magnitude, both pairings, split and whole.
+    { numHeads: 4, numKvHeads: 2, headDim: 8, pairing: 'halves' as const, pos: 22, chunkKeys: 6, rope: { rotaryDims: 4 } },
+    { numHeads: 2, numKvHeads: 1, headDim: 12, pairing: 'adjacent' as const, pos: 17, rope: { rotaryDims: 6, magnitude: 1.3 } },
+    { numHeads: 2, numKvHeads: 2, headDim: 6, pairing: 'halves' as const, pos: 9, chunkKeys: 4, rope: { magnitude: 0.8 } },
   ];
   // Query heads per thread: the device's choice, and every other divisor of the GQA group.
   const headsChoices = (group: number) => [undefined, ...Array.from({ length: group }, (_, i) => i + 1).filter((d) => group % d === 0)];
@@ -281,9 +289,14 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
   for (const heads of viaBuffer ? headsChoices(c.numHeads / c.numKvHeads) : [undefined]) {
     const { numHeads, numKvHeads, headDim, pairing, pos, chunkKeys } = c;
     const window = 'window' in c ? c.window : undefined;
+    const scores = 'scores' in c ? c.scores : undefined;
+    const rope = 'rope' in c ? c.rope : undefined;
+    const rotaryDims = rope?.rotaryDims ?? headDim;
     const name =
       `${numHeads}/${numKvHeads} heads, headDim ${headDim}, ${pairing}, at ${pos}, ` +
       `${chunkKeys ? `chunks of ${chunkKeys}` : 'one pass'}${window ? `, window ${window}` : ''}, ${kvDType} cache, ` +
+      (scores ? `scores ${JSON.stringify(scores)}, ` : '') +
+      (rope ? `rope ${JSON.stringify(rope)}, ` : '') +
       `position ${viaBuffer ? 'from a buffer' : 'uniform'}, ${heads ? `${heads} head${heads > 1 ? 's' : ''} a thread` : "the device's heads a thread"}`;
     it(name, async () => {
       const kernels = await Kernels.create(ctx, { tuning: { attentionHeads: heads === undefined ? undefined : () => heads } });
@@ -291,7 +304,7 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       const qDim = numHeads * headDim;
       const kvDim = numKvHeads * headDim;
       const qkv = randomF32(qDim + 2 * kvDim, 110, 2);
-      const invFreq = ropeInvFreq(headDim, 10000);
+      const invFreq = ropeInvFreq(rotaryDims, 10000);
       // The cache rows before the position hold earlier tokens; rows from it on hold large values
       // (row pos must be replaced by this token's, the later ones never seen).
       const k = randomF32(rows * kvDim, 111, 2);
@@ -308,7 +321,7 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       program.decodeAttention(
         { out, qkv: input(qkv), keys: kBuf, values: vBuf, invFreq: input(invFreq) },
         { startPos: viaBuffer ? 0 : pos, position },
-        { heads: numHeads, kvHeads: numKvHeads, headDim, pairing, slidingWindow: window },
+        { heads: numHeads, kvHeads: numKvHeads, headDim, pairing, slidingWindow: window, ...scores, ...rope },
         kvDType,
         split,
       );
@@ -318,15 +331,25 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       device.queue.submit([encoder.finish()]);
 
       // The reference: rope q and k, put (k, v) at row pos of the caches (rounded as they store), attend.
-      const q = ropeRef(qkv.subarray(0, qDim), 1, numHeads, headDim, pos, invFreq, pairing);
-      const kNew = ropeRef(qkv.subarray(qDim, qDim + kvDim), 1, numKvHeads, headDim, pos, invFreq, pairing);
+      const q = ropeRef(qkv.subarray(0, qDim), 1, numHeads, headDim, pos, invFreq, pairing, rope);
+      const kNew = ropeRef(qkv.subarray(qDim, qDim + kvDim), 1, numKvHeads, headDim, pos, invFreq, pairing, rope);
       const vNew = qkv.slice(qDim + kvDim);
       const round = (x: Float32Array) => (kvDType === 'f16' ? roundF16(x) : x);
       const [kWant, vWant] = [round(k), round(v)];
       kWant.set(round(kNew), pos * kvDim);
       vWant.set(round(vNew), pos * kvDim);
-      const want = attentionRef(q, kWant, vWant, 1, pos, numHeads, numKvHeads, headDim, window);
+      const want = attentionRef(q, kWant, vWant, 1, pos, numHeads, numKvHeads, headDim, window, scores);
       expectClose(await read(out, qDim), want, 1e-5);
+      if (rope) {
+        // The rotation changes the answer (the cache's K row: past rotaryDims, k as it came).
+        const plain = ropeRef(qkv.subarray(qDim, qDim + kvDim), 1, numKvHeads, headDim, pos, ropeInvFreq(headDim, 10000), pairing);
+        expect(maxAbsDiff(kNew, plain)).toBeGreaterThan(1e-2 * maxAbs(kNew));
+      }
+      if (scores) {
+        // The scale and cap change the answer by far more than the tolerance.
+        const plain = attentionRef(q, kWant, vWant, 1, pos, numHeads, numKvHeads, headDim, window);
+        expect(maxAbsDiff(want, plain)).toBeGreaterThan(1e-2 * maxAbs(want));
+      }
 
       // The caches: row pos is this token's K and V; the other rows are untouched.
       const readCache = async (b: GPUBuffer) => {
