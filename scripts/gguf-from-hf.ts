@@ -302,7 +302,10 @@ export async function writeGgufFromHf(dir: string, out: string, type: GgufOutTyp
 
   const kvs: Record<string, GgufKv> = {
     'general.architecture': { type: 'string', value: arch },
-    'general.name': { type: 'string', value: `random ${String(config.model_type)} (webgpu-llama generate-models)` },
+    // Not the model type: llama.cpp keys per-token attributes on the name (a name containing
+    // "phi3" makes it look up Phi-3's <unk>, <s>, </s> and <|endoftext|>, and refuse the file
+    // without them: "error loading model vocabulary: unordered_map::at: key not found").
+    'general.name': { type: 'string', value: 'random weights (webgpu-llama generate-models)' },
     'general.file_type': { type: 'u32', value: { f32: 0, f16: 1, q4_0: 2, q8_0: 7, q4_k: 14, q4_k_m: 15, q6_k: 18 }[type] },
     'general.quantization_version': { type: 'u32', value: 2 },
     'general.alignment': { type: 'u32', value: 32 },
