@@ -23,6 +23,8 @@ export interface ReferenceModelSpec {
   dtype: 'f32';
   overrides: Record<string, unknown>;
   scales: Record<string, number>;
+  /** The context both sides load the model with. */
+  context: number;
 }
 
 export interface ReferenceModel extends ReferenceModelSpec {
@@ -52,8 +54,8 @@ export function sha256(path: string): string {
 }
 
 /** Generates the spec's model folder and GGUF into `dir`; returns the GGUF's path and storage. */
-export async function generateReferenceGguf(spec: ReferenceModelSpec, dir: string): Promise<{ path: string; storage: Record<string, string> }> {
-  generateModel({ family: spec.family as Family, shape: 'tiny', out: dir, dtype: spec.dtype, seed: spec.seed, overrides: spec.overrides, scales: spec.scales });
+export async function generateReferenceGguf(spec: ReferenceModelSpec, dir: string): Promise<{ path: string; storage: Record<string, string>; config: Record<string, unknown> }> {
+  const config = generateModel({ family: spec.family as Family, shape: 'tiny', out: dir, dtype: spec.dtype, seed: spec.seed, overrides: spec.overrides, scales: spec.scales });
   const { path, storage } = await writeGgufFromHf(dir, join(dir, `model-${spec.type}.gguf`), spec.type);
-  return { path, storage };
+  return { path, storage, config };
 }

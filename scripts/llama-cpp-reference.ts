@@ -38,12 +38,15 @@ const CONTEXT = 256;
 const PROMPTS = ['a', 'The', '7'];
 const DEFAULT_TYPES: GgufOutType[] = ['f32', 'q8_0', 'q4_k'];
 /**
- * Sharp weights: q·k times 9 (attention far from uniform, so a wrong RoPE or mask shows), the
- * final norm times 6 (logits far apart: few near-ties), and the layers' outputs (o_proj, down_proj)
+ * Sharp weights: q·k times 9 where the generator does not sharpen it (attention far from uniform,
+ * so a wrong RoPE or mask shows), the final norm times 6 (logits far apart: few near-ties), and the layers' outputs (o_proj, down_proj)
  * times 8 so they outweigh the token's own embedding in the residual: else the tied families
  * (Llama 3, SmolLM2, Qwen2) repeat their last token forever, which compares little.
  */
-const SCALES = { 'self_attn.q_proj': 3, 'self_attn.k_proj': 3, 'self_attn.o_proj': 8, 'mlp.down_proj': 8, 'model.norm': 6 };
+const SCALES = { 'self_attn.o_proj': 8, 'mlp.down_proj': 8, 'model.norm': 6 };
+/** q and k times 3 for the families whose generator does not make attention sharp itself (model-families.ts SHARP_FAMILIES does for the others). */
+const QK_SCALES = { 'self_attn.q_proj': 3, 'self_attn.k_proj': 3 };
+const PLAIN_ATTENTION = ['llama2', 'llama3', 'smollm2', 'mistral', 'qwen2'];
 
 /**
  * Per family: the tiny shape's distinguishing traits (GQA ratio, an explicit head_dim, biases,
@@ -57,6 +60,20 @@ const OVERRIDES: Partial<Record<Family, Record<string, unknown>>> = {
   smollm2: { hidden_size: 384, intermediate_size: 512, num_attention_heads: 3, num_key_value_heads: 1, num_hidden_layers: 2, vocab_size: 290 },
   mistral: { hidden_size: 256, intermediate_size: 512, num_attention_heads: 4, num_key_value_heads: 1, num_hidden_layers: 2, vocab_size: 512 },
   qwen2: { hidden_size: 256, intermediate_size: 512, num_attention_heads: 4, num_key_value_heads: 2, num_hidden_layers: 2, vocab_size: 310 },
+  // The issue-30 families at their tiny test shapes (model-families.ts), whose traits (LongRoPE
+  // factors per rotary pair, the real Qwen3 vocabulary) are sized to them: rows of 32 or 16, so
+  // q4_k falls back to q5_0 / f16 as llama.cpp would.
+  qwen3: {},
+  // llama.cpp's SmolLM3 has a fixed pattern (every 4th layer without RoPE); the tiny shape's [1, 0, 1, 0] is not it.
+  smollm3: { no_rope_layers: [1, 1, 1, 0] },
+  // llama.cpp b11364 turns Phi-3's sliding window off ("Phi SWA is currently disabled", its
+  // PR 13676) where transformers (and we) apply it: a window of 64, the whole context, compares
+  // the rest of Phi-3.
+  phi3: { sliding_window: 64 },
+  // llama.cpp's phi3 takes q's width to be the hidden size (attn_qkv of n_embd + 2 n_embd_gqa rows):
+  // the tiny shape's head_dim 16 apart from 32 / 4 heads is refused ("check_tensor_dims: tensor
+  // 'blk.0.attn_qkv.weight' has wrong shape"), so hidden 64 (16 x 4, as in Phi-4-mini: 128 x 24).
+  phi4: { hidden_size: 64 },
 };
 
 /** Storage per tensor kind: `blk.0.attn_q.weight` and `blk.1.attn_q.weight` as `attn_q.weight`. */
@@ -87,17 +104,27 @@ async function main(): Promise<void> {
       page.evaluate(([f, a]) => (window as any).llamaCppReference[f as string](...(a as unknown[])) as Promise<T>, [fn, args] as const);
     for (const family of families) {
       for (const type of types) {
-        const spec: ReferenceModelSpec = { family, type, seed: SEED, dtype: 'f32', overrides: OVERRIDES[family as Family] ?? {}, scales: SCALES };
+        const scales = PLAIN_ATTENTION.includes(family) ? { ...QK_SCALES, ...SCALES } : SCALES;
+        const spec: ReferenceModelSpec = { family, type, seed: SEED, dtype: 'f32', overrides: OVERRIDES[family as Family] ?? {}, scales, context: CONTEXT };
         const dir = mkdtempSync(join(tmpdir(), `llama-cpp-ref-${family}-`));
         try {
-          const { path, storage } = await generateReferenceGguf(spec, dir);
+          let generated: Awaited<ReturnType<typeof generateReferenceGguf>>;
+          try {
+            generated = await generateReferenceGguf(spec, dir);
+          } catch (error) {
+            console.log(`${family} ${type}: not generated (${(error as Error).message}); left out`);
+            continue;
+          }
+          const { path, storage, config } = generated;
+          // Within the model's trained context (Phi's LongRoPE factors are chosen by it, on both sides).
+          spec.context = Math.min(CONTEXT, config.max_position_embeddings as number);
           const model: ReferenceModel = {
             ...spec, gguf_sha256: sha256(path), gguf_bytes: readFileSync(path).length, storage: storageSummary(storage), eog_ids: [], masked_ids: [], prompts: [],
           };
           models.push(model);
           let loaded: { version: string; eogIds: number[] };
           try {
-            loaded = await call('load', readFileSync(path).toString('base64'), CONTEXT);
+            loaded = await call('load', readFileSync(path).toString('base64'), spec.context);
           } catch (error) {
             model.error = String((error as Error).message ?? error).split('\n')[0];
             console.log(`${family} ${type}: llama.cpp refuses it: ${model.error}`);
@@ -106,7 +133,7 @@ async function main(): Promise<void> {
           llamaCpp = loaded.version;
           model.eog_ids = loaded.eogIds;
           // Our tokenizer gives the prompt ids (llama.cpp's count must agree).
-          const engine = await loadModelFromPath(path, { contextLength: CONTEXT });
+          const engine = await loadModelFromPath(path, { contextLength: spec.context });
           try {
             const tokenizer = engine.generator.tokenizer;
             const partial = Array.from({ length: engine.info.vocabSize }, (_, id) => id).filter((id) => tokenizer.decode([id]).includes('\uFFFD'));

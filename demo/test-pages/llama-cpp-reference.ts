@@ -31,7 +31,8 @@ export interface LoadedInfo {
 async function load(ggufBase64: string, contextLength: number): Promise<LoadedInfo> {
   await wllama?.exit();
   const bytes = Uint8Array.from(atob(ggufBase64), (c) => c.charCodeAt(0));
-  // llama.cpp's load errors are logged, and wllama's load does not always throw on them.
+  // llama.cpp's load errors are logged, and wllama's load does not always throw on them: a GGUF
+  // llama.cpp refuses leaves a model of no vocabulary.
   const errors: string[] = [];
   const error = (...args: unknown[]) => errors.push(args.map(String).join(' '));
   wllama = new Wllama({ default: new URL(wasmUrl, location.href).href }, { logger: { ...LoggerWithoutDebug, log: () => {}, warn: () => {}, error }, suppressNativeLog: false });
@@ -40,9 +41,16 @@ async function load(ggufBase64: string, contextLength: number): Promise<LoadedIn
   } catch (e) {
     errors.push(String((e as Error).message ?? e));
   }
-  const loadError = errors.find((m) => /error/i.test(m));
-  if (loadError) throw new Error(`llama.cpp: ${loadError.replace(/^.*@@ERROR@@/, '').trim()}`);
-  const vocab = wllama.getModelMetadata().hparams.nVocab;
+  let vocab = 0;
+  try {
+    vocab = wllama.getModelMetadata().hparams.nVocab;
+  } catch {
+    // not loaded
+  }
+  if (!(vocab > 0)) {
+    const loadError = errors.find((m) => /error/i.test(m)) ?? errors[0] ?? 'no model loaded';
+    throw new Error(`llama.cpp: ${loadError.replace(/^.*@@ERROR@@/, '').trim()}`);
+  }
   const eogIds = Array.from({ length: vocab }, (_, id) => id).filter((id) => wllama!.isTokenEOG(id));
   return { version: Wllama.getLibllamaVersion(), bos: wllama.getBOS(), eos: wllama.getEOS(), addBos: wllama.mustAddBosToken(), eogIds };
 }

@@ -97,15 +97,20 @@ async function checkModel(m: ReferenceModel): Promise<ModelOutcome> {
   const dir = models.dir(`webgpu-llama-llamacpp-${m.family}-${m.type}-`);
   const { path, storage } = await generateReferenceGguf(m, dir);
   expect(sha256(path), `${m.family} ${m.type}: the regenerated GGUF differs from the one llama.cpp ran (regenerate the fixture: docs/testing.md)`).toBe(m.gguf_sha256);
-  const generator = await models.load(path, { contextLength: fixture.context });
+  const generator = await models.load(path, { contextLength: m.context });
   const logitBias = new Map(m.masked_ids.map((id) => [id, -1e9]));
   // The CPU reference on the weights as the file holds them (Hugging Face layout: its own RoPE pairing).
   const hf = configFromHf(JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')));
-  const config: LlamaConfig = { ...hf, slidingWindow: generator.model.config.slidingWindow };
-  const tensors = new Map([...(await readFolderTensors(dir))].map(([name, v]) => [name, held(v, storage[ggufNameFromHf(name)])]));
-  const weights = cpuLlamaWeights(config, tensors);
+  // The window and the loaded context (LongRoPE's factors) as the GGUF was loaded: llama.cpp's
+  // Llama has no window where the Hugging Face config of Mistral has one.
+  const loaded = generator.model.config;
+  const config: LlamaConfig = { ...hf, slidingWindow: loaded.slidingWindow, loadedContextLength: loaded.loadedContextLength };
+  // Built at the first differing step only (most models have few; quantizing again costs seconds).
+  const fileTensors = await readFolderTensors(dir);
+  let weights: ReturnType<typeof cpuLlamaWeights> | undefined;
   const kvDType = generator.info.storage!.kvCacheDType;
   const exactLogits = (tokens: number[]): Float32Array => {
+    weights ??= cpuLlamaWeights(config, new Map([...fileTensors].map(([name, v]) => [name, held(v, storage[ggufNameFromHf(name)])])));
     const logits = new CpuLlama(config, weights, tokens.length, kvDType).forward(tokens, 0);
     return logits.subarray((tokens.length - 1) * config.vocabSize);
   };
@@ -156,7 +161,10 @@ async function checkModel(m: ReferenceModel): Promise<ModelOutcome> {
 describe('greedy tokens equal llama.cpp\'s on the same GGUF', () => {
   it('the fixture covers the families and types it was written for', () => {
     expect(fixture.models.length).toBeGreaterThan(0);
-    for (const m of fixture.models) expect(m.error ?? m.prompts.length, `${m.family} ${m.type}`).toBeGreaterThan(0);
+    for (const m of fixture.models) {
+      expect(m.error !== undefined || m.prompts.length > 0, `${m.family} ${m.type}`).toBe(true);
+      if (m.error) console.log(`${m.family} ${m.type}: llama.cpp refuses the file (${m.error}); not compared`);
+    }
   });
 
   const totals = { compared: 0, total: 0, forcedEqual: 0 };
