@@ -262,6 +262,7 @@ class BenchPipelines {
 /** AttentionKernels whose decode (paged: and prefill) attention pipelines are compiled here, contiguous or paged. */
 function benchKernels(base: AttentionKernels, pipelines: BenchPipelines, paged: boolean): AttentionKernels {
   return {
+    ctx: base.ctx,
     tuning: base.tuning,
     attentionPipeline(v) {
       if (v.entry === 'split_combine') return base.attentionPipeline(v); // reads no cache

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Engine } from '../src/index.ts';
 import type { WeightStorage } from '../src/model/weights.ts';
-import { generateModel, REAL_CONFIGS, type Family, type Shape } from '../scripts/model-families.ts';
+import { generateModel, realConfig, type Family, type Shape } from '../scripts/model-families.ts';
 import { timeChunks } from './measure.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -55,7 +55,7 @@ export function ensureGenerated(family: Family, shape: Shape): string {
   const dir = join(GENERATED_DIR, `${family}-${shape}`);
   if (!existsSync(join(dir, 'model.safetensors'))) {
     const start = performance.now();
-    log(`generating ${REAL_CONFIGS[family].name}-shaped random model (${shape}) into ${dir} ...`);
+    log(`generating ${realConfig(family).name}-shaped random model (${shape}) into ${dir} ...`);
     generateModel({ family, shape, out: dir, seed: 1 });
     log(`  done in ${((performance.now() - start) / 1000).toFixed(1)} s`);
   }
@@ -89,7 +89,7 @@ export async function runRealShapes(options: RealShapeOptions): Promise<RealShap
   for (const family of options.models) {
     const dir = ensureGenerated(family, options.shape);
     const fileMib = statSync(join(dir, 'model.safetensors')).size / MiB;
-    const name = options.shape === 'real' ? REAL_CONFIGS[family].name : `${family}-tiny`;
+    const name = options.shape === 'real' ? realConfig(family).name : `${family}-tiny`;
     for (const storage of options.storages) {
       (globalThis as { gc?: () => void }).gc?.();
       let engine: Engine | undefined;

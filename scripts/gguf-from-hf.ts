@@ -134,19 +134,63 @@ const HF_TO_GGUF_LAYER: Record<string, string> = {
   'self_attn.q_norm': 'attn_q_norm', 'self_attn.k_norm': 'attn_k_norm', 'self_attn.qkv_proj': 'attn_qkv', 'mlp.gate_up_proj': 'ffn_up',
 };
 
+/** llama.cpp's names of a Gemma block's norms (post_attention_layernorm is its own norm there, not the one before the MLP). */
+const GEMMA_TO_GGUF_LAYER: Record<string, string> = {
+  ...HF_TO_GGUF_LAYER, post_attention_layernorm: 'post_attention_norm', pre_feedforward_layernorm: 'ffn_norm', post_feedforward_layernorm: 'post_ffw_norm',
+};
+
 /** llama.cpp's architecture name for a config.json model_type (Mistral converts as llama). */
-const GGUF_ARCH: Record<string, string> = { qwen2: 'qwen2', qwen3: 'qwen3', smollm3: 'smollm3', phi3: 'phi3' };
+const GGUF_ARCH: Record<string, string> = { qwen2: 'qwen2', qwen3: 'qwen3', smollm3: 'smollm3', phi3: 'phi3', gemma2: 'gemma2', gemma3_text: 'gemma3' };
 /** The architectures whose converter permutes Wq / Wk rows to adjacent pairs (llama.cpp's "normal" RoPE). */
 const PERMUTED = ['llama', 'smollm3'];
 
-export function ggufNameFromHf(name: string): string {
+export function ggufNameFromHf(name: string, gemma = false): string {
   if (name === 'model.embed_tokens.weight') return 'token_embd.weight';
   if (name === 'model.norm.weight') return 'output_norm.weight';
   if (name === 'lm_head.weight') return 'output.weight';
   const m = /^model\.layers\.(\d+)\.(.+)\.(weight|bias)$/.exec(name);
-  const part = m && HF_TO_GGUF_LAYER[m[2]];
+  const part = m && (gemma ? GEMMA_TO_GGUF_LAYER : HF_TO_GGUF_LAYER)[m[2]];
   if (!m || !part) throw new Error(`no GGUF name for ${name}`);
   return `blk.${m[1]}.${part}.${m[3]}`;
+}
+
+/**
+ * The gemma2 / gemma3 keys llama.cpp's converter writes: attention.sliding_window, the soft-caps
+ * (gemma2 both; gemma3 the final one when it has one), rope.freq_base_swa (gemma3's local base),
+ * linear rope scaling, and for gemma3 a window period other than llama.cpp's default 6 as
+ * attention.sliding_window_pattern. What llama.cpp cannot represent (gemma2 layers other than
+ * its alternation, a gemma3 layout no period gives) is refused.
+ */
+function gemmaKvs(arch: 'gemma2' | 'gemma3', config: Json): Record<string, GgufKv> {
+  const kvs: Record<string, GgufKv> = {};
+  const layers = config.num_hidden_layers as number;
+  const f32 = (value: number): GgufKv => ({ type: 'f32', value });
+  if (config.sliding_window !== null && config.sliding_window !== undefined) kvs[`${arch}.attention.sliding_window`] = { type: 'u32', value: config.sliding_window as number };
+  const final = config.final_logit_softcapping;
+  const attn = config.attn_logit_softcapping;
+  const types = config.layer_types as string[] | undefined;
+  const slides = (period: number) => Array.from({ length: layers }, (_, i) => (i + 1) % period !== 0);
+  const same = (a: boolean[], b: boolean[]) => a.every((v, i) => v === b[i]);
+  if (arch === 'gemma2') {
+    if (typeof attn === 'number') kvs['gemma2.attn_logit_softcapping'] = f32(attn);
+    if (typeof final === 'number') kvs['gemma2.final_logit_softcapping'] = f32(final);
+    if (types && !same(types.map((t) => t === 'sliding_attention'), slides(2))) throw new Error('GGUF writer: llama.cpp runs gemma2 with the window on even layers only');
+  } else {
+    if (typeof attn === 'number') throw new Error('GGUF writer: llama.cpp has no attention soft-cap for gemma3');
+    if (typeof final === 'number') kvs['gemma3.final_logit_softcapping'] = f32(final);
+    kvs['gemma3.rope.freq_base'] = f32((config.rope_theta as number | undefined) ?? 1e6);
+    kvs['gemma3.rope.freq_base_swa'] = f32((config.rope_local_base_freq as number | undefined) ?? 10000);
+    const sliding = types ? types.map((t) => t === 'sliding_attention') : slides((config.sliding_window_pattern as number | undefined) ?? 6);
+    const period = [6, ...Array.from({ length: layers + 1 }, (_, p) => p + 1)].find((p) => same(sliding, slides(p)));
+    if (period === undefined) throw new Error('GGUF writer: no window period gives these layer_types');
+    if (period !== 6) kvs['gemma3.attention.sliding_window_pattern'] = { type: 'u32', value: period };
+  }
+  const scaling = config.rope_scaling as Json | null | undefined;
+  if (scaling && scaling.rope_type === 'linear') {
+    kvs[`${arch}.rope.scaling.type`] = { type: 'string', value: 'linear' };
+    kvs[`${arch}.rope.scaling.factor`] = f32(scaling.factor as number);
+  }
+  return kvs;
 }
 
 /** tokenizer.ggml.pre of the real tokenizers the test models use. */
@@ -167,8 +211,8 @@ async function tokenizerKvs(dir: string, config: Json): Promise<Record<string, G
   const model = json.model as { vocab: Record<string, number>; merges: ([string, string] | string)[]; byte_fallback?: boolean };
   const vocabSize = config.vocab_size as number;
   const tokens = new Array<string>(vocabSize).fill('');
-  for (const [piece, id] of Object.entries(model.vocab)) tokens[id] = piece;
-  const added = (json.added_tokens as { id: number; content: string; special: boolean }[] | undefined) ?? [];
+  for (const [piece, id] of Object.entries(model.vocab)) if (id < vocabSize) tokens[id] = piece;
+  const added = ((json.added_tokens as { id: number; content: string; special: boolean }[] | undefined) ?? []).filter((t) => t.id < vocabSize);
   for (const t of added) tokens[t.id] = t.content;
   const types = new Array<number>(vocabSize).fill(1); // NORMAL
   for (const t of added) types[t.id] = t.special ? 3 : 4; // CONTROL / USER_DEFINED
@@ -182,7 +226,25 @@ async function tokenizerKvs(dir: string, config: Json): Promise<Record<string, G
   const kvs: Record<string, GgufKv> = {};
   const bos = config.bos_token_id;
   const eos = config.eos_token_id;
-  if (model.byte_fallback) {
+  if (model.byte_fallback && vocabSize > 100_000) {
+    // A real SentencePiece vocabulary (Gemma 3's tokenizer.json), as the converter's
+    // _set_vocab_sentencepiece writes one: a piece's score falls with its id (the order
+    // SentencePiece's BPE ranks them in), byte pieces BYTE, specials CONTROL, <unk> UNKNOWN;
+    // ids past the model's rows (Gemma 3's image token) are left out, as the converter trims them.
+    const scores = Array.from({ length: vocabSize }, (_, i) => -i);
+    for (let i = 0; i < vocabSize; i++) {
+      if (/^<0x[0-9A-F]{2}>$/.test(tokens[i])) types[i] = 6;
+      else if (tokens[i] === '<unk>') types[i] = 2;
+      if (types[i] !== 1) scores[i] = 0;
+    }
+    kvs['tokenizer.ggml.model'] = { type: 'string', value: 'llama' };
+    kvs['tokenizer.ggml.tokens'] = { type: 'string[]', value: tokens };
+    kvs['tokenizer.ggml.scores'] = { type: 'f32[]', value: scores };
+    kvs['tokenizer.ggml.token_type'] = { type: 'i32[]', value: types };
+    kvs['tokenizer.ggml.add_space_prefix'] = { type: 'bool', value: false };
+    const unk = types.indexOf(2);
+    if (unk >= 0) kvs['tokenizer.ggml.unknown_token_id'] = { type: 'u32', value: unk };
+  } else if (model.byte_fallback) {
     // SentencePiece: scores from stories260K's GGUF (the pieces the tokenizer started from), then
     // lower ones for generated pieces in id order, so the merges the reader rebuilds keep their rank.
     const stories = readFileSync(STORIES_GGUF);
@@ -285,6 +347,7 @@ export async function writeGgufFromHf(dir: string, out: string, type: GgufOutTyp
   if (!GGUF_OUT_TYPES.includes(type)) throw new Error(`GGUF type must be one of ${GGUF_OUT_TYPES.join(', ')} (got ${type})`);
   const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Json;
   const arch = GGUF_ARCH[String(config.model_type)] ?? 'llama';
+  const gemma = arch === 'gemma2' || arch === 'gemma3';
   const hidden = config.hidden_size as number;
   const heads = config.num_attention_heads as number;
   const kvHeads = (config.num_key_value_heads as number | undefined) ?? heads;
@@ -321,6 +384,7 @@ export async function writeGgufFromHf(dir: string, out: string, type: GgufOutTyp
     [`${arch}.rope.dimension_count`]: { type: 'u32', value: rotaryDims },
     [`${arch}.rope.freq_base`]: { type: 'f32', value: (config.rope_theta as number | undefined) ?? 10000 },
     [`${arch}.attention.layer_norm_rms_epsilon`]: { type: 'f32', value: config.rms_norm_eps as number },
+    ...(gemma ? gemmaKvs(arch, config) : {}),
     ...(await tokenizerKvs(dir, config)),
   };
   if (arch === 'phi3') {
@@ -346,6 +410,8 @@ export async function writeGgufFromHf(dir: string, out: string, type: GgufOutTyp
       const factors = Float32Array.from(llama3RopeFactors(config, headDim));
       storage['rope_freqs.weight'] = 'f32';
       tensors.push({ name: 'rope_freqs.weight', ne: [factors.length], ggmlType: GGML_TYPES.f32, byteLength: factors.byteLength, write: (emit) => emit(new Uint8Array(factors.buffer)) });
+    } else if (gemma && scaling && scaling.rope_type === 'linear') {
+      // Written by gemmaKvs (rope.scaling.type / factor).
     } else if (arch === 'phi3' && scaling && (scaling.type === 'longrope' || scaling.type === 'su' || scaling.rope_type === 'longrope')) {
       for (const [which, key] of [['long', 'long_factor'], ['short', 'short_factor']] as const) {
         const factors = Float32Array.from(scaling[key] as number[]);
@@ -367,7 +433,9 @@ export async function writeGgufFromHf(dir: string, out: string, type: GgufOutTyp
       return la && lb ? Number(la[1]) - Number(lb[1]) : 0;
     });
     for (const t of sorted) {
-      const name = ggufNameFromHf(t.name);
+      const name = ggufNameFromHf(t.name, gemma);
+      // The converter adds Gemma's 1 to its norm weights (x·(1 + w) stored as x·w').
+      const shift = gemma && t.name.endsWith('norm.weight') ? 1 : 0;
       const ne = [...t.shape].reverse();
       const elements = t.shape.reduce((a, b) => a * b, 1);
       const s = ggufTensorStorage(type, name, ne, layers, tied);
@@ -388,7 +456,9 @@ export async function writeGgufFromHf(dir: string, out: string, type: GgufOutTyp
           const rowsPerChunk = Math.max(1, Math.floor(CHUNK_ELEMENTS / cols));
           for (let r = 0; r < rows; r += rowsPerChunk) {
             const n = Math.min(rowsPerChunk, rows - r);
-            emit(encode(s, readElements(fd, t, r * cols, n * cols)));
+            const values = readElements(fd, t, r * cols, n * cols);
+            if (shift) for (let i = 0; i < values.length; i++) values[i] += shift;
+            emit(encode(s, values));
           }
         },
       });

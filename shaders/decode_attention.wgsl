@@ -1,7 +1,7 @@
 // Decode (one token at position p = start_pos()) attention straight from the fused Q/K/V
 // projection, with RoPE and the K/V append folded in:
 //
-//   q = rope(qkv.q, p),  k_p = rope(qkv.k, p),  v_p = qkv.v
+//   q = rope(norm(qkv.q), p),  k_p = rope(norm(qkv.k), p),  v_p = qkv.v   (norm: QK_NORM, else none)
 //   K[p], V[p] = k_p, v_p                        (the cache row of this token)
 //   out[h] = softmax_j( cap_score(q[h] · K[j, g(h)] * scale) ) · V[j, g(h)],   first_key(p) <= j <= p
 //
@@ -30,8 +30,20 @@
 // partials, laid out as attention.wgsl's split_combine reads them; no-ops with one chunk);
 // `fn cap_score(s) -> f32` (the score, or soft-capped), `fn rope_dims() -> u32` and
 // `fn rope_magnitude() -> f32` (RoPE's rotated elements a head and factor: HEAD_DIM and 1 unless
-// the variant reads its params); and a `params` with the fields of decode_attention_pass.wgsl's
-// Params (those of the features off are not read).
+// the variant reads its params); `const QK_NORM: bool` with `fn q_gamma(e) -> f32`,
+// `fn k_gamma(e) -> f32` and `fn qk_eps() -> f32` (the per-head q/k RMSNorm's weights and eps);
+// and a `params` with the fields of decode_attention_pass.wgsl's Params (those of the features
+// off are not read).
+
+/** 1 / sqrt(mean(x²) + eps) of the head of qkv that starts at element `base` (QK_NORM). */
+fn head_inv_rms(base: u32) -> f32 {
+  var sum_sq = 0.0;
+  for (var e = 0u; e < HEAD_DIM; e++) {
+    let v = load_qkv(base + e);
+    sum_sq += v * v;
+  }
+  return inverseSqrt(sum_sq / f32(HEAD_DIM) + qk_eps());
+}
 
 /** Slices of the HEADS heads' q and accumulators: slot g * HEAD_SLICES + i is slice i of head h0 + g. */
 const SLOTS: u32 = HEADS * HEAD_SLICES;
@@ -56,10 +68,22 @@ fn attend_item(item: u32) {
   let q_dim = params.num_heads * HEAD_DIM;
   let kv_dim = params.num_kv_heads * HEAD_DIM;
 
+  // With QK_NORM (Qwen3, Gemma 3), the heads of q and k are RMS-normalized first, each element
+  // times its gamma: x / sqrt(mean(x²) + eps) * γ. The thread sums the squares of its own heads
+  // (a head is at most 256 floats, no barrier); every chunk's thread computes the same.
+  let k0 = q_dim + kv_head * HEAD_DIM;
+  var q_rms: array<f32, HEADS>;
+  var k_rms = 1.0;
+  if (QK_NORM) {
+    for (var g = 0u; g < HEADS; g++) {
+      q_rms[g] = head_inv_rms((h0 + g) * HEAD_DIM);
+    }
+    k_rms = head_inv_rms(k0);
+  }
+
   // RoPE, one sin_cos per pair for q and k alike (one call site: SwiftShader compiles an inlined
   // sin_cos per call, and one per element made this kernel take a minute to compile). The first
   // rope_dims() elements of a head rotate, cos and sin times rope_magnitude(); the rest pass through.
-  let k0 = q_dim + kv_head * HEAD_DIM;
   let rot_half = rope_dims() / 2u;
   for (var d = 0u; d < rot_half; d++) {
     let sc = sin_cos(p * load_inv_freq(d)) * rope_magnitude();
@@ -71,21 +95,37 @@ fn attend_item(item: u32) {
     }
     for (var g = 0u; g < HEADS; g++) {
       let q0 = (h0 + g) * HEAD_DIM;
-      let qa = load_qkv(q0 + ia);
-      let qb = load_qkv(q0 + ib);
+      var qa = load_qkv(q0 + ia);
+      var qb = load_qkv(q0 + ib);
+      if (QK_NORM) {
+        qa = qa * q_rms[g] * q_gamma(ia);
+        qb = qb * q_rms[g] * q_gamma(ib);
+      }
       qf[g * HEAD_DIM + ia] = qa * sc.y - qb * sc.x;
       qf[g * HEAD_DIM + ib] = qa * sc.x + qb * sc.y;
     }
-    let ka = load_qkv(k0 + ia);
-    let kb = load_qkv(k0 + ib);
+    var ka = load_qkv(k0 + ia);
+    var kb = load_qkv(k0 + ib);
+    if (QK_NORM) {
+      ka = ka * k_rms * k_gamma(ia);
+      kb = kb * k_rms * k_gamma(ib);
+    }
     kf[ia] = ka * sc.y - kb * sc.x;
     kf[ib] = ka * sc.x + kb * sc.y;
   }
   for (var e = rope_dims(); e < HEAD_DIM; e++) {
     for (var g = 0u; g < HEADS; g++) {
-      qf[g * HEAD_DIM + e] = load_qkv((h0 + g) * HEAD_DIM + e);
+      var qe = load_qkv((h0 + g) * HEAD_DIM + e);
+      if (QK_NORM) {
+        qe = qe * q_rms[g] * q_gamma(e);
+      }
+      qf[g * HEAD_DIM + e] = qe;
     }
-    kf[e] = load_qkv(k0 + e);
+    var ke = load_qkv(k0 + e);
+    if (QK_NORM) {
+      ke = ke * k_rms * k_gamma(e);
+    }
+    kf[e] = ke;
   }
   var qv: array<H, SLOTS>;
   var acc: array<H, SLOTS>;

@@ -19,6 +19,7 @@ struct Params {
   softcap: f32,    // scores soft-capped at this (the softcap variant's cap_score); 0: not read
   rotary_dims: u32, // RoPE: the rotated elements of a head (read by the rope_params variant)
   magnitude: f32,  // RoPE: cos and sin times this (read by the rope_params variant)
+  qk_eps: f32,     // the per-head q/k RMSNorm's eps (read by the qk_norm variant)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -27,6 +28,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> k_cache: array<KV>;    // [rows, num_kv_heads, head_dim]
 @group(0) @binding(4) var<storage, read_write> v_cache: array<KV>;
 @group(0) @binding(6) var<storage, read> inv_freq: array<f32>;        // [rotary_dims / 2]
+// (The qk_norm variant: the q and k norms' gammas [head_dim] at bindings 9 and 10, decodeAttentionHelpersWgsl.)
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,

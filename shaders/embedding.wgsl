@@ -1,4 +1,4 @@
-// Token embedding gather: out[t, c] = E[tokens[t], c].
+// Token embedding gather: out[t, c] = E[tokens[t], c] · scale (scale 1, or Gemma's sqrt(d_model)).
 //
 // The table E is a row-major [vocab, cols] weight matrix read through `load_weight(i)` (defined by
 // the weight-format snippet composed in front of this file at binding 3), so one source serves
@@ -15,6 +15,7 @@ struct Params {
   vocab: u32, // rows of E
   first_row: u32, // first row of E in the bound part
   part_rows: u32, // rows of E in the bound part
+  scale: f32,     // every row times this
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -41,5 +42,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
   if (token < params.first_row || token - params.first_row >= params.part_rows) {
     return; // another part's row
   }
-  out[i] = load_weight((token - params.first_row) * params.cols + c);
+  out[i] = load_weight((token - params.first_row) * params.cols + c) * params.scale;
 }

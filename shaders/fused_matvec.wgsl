@@ -2,7 +2,7 @@
 //
 //   MODE_STORE:      y[o_s + r] = s · (x∘γ)·W_s[r]ᵀ + b_s[r]             (Q/K/V as one pass; lm_head)
 //   MODE_ACCUMULATE: y[o_s + r] += s · (x∘γ)·W_s[r]ᵀ + b_s[r]            (x += Wo·a, x += W_down·h)
-//   MODE_SWIGLU:     y[r] = silu(s · (x∘γ)·W_gate[r]ᵀ) · s · (x∘γ)·W_up[r]ᵀ   (gate/up with SwiGLU)
+//   MODE_SWIGLU:     y[r] = act(s · (x∘γ)·W_gate[r]ᵀ) · s · (x∘γ)·W_up[r]ᵀ    (gate/up with SwiGLU or GeGLU)
 //
 // where, with NORM (RMSNorm folded in), s = 1 / sqrt(mean(x²) + eps) and γ the norm's weight;
 // without, s = 1 and γ = 1. The norm needs only sum(x²), which each thread sums itself over the
@@ -19,8 +19,10 @@
 // means fewer loads per weight, fewer threads. CPU devices, where every load costs, take more; GPUs
 // one quad.
 //
+// act is silu, or with GELU_TANH gelu_tanh (gelu_tanh.wgsl).
+//
 // Composed in front of this file (kernels/fused-matvec.ts, fusedMatvecSpec): `const MODE`, `NORM`, `SEGMENTS`,
-// `QUADS`, `WORKGROUP_SIZE`; the activation snippet (`load_x`, `load_x4`, binding 2);
+// `QUADS`, `WORKGROUP_SIZE`; `GELU_TANH` with gelu_tanh.wgsl; the activation snippet (`load_x`, `load_x4`, binding 2);
 // `load_gamma`/`load_gamma4` (binding 5, or 1 without NORM); TEAM and reduce_team (as for
 // matvec.wgsl); and per segment s a renamed weight-format snippet and bias (bindings 10 + 2s and
 // 11 + 2s) behind `fn block_dot(s, r0, last_row, lane) -> array<vec4<f32>, QUADS>` (lane's part of
@@ -62,6 +64,8 @@ fn emit(seg: u32, r: u32, dot: f32, dot_up: f32, s: f32) {
     y[o] = v;
   } else if (MODE == MODE_ACCUMULATE) {
     y[o] = y[o] + v;
+  } else if (GELU_TANH) {
+    y[o] = gelu_tanh(v) * (dot_up * s); // GeGLU (gelu_tanh.wgsl)
   } else {
     // silu(g) = g / (1 + exp(-g)); for very negative g, exp(-g) = inf and g / inf = -0, the limit.
     y[o] = v / (1.0 + exp(-v)) * (dot_up * s);

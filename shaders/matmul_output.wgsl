@@ -1,6 +1,7 @@
 // What matmul.wgsl and matmul_tiled.wgsl share: their parameters and output binding, and how a
 // thread's 4-row block of one token is written to Y (composed in front of both; kernels/weights.ts, which
-// also composes SWIGLU, PAIR, SECOND, store_y / store_y2 and load_bias / load_bias2).
+// also composes SWIGLU, PAIR, SECOND, store_y / store_y2 and load_bias / load_bias2, and GELU_TANH
+// with gelu_tanh.wgsl: SWIGLU's gate activation, silu or gelu_tanh).
 //
 // W may be one row range of a split matrix (see GpuMatrix.parts): rows are the part's, and its
 // outputs go to columns row_offset .. of y, whose rows are y_stride (the whole matrix's rows) long.
@@ -24,12 +25,15 @@ fn rows_bias(r0: u32) -> vec4<f32> {
 }
 
 /**
- * Y[t, r0 .. r0+3] from the block's sums: SWIGLU, silu(g) * up (g the gate's sums, up W_up's);
+ * Y[t, r0 .. r0+3] from the block's sums: SWIGLU, silu(g) * up or with GELU_TANH gelu_tanh(g) * up
+ * (g the gate's sums, up W_up's);
  * otherwise g + bias, and with PAIR also Y2[t, r0 .. r0+3] = up + b2 (up W2's sums). (store_y may
  * add it to y: the residual add.)
  */
 fn store_output_row(t: u32, r0: u32, g: vec4<f32>, up: vec4<f32>, bias: vec4<f32>) {
-  if (SWIGLU) {
+  if (SWIGLU && GELU_TANH) {
+    store_block_row(t, r0, gelu_tanh4(g) * up); // GeGLU (gelu_tanh.wgsl)
+  } else if (SWIGLU) {
     // silu(g) = g / (1 + exp(-g)); for very negative g, exp(-g) = inf and g / inf = -0, the limit.
     store_block_row(t, r0, g / (1.0 + exp(-g)) * up);
   } else {

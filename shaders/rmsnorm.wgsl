@@ -3,8 +3,11 @@
 //
 // Composed in front of this file (kernels/elementwise.ts, rmsNormWidthWgsl): `alias V` (vec4<f32> when dim is a
 // multiple of 4, else f32), `const WIDTH: u32` (floats per V) and `fn hsum(v: V) -> f32` (the sum
-// of its components). Every buffer is read as an array of V, so aligned rows take vector loads.
-// Accumulation is in f32.
+// of its components); and (rmsNormIoWgsl) `fn load_x(i: u32) -> V` and `fn store_out(i: u32, v: V)`
+// over x and out at bindings 1 and 2, or in place over one read_write buffer at binding 1 (WebGPU
+// binds a buffer once where one binding writes it; in place is safe: a thread writes only the
+// elements it read itself, after its row's sum). Every buffer is read as an array of V, so aligned
+// rows take vector loads. Accumulation is in f32.
 //
 // Two entry points; the host picks by dim (kernels/tuning.ts, rmsNormPlan):
 // - `per_row`: one thread per token row, which sums the squares of the whole row and then scales
@@ -21,8 +24,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<V>; // [T, dim]
-@group(0) @binding(2) var<storage, read> x: array<V>;         // [T, dim]
+// (out [T, dim] and x [T, dim]: rmsNormIoWgsl)
 @group(0) @binding(3) var<storage, read> gamma: array<V>;     // [dim]
 
 const ROW_WORKGROUP_SIZE: u32 = 64u; // per_row: rows per workgroup (host: RMSNORM_ROWS_PER_WORKGROUP)
@@ -39,12 +41,12 @@ fn per_row(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: 
   let row = t * n;
   var sum_sq = 0.0;
   for (var i = 0u; i < n; i++) {
-    let v = x[row + i];
+    let v = load_x(row + i);
     sum_sq += hsum(v * v);
   }
   let inv_rms = inverseSqrt(sum_sq / f32(params.dim) + params.eps);
   for (var i = 0u; i < n; i++) {
-    out[row + i] = x[row + i] * inv_rms * gamma[i];
+    store_out(row + i, load_x(row + i) * inv_rms * gamma[i]);
   }
 }
 
@@ -62,7 +64,7 @@ fn per_workgroup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
 
   var sum_sq = 0.0;
   for (var i = lid; i < n; i += WORKGROUP_SIZE) {
-    let v = x[row + i];
+    let v = load_x(row + i);
     sum_sq += hsum(v * v);
   }
   partial_sums[lid] = sum_sq;
@@ -77,6 +79,6 @@ fn per_workgroup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
   let inv_rms = inverseSqrt(partial_sums[0] / f32(params.dim) + params.eps);
 
   for (var i = lid; i < n; i += WORKGROUP_SIZE) {
-    out[row + i] = x[row + i] * inv_rms * gamma[i];
+    store_out(row + i, load_x(row + i) * inv_rms * gamma[i]);
   }
 }

@@ -120,6 +120,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const id = options.id ?? files.id;
   checkMemory(estimate, plan, ctx.limits, options.memoryBudgetBytes, { modelId: id, storage, contextLength: capacity });
   const prefixCacheBytes = prefixCacheBudget(options, estimate);
+  for (const notice of opened.notices) (options.onWarning ?? console.warn)(notice);
   const info: ModelInfo = {
     id,
     aliases: options.aliases ?? [],
@@ -129,6 +130,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
     format: opened.format,
     created: Math.floor(Date.now() / 1000),
     ...(options.toolCallFormat !== undefined ? { toolCallFormat: options.toolCallFormat } : {}),
+    ...(opened.notices.length > 0 ? { notices: [...opened.notices] } : {}),
     storage: {
       weightStorage: storage,
       kvCacheDType: kvDType,

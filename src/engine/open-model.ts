@@ -4,11 +4,13 @@
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { createHfTokenizer } from '../tokenizer/hf-tokenizer.ts';
 import { tokenizerFromGguf } from '../tokenizer/gguf-tokenizer.ts';
-import { configFromGguf, configFromHf, familyOf, withLongRopeFactors, withRopeFreqFactors, type LlamaConfig } from '../model/config.ts';
+import {
+  configFromGguf, configFromHf, familyOf, hfCheckpointDType, withEmbeddingScaleDType, withLongRopeFactors, withRopeFreqFactors, type LlamaConfig,
+} from '../model/config.ts';
 import { readJsonFile, readTextFile, type ByteSource, type ModelFiles } from '../io/files.ts';
 import { readGgufHeader, type GgufMetadata, type GgufTensorType } from '../io/formats/gguf.ts';
 import { isLoadableDType, readSafetensorsCheckpoint, type SafetensorsDType } from '../io/formats/safetensors.ts';
-import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf } from '../model/tensor-names.ts';
+import { GLOBAL_TENSOR_NAMES, hfNameFromGguf, hfShapeFromGguf, languageModelTensorName } from '../model/tensor-names.ts';
 import { checkTensors, requiredTensors, weightBytes, type ModelTensor, type WeightSource } from '../model/weights.ts';
 import { splitFusedTensors } from '../model/tensors.ts';
 import type { WeightDType } from '../gpu/tensor.ts';
@@ -32,6 +34,8 @@ export interface OpenedModel extends WeightSource {
   sources: ReadonlyMap<string, ByteSource>;
   /** The GGUF metadata (GGUF models only). */
   ggufMetadata?: GgufMetadata;
+  /** What the load leaves out and says so (the vision tower of an image-text checkpoint). */
+  notices: string[];
 }
 
 const GGUF_DTYPES: Record<GgufTensorType, WeightDType> = {
@@ -65,12 +69,12 @@ async function openGguf(files: ModelFiles, fileName: string, options: OpenModelO
   // Llama 3.1-style RoPE scaling: a small F32 tensor of per-frequency divisors, read into the config.
   // A small F32 tensor of RoPE factors, its length checked from the header before reading (a huge
   // tensor under such a name is not read whole).
-  const readFactors = async (tensorName: string, expected: number): Promise<Float32Array<ArrayBuffer> | undefined> => {
+  const readFactors = async (tensorName: string, expected: number, needs: string): Promise<Float32Array<ArrayBuffer> | undefined> => {
     const t = header.tensors.find((x) => x.name === tensorName);
     if (!t) return undefined;
     if (t.ggmlType !== 0) throw new Error(`${tensorName} has ggml type ${t.ggmlType}; only F32 is supported for it`);
     const count = t.ne.reduce((a, b) => a * b, 1);
-    if (count !== expected) throw new Error(`${tensorName} has ${count} values; the model needs ${expected}`);
+    if (count !== expected) throw new Error(`${tensorName} has ${count} values; ${needs} needs ${expected}`);
     const bytes = await source.read(t.offset, t.byteLength);
     const factors = new Float32Array(t.byteLength / 4);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -78,12 +82,13 @@ async function openGguf(files: ModelFiles, fileName: string, options: OpenModelO
     return factors;
   };
   // Llama 3.1-style RoPE scaling: per-frequency divisors, read into the config.
-  const ropeFreqs = await readFactors('rope_freqs.weight', config.headDim / 2);
+  const ropeFreqs = await readFactors('rope_freqs.weight', config.headDim / 2, `head size ${config.headDim}`);
   if (ropeFreqs) withRopeFreqFactors(config, ropeFreqs);
   // LongRoPE (Phi-3): the short and long factors, one per rotated pair.
   if (config.ropeScaling?.type === 'longrope') {
     const pairs = config.ropeScaling.shortFactor.length;
-    withLongRopeFactors(config, await readFactors('rope_factors_short.weight', pairs), await readFactors('rope_factors_long.weight', pairs));
+    const needs = `RoPE of ${2 * pairs} rotated dims`;
+    withLongRopeFactors(config, await readFactors('rope_factors_short.weight', pairs, needs), await readFactors('rope_factors_long.weight', pairs, needs));
   }
   const family = familyOf(config);
   const tensors = new Map<string, ModelTensor>();
@@ -113,6 +118,7 @@ async function openGguf(files: ModelFiles, fileName: string, options: OpenModelO
     files,
     sources: new Map([[fileName, source]]),
     ggufMetadata: metadata,
+    notices: [],
   };
 }
 
@@ -130,15 +136,26 @@ async function openHfFolder(files: ModelFiles, options: OpenModelOptions): Promi
 
   const tensors = new Map<string, ModelTensor>();
   const sources = new Map<string, ByteSource>();
+  // An image-text checkpoint (config under text_config, Gemma3ForConditionalGeneration): its
+  // language model's tensors under their causal-LM names; the vision tower and projector are left
+  // out, and the load says so.
+  const multimodal = typeof configJson.text_config === 'object' && configJson.text_config !== null;
+  const notices: string[] = [];
+  let leftOut = 0;
   // Tensors of other dtypes are left out unless the model needs them (as transformers ignores unexpected keys).
   const unloadable = new Map<string, string>();
   for (const t of await readSafetensorsCheckpoint(files, sources)) {
-    if (!isLoadableDType(t.dtype)) {
-      unloadable.set(t.name, t.dtype);
+    const name = multimodal ? languageModelTensorName(t.name) : t.name;
+    if (name === null) {
+      leftOut++;
       continue;
     }
-    tensors.set(t.name, {
-      name: t.name,
+    if (!isLoadableDType(t.dtype)) {
+      unloadable.set(name, t.dtype);
+      continue;
+    }
+    tensors.set(name, {
+      name,
       sourceName: t.name,
       shape: t.shape,
       dtype: SAFETENSORS_DTYPES[t.dtype],
@@ -151,6 +168,14 @@ async function openHfFolder(files: ModelFiles, options: OpenModelOptions): Promi
   const hasLmHead = tensors.has(GLOBAL_TENSOR_NAMES.lmHead) || unloadable.has(GLOBAL_TENSOR_NAMES.lmHead);
   if (!config.tieWordEmbeddings && !hasLmHead && configJson.tie_word_embeddings !== false) {
     config.tieWordEmbeddings = true;
+  }
+  if (multimodal) {
+    notices.push(`${files.id} is an image-text checkpoint (${String((configJson.architectures as unknown[] | undefined)?.[0] ?? configJson.model_type)}): only its language model is loaded; the vision tower and projector (${leftOut} tensors) are not, and the model takes text only`);
+  }
+  // The embedding scale is rounded to the checkpoint's dtype: config.json's, else the embedding's.
+  const embedding = tensors.get(GLOBAL_TENSOR_NAMES.tokenEmbedding);
+  if (hfCheckpointDType(configJson) === undefined && embedding && (embedding.dtype === 'f32' || embedding.dtype === 'f16' || embedding.dtype === 'bf16')) {
+    withEmbeddingScaleDType(config, embedding.dtype);
   }
   splitFusedTensors(config, tensors);
   for (const { name } of requiredTensors(config, tensors.size + unloadable.size)) {
@@ -171,5 +196,6 @@ async function openHfFolder(files: ModelFiles, options: OpenModelOptions): Promi
     tensors,
     files,
     sources,
+    notices,
   };
 }

@@ -40,6 +40,8 @@ export interface ModelInfo {
    * from the chat template.
    */
   toolCallFormat?: ToolCallFormat;
+  /** What the load left out of the files, said once (e.g. the vision tower of an image-text checkpoint: the model takes text only). */
+  notices?: readonly string[];
 }
 
 export interface ModelStorageInfo {

@@ -92,20 +92,14 @@ export interface DecodeStepContext extends LlamaParts {
 }
 
 /**
- * Why the fused step (recordDecodeStep) cannot run a model, or undefined where it can: its kernels
- * (fused_matvec, decode_attention with RoPE folded in) run a block with RoPE on every layer, no
- * q/k norms, no post-block norms, SwiGLU, no embedding scale and no logit soft-cap. Such a model's
- * reusable step records forward()'s general pass instead (one token, the same kernels as a
- * prefill), on purpose; test/model/model-families.test.ts checks that it does.
+ * Why the fused step (recordDecodeStep) cannot run a model, or undefined where it can. It runs
+ * every feature of a FamilyDescription today (q/k norms and RoPE inside decode_attention, a
+ * zero-frequency table for layers without RoPE, post-block norms, GeGLU, the embedding scale, the
+ * logit soft-cap); a feature the fused kernels lack goes here, and such a model's reusable step
+ * records forward()'s general pass instead (one token, the same kernels as a prefill), on purpose.
  */
 export function fusedStepRefusal(s: LlamaShape): string | undefined {
-  const f = s.family;
-  if (f.qkNorm) return 'q/k norms';
-  if (f.postAttentionNorm || f.postFeedForwardNorm) return 'post-block norms';
-  if (f.activation !== 'silu') return `the ${f.activation} activation`;
-  if (f.embeddingScale !== undefined) return 'an embedding scale';
-  if (f.finalLogitSoftcap !== undefined) return 'final-logit soft-capping';
-  if (s.layerShapes.some((layer) => !layer.rope)) return 'layers without RoPE';
+  void s;
   return undefined;
 }
 
@@ -210,16 +204,21 @@ interface FusedStepBuffers {
  * Records one decode step with the fused kernels, per layer:
  *   qkv = rmsnorm(x)·[Wq; Wk; Wv]ᵀ + [bq; bk; bv]          (one fused_matvec pass)
  *   cache[p] = (rope(k), v); a = attention(rope(q), K, V)  (decode_attention: one pass, or
- *                                                          split over the sequence + combine)
+ *                                                          split over the sequence + combine; q/k
+ *                                                          per-head norms before RoPE inside it)
  *   x += a·Woᵀ                                            (fused_matvec, accumulate)
- *   h = silu(rmsnorm(x)·W_gateᵀ) * (rmsnorm(x)·W_upᵀ)     (fused_matvec, swiglu)
+ *   h = act(rmsnorm(x)·W_gateᵀ) * (rmsnorm(x)·W_upᵀ)      (fused_matvec, SwiGLU or GeGLU)
  *   x += h·W_downᵀ                                        (fused_matvec, accumulate)
- * then logits = rmsnorm(x)·W_lm_headᵀ in one pass.
+ * then logits = rmsnorm(x)·W_lm_headᵀ in one pass. A family with post-block norms writes a
+ * block's output to blockOut, norms it in place and adds it (three dispatches for one). A layer
+ * without RoPE rotates by the zero table (ropeTables): cos 1, sin 0, q and k as they are.
  */
 function recordDecodeStep(rec: KernelRecorder, model: LlamaParts, act: Activations, step: FusedStepBuffers, cache: KvCache): void {
   const { shape: s, weights: w } = model;
+  const family = s.family;
   const eps = s.eps;
-  rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, 1); // x: [dim]
+  rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, 1, family.embeddingScale ?? 1); // x: [dim]
+  const activation = family.activation;
   for (let l = 0; l < s.layers; l++) {
     const layer = w.layers[l];
     const qkv = [
@@ -230,11 +229,26 @@ function recordDecodeStep(rec: KernelRecorder, model: LlamaParts, act: Activatio
     rec.fusedMatvec(step.qkv, act.x, qkv, { norm: { gamma: layer.attnNorm, eps } }); // qkv: [qDim + 2 kvDim]
     const { attention: la, ropeTable } = s.layerShapes[l];
     const attention = { out: act.attnOut, qkv: step.qkv, keys: cache.keys[l], values: cache.values[l], invFreq: model.invFreqs[ropeTable] };
-    rec.decodeAttention(attention, { startPos: 0, position: step.position }, la, cache.kvDType, step.split); // attnOut: [qDim]
-    rec.fusedMatvec(act.x, act.attnOut, [{ W: layer.wo }], { accumulate: true });
+    const qkNorm = layer.qNorm && layer.kNorm ? { q: layer.qNorm, k: layer.kNorm, eps } : undefined;
+    rec.decodeAttention(attention, { startPos: 0, position: step.position }, la, cache.kvDType, step.split, qkNorm); // attnOut: [qDim]
+    if (layer.postAttnNorm) {
+      rec.fusedMatvec(act.blockOut, act.attnOut, [{ W: layer.wo }]);
+      rec.rmsNorm(act.blockOut, act.blockOut, layer.postAttnNorm, 1, s.dim, eps);
+      rec.add(act.x, act.x, act.blockOut, s.dim);
+    } else {
+      rec.fusedMatvec(act.x, act.attnOut, [{ W: layer.wo }], { accumulate: true });
+    }
     // ffnHidden: [ffn]
-    rec.fusedSwiglu(act.ffnHidden, act.x, layer.wGate, layer.wUp, { norm: { gamma: layer.ffnNorm, eps }, scratch: { gate: act.gate, up: act.up } });
-    rec.fusedMatvec(act.x, act.ffnHidden, [{ W: layer.wDown }], { accumulate: true });
+    const swiglu = { norm: { gamma: layer.ffnNorm, eps }, scratch: { gate: act.gate, up: act.up }, ...(activation !== 'silu' ? { activation } : {}) };
+    rec.fusedSwiglu(act.ffnHidden, act.x, layer.wGate, layer.wUp, swiglu);
+    if (layer.postFfnNorm) {
+      rec.fusedMatvec(act.blockOut, act.ffnHidden, [{ W: layer.wDown }]);
+      rec.rmsNorm(act.blockOut, act.blockOut, layer.postFfnNorm, 1, s.dim, eps);
+      rec.add(act.x, act.x, act.blockOut, s.dim);
+    } else {
+      rec.fusedMatvec(act.x, act.ffnHidden, [{ W: layer.wDown }], { accumulate: true });
+    }
   }
   rec.fusedMatvec(act.logits, act.x, [{ W: w.lmHead }], { norm: { gamma: w.outputNorm, eps } }); // logits: [vocab]
+  if (family.finalLogitSoftcap !== undefined) rec.softcap(act.logits, s.vocab, family.finalLogitSoftcap); // Gemma 2
 }

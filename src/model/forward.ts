@@ -7,6 +7,11 @@
 //     xb = rmsnorm(x) ; x += (silu(xb·W_gateᵀ) * xb·W_upᵀ)·W_downᵀ
 //   logits = rmsnorm(x)·W_lm_headᵀ
 //
+// That is the Llama block; a family's description (shape.family, shape.layerShapes: config.ts's
+// FamilyDescription) adds to it where it says so: an embedding scale, q/k per-head norms before
+// RoPE, per-layer RoPE tables (or none) and windows, an attention scale and soft-cap, norms of
+// each block's output before its residual add, GeGLU, a logit soft-cap.
+//
 // Prefill runs the whole prompt through each layer in one pass (T tokens at once); decode is the
 // same code with T = 1. Every dispatch of a step is recorded into one command buffer.
 // test/reference/cpu-llama.ts runs the same steps on the CPU: check recordForward against it, and
@@ -18,7 +23,6 @@
 import type { GpuContext } from '../gpu/device.ts';
 import type { Kernels, KernelRecorder } from '../gpu/kernels/index.ts';
 import type { GatedActivation, LlamaConfig } from './config.ts';
-import type { GpuMatrix } from '../gpu/tensor.ts';
 import type { KvCache } from './kv-cache.ts';
 import { llamaShape, type LlamaShape } from './shape.ts';
 import type { LlamaWeights } from './weights.ts';
@@ -32,21 +36,11 @@ export function activationFloatsPerToken(c: LlamaConfig): number {
   return 1 + 2 * s.dim + 2 * s.qDim + 2 * s.kvDim + 3 * s.ffn + extraFloatsPerToken(s);
 }
 
-/** The activations only some families use: normed q and k (qkNorm), a block's output before its post-norm. */
+/** The activation only some families use: a block's output before its post-norm. */
 function extraFloatsPerToken(s: LlamaShape): number {
   const f = s.family;
-  return (f.qkNorm ? s.qDim + s.kvDim : 0) + (f.postAttentionNorm || f.postFeedForwardNorm ? s.dim : 0);
+  return f.postAttentionNorm || f.postFeedForwardNorm ? s.dim : 0;
 }
-
-/**
- * The kernel contract's optional arguments (docs: /work/plan issue 30) that not every
- * KernelRecorder takes yet: the embedding's scale, the gated activation, the final soft-cap.
- */
-type FamilyRecorder = KernelRecorder & {
-  embedding(out: GPUBuffer, table: GpuMatrix, tokens: GPUBuffer, T: number, scale?: number): void;
-  matmulSwiglu(out: GPUBuffer, x: GPUBuffer, wGate: GpuMatrix, wUp: GpuMatrix, T: number, scratch: { gate: GPUBuffer; up: GPUBuffer }, activation?: GatedActivation): void;
-  softcap?(x: GPUBuffer, n: number, cap: number): void;
-};
 
 /** The family's optional trailing arguments: none where the value is the default, so Llama-layout calls stay as they were. */
 const optional = <T>(value: T | undefined, fallback: T): [] | [T] => (value === undefined || value === fallback ? [] : [value]);
@@ -64,9 +58,6 @@ export class Activations {
   readonly gate: GPUBuffer; // [T, ffn]
   readonly up: GPUBuffer; // [T, ffn]
   readonly ffnHidden: GPUBuffer; // silu(gate) * up [T, ffn]
-  /** Per-head RMSNorm of q and k (FamilyDescription.qkNorm; 4 bytes otherwise). */
-  readonly qNormed: GPUBuffer; // [T, heads, headDim]
-  readonly kNormed: GPUBuffer; // [T, kvHeads, headDim]
   /** A block's output before its post-norm (FamilyDescription.postAttentionNorm / postFeedForwardNorm; 4 bytes otherwise). */
   readonly blockOut: GPUBuffer; // [T, dim]
   readonly lastXb: GPUBuffer; // the last token's rmsnorm(x) [dim]
@@ -102,8 +93,6 @@ export class Activations {
     this.up = f32('up', T * s.ffn);
     this.ffnHidden = f32('ffn_hidden', T * s.ffn);
     const f = s.family;
-    this.qNormed = f32('q_normed', f.qkNorm ? T * s.qDim : 1);
-    this.kNormed = f32('k_normed', f.qkNorm ? T * s.kvDim : 1);
     this.blockOut = f32('block_out', f.postAttentionNorm || f.postFeedForwardNorm ? T * s.dim : 1);
     this.lastXb = f32('last_xb', s.dim);
     const logitRows = allLogits ? T : 1;
@@ -148,8 +137,7 @@ export interface ForwardPass {
 }
 
 /** Records the forward pass of the tokens in act.tokenIds, at their positions, up to act.logits. */
-export function recordForward(recorder: KernelRecorder, model: LlamaParts, act: Activations, pass: ForwardPass): void {
-  const rec = recorder as FamilyRecorder;
+export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activations, pass: ForwardPass): void {
   const { shape: s, weights: w, invFreqs } = model;
   const family = s.family;
   const { T, startPos, cache, position } = pass;
@@ -168,14 +156,12 @@ export function recordForward(recorder: KernelRecorder, model: LlamaParts, act: 
     rec.rmsNorm(act.xb, act.x, layer.attnNorm, T, s.dim, s.eps); // xb: [T, dim]
     rec.matmul(act.q, act.xb, layer.wq, T, layer.bq); // q: [T, heads, headDim]
     rec.matmulPair({ y: act.k, W: layer.wk, bias: layer.bk }, { y: act.v, W: layer.wv, bias: layer.bv }, act.xb, T); // k, v: [T, kvHeads, headDim]
-    let q = act.q;
-    let k = act.k;
+    const q = act.q;
+    const k = act.k;
     if (layer.qNorm && layer.kNorm) {
-      // Per-head RMSNorm of q and k (Qwen3, Gemma 3): rows of headDim.
-      rec.rmsNorm(act.qNormed, act.q, layer.qNorm, T * a.heads, a.headDim, s.eps);
-      rec.rmsNorm(act.kNormed, act.k, layer.kNorm, T * a.kvHeads, a.headDim, s.eps);
-      q = act.qNormed;
-      k = act.kNormed;
+      // Per-head RMSNorm of q and k (Qwen3, Gemma 3), in place: rows of headDim.
+      rec.rmsNorm(q, q, layer.qNorm, T * a.heads, a.headDim, s.eps);
+      rec.rmsNorm(k, k, layer.kNorm, T * a.kvHeads, a.headDim, s.eps);
     }
     if (rope) {
       const rotation = { pairing: a.pairing, rotaryDims: a.rotaryDims, magnitude: a.magnitude };
@@ -195,8 +181,8 @@ export function recordForward(recorder: KernelRecorder, model: LlamaParts, act: 
     if (layer.postAttnNorm) {
       // Gemma: x += rmsnorm(attention·Woᵀ).
       rec.matmul(act.blockOut, act.attnOut, layer.wo, T); // blockOut: [T, dim]
-      rec.rmsNorm(act.xb, act.blockOut, layer.postAttnNorm, T, s.dim, s.eps);
-      rec.add(act.x, act.x, act.xb, T * s.dim);
+      rec.rmsNorm(act.blockOut, act.blockOut, layer.postAttnNorm, T, s.dim, s.eps);
+      rec.add(act.x, act.x, act.blockOut, T * s.dim);
     } else {
       rec.matmul(act.x, act.attnOut, layer.wo, T, undefined, { accumulate: true }); // x: [T, dim]
     }
@@ -207,8 +193,8 @@ export function recordForward(recorder: KernelRecorder, model: LlamaParts, act: 
     rec.matmulSwiglu(act.ffnHidden, act.xb, layer.wGate, layer.wUp, T, { gate: act.gate, up: act.up }, ...optional<GatedActivation>(family.activation, 'silu')); // ffnHidden: [T, ffn]
     if (layer.postFfnNorm) {
       rec.matmul(act.blockOut, act.ffnHidden, layer.wDown, T); // blockOut: [T, dim]
-      rec.rmsNorm(act.xb, act.blockOut, layer.postFfnNorm, T, s.dim, s.eps);
-      rec.add(act.x, act.x, act.xb, T * s.dim);
+      rec.rmsNorm(act.blockOut, act.blockOut, layer.postFfnNorm, T, s.dim, s.eps);
+      rec.add(act.x, act.x, act.blockOut, T * s.dim);
     } else {
       rec.matmul(act.x, act.ffnHidden, layer.wDown, T, undefined, { accumulate: true }); // x: [T, dim]
     }
@@ -225,8 +211,5 @@ export function recordForward(recorder: KernelRecorder, model: LlamaParts, act: 
     rec.copy(act.xb, (T - 1) * s.dim * 4, act.lastXb, 0, s.dim * 4); // lastXb: [dim]
     rec.matmul(act.logits, act.lastXb, w.lmHead, 1, undefined, { vector: true }); // logits: [1, vocab]
   }
-  if (family.finalLogitSoftcap !== undefined) {
-    if (!rec.softcap) throw new Error('the kernels have no softcap: this model needs final-logit soft-capping');
-    rec.softcap(act.logits, rows * s.vocab, family.finalLogitSoftcap);
-  }
+  if (family.finalLogitSoftcap !== undefined) rec.softcap(act.logits, rows * s.vocab, family.finalLogitSoftcap); // Gemma 2
 }

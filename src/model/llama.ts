@@ -60,11 +60,12 @@ export class LlamaModel {
     readonly config: LlamaConfig,
     readonly weights: LlamaWeights,
   ) {
-    // One table for each distinct RoPE of the layers (ropeTables); a model without any keeps one
-    // placeholder, so that invFreq always exists.
-    const { firstLayer } = ropeTables(config);
-    const invFreqs = (firstLayer.length > 0 ? firstLayer : [0]).map((layer, i) => {
-      const frequencies = firstLayer.length > 0 ? ropeInverseFrequencies(config, layer) : new Float32Array(1);
+    // One table for each distinct RoPE of the layers, then the zero table of the layers without
+    // (ropeTables); a model with neither keeps one placeholder, so that invFreq always exists.
+    const { firstLayer, zeroTable } = ropeTables(config);
+    const tables = firstLayer.map((layer) => ropeInverseFrequencies(config, layer));
+    if (zeroTable || tables.length === 0) tables.push(new Float32Array(config.headDim / 2));
+    const invFreqs = tables.map((frequencies, i) => {
       const buffer = ctx.device.createBuffer({
         label: `rope_inv_freq_${i}`,
         size: Math.max(4, frequencies.byteLength),

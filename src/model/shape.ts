@@ -15,7 +15,7 @@ export interface LayerShape {
   readonly attention: LayerAttentionShape;
   /** False: the layer has no RoPE (q and k are not rotated). */
   readonly rope: boolean;
-  /** Index into LlamaParts.invFreqs of this layer's RoPE table (-1 without RoPE). */
+  /** Index into LlamaParts.invFreqs of this layer's RoPE table (without RoPE: the zero table, see ropeTables). */
   readonly ropeTable: number;
 }
 
@@ -41,12 +41,21 @@ export interface LlamaShape {
   readonly family: FamilyDescription;
 }
 
-/** Layers whose RoPE tables are equal share one: each layer's table index, and one layer using each table. */
-export function ropeTables(c: LlamaConfig): { tableOf: number[]; firstLayer: number[] } {
+/**
+ * Layers whose RoPE tables are equal share one: each layer's table index, and one layer using
+ * each table. Layers without RoPE get the index after the last (firstLayer.length): a table of
+ * zero frequencies (cos 1, sin 0: the identity), for the fused step's attention, which always
+ * rotates; `zeroTable` says whether any layer needs it.
+ */
+export function ropeTables(c: LlamaConfig): { tableOf: number[]; firstLayer: number[]; zeroTable: boolean } {
   const keys: string[] = [];
   const firstLayer: number[] = [];
+  const noRope: number[] = [];
   const tableOf = modelLayers(c).map((layer, l) => {
-    if (!layer.rope) return -1;
+    if (!layer.rope) {
+      noRope.push(l);
+      return -1;
+    }
     const r = layer.rope;
     const key = JSON.stringify([r.theta, r.rotaryDims, r.scaling ?? null, r.freqFactors ? Array.from(r.freqFactors) : null]);
     let i = keys.indexOf(key);
@@ -56,7 +65,8 @@ export function ropeTables(c: LlamaConfig): { tableOf: number[]; firstLayer: num
     }
     return i;
   });
-  return { tableOf, firstLayer };
+  for (const l of noRope) tableOf[l] = firstLayer.length;
+  return { tableOf, firstLayer, zeroTable: noRope.length > 0 };
 }
 
 export function llamaShape(c: LlamaConfig): LlamaShape {

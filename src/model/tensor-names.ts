@@ -78,3 +78,18 @@ export const GLOBAL_TENSOR_NAMES = {
   outputNorm: 'model.norm.weight',
   lmHead: 'lm_head.weight',
 } as const;
+
+/**
+ * The causal-LM name of a tensor of an image-text checkpoint's language model, or null for the
+ * others (vision tower, projector): `language_model.model.*` (checkpoints saved before
+ * transformers 4.52) and `model.language_model.*` (after) are `model.*`, and
+ * `language_model.lm_head.*` is `lm_head.*`; a top-level `lm_head.*` stays.
+ */
+export function languageModelTensorName(name: string): string | null {
+  for (const prefix of ['language_model.model.', 'model.language_model.']) {
+    if (name.startsWith(prefix)) return `model.${name.slice(prefix.length)}`;
+  }
+  if (name.startsWith('language_model.lm_head.')) return name.slice('language_model.'.length);
+  if (name.startsWith('lm_head.')) return name;
+  return null;
+}

@@ -57,45 +57,67 @@ export async function readFolderTensors(dir: string): Promise<Map<string, Float3
   return out;
 }
 
+/** The tensors with a family's fused qkv_proj / gate_up_proj split by rows into the split names, as openModel splits them. */
+export function splitFusedCpu(config: LlamaConfig, tensors: ReadonlyMap<string, Float32Array>): Map<string, Float32Array> {
+  const family = familyOf(config);
+  const h = config.hiddenSize;
+  const q = config.numHeads * config.headDim;
+  const kv = config.numKvHeads * config.headDim;
+  const f = config.intermediateSize;
+  const out = new Map(tensors);
+  for (let l = 0; l < config.numLayers; l++) {
+    const n = layerTensorNames(l, family);
+    const qkv = tensors.get(n.wqkv);
+    if (qkv) {
+      out.delete(n.wqkv);
+      out.set(n.wq, qkv.subarray(0, q * h));
+      out.set(n.wk, qkv.subarray(q * h, (q + kv) * h));
+      out.set(n.wv, qkv.subarray((q + kv) * h, (q + 2 * kv) * h));
+    }
+    const gateUp = tensors.get(n.wGateUp);
+    if (gateUp) {
+      out.delete(n.wGateUp);
+      out.set(n.wGate, gateUp.subarray(0, f * h));
+      out.set(n.wUp, gateUp.subarray(f * h, 2 * f * h));
+    }
+  }
+  return out;
+}
+
 /**
  * CpuLlama's weights from tensors by Hugging Face name (biases optional; the embedding serves as
  * the head when tied), the layer's names as its family's description says (layerTensorNames);
  * fused qkv_proj / gate_up_proj are split by rows here, as openModel splits them.
  */
 export function cpuLlamaWeights(config: LlamaConfig, tensors: ReadonlyMap<string, Float32Array>): CpuLlamaWeights {
+  const family = familyOf(config);
+  const split = splitFusedCpu(config, tensors);
   const tensor = (name: string): Float32Array => {
-    const t = tensors.get(name);
+    const t = split.get(name);
     if (!t) throw new Error(`no tensor ${name}`);
     return t;
   };
-  const family = familyOf(config);
-  const h = config.hiddenSize;
-  const q = config.numHeads * config.headDim;
-  const kv = config.numKvHeads * config.headDim;
-  const f = config.intermediateSize;
   const tokenEmbedding = tensor('model.embed_tokens.weight');
   return {
     tokenEmbedding,
     layers: Array.from({ length: config.numLayers }, (_, l) => {
       const n = layerTensorNames(l, family);
-      const qkv = tensors.get(n.wqkv);
-      const gateUp = tensors.get(n.wGateUp);
       return {
         attnNorm: tensor(n.attnNorm),
-        wq: qkv ? qkv.subarray(0, q * h) : tensor(n.wq),
-        wk: qkv ? qkv.subarray(q * h, (q + kv) * h) : tensor(n.wk),
-        wv: qkv ? qkv.subarray((q + kv) * h, (q + 2 * kv) * h) : tensor(n.wv),
+        wq: tensor(n.wq),
+        wk: tensor(n.wk),
+        wv: tensor(n.wv),
         wo: tensor(n.wo),
-        bq: tensors.get(n.bq),
-        bk: tensors.get(n.bk),
-        bv: tensors.get(n.bv),
+        bq: split.get(n.bq),
+        bk: split.get(n.bk),
+        bv: split.get(n.bv),
         qNorm: family.qkNorm ? tensor(n.qNorm) : undefined,
         kNorm: family.qkNorm ? tensor(n.kNorm) : undefined,
         postAttnNorm: family.postAttentionNorm ? tensor(n.postAttnNorm) : undefined,
         ffnNorm: tensor(n.ffnNorm),
         postFfnNorm: family.postFeedForwardNorm ? tensor(n.postFfnNorm) : undefined,
-        wGate: gateUp ? gateUp.subarray(0, f * h) : tensor(n.wGate),
-        wUp: gateUp ? gateUp.subarray(f * h, 2 * f * h) : tensor(n.wUp),
+        wGate: tensor(n.wGate),
+        wUp: tensor(n.wUp),
         wDown: tensor(n.wDown),
       };
     }),

@@ -4,7 +4,7 @@ import { filesFromPath } from '../../src/node/files.ts';
 import { filesFromFileList, filesFromMemory, filesFromUrl, memorySource, type ModelFiles } from '../../src/io/files.ts';
 import { readGgufHeader } from '../../src/io/formats/gguf.ts';
 import { readSafetensorsCheckpoint, readSafetensorsHeader } from '../../src/io/formats/safetensors.ts';
-import { configFromGguf, configFromHf } from '../../src/model/config.ts';
+import { configFromGguf, configFromHf, modelLayers } from '../../src/model/config.ts';
 import { hfNameFromGguf, hfShapeFromGguf } from '../../src/model/tensor-names.ts';
 import { openModel } from '../../src/engine/open-model.ts';
 import {
@@ -241,7 +241,10 @@ describe('config', () => {
     expect(() => configFromGguf({ ...gguf, 'general.architecture': 'gemma2' }, 100)).toThrow(/gemma2/);
     expect(() => configFromGguf({ ...gguf, 'llama.expert_count': 8 }, 100)).toThrow(/mixture-of-experts/);
     expect(() => configFromGguf({ ...gguf, 'llama.rope.scaling.type': 'yarn' }, 100)).toThrow(/yarn/);
-    expect(() => configFromGguf({ ...gguf, 'llama.rope.dimension_count': 8 }, 100)).toThrow(/partial RoPE/);
+    // Fewer rotated dims than the head rotate only those (llama.cpp's n_rot); an odd count or more than the head is refused.
+    expect(modelLayers(configFromGguf({ ...gguf, 'llama.rope.dimension_count': 8 }, 100))[0].rope?.rotaryDims).toBe(8);
+    expect(() => configFromGguf({ ...gguf, 'llama.rope.dimension_count': 7 }, 100)).toThrow(/partial RoPE/);
+    expect(() => configFromGguf({ ...gguf, 'llama.rope.dimension_count': 32 }, 100)).toThrow(/partial RoPE/);
   });
 });
 

@@ -12,7 +12,7 @@ import { readSafetensorsCheckpoint } from '../../src/io/formats/safetensors.ts';
 import { LlamaModel, ropeInverseFrequencies } from '../../src/model/llama.ts';
 import { openModel, uploadLlamaWeights } from '../../src/engine/open-model.ts';
 import { filesFromPath } from '../../src/node/index.ts';
-import { byteLevelTokenizer, FAMILIES, grownSentencePieceTokenizer, generateModel, REAL_CONFIGS, type Family } from '../../scripts/model-families.ts';
+import { byteLevelTokenizer, FAMILIES, grownSentencePieceTokenizer, generateModel, REAL_CONFIGS, type LlamaFamily } from '../../scripts/model-families.ts';
 import { testGpu } from '../helpers/gpu.ts';
 import { buildGguf, tinyLlamaGgufKvs, type GgufKv, type GgufTensorSpec } from '../helpers/model-files.ts';
 import { mulberry32 } from '../helpers/prng.ts';
@@ -30,7 +30,7 @@ async function cpuWeightsOf(dir: string, config: LlamaConfig): Promise<CpuLlamaW
 }
 
 /** What each tiny family must have come out as, beyond the shared checks. */
-const TINY_EXPECTED: Record<Family, Partial<LlamaConfig>> = {
+const TINY_EXPECTED: Record<LlamaFamily, Partial<LlamaConfig>> = {
   llama2: { architecture: 'llama', numHeads: 4, numKvHeads: 2, headDim: 8, tieWordEmbeddings: false, attentionBias: false, ropeTheta: 10000 },
   llama3: {
     architecture: 'llama', headDim: 16, tieWordEmbeddings: true, ropeTheta: 500000,
@@ -46,7 +46,7 @@ const TINY_EXPECTED: Record<Family, Partial<LlamaConfig>> = {
 };
 
 /** The families whose tiny configs keep a sliding window. */
-const WINDOWED: readonly Family[] = ['mistral', 'phi3', 'phi4'];
+const WINDOWED: readonly LlamaFamily[] = ['mistral', 'phi3', 'phi4'];
 
 describe('random-weight models of each family, as generated', () => {
   // Opened without the GPU; each family's GPU logits per weight storage: families-storage.test.ts.

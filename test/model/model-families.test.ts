@@ -3,13 +3,14 @@
 // descriptions; the GPU's teacher-forced logits on every path (forward()'s general pass, the
 // reusable decode step, which takes the fused kernels or falls back to the general pass, and the
 // decode-layer kernel, which refuses them) against the float64 CPU reference, on f32 and f16 KV
-// caches, past Phi's original context and past its window; each family's feature shown to change
-// the answer; and the refusals of what the runtime does not run, before any weight is read.
+// caches, past Phi's original context and past its window, from the Hugging Face folder and from
+// its GGUF conversion (llama.cpp's names and layout); each family's feature shown to change the
+// answer; and the refusals of what the runtime does not run, before any weight is read.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { configFromGguf, configFromHf, familyOf, LLAMA_FAMILY, modelLayers, type LlamaConfig } from '../../src/model/config.ts';
-import { openModel, uploadLlamaWeights } from '../../src/engine/open-model.ts';
+import { openModel, uploadLlamaWeights, type OpenedModel } from '../../src/engine/open-model.ts';
 import { LlamaModel } from '../../src/model/llama.ts';
 import { layerInverseFrequencies } from '../../src/model/rope-frequencies.ts';
 import { llamaShape } from '../../src/model/shape.ts';
@@ -17,6 +18,7 @@ import { fusedStepRefusal } from '../../src/model/decode-step.ts';
 import { decodeLayerRefusal } from '../../src/model/decode-layers.ts';
 import { filesFromPath } from '../../src/node/index.ts';
 import { generateModel, REAL_CONFIGS, type Family } from '../../scripts/model-families.ts';
+import { writeGgufFromHf } from '../../scripts/gguf-from-hf.ts';
 import { testGpu } from '../helpers/gpu.ts';
 import { expectClose, maxAbs, maxAbsDiff } from '../helpers/compare.ts';
 import { cpuLlamaWeights, readFolderTensors, tempModels } from '../helpers/temp-models.ts';
@@ -139,75 +141,106 @@ function referenceLogits(config: LlamaConfig, cpu: CpuLlamaWeights, tokens: numb
 }
 
 /** What each family's test shows: which step its reusable decode step takes, and the feature that must change the answer. */
-const CASES: { family: Family; fused: string | undefined; feature: string; without: (c: LlamaConfig) => LlamaConfig }[] = [
-  { family: 'qwen3', fused: 'q/k norms', feature: 'q/k norms', without: (c) => ({ ...c, family: { ...familyOf(c), qkNorm: false } }) },
+const CASES: { family: Family; decodeLayer: string; feature: string; without: (c: LlamaConfig) => LlamaConfig }[] = [
+  { family: 'qwen3', decodeLayer: 'q/k norms', feature: 'q/k norms', without: (c) => ({ ...c, family: { ...familyOf(c), qkNorm: false } }) },
   {
-    family: 'smollm3', fused: 'layers without RoPE', feature: 'RoPE-less layers',
+    family: 'smollm3', decodeLayer: 'layers without RoPE', feature: 'RoPE-less layers',
     without: (c) => ({ ...c, family: { ...familyOf(c), layers: undefined } }),
   },
-  { family: 'phi3', fused: undefined, feature: 'the sliding window', without: (c) => ({ ...c, slidingWindow: undefined }) },
+  { family: 'phi3', decodeLayer: 'a RoPE magnitude', feature: 'the sliding window', without: (c) => ({ ...c, slidingWindow: undefined }) },
   {
-    family: 'phi4', fused: undefined, feature: 'partial rotation',
+    family: 'phi4', decodeLayer: 'partial rotary embeddings', feature: 'partial rotation',
     without: (c) => ({ ...c, family: { ...familyOf(c), layers: modelLayers(c).map((l) => ({ ...l, rope: l.rope && { ...l.rope, rotaryDims: c.headDim, scaling: undefined } })) } }),
   },
 ];
 
+/**
+ * Loads `opened` on the GPU, the decode-layer kernel asked for on every layer (refused by these
+ * families: decodeLayerRefusal), and holds its general pass (a prefill of `prefill` tokens, every
+ * position's logits, then single tokens) and its reusable decode step (after the same prefill)
+ * to `want`, the reference's teacher-forced logits of `tokens`, within `tol`.
+ */
+async function expectEveryPath(opened: OpenedModel, kvDType: 'f16' | 'f32', tokens: number[], prefill: number, want: Float32Array[], tol: number): Promise<void> {
+  const config = opened.config;
+  const capacity = tokens.length;
+  const ctx = await testGpu();
+  const model = await LlamaModel.create(ctx, config, await uploadLlamaWeights(ctx, opened), { tuning: { decodeLayer: () => true } });
+  const forwardCache = model.createKvCache(capacity, kvDType);
+  const stepCache = model.createKvCache(capacity, kvDType);
+  const staging = ctx.device.createBuffer({ size: config.vocabSize * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  try {
+    // forward(): the prefill's every position, then single tokens.
+    const all = await model.forward(tokens.slice(0, prefill), 0, forwardCache, { allLogits: true });
+    for (let t = 0; t < prefill; t++) expect(maxAbsDiff(all.subarray(t * config.vocabSize, (t + 1) * config.vocabSize), want[t]), `prefill ${t}`).toBeLessThan(tol);
+    for (let p = prefill; p < capacity; p++) expect(maxAbsDiff(await model.forward([tokens[p]], p, forwardCache), want[p]), `forward ${p}`).toBeLessThan(tol);
+
+    // The reusable decode step over the same prefill.
+    await model.forward(tokens.slice(0, prefill), 0, stepCache, { readBack: false });
+    const step = model.createDecodeStep(stepCache);
+    expect(step.consecutive).toBeUndefined(); // not the decode-layer kernel
+    // The fused kernels: 5 dispatches a layer (6 with the attention split), the embedding and the logits.
+    expect(step.dispatchCount).toBeLessThanOrEqual(2 + 6 * config.numLayers);
+    for (let p = prefill; p < capacity; p++) {
+      ctx.device.queue.writeBuffer(step.tokenIn, 0, new Uint32Array([tokens[p]]));
+      const encoder = ctx.device.createCommandEncoder();
+      step.encodeStep(encoder, p);
+      encoder.copyBufferToBuffer(step.logits, 0, staging, 0, config.vocabSize * 4);
+      ctx.device.queue.submit([encoder.finish()]);
+      await staging.mapAsync(GPUMapMode.READ);
+      const got = new Float32Array(staging.getMappedRange().slice(0));
+      staging.unmap();
+      expect(maxAbsDiff(got, want[p]), `decode step ${p}`).toBeLessThan(tol);
+    }
+    step.destroy();
+  } finally {
+    staging.destroy();
+    forwardCache.destroy();
+    stepCache.destroy();
+    model.destroy();
+  }
+}
+
+/** Tokens past the window (phi3: 24), past LongRoPE's original context (16), past a NoPE layer's reach; the first 30 a prefill. */
+const CAPACITY = 40;
+const PREFILL = 30;
+const testTokens = (config: LlamaConfig) => Array.from({ length: CAPACITY }, (_, i) => (i * 97 + 13) % Math.min(config.vocabSize, 5000));
+
 describe('GPU paths against the float64 CPU reference, teacher-forced', () => {
-  const capacity = 40;
-  for (const { family, fused, feature, without } of CASES) {
+  for (const { family, decodeLayer, feature, without } of CASES) {
     for (const kvDType of ['f32', 'f16'] as const) {
-      it(`${family}, ${kvDType} KV cache: general pass, decode step (${fused ? `general, for its ${fused}` : 'fused'}), decode layer refused`, async () => {
-        const { opened, config, cpu } = await familyModel(family, capacity);
+      it(`${family}, ${kvDType} KV cache: general pass, fused decode step, decode layer refused (${decodeLayer})`, async () => {
+        const { opened, config, cpu } = await familyModel(family, CAPACITY);
         const shape = llamaShape(config);
-        expect(fusedStepRefusal(shape)).toBe(fused);
-        expect(decodeLayerRefusal(shape)).toBeDefined();
-        const ctx = await testGpu();
-        // decode_layer.wgsl asked for on every layer: the model refuses it (decodeLayerRefusal).
-        const model = await LlamaModel.create(ctx, config, await uploadLlamaWeights(ctx, opened), { tuning: { decodeLayer: () => true } });
-        const forwardCache = model.createKvCache(capacity, kvDType);
-        const stepCache = model.createKvCache(capacity, kvDType);
-        const staging = ctx.device.createBuffer({ size: config.vocabSize * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-        try {
-          // Past the window (phi3: 24), past LongRoPE's original context (16), past a NoPE layer's reach.
-          const tokens = Array.from({ length: capacity }, (_, i) => (i * 97 + 13) % Math.min(config.vocabSize, 5000));
-          const prefill = 30;
-          const want = referenceLogits(config, cpu, tokens, prefill, kvDType);
-          const scale = Math.max(1, ...want.map(maxAbs));
-          const tol = 3e-4 * scale;
-
-          // The feature changes the answer (so the comparison below would catch its absence).
-          const other = referenceLogits(without(config), cpu, tokens, prefill, kvDType);
-          expect(Math.max(...want.map((w, i) => maxAbsDiff(w, other[i]))), feature).toBeGreaterThan(30 * tol);
-
-          // forward(): the prefill's every position, then single tokens.
-          const all = await model.forward(tokens.slice(0, prefill), 0, forwardCache, { allLogits: true });
-          for (let t = 0; t < prefill; t++) expect(maxAbsDiff(all.subarray(t * config.vocabSize, (t + 1) * config.vocabSize), want[t]), `prefill ${t}`).toBeLessThan(tol);
-          for (let p = prefill; p < capacity; p++) expect(maxAbsDiff(await model.forward([tokens[p]], p, forwardCache), want[p]), `forward ${p}`).toBeLessThan(tol);
-
-          // The reusable decode step over the same prefill.
-          await model.forward(tokens.slice(0, prefill), 0, stepCache, { readBack: false });
-          const step = model.createDecodeStep(stepCache);
-          expect(step.consecutive).toBeUndefined(); // not the decode-layer kernel
-          for (let p = prefill; p < capacity; p++) {
-            ctx.device.queue.writeBuffer(step.tokenIn, 0, new Uint32Array([tokens[p]]));
-            const encoder = ctx.device.createCommandEncoder();
-            step.encodeStep(encoder, p);
-            encoder.copyBufferToBuffer(step.logits, 0, staging, 0, config.vocabSize * 4);
-            ctx.device.queue.submit([encoder.finish()]);
-            await staging.mapAsync(GPUMapMode.READ);
-            const got = new Float32Array(staging.getMappedRange().slice(0));
-            staging.unmap();
-            expect(maxAbsDiff(got, want[p]), `decode step ${p}`).toBeLessThan(tol);
-          }
-          step.destroy();
-        } finally {
-          staging.destroy();
-          forwardCache.destroy();
-          stepCache.destroy();
-          model.destroy();
-        }
+        expect(fusedStepRefusal(shape)).toBeUndefined();
+        expect(decodeLayerRefusal(shape)).toBe(decodeLayer);
+        const tokens = testTokens(config);
+        const want = referenceLogits(config, cpu, tokens, PREFILL, kvDType);
+        const tol = 3e-4 * Math.max(1, ...want.map(maxAbs));
+        // The feature changes the answer (so the comparison would catch its absence).
+        const other = referenceLogits(without(config), cpu, tokens, PREFILL, kvDType);
+        expect(Math.max(...want.map((w, i) => maxAbsDiff(w, other[i]))), feature).toBeGreaterThan(30 * tol);
+        await expectEveryPath(opened, kvDType, tokens, PREFILL, want, tol);
       });
     }
+  }
+
+  // The same models converted to GGUF (F32: the same weights) with llama.cpp's names, keys and
+  // (SmolLM3: permuted q/k rows, adjacent pairs) layout, held to the reference of the Hugging Face
+  // folder: an independent check of the GGUF reading (fused attn_qkv / ffn_up split at load,
+  // rope_factors_* tensors, attn_factor and the original context from the keys).
+  for (const family of ['qwen3', 'smollm3', 'phi3', 'phi4'] as const) {
+    it(`${family} GGUF, f16 KV cache: every path against the reference of the Hugging Face folder`, async () => {
+      // SmolLM3: llama.cpp's fixed NoPE pattern (every 4th layer), all GGUF can say.
+      const { dir, config, cpu } = await familyModel(family, CAPACITY, family === 'smollm3' ? { no_rope_layers: [1, 1, 1, 0] } : undefined);
+      const path = join(dir, 'model.gguf');
+      await writeGgufFromHf(dir, path, 'f32');
+      const opened = await openModel(filesFromPath(path));
+      opened.config.loadedContextLength = CAPACITY;
+      expect(modelLayers(opened.config).map((l) => l.rope?.rotaryDims ?? 0)).toEqual(modelLayers(config).map((l) => l.rope?.rotaryDims ?? 0));
+      const tokens = testTokens(config);
+      const want = referenceLogits(config, cpu, tokens, PREFILL, 'f16');
+      await expectEveryPath(opened, 'f16', tokens, PREFILL, want, 3e-4 * Math.max(1, ...want.map(maxAbs)));
+    });
   }
 
   it('phi3: the short and the long factors give other answers (the reference, loaded for 16 and 64 positions)', async () => {

@@ -154,6 +154,22 @@ export function swigluRef(gate: Float32Array, up: Float32Array): Float32Array {
   return out;
 }
 
+/** torch's gelu(x, approximate='tanh') (HF gelu_pytorch_tanh): 0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³))). */
+export function geluTanhRef(x: number): number {
+  return 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3)));
+}
+
+/** act(gate) * up: silu (SwiGLU, swigluRef) or gelu_tanh (GeGLU, Gemma). */
+export function gatedRef(gate: Float32Array, up: Float32Array, activation: 'silu' | 'gelu_tanh'): Float32Array {
+  if (activation === 'silu') return swigluRef(gate, up);
+  return gate.map((g, i) => geluTanhRef(g) * up[i]);
+}
+
+/** cap · tanh(x / cap) elementwise (Gemma 2's soft-capping). */
+export function softcapRef(x: Float32Array, cap: number): Float32Array {
+  return x.map((v) => cap * Math.tanh(v / cap));
+}
+
 /** a + b elementwise. */
 export function addRef(a: Float32Array, b: Float32Array): Float32Array {
   const out = new Float32Array(a.length);

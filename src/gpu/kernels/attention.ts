@@ -141,11 +141,16 @@ export type DecodeAttentionFeatures = {
   softcap?: boolean;
   /** RoPE of params.rotary_dims elements a head, cos and sin times params.magnitude (else all of them, times 1). */
   rope?: boolean;
+  /** q's and k's heads RMS-normalized before RoPE (gammas at DECODE_QK_NORM_BINDINGS, eps params.qk_eps). */
+  qkNorm?: boolean;
 };
+/** decode_attention_pass.wgsl's qk_norm variant: the bindings of the q and k norms' gammas. */
+export const DECODE_QK_NORM_BINDINGS = { q: 9, k: 10 } as const;
 export const decodeAttentionKey = (v: DecodeAttentionVariant) =>
   `decode_attention/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position}/${v.split ? 'split' : 'whole'}/t${v.threads}/g${v.heads}` +
   (v.softcap ? '/softcap' : '') +
-  (v.rope ? '/rope_params' : '');
+  (v.rope ? '/rope_params' : '') +
+  (v.qkNorm ? '/qk_norm' : '');
 
 /**
  * What decode_attention.wgsl's attend_item needs besides its buffers (see the head of that file):
@@ -170,6 +175,15 @@ export function decodeAttentionHelpersWgsl(
   code += features.rope
     ? 'fn rope_dims() -> u32 { return params.rotary_dims; }\nfn rope_magnitude() -> f32 { return params.magnitude; }\n'
     : 'fn rope_dims() -> u32 { return HEAD_DIM; }\nfn rope_magnitude() -> f32 { return 1.0; }\n';
+  // The per-head q/k norm's weights and eps, or none (its code is then compiled out).
+  const { q, k } = DECODE_QK_NORM_BINDINGS;
+  code += features.qkNorm
+    ? `const QK_NORM: bool = true;\n@group(0) @binding(${q}) var<storage, read> q_norm_gamma: array<f32>;\n` +
+      `@group(0) @binding(${k}) var<storage, read> k_norm_gamma: array<f32>;\n` +
+      'fn q_gamma(e: u32) -> f32 { return q_norm_gamma[e]; }\nfn k_gamma(e: u32) -> f32 { return k_norm_gamma[e]; }\n' +
+      'fn qk_eps() -> f32 { return params.qk_eps; }\n'
+    : 'const QK_NORM: bool = false;\nfn q_gamma(e: u32) -> f32 { return 1.0; }\nfn k_gamma(e: u32) -> f32 { return 1.0; }\n' +
+      'fn qk_eps() -> f32 { return 0.0; }\n';
   code += `${onlineSoftmaxWgsl}\n${sinCosWgsl}\n${f16BitsWgsl}\n`;
   code += 'fn pack_f16(a: f32, b: f32) -> u32 { return f16_bits(a) | (f16_bits(b) << 16u); }\n';
   if (aligned) {
@@ -257,10 +271,12 @@ export const DECODE_ATTENTION_PARAMS = paramStruct({
   softcap: 'f32',
   rotary_dims: 'u32',
   magnitude: 'f32',
+  qk_eps: 'f32',
 });
 
 /** What planAttention and planDecodeAttention read of the device's kernels (KernelRegistry has it). */
 export interface AttentionKernels {
+  readonly ctx: { readonly limits: { readonly maxStorageBuffersPerShaderStage: number } };
   readonly tuning: KernelTuning;
   attentionPipeline(variant: AttentionVariant): GPUComputePipeline;
   decodeAttentionPipeline(variant: DecodeAttentionVariant): GPUComputePipeline;
@@ -360,6 +376,7 @@ export function planDecodeAttention(
   shape: AttentionShape,
   kvDType: KvDType,
   split: { chunkKeys: number; partials: GPUBuffer } | undefined,
+  qkNorm?: { q: GPUBuffer; k: GPUBuffer; eps: number },
 ): PlannedDispatch[] {
   const { out, qkv, keys: kCache, values: vCache, invFreq } = buffers;
   const { startPos, position } = at;
@@ -371,8 +388,14 @@ export function planDecodeAttention(
   const { rotaryDims, magnitude } = ropeParams(shape, headDim, 'decodeAttention');
   const qDim = numHeads * headDim;
   const kvDim = numKvHeads * headDim;
-  assertDistinct(out, [qkv, kCache, vCache, invFreq, split?.partials], 'decodeAttention');
-  assertDistinct(kCache, [vCache, qkv], 'decodeAttention');
+  assertDistinct(out, [qkv, kCache, vCache, invFreq, split?.partials, qkNorm?.q, qkNorm?.k], 'decodeAttention');
+  assertDistinct(kCache, [vCache, qkv, qkNorm?.q, qkNorm?.k], 'decodeAttention');
+  assertDistinct(vCache, [qkNorm?.q, qkNorm?.k], 'decodeAttention');
+  if (qkNorm) {
+    assertFits(qkNorm.q, headDim * 4, 'decodeAttention qkNorm.q');
+    assertFits(qkNorm.k, headDim * 4, 'decodeAttention qkNorm.k');
+    if (!(Number.isFinite(qkNorm.eps) && qkNorm.eps >= 0)) throw new Error(`decodeAttention qkNorm.eps must be a number >= 0, got ${qkNorm.eps}`);
+  }
   assertFits(out, qDim * 4, 'decodeAttention out');
   assertFits(qkv, (qDim + 2 * kvDim) * 4, 'decodeAttention qkv');
   assertFits(invFreq, (rotaryDims / 2) * 4, 'decodeAttention invFreq');
@@ -380,19 +403,29 @@ export function planDecodeAttention(
   assertFits(kCache, (startPos + 1) * rowBytes, 'decodeAttention kCache');
   assertFits(vCache, (startPos + 1) * rowBytes, 'decodeAttention vCache');
   const rows = Math.floor(Math.min(kCache.size, vCache.size) / rowBytes);
-  const chunkKeys = split ? split.chunkKeys : rows;
-  assertCount(chunkKeys, 'decodeAttention chunkKeys');
+  if (split) assertCount(split.chunkKeys, 'decodeAttention chunkKeys');
+  // Storage buffers: out, qkv, the caches, invFreq, and the position, partials and gammas when
+  // bound. Where the split's partials would pass the device's limit (qkNorm with a position
+  // buffer: 9 of the 8 WebGPU promises), the keys go unsplit, one chunk, one dispatch.
+  const unsplit = 5 + (position ? 1 : 0) + (qkNorm ? 2 : 0);
+  const maxStorage = kernels.ctx.limits.maxStorageBuffersPerShaderStage;
+  if (unsplit > maxStorage) throw new Error(`decodeAttention binds ${unsplit} storage buffers, the device ${maxStorage}`);
+  const chunkKeys = split && unsplit < maxStorage ? split.chunkKeys : rows;
   const chunks = Math.ceil(rows / chunkKeys);
   if (chunks > 1 && !split) throw new Error('decodeAttention: several chunks need a partials buffer');
   if (split) assertFits(split.partials, numHeads * chunks * (headDim + 2) * 4, 'decodeAttention partials');
   const { scale, softcap } = scoreParams(shape);
   const attention = { num_heads: numHeads, num_kv_heads: numKvHeads, head_dim: headDim, scale, window: slidingWindow ?? 0, softcap };
-  const features: DecodeAttentionFeatures = { softcap: shape.softcap !== undefined, rope: rotaryDims !== headDim || magnitude !== 1 };
+  const features: DecodeAttentionFeatures = { softcap: shape.softcap !== undefined, rope: rotaryDims !== headDim || magnitude !== 1, qkNorm: !!qkNorm };
   const source = position ? 'buffer' : 'uniform';
   const threads = kernels.tuning.decodeAttentionThreads;
   const heads = kernels.tuning.attentionHeads(numHeads / numKvHeads, headDim);
   const bound: Record<number, GPUBuffer> = { 1: out, 2: qkv, 3: kCache, 4: vCache, 6: invFreq };
   if (chunks > 1 && split) bound[5] = split.partials;
+  if (qkNorm) {
+    bound[DECODE_QK_NORM_BINDINGS.q] = qkNorm.q;
+    bound[DECODE_QK_NORM_BINDINGS.k] = qkNorm.k;
+  }
   const dispatches: PlannedDispatch[] = [
     {
       pipeline: kernels.decodeAttentionPipeline({ headDim, kvDType, position: source, split: chunks > 1, threads, heads, ...features }),
@@ -404,6 +437,7 @@ export function planDecodeAttention(
         pairing: ropePairingCode(pairing),
         rotary_dims: rotaryDims,
         magnitude,
+        qk_eps: qkNorm?.eps ?? 0,
       }),
       buffers: withPosition(bound, position),
       workgroups: Math.ceil(((numHeads / heads) * chunks) / threads),

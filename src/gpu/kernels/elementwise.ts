@@ -1,27 +1,47 @@
 // The kernels of one thread per element or row: rmsnorm.wgsl, rope.wgsl, swiglu.wgsl,
-// residual.wgsl and kv_cache.wgsl (the K/V append).
+// residual.wgsl, softcap.wgsl and kv_cache.wgsl (the K/V append).
 import type { ShaderSpec } from '../pipelines.ts';
 import { paramStruct } from '../uniforms.ts';
 import { positionWgsl, type PositionSource } from './wgsl.ts';
 import rmsnormWgsl from '../../../shaders/rmsnorm.wgsl?raw';
 import ropeWgsl from '../../../shaders/rope.wgsl?raw';
 import swigluWgsl from '../../../shaders/swiglu.wgsl?raw';
+import softcapWgsl from '../../../shaders/softcap.wgsl?raw';
 import residualWgsl from '../../../shaders/residual.wgsl?raw';
 import kvCacheWgsl from '../../../shaders/kv_cache.wgsl?raw';
 import sinCosWgsl from '../../../shaders/sin_cos.wgsl?raw';
+import geluTanhWgsl from '../../../shaders/gelu_tanh.wgsl?raw';
 import f16BitsWgsl from '../../../shaders/f16_bits.wgsl?raw';
 
 /** Element type of a KV cache: 'f16' packs two halves a u32 word (no shader-f16 needed). */
 export type KvDType = 'f16' | 'f32';
 
 // Workgroup shapes; each must match its shader's constants.
-export const ELEMENTWISE_WORKGROUP = 256; // embedding, rope, swiglu, residual: one invocation per element
+export const ELEMENTWISE_WORKGROUP = 256; // embedding, rope, swiglu, residual, softcap: one invocation per element
+
+/**
+ * The activation of a gated feed-forward's gate: out = act(gate) * up. 'silu' (SwiGLU: Llama,
+ * Qwen, Phi-3) or 'gelu_tanh' (GeGLU with torch's tanh-approximated GELU, HF gelu_pytorch_tanh: Gemma).
+ */
+export type GatedActivation = 'silu' | 'gelu_tanh';
+
+/** `const GELU_TANH: bool` (whether a gating kernel takes gelu_tanh rather than silu) and gelu_tanh.wgsl. */
+export function gatedActivationWgsl(activation: GatedActivation): string {
+  return `const GELU_TANH: bool = ${activation === 'gelu_tanh'};\n${geluTanhWgsl}\n`;
+}
+
+/** Throws unless `activation` is a GatedActivation. */
+export function checkGatedActivation(activation: GatedActivation, what: string): void {
+  if (activation !== 'silu' && activation !== 'gelu_tanh') throw new Error(`${what}: unknown gated activation ${String(activation)}`);
+}
 
 // Kernels whose source does not depend on the weights.
 export const FIXED_KERNELS = {
-  swiglu: { code: swigluWgsl, entryPoint: 'main' },
+  swiglu: { code: `${geluTanhWgsl}\n${swigluWgsl}`, entryPoint: 'main' },
+  swiglu_gelu_tanh: { code: `${geluTanhWgsl}\n${swigluWgsl}`, entryPoint: 'gelu_tanh_main' },
   add: { code: residualWgsl, entryPoint: 'add' },
   add_in_place: { code: residualWgsl, entryPoint: 'add_in_place' },
+  softcap: { code: softcapWgsl, entryPoint: 'main' },
 } satisfies Record<string, ShaderSpec>;
 export type FixedKernel = keyof typeof FIXED_KERNELS;
 
@@ -46,10 +66,22 @@ export function rmsNormWidthWgsl(aligned: boolean): string {
     : `alias V = f32;\nconst WIDTH: u32 = 1u;\nfn hsum(v: V) -> f32 { return v; }\n`;
 }
 
-export type RmsNormVariant = { entry: 'per_row' | 'per_workgroup'; aligned: boolean };
-export const rmsNormKey = (v: RmsNormVariant) => `rmsnorm/${v.entry}/${v.aligned ? 'vec4' : 'scalar'}`;
+/**
+ * rmsnorm.wgsl's x and out: `load_x` of x at binding 2 and `store_out` to out at binding 1, or
+ * (inPlace) both on the one read_write buffer at binding 1.
+ */
+export function rmsNormIoWgsl(inPlace: boolean): string {
+  return inPlace
+    ? '@group(0) @binding(1) var<storage, read_write> xo: array<V>;\n' +
+        'fn load_x(i: u32) -> V { return xo[i]; }\nfn store_out(i: u32, v: V) { xo[i] = v; }\n'
+    : '@group(0) @binding(1) var<storage, read_write> out: array<V>;\n@group(0) @binding(2) var<storage, read> x: array<V>;\n' +
+        'fn load_x(i: u32) -> V { return x[i]; }\nfn store_out(i: u32, v: V) { out[i] = v; }\n';
+}
+
+export type RmsNormVariant = { entry: 'per_row' | 'per_workgroup'; aligned: boolean; inPlace?: boolean };
+export const rmsNormKey = (v: RmsNormVariant) => `rmsnorm/${v.entry}/${v.aligned ? 'vec4' : 'scalar'}${v.inPlace ? '/in_place' : ''}`;
 export const rmsNormSpec = (v: RmsNormVariant): ShaderSpec => ({
-  code: `${rmsNormWidthWgsl(v.aligned)}\n${rmsnormWgsl}`,
+  code: `${rmsNormWidthWgsl(v.aligned)}${rmsNormIoWgsl(!!v.inPlace)}\n${rmsnormWgsl}`,
   entryPoint: v.entry,
 });
 
@@ -105,6 +137,8 @@ export const ROPE_PARAMS = paramStruct({
 });
 /** swiglu.wgsl's Params. */
 export const SWIGLU_PARAMS = paramStruct({ n: 'u32' });
+/** softcap.wgsl's Params. */
+export const SOFTCAP_PARAMS = paramStruct({ n: 'u32', cap: 'f32' });
 /** residual.wgsl's Params. */
 export const RESIDUAL_PARAMS = paramStruct({ n: 'u32' });
 /** kv_cache.wgsl's Params. */

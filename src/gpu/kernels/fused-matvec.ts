@@ -10,6 +10,7 @@ import { activationWgsl, reduceTeamWgsl } from './weights.ts';
 import { assertDistinct, assertFits } from './checks.ts';
 import { paramStruct, type PlannedDispatch } from '../uniforms.ts';
 import { renameWgsl, unrollConstLoops } from './wgsl.ts';
+import { gatedActivationWgsl, type GatedActivation } from './elementwise.ts';
 import fusedMatvecWgsl from '../../../shaders/fused_matvec.wgsl?raw';
 
 // ---- fused decode projections (fused_matvec.wgsl) ---------------------------------------------
@@ -43,12 +44,15 @@ export type FusedVariant = {
   shape: FusedShape;
   /** Per segment: its weights' storage, bias, and whether block_dot walks K by dot_run runs (Kernels.usesWeightRuns). */
   segments: { dtype: WeightDType; hasBias: boolean; runs: boolean }[];
+  /** swiglu mode: the gate's activation (default silu). */
+  activation?: GatedActivation;
 };
 
 export const fusedKey = (v: FusedVariant) =>
   `fused_matvec/${v.mode}/${v.norm ? 'norm' : 'plain'}/${v.aligned ? 'vec4' : 'scalar'}/team${v.plan.team}-${v.plan.reduction}/` +
   `q${v.shape.quads}w${v.shape.workgroup}/` +
-  v.segments.map((g) => `${g.dtype}${g.hasBias ? '+bias' : ''}${g.runs ? '+runs' : ''}`).join(',');
+  v.segments.map((g) => `${g.dtype}${g.hasBias ? '+bias' : ''}${g.runs ? '+runs' : ''}`).join(',') +
+  (v.mode === 'swiglu' && v.activation === 'gelu_tanh' ? '/gelu_tanh' : '');
 
 /**
  * `fn block_dot_${name}(base, r0, last_row, lane) -> array<vec4<f32>, QUADS>`: lane's part of the
@@ -121,6 +125,7 @@ export function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   let code = `${reduce.directives}const MODE: u32 = ${FUSED_MODES[v.mode]}u;\nconst NORM: bool = ${v.norm};\n`;
   code += `const QUADS: u32 = ${v.shape.quads}u;\nconst WORKGROUP_SIZE: u32 = ${v.shape.workgroup}u;\n`;
   code += `const SEGMENTS: u32 = ${v.segments.length}u;\n${reduce.code}${activationWgsl(v.aligned)}`;
+  code += gatedActivationWgsl(v.activation ?? 'silu');
   if (v.norm) {
     code += v.aligned
       ? `@group(0) @binding(${FUSED_GAMMA_BINDING}) var<storage, read> gamma: array<vec4<f32>>;\n` +
@@ -172,6 +177,8 @@ export function planFusedMatvec(
   cols: number,
   segments: FusedSegment[],
   norm: { gamma: GPUBuffer; eps: number } | undefined,
+  /** swiglu mode: the gate's activation. */
+  activation: GatedActivation = 'silu',
 ): PlannedDispatch[] {
   assertFits(x, cols * 4, 'fused matvec x');
   if (norm) assertFits(norm.gamma, cols * 4, 'fused matvec gamma');
@@ -222,6 +229,7 @@ export function planFusedMatvec(
       plan,
       shape,
       segments: group.map((g) => ({ dtype: g.dtype, hasBias: !!g.bias, runs: kernels.usesWeightRuns(g.dtype) })),
+      activation: mode === 'swiglu' ? activation : undefined,
     };
     const buffers: Record<number, GPUBuffer> = { 1: y, 2: x };
     if (norm) buffers[FUSED_GAMMA_BINDING] = norm.gamma;

@@ -22,7 +22,10 @@ import {
   ROPE_PARAMS,
   ropePairingCode,
   ropeParams,
+  checkGatedActivation,
+  SOFTCAP_PARAMS,
   SWIGLU_PARAMS,
+  type GatedActivation,
   type KvDType,
   type RopeShape,
 } from './elementwise.ts';
@@ -67,11 +70,13 @@ export abstract class KernelRecorder {
   }
 
   /**
-   * out[t, :] = E[tokens[t], :] (f32 [T, table.cols]). Token ids past the table give zero rows.
-   * A split table (GpuMatrix.parts) takes one dispatch per part, each writing the tokens in its rows.
+   * out[t, :] = E[tokens[t], :] · scale (f32 [T, table.cols]; Gemma scales by sqrt(d_model)).
+   * Token ids past the table give zero rows. A split table (GpuMatrix.parts) takes one dispatch
+   * per part, each writing the tokens in its rows.
    */
-  embedding(out: GPUBuffer, table: GpuMatrix, tokens: GPUBuffer, T: number): void {
+  embedding(out: GPUBuffer, table: GpuMatrix, tokens: GPUBuffer, T: number, scale = 1): void {
     assertCount(T, 'embedding T', 0);
+    if (!Number.isFinite(scale)) throw new Error(`embedding scale must be a finite number, got ${scale}`);
     if (T === 0) return;
     assertFits(out, T * table.cols * 4, 'embedding out');
     assertFits(tokens, T * 4, 'embedding tokens');
@@ -82,27 +87,32 @@ export abstract class KernelRecorder {
     for (const part of parts) {
       this.dispatch(
         pipeline,
-        EMBEDDING_PARAMS.pack({ T, cols: table.cols, vocab: table.rows, first_row: part.firstRow, part_rows: part.rows }),
+        EMBEDDING_PARAMS.pack({ T, cols: table.cols, vocab: table.rows, first_row: part.firstRow, part_rows: part.rows, scale }),
         { 1: out, 2: tokens, [WEIGHT_BINDING]: part.buffer },
         Math.ceil(n / ELEMENTWISE_WORKGROUP),
       );
     }
   }
 
-  /** out[t, i] = x[t, i] / sqrt(mean(x[t, :]^2) + eps) * gamma[i]. out must not be x. */
+  /**
+   * out[t, i] = x[t, i] / sqrt(mean(x[t, :]^2) + eps) * gamma[i] for T rows of dim. out may be x
+   * (in place: the per-head q/k norm is rows = T * heads, dim = headDim); not gamma.
+   */
   rmsNorm(out: GPUBuffer, x: GPUBuffer, gamma: GPUBuffer, T: number, dim: number, eps: number): void {
     assertCount(T, 'rmsNorm T', 0);
     assertCount(dim, 'rmsNorm dim');
     if (T === 0) return;
-    assertDistinct(out, [x, gamma], 'rmsNorm');
+    assertDistinct(out, [gamma], 'rmsNorm');
+    assertDistinct(x, [gamma], 'rmsNorm');
     assertFits(out, T * dim * 4, 'rmsNorm out');
     assertFits(x, T * dim * 4, 'rmsNorm x');
     assertFits(gamma, dim * 4, 'rmsNorm gamma');
     // A multiple of 4 floats per row: every row starts 16-byte aligned, so the rows are read as vec4s.
     const entry = this.kernels.tuning.rmsNormPlan(dim);
-    const pipeline = this.kernels.rmsNormPipeline({ entry, aligned: dim % 4 === 0 });
+    const inPlace = out === x;
+    const pipeline = this.kernels.rmsNormPipeline({ entry, aligned: dim % 4 === 0, inPlace });
     const workgroups = entry === 'per_row' ? Math.ceil(T / RMSNORM_ROWS_PER_WORKGROUP) : T;
-    this.dispatch(pipeline, RMSNORM_PARAMS.pack({ T, dim, eps }), { 1: out, 2: x, 3: gamma }, workgroups);
+    this.dispatch(pipeline, RMSNORM_PARAMS.pack({ T, dim, eps }), inPlace ? { 1: x, 3: gamma } : { 1: out, 2: x, 3: gamma }, workgroups);
   }
 
   /**
@@ -147,12 +157,22 @@ export abstract class KernelRecorder {
   }
 
   /**
-   * The feed-forward's input for T tokens: out[T, rows] = silu(x·W_gateᵀ) * (x·W_upᵀ), in one
-   * pass (matmul.wgsl SWIGLU) when T > 1 and neither matrix is split; otherwise the two
-   * projections go to `scratch` and swiglu() combines them (T = 1: fusedSwiglu). out must not be x.
+   * The feed-forward's input for T tokens: out[T, rows] = act(x·W_gateᵀ) * (x·W_upᵀ), act silu
+   * (SwiGLU) or `activation` (GatedActivation), in one pass (matmul.wgsl SWIGLU) when T > 1 and
+   * neither matrix is split; otherwise the two projections go to `scratch` and swiglu() combines
+   * them (T = 1: fusedSwiglu). out must not be x.
    */
-  matmulSwiglu(out: GPUBuffer, x: GPUBuffer, wGate: GpuMatrix, wUp: GpuMatrix, T: number, scratch: { gate: GPUBuffer; up: GPUBuffer }): void {
+  matmulSwiglu(
+    out: GPUBuffer,
+    x: GPUBuffer,
+    wGate: GpuMatrix,
+    wUp: GpuMatrix,
+    T: number,
+    scratch: { gate: GPUBuffer; up: GPUBuffer },
+    activation: GatedActivation = 'silu',
+  ): void {
     assertCount(T, 'matmulSwiglu T', 0);
+    checkGatedActivation(activation, 'matmulSwiglu');
     if (T === 0) return;
     if (wGate.rows !== wUp.rows || wGate.cols !== wUp.cols) {
       throw new Error(`matmulSwiglu: W_gate [${wGate.rows}, ${wGate.cols}] and W_up [${wUp.rows}, ${wUp.cols}] differ`);
@@ -160,12 +180,12 @@ export abstract class KernelRecorder {
     const oneToken = T === 1 && !this.prefill;
     if (oneToken || wGate.parts || wUp.parts || wGate.dtype !== wUp.dtype) {
       if (oneToken) {
-        this.fusedSwiglu(out, x, wGate, wUp, { scratch });
+        this.fusedSwiglu(out, x, wGate, wUp, { scratch, activation });
         return;
       }
       this.matmul(scratch.gate, x, wGate, T);
       this.matmul(scratch.up, x, wUp, T);
-      this.swiglu(out, scratch.gate, scratch.up, T * wGate.rows);
+      this.swiglu(out, scratch.gate, scratch.up, T * wGate.rows, activation);
       return;
     }
     checkSecondPassWeights('matmulSwiglu', [wGate, 'W_gate'], [wUp, 'W_up']);
@@ -174,7 +194,7 @@ export abstract class KernelRecorder {
     assertFits(x, T * wGate.cols * 4, 'matmulSwiglu x');
     const aligned = wGate.cols % 4 === 0;
     const shape = this.kernels.matmulShape(this.shapeTokens(T), aligned, wGate.dtype);
-    const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned, matmul: shape, swiglu: true });
+    const pipeline = this.kernels.weightPipeline('matmul', wGate.dtype, { hasBias: false, aligned, matmul: shape, swiglu: true, activation });
     this.dispatch(
       pipeline,
       MATMUL_PARAMS.pack({ T, rows: wGate.rows, cols: wGate.cols, row_offset: 0, y_stride: wGate.rows }),
@@ -362,17 +382,20 @@ export abstract class KernelRecorder {
   }
 
   /**
-   * Decode (one token) feed-forward input: out = silu(x'·W_gateᵀ) * (x'·W_upᵀ), x' = x or
-   * rmsnorm(x)·γ with `norm`, in one dispatch (fused_matvec.wgsl MODE_SWIGLU). A split W_gate or
-   * W_up (GpuMatrix.parts) takes the two projections into `scratch` and swiglu() instead.
+   * Decode (one token) feed-forward input: out = act(x'·W_gateᵀ) * (x'·W_upᵀ), x' = x or
+   * rmsnorm(x)·γ with `norm`, act silu or options.activation, in one dispatch (fused_matvec.wgsl
+   * MODE_SWIGLU). A split W_gate or W_up (GpuMatrix.parts) takes the two projections into
+   * `scratch` and swiglu() instead.
    */
   fusedSwiglu(
     out: GPUBuffer,
     x: GPUBuffer,
     wGate: GpuMatrix,
     wUp: GpuMatrix,
-    options: { norm?: { gamma: GPUBuffer; eps: number }; scratch?: { gate: GPUBuffer; up: GPUBuffer } } = {},
+    options: { norm?: { gamma: GPUBuffer; eps: number }; scratch?: { gate: GPUBuffer; up: GPUBuffer }; activation?: GatedActivation } = {},
   ): void {
+    const activation = options.activation ?? 'silu';
+    checkGatedActivation(activation, 'fusedSwiglu');
     if (wGate.rows !== wUp.rows || wGate.cols !== wUp.cols) {
       throw new Error(`fusedSwiglu: W_gate [${wGate.rows}, ${wGate.cols}] and W_up [${wUp.rows}, ${wUp.cols}] differ`);
     }
@@ -381,7 +404,7 @@ export abstract class KernelRecorder {
       if (!scratch) throw new Error('fusedSwiglu: a split W_gate or W_up needs scratch buffers');
       this.fusedMatvec(scratch.gate, x, [{ W: wGate }], { norm: options.norm });
       this.fusedMatvec(scratch.up, x, [{ W: wUp }], { norm: options.norm });
-      this.swiglu(out, scratch.gate, scratch.up, wGate.rows);
+      this.swiglu(out, scratch.gate, scratch.up, wGate.rows, activation);
       return;
     }
     for (const [W, what] of [[wGate, 'W_gate'], [wUp, 'W_up']] as const) {
@@ -391,7 +414,7 @@ export abstract class KernelRecorder {
     }
     assertFits(out, wGate.rows * 4, 'fusedSwiglu out');
     const segment = (W: GpuMatrix): FusedSegment => ({ buffer: W.buffer, dtype: W.dtype, rows: W.rows, outRow: 0, biasRow: 0 });
-    this.recordFused('swiglu', out, x, wGate.cols, [segment(wGate), segment(wUp)], options.norm);
+    this.recordFused('swiglu', out, x, wGate.cols, [segment(wGate), segment(wUp)], options.norm, activation);
   }
 
   private recordFused(
@@ -401,8 +424,9 @@ export abstract class KernelRecorder {
     cols: number,
     segments: FusedSegment[],
     norm: { gamma: GPUBuffer; eps: number } | undefined,
+    activation: GatedActivation = 'silu',
   ): void {
-    for (const d of planFusedMatvec(this.kernels, mode, y, x, cols, segments, norm)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
+    for (const d of planFusedMatvec(this.kernels, mode, y, x, cols, segments, norm, activation)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
   /**
@@ -413,7 +437,10 @@ export abstract class KernelRecorder {
    * attention over the cache rows up to it. With `split` (chunks = ceil(cache rows / chunkKeys) >
    * 1) the keys are split over the sequence and combined in a second dispatch (attention.wgsl
    * split_combine); partials holds heads * chunks * (headDim + 2) floats. The grids depend on the
-   * cache size, not the position.
+   * cache size, not the position. With `qkNorm` (Qwen3, Gemma 3), each head of q and of k is
+   * RMS-normalized (x / sqrt(mean(x²) + eps) * γ, gammas q and k of [headDim]) before RoPE. On a
+   * device that binds fewer than 9 storage buffers a dispatch, qkNorm with a position buffer goes
+   * unsplit (one dispatch over all the keys) whatever `split` says.
    */
   decodeAttention(
     buffers: { out: GPUBuffer; qkv: GPUBuffer; keys: GPUBuffer; values: GPUBuffer; invFreq: GPUBuffer },
@@ -421,8 +448,9 @@ export abstract class KernelRecorder {
     shape: AttentionShape,
     kvDType: KvDType,
     split?: { chunkKeys: number; partials: GPUBuffer },
+    qkNorm?: { q: GPUBuffer; k: GPUBuffer; eps: number },
   ): void {
-    for (const d of planDecodeAttention(this.kernels, buffers, at, shape, kvDType, split)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
+    for (const d of planDecodeAttention(this.kernels, buffers, at, shape, kvDType, split, qkNorm)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
   /**
@@ -449,13 +477,24 @@ export abstract class KernelRecorder {
     this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
-  /** out[i] = silu(gate[i]) * up[i] for i < n. out must not be gate or up. */
-  swiglu(out: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number): void {
+  /** out[i] = act(gate[i]) * up[i] for i < n, act silu or `activation`. out must not be gate or up. */
+  swiglu(out: GPUBuffer, gate: GPUBuffer, up: GPUBuffer, n: number, activation: GatedActivation = 'silu'): void {
     assertCount(n, 'swiglu n', 0);
+    checkGatedActivation(activation, 'swiglu');
     if (n === 0) return;
     assertDistinct(out, [gate, up], 'swiglu');
     for (const [b, what] of [[out, 'out'], [gate, 'gate'], [up, 'up']] as const) assertFits(b, n * 4, `swiglu ${what}`);
-    this.dispatch(this.kernels.fixedPipeline('swiglu'), SWIGLU_PARAMS.pack({ n }), { 1: out, 2: gate, 3: up }, Math.ceil(n / ELEMENTWISE_WORKGROUP));
+    const pipeline = this.kernels.fixedPipeline(activation === 'gelu_tanh' ? 'swiglu_gelu_tanh' : 'swiglu');
+    this.dispatch(pipeline, SWIGLU_PARAMS.pack({ n }), { 1: out, 2: gate, 3: up }, Math.ceil(n / ELEMENTWISE_WORKGROUP));
+  }
+
+  /** In place, x[i] = cap · tanh(x[i] / cap) for i < n (Gemma 2's final logit soft-capping). */
+  softcap(x: GPUBuffer, n: number, cap: number): void {
+    assertCount(n, 'softcap n', 0);
+    if (!(Number.isFinite(cap) && cap > 0)) throw new Error(`softcap cap must be a positive number, got ${cap}`);
+    if (n === 0) return;
+    assertFits(x, n * 4, 'softcap x');
+    this.dispatch(this.kernels.fixedPipeline('softcap'), SOFTCAP_PARAMS.pack({ n, cap }), { 1: x }, Math.ceil(n / ELEMENTWISE_WORKGROUP));
   }
 
   /** out[i] = a[i] + b[i] for i < n. out may be a or b (in-place residual add), not both. */

@@ -7,6 +7,7 @@ import { weightFormatWgsl, weightRunLength } from '../weight-formats.ts';
 import { matmulShape, MATVEC_WORKGROUP, type MatmulShape, type MatvecPlan } from './tuning.ts';
 import { paramStruct } from '../uniforms.ts';
 import { renameWgsl, unrollConstLoops } from './wgsl.ts';
+import { gatedActivationWgsl, type GatedActivation } from './elementwise.ts';
 import embeddingWgsl from '../../../shaders/embedding.wgsl?raw';
 import matmulWgsl from '../../../shaders/matmul.wgsl?raw';
 import matvecWgsl from '../../../shaders/matvec.wgsl?raw';
@@ -97,6 +98,8 @@ export interface WeightVariant {
   accumulate?: boolean;
   /** matmul: y = silu(x·W_gateᵀ) * (x·W_upᵀ), W_up of the same dtype at WEIGHT_UP_BINDING. */
   swiglu?: boolean;
+  /** matmul with swiglu: the gate's activation (default silu). */
+  activation?: GatedActivation;
   /** matmul: also y2 = x·W2ᵀ (+ b2), W2 of the same dtype and shape at WEIGHT_UP_BINDING (matmulPair). */
   pair?: boolean;
   /** matvec: walk K a run (dot_run) at a time (Kernels.usesWeightRuns). */
@@ -108,6 +111,7 @@ export function weightKernelKey(kernel: WeightKernel, dtype: WeightDType, v: Wei
   let key = `${kernel}/${dtype}/${v.hasBias ? 'bias' : 'nobias'}/${v.aligned ? 'vec4' : 'scalar'}${v.accumulate ? '/acc' : ''}${v.swiglu ? '/swiglu' : ''}${v.pair ? '/pair' : ''}`;
   if (v.matmul) key += `/w${v.matmul.wx}x${v.matmul.wy}t${v.matmul.tokens}r${v.matmul.rowQuads ?? 1}${v.matmul.tiled ? '/tiled' : ''}`;
   if (v.runs) key += '/runs';
+  if (v.swiglu && v.activation === 'gelu_tanh') key += '/gelu_tanh';
   return v.plan ? `${key}/team${v.plan.team}-${v.plan.reduction}` : key;
 }
 
@@ -132,6 +136,7 @@ export function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: We
     snippets += `const ROW_QUADS: u32 = ${rowQuads}u;\nconst ROWS: u32 = ${4 * rowQuads}u;\n`;
     const second = !!(v.swiglu || v.pair);
     snippets += `const SWIGLU: bool = ${!!v.swiglu};\nconst PAIR: bool = ${!!v.pair};\nconst SECOND: bool = ${second};\n`;
+    snippets += gatedActivationWgsl(v.activation ?? 'silu');
     snippets += second
       ? renameWgsl(weightFormatWgsl(dtype, WEIGHT_UP_BINDING, 0, v.aligned), 'up')
       : 'fn load_weight4_up(i: u32) -> vec4<f32> { return vec4<f32>(); }\nfn load_weight_up(i: u32) -> f32 { return 0.0; }\n';
@@ -152,7 +157,7 @@ export function weightKernelSpec(kernel: WeightKernel, dtype: WeightDType, v: We
 }
 
 /** embedding.wgsl's Params. */
-export const EMBEDDING_PARAMS = paramStruct({ T: 'u32', cols: 'u32', vocab: 'u32', first_row: 'u32', part_rows: 'u32' });
+export const EMBEDDING_PARAMS = paramStruct({ T: 'u32', cols: 'u32', vocab: 'u32', first_row: 'u32', part_rows: 'u32', scale: 'f32' });
 /** matmul_output.wgsl's Params (matmul.wgsl and matmul_tiled.wgsl). */
 export const MATMUL_PARAMS = paramStruct({ T: 'u32', rows: 'u32', cols: 'u32', row_offset: 'u32', y_stride: 'u32' });
 /** matvec.wgsl's Params. */

@@ -5,7 +5,7 @@
 import { randomF32 } from '../../helpers/prng.ts';
 import { describe, expect, it } from 'vitest';
 import { rmsNormPlan, RMSNORM_ROW_MAX_DIM } from '../../../src/gpu/kernels/index.ts';
-import { addRef, rmsNormRef, ropeInvFreq, ropeRef, swigluRef } from '../../reference/cpu-ops.ts';
+import { addRef, gatedRef, geluTanhRef, rmsNormRef, ropeInvFreq, ropeRef, softcapRef, swigluRef } from '../../reference/cpu-ops.ts';
 import { expectClose, maxAbs, maxAbsDiff } from '../../helpers/compare.ts';
 import { expectNoGpuErrors, input, kernels, output, read, tuned, useKernelGpu } from '../../helpers/kernel-runs.ts';
 
@@ -35,6 +35,33 @@ describe('rmsNorm', () => {
       });
     }
   }
+
+  // In place (out === x), as the per-head q/k norm runs it: rows = T * heads, dim = headDim.
+  const inPlaceCases = [[3 * 8, 64], [5 * 4, 128], [2 * 2, 256], [70, 61], [1, 8]];
+  for (const entry of ['per_row', 'per_workgroup'] as const) {
+    for (const [rows, dim] of inPlaceCases) {
+      it(`${entry}, in place: rows=${rows}, dim=${dim}`, async () => {
+        const x = randomF32(rows * dim, 300 + dim + rows, 3);
+        const gamma = randomF32(dim, 400 + dim, 2);
+        const eps = 1e-6;
+        const xBuf = input(x);
+        await expectNoGpuErrors(async () => {
+          const batch = (await tuned({ rmsNormPlan: () => entry })).begin();
+          batch.rmsNorm(xBuf, xBuf, input(gamma), rows, dim, eps);
+          batch.submit();
+        });
+        const want = rmsNormRef(x, gamma, rows, dim, eps);
+        expectClose(await read(xBuf, rows * dim), want);
+        expect(maxAbsDiff(want, x)).toBeGreaterThan(0.1); // the buffer was rewritten
+      });
+    }
+  }
+
+  it('refuses gamma as the output or the input', () => {
+    const [x, gamma] = [output(64), output(8)];
+    expect(() => kernels.begin().rmsNorm(gamma, x, gamma, 8, 8, 1e-5)).toThrow(/also an input/);
+    expect(() => kernels.begin().rmsNorm(gamma, gamma, gamma, 1, 8, 1e-5)).toThrow(/also an input/);
+  });
 
   it('respects eps (tiny inputs)', async () => {
     const T = 2;
@@ -150,6 +177,60 @@ describe('swiglu', () => {
       expectClose(await read(out, n), swigluRef(gate, up));
     });
   }
+
+  // GeGLU (Gemma): gelu_tanh(gate) * up, gates far out both ways included (exp overflows: no NaN).
+  for (const n of [1, 61, 1000]) {
+    it(`gelu_tanh, n=${n}`, async () => {
+      const gate = randomF32(n, 1700 + n, 6);
+      const extremes = [-200, 200, -12, 12, -3, 1e-4, -1e-4, 0];
+      gate.set(extremes.slice(0, n));
+      const up = randomF32(n, 1800 + n, 2);
+      const out = output(n);
+      const batch = kernels.begin();
+      batch.swiglu(out, input(gate), input(up), n, 'gelu_tanh');
+      batch.submit();
+      const got = await read(out, n);
+      const want = gatedRef(gate, up, 'gelu_tanh');
+      expectClose(got, want, 1e-5);
+      if (n > extremes.length) {
+        // On the ordinary gates, GeGLU and SwiGLU differ by far more than the tolerance.
+        const [ordinary, silu] = [want.slice(extremes.length), swigluRef(gate, up).slice(extremes.length)];
+        expect(maxAbsDiff(ordinary, silu)).toBeGreaterThan(1e-2 * maxAbs(ordinary));
+      }
+    });
+  }
+
+  it("the reference is GELU's tanh approximation, not the exact (erf) GELU", () => {
+    expect(geluTanhRef(1)).toBeCloseTo(0.841192, 6); // exact GELU(1) = Φ(1) = 0.841345
+    expect(geluTanhRef(-1)).toBeCloseTo(-0.158808, 6);
+  });
+
+  it('refuses an unknown activation', () => {
+    const b = output(8);
+    expect(() => kernels.begin().swiglu(output(8), b, output(8), 8, 'gelu' as never)).toThrow(/activation/);
+  });
+});
+
+describe('softcap', () => {
+  // Logits-like values, some far past the cap (and ±huge: tanh must not give NaN).
+  for (const [n, cap] of [[1, 30], [1000, 30], [300, 0.5]] as const) {
+    it(`n=${n}, cap ${cap}`, async () => {
+      const x = randomF32(n, 1900 + n, 3 * cap);
+      x.set([1e30, -1e30, 0, cap, -cap / 10].slice(0, n));
+      const xBuf = input(x);
+      const batch = kernels.begin();
+      batch.softcap(xBuf, n, cap);
+      batch.submit();
+      const want = softcapRef(x, cap);
+      expectClose(await read(xBuf, n), want, 1e-5);
+      if (n > 1) expect(maxAbsDiff(want, x)).toBeGreaterThan(1e-2 * maxAbs(want));
+    });
+  }
+
+  it('refuses a cap that is not a positive number', () => {
+    const b = output(8);
+    for (const cap of [0, -1, NaN]) expect(() => kernels.begin().softcap(b, 8, cap)).toThrow(/cap/);
+  });
 });
 
 describe('add', () => {

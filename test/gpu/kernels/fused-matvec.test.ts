@@ -6,9 +6,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GpuContext } from '../../../src/gpu/device.ts';
 import type { GpuMatrix, GpuMatrixPart, WeightDType } from '../../../src/gpu/tensor.ts';
-import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type KvDType, type MatvecPlan } from '../../../src/gpu/kernels/index.ts';
+import { attentionHeadsPerThread, attentionQueriesPerThread, attentionThreadsPerWorkgroup, Kernels, unrollConstLoops, type FusedShape, type GatedActivation, type KvDType, type MatvecPlan } from '../../../src/gpu/kernels/index.ts';
 import { createF32Buffer, createStorageBuffer, createU32Buffer, createWeightMatrix, readBufferF32, readBufferU32 } from '../../../src/gpu/buffers.ts';
 import { isQuantized, QUANT_FORMATS } from '../../../src/gpu/weight-formats.ts';
+import { planDecodeAttention, type AttentionKernels } from '../../../src/gpu/kernels/attention.ts';
 import { weightRowBytes } from '../../../src/gpu/weight-layout.ts';
 import { testGpu } from '../../helpers/gpu.ts';
 import { randomF32 } from '../../helpers/prng.ts';
@@ -24,6 +25,7 @@ import {
   ropeRef,
   roundF16,
   swigluRef,
+  gatedRef,
 } from '../../reference/cpu-ops.ts';
 import { dequantize } from '../../reference/quant.ts';
 import { quantizeValues as quantize } from '../../../src/model/quantize.ts';
@@ -225,17 +227,22 @@ describe('fusedMatvec accumulate: the residual add folded into the output projec
 });
 
 describe('fusedSwiglu: gate/up projections, RMSNorm and SwiGLU in one pass', () => {
-  const cases: { gate: WeightDType; up: WeightDType; cols: number; partRows?: number }[] = [
+  const cases: { gate: WeightDType; up: WeightDType; cols: number; partRows?: number; activation?: GatedActivation }[] = [
     { gate: 'f32', up: 'f32', cols: 45 },
     { gate: 'f16', up: 'bf16', cols: 64 },
     { gate: 'q4_k', up: 'q6_k', cols: 512 },
     { gate: 'q8_0', up: 'q5_1', cols: 96 },
     { gate: 'q4_0', up: 'q8_0', cols: 320 }, // both walked by runs (on the CPU device), 10 blocks
     { gate: 'f16', up: 'f16', cols: 48, partRows: 8 }, // split: two fused projections + swiglu
+    // GeGLU (gelu_tanh, Gemma): fused, and split.
+    { gate: 'f16', up: 'bf16', cols: 64, activation: 'gelu_tanh' },
+    { gate: 'q8_0', up: 'q4_0', cols: 96, activation: 'gelu_tanh' },
+    { gate: 'f32', up: 'f32', cols: 45, partRows: 8, activation: 'gelu_tanh' },
   ];
   for (const c of cases) {
+    const activation = c.activation ?? 'silu';
     for (const { name: planName, plan, shape, runs } of plans()) {
-      it(`${c.gate} / ${c.up}, ${c.cols} cols${c.partRows ? ', split' : ''}, ${planName}`, async () => {
+      it(`${c.gate} / ${c.up}, ${c.cols} cols${c.partRows ? ', split' : ''}${c.activation ? `, ${c.activation}` : ''}, ${planName}`, async () => {
         const rows = 29;
         const gate = matrix(c.gate, rows, c.cols, 80, c.partRows);
         const up = matrix(c.up, rows, c.cols, 81, c.partRows);
@@ -247,12 +254,15 @@ describe('fusedSwiglu: gate/up projections, RMSNorm and SwiGLU in one pass', () 
           batch.fusedSwiglu(out, input(xs), gate.W, up.W, {
             norm: { gamma: input(gamma), eps: 1e-5 },
             scratch: { gate: output(rows), up: output(rows) },
+            activation: c.activation,
           });
           batch.submit();
         }, shape, runs);
         const xb = rmsNormRef(xs, gamma, 1, c.cols, 1e-5);
-        const want = swigluRef(matmulRef(xb, gate.held, 1, rows, c.cols), matmulRef(xb, up.held, 1, rows, c.cols));
+        const [g, u] = [matmulRef(xb, gate.held, 1, rows, c.cols), matmulRef(xb, up.held, 1, rows, c.cols)];
+        const want = gatedRef(g, u, activation);
         expectClose(await read(out, rows), want, 1e-5);
+        if (activation !== 'silu') expect(maxAbsDiff(want, swigluRef(g, u))).toBeGreaterThan(1e-2 * maxAbs(want));
       });
     }
   }
@@ -282,6 +292,13 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
     { numHeads: 4, numKvHeads: 2, headDim: 8, pairing: 'halves' as const, pos: 22, chunkKeys: 6, rope: { rotaryDims: 4 } },
     { numHeads: 2, numKvHeads: 1, headDim: 12, pairing: 'adjacent' as const, pos: 17, rope: { rotaryDims: 6, magnitude: 1.3 } },
     { numHeads: 2, numKvHeads: 2, headDim: 6, pairing: 'halves' as const, pos: 9, chunkKeys: 4, rope: { magnitude: 0.8 } },
+    // Per-head q/k RMSNorm before RoPE (Qwen3; Gemma 3 with a scale, a partial... everything at once).
+    { numHeads: 4, numKvHeads: 2, headDim: 8, pairing: 'halves' as const, pos: 21, chunkKeys: 5, qkNorm: true },
+    { numHeads: 2, numKvHeads: 1, headDim: 6, pairing: 'adjacent' as const, pos: 14, qkNorm: true },
+    {
+      numHeads: 4, numKvHeads: 1, headDim: 12, pairing: 'halves' as const, pos: 23, chunkKeys: 8, window: 12, qkNorm: true,
+      scores: { scale: 0.4, softcap: 2 }, rope: { rotaryDims: 8, magnitude: 1.1 },
+    },
   ];
   // Query heads per thread: the device's choice, and every other divisor of the GQA group.
   const headsChoices = (group: number) => [undefined, ...Array.from({ length: group }, (_, i) => i + 1).filter((d) => group % d === 0)];
@@ -292,11 +309,13 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
     const scores = 'scores' in c ? c.scores : undefined;
     const rope = 'rope' in c ? c.rope : undefined;
     const rotaryDims = rope?.rotaryDims ?? headDim;
+    const qkNorm = 'qkNorm' in c;
     const name =
       `${numHeads}/${numKvHeads} heads, headDim ${headDim}, ${pairing}, at ${pos}, ` +
       `${chunkKeys ? `chunks of ${chunkKeys}` : 'one pass'}${window ? `, window ${window}` : ''}, ${kvDType} cache, ` +
       (scores ? `scores ${JSON.stringify(scores)}, ` : '') +
       (rope ? `rope ${JSON.stringify(rope)}, ` : '') +
+      (qkNorm ? 'q/k norm, ' : '') +
       `position ${viaBuffer ? 'from a buffer' : 'uniform'}, ${heads ? `${heads} head${heads > 1 ? 's' : ''} a thread` : "the device's heads a thread"}`;
     it(name, async () => {
       const kernels = await Kernels.create(ctx, { tuning: { attentionHeads: heads === undefined ? undefined : () => heads } });
@@ -316,6 +335,7 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       const chunks = chunkKeys ? Math.ceil(rows / chunkKeys) : 1;
       const split = chunkKeys ? { chunkKeys, partials: output(numHeads * chunks * (headDim + 2)) } : undefined;
       const out = output(qDim);
+      const [qGamma, kGamma] = [randomF32(headDim, 113, 0.5).map((g) => g + 1), randomF32(headDim, 114, 0.5).map((g) => g + 1)];
       const position = viaBuffer ? track(createU32Buffer(device, Uint32Array.of(pos), 'position')) : undefined;
       const program = kernels.program();
       program.decodeAttention(
@@ -324,6 +344,7 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
         { heads: numHeads, kvHeads: numKvHeads, headDim, pairing, slidingWindow: window, ...scores, ...rope },
         kvDType,
         split,
+        qkNorm ? { q: input(qGamma), k: input(kGamma), eps: 1e-6 } : undefined,
       );
       expect(program.dispatchCount).toBe(chunks > 1 ? 2 : 1);
       const encoder = device.createCommandEncoder();
@@ -331,8 +352,13 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       device.queue.submit([encoder.finish()]);
 
       // The reference: rope q and k, put (k, v) at row pos of the caches (rounded as they store), attend.
-      const q = ropeRef(qkv.subarray(0, qDim), 1, numHeads, headDim, pos, invFreq, pairing, rope);
-      const kNew = ropeRef(qkv.subarray(qDim, qDim + kvDim), 1, numKvHeads, headDim, pos, invFreq, pairing, rope);
+      // (With the q/k norm: each head normalized first, rmsNorm of rows = heads, dim = headDim.)
+      const [qIn, kIn] = [qkv.slice(0, qDim), qkv.slice(qDim, qDim + kvDim)];
+      const [qNormed, kNormed] = qkNorm
+        ? [rmsNormRef(qIn, qGamma, numHeads, headDim, 1e-6), rmsNormRef(kIn, kGamma, numKvHeads, headDim, 1e-6)]
+        : [qIn, kIn];
+      const q = ropeRef(qNormed, 1, numHeads, headDim, pos, invFreq, pairing, rope);
+      const kNew = ropeRef(kNormed, 1, numKvHeads, headDim, pos, invFreq, pairing, rope);
       const vNew = qkv.slice(qDim + kvDim);
       const round = (x: Float32Array) => (kvDType === 'f16' ? roundF16(x) : x);
       const [kWant, vWant] = [round(k), round(v)];
@@ -340,9 +366,17 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       vWant.set(round(vNew), pos * kvDim);
       const want = attentionRef(q, kWant, vWant, 1, pos, numHeads, numKvHeads, headDim, window, scores);
       expectClose(await read(out, qDim), want, 1e-5);
+      if (qkNorm) {
+        // The norm changes the answer.
+        const plain = ropeRef(kIn, 1, numKvHeads, headDim, pos, invFreq, pairing, rope);
+        expect(maxAbsDiff(kNew, plain)).toBeGreaterThan(1e-2 * maxAbs(kNew));
+        const qPlain = ropeRef(qIn, 1, numHeads, headDim, pos, invFreq, pairing, rope);
+        const outPlain = attentionRef(qPlain, kWant, vWant, 1, pos, numHeads, numKvHeads, headDim, window, scores);
+        expect(maxAbsDiff(want, outPlain)).toBeGreaterThan(1e-2 * maxAbs(want));
+      }
       if (rope) {
         // The rotation changes the answer (the cache's K row: past rotaryDims, k as it came).
-        const plain = ropeRef(qkv.subarray(qDim, qDim + kvDim), 1, numKvHeads, headDim, pos, ropeInvFreq(headDim, 10000), pairing);
+        const plain = ropeRef(kNormed, 1, numKvHeads, headDim, pos, ropeInvFreq(headDim, 10000), pairing);
         expect(maxAbsDiff(kNew, plain)).toBeGreaterThan(1e-2 * maxAbs(kNew));
       }
       if (scores) {
@@ -369,6 +403,30 @@ describe('decodeAttention: RoPE, the K/V append and attention in one pass (split
       program.destroy();
     });
   }
+
+  it('goes unsplit where the split would bind more storage buffers than the device allows (split, position buffer and q/k norm: 9)', () => {
+    const stub = (max: number): AttentionKernels => ({
+      ctx: { limits: { maxStorageBuffersPerShaderStage: max } },
+      tuning: kernels.tuning,
+      attentionPipeline: () => ({}) as GPUComputePipeline,
+      decodeAttentionPipeline: () => ({}) as GPUComputePipeline,
+    });
+    const b = () => output(64);
+    const buffers = { out: b(), qkv: b(), keys: b(), values: b(), invFreq: b() };
+    const shape = { heads: 2, kvHeads: 2, headDim: 4, pairing: 'halves' as const };
+    const split = { chunkKeys: 2, partials: output(2 * 8 * 6) };
+    const qkNorm = { q: b(), k: b(), eps: 1e-6 };
+    const at = { startPos: 0, position: b() };
+    const bound = (d: { buffers: Record<number, GPUBuffer> }) => Object.keys(d.buffers).length;
+    const unsplit = planDecodeAttention(stub(8), buffers, at, shape, 'f32', split, qkNorm);
+    expect(unsplit).toHaveLength(1);
+    expect(bound(unsplit[0])).toBe(8);
+    const splitUp = planDecodeAttention(stub(9), buffers, at, shape, 'f32', split, qkNorm);
+    expect(splitUp).toHaveLength(2);
+    expect(bound(splitUp[0])).toBe(9);
+    expect(planDecodeAttention(stub(8), buffers, { startPos: 0 }, shape, 'f32', split, qkNorm)).toHaveLength(2);
+    expect(() => planDecodeAttention(stub(7), buffers, at, shape, 'f32', split, qkNorm)).toThrow(/8 storage buffers/);
+  });
 
   it('CPU devices give a thread the whole GQA group while its slices unroll; GPUs one head', () => {
     expect(attentionHeadsPerThread(4, 8, false)).toBe(1);

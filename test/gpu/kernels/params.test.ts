@@ -5,7 +5,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from '../../../src/gpu/kernels/attention.ts';
 import { DECODE_LAYER_PARAMS } from '../../../src/gpu/kernels/decode-layer.ts';
-import { KV_WRITE_PARAMS, RESIDUAL_PARAMS, RMSNORM_PARAMS, ROPE_PARAMS, SWIGLU_PARAMS } from '../../../src/gpu/kernels/elementwise.ts';
+import { KV_WRITE_PARAMS, RESIDUAL_PARAMS, RMSNORM_PARAMS, ROPE_PARAMS, SOFTCAP_PARAMS, SWIGLU_PARAMS } from '../../../src/gpu/kernels/elementwise.ts';
 import { FUSED_MATVEC_PARAMS } from '../../../src/gpu/kernels/fused-matvec.ts';
 import { paramStruct, type ParamStruct, type ParamType } from '../../../src/gpu/uniforms.ts';
 import { EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS } from '../../../src/gpu/kernels/weights.ts';
@@ -22,6 +22,7 @@ const PACKERS: [string, AnyStruct, string, string?][] = [
   ['rope', ROPE_PARAMS, 'rope.wgsl'],
   ['swiglu', SWIGLU_PARAMS, 'swiglu.wgsl'],
   ['residual', RESIDUAL_PARAMS, 'residual.wgsl'],
+  ['softcap', SOFTCAP_PARAMS, 'softcap.wgsl'],
   ['kv cache write', KV_WRITE_PARAMS, 'kv_cache.wgsl'],
   ['attention (and split_combine)', ATTENTION_PARAMS, 'attention.wgsl'],
   ['decode attention', DECODE_ATTENTION_PARAMS, 'decode_attention_pass.wgsl'],

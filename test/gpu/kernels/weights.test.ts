@@ -6,8 +6,8 @@ import { mulberry32, randomF32 } from '../../helpers/prng.ts';
 import { describe, expect, it } from 'vitest';
 import { Kernels, matmulShape, type MatmulShape, matvecPlan, TILED_MATMUL_SHAPE, type MatvecPlan } from '../../../src/gpu/kernels/index.ts';
 import { createU32Buffer } from '../../../src/gpu/buffers.ts';
-import { embeddingRef, matmulRef, swigluRef } from '../../reference/cpu-ops.ts';
-import { expectClose } from '../../helpers/compare.ts';
+import { embeddingRef, gatedRef, matmulRef, swigluRef } from '../../reference/cpu-ops.ts';
+import { expectClose, maxAbs, maxAbsDiff } from '../../helpers/compare.ts';
 import {
   ctx,
   device,
@@ -43,6 +43,30 @@ describe('embedding', () => {
       });
     }
   }
+
+  // Scaled rows (Gemma: sqrt(d_model)); an id outside the table still gives a zero row.
+  for (const dtype of ['f32', 'bf16'] as const) {
+    it(`${dtype}, scale sqrt(2304) = 48 and 50.596`, async () => {
+      const { W, held } = weightMatrix(randomF32(vocab * cols, 13), vocab, cols, dtype);
+      const ids = [5, vocab + 3, 0, 36];
+      const tokens = track(createU32Buffer(device, Uint32Array.from(ids), 'tokens'));
+      for (const scale of [48, Math.sqrt(2560)]) {
+        const out = output(ids.length * cols);
+        const batch = kernels.begin();
+        batch.embedding(out, W, tokens, ids.length, scale);
+        batch.submit();
+        const want = embeddingRef(held, cols, ids.map((id) => (id < vocab ? id : 0))).map((v) => v * Math.fround(scale));
+        want.fill(0, cols, 2 * cols);
+        expect(Array.from(await read(out, ids.length * cols))).toEqual(Array.from(want)); // one f32 product: exact
+      }
+    });
+  }
+
+  it('refuses a scale that is not finite', () => {
+    const { W } = weightMatrix(randomF32(vocab * cols, 14), vocab, cols, 'f32');
+    const tokens = track(createU32Buffer(device, Uint32Array.of(1), 'tokens'));
+    expect(() => kernels.begin().embedding(output(cols), W, tokens, 1, NaN)).toThrow(/scale/);
+  });
 
   it('gives a zero row for a token id outside the table', async () => {
     const { W, held } = weightMatrix(randomF32(vocab * cols, 5), vocab, cols, 'f32');
@@ -149,10 +173,12 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
 
   // The feed-forward's input in one pass: silu(x·W_gateᵀ) * (x·W_upᵀ). T = 1 goes to fusedSwiglu;
   // a split W_gate falls back to two matmuls and swiglu() through the scratch buffers.
-  for (const dtype of DTYPES) {
+  // GeGLU (gelu_tanh, Gemma) through the same paths, on f16 weights.
+  const gatedCases = [...DTYPES.map((dtype) => ({ dtype, activation: 'silu' as const })), { dtype: 'f16' as const, activation: 'gelu_tanh' as const }];
+  for (const { dtype, activation } of gatedCases) {
     for (const [T, rows, cols, split] of [[5, 7, 8, false], [18, 66, 64, false], [70, 37, 20, false], [6, 9, 6, false], [1, 9, 8, false], [9, 12, 8, true]] as [number, number, number, boolean][]) {
       for (const shape of T > 1 ? [undefined, gpuShape, oddShape, TILED_MATMUL_SHAPE] : [undefined]) {
-        it(`matmulSwiglu ${dtype}, T=${T}, rows=${rows}, cols=${cols}${split ? ', W_gate split in parts of 5 rows' : ''}${shapeName(shape)}`, async () => {
+        it(`matmulSwiglu ${dtype}${activation === 'silu' ? '' : `, ${activation}`}, T=${T}, rows=${rows}, cols=${cols}${split ? ', W_gate split in parts of 5 rows' : ''}${shapeName(shape)}`, async () => {
           const gate = weightMatrix(randomF32(rows * cols, 2500 + rows), rows, cols, dtype);
           const up = weightMatrix(randomF32(rows * cols, 2501 + rows), rows, cols, dtype);
           if (split) {
@@ -171,9 +197,12 @@ describe('matmul blocks: aligned (vec4) and scalar paths, ragged edges', () => {
           const x = randomF32(T * cols, 2502 + T);
           const out = output(T * rows);
           const batch = (await tuned({ matmulShape: shape && (() => shape) })).begin();
-          batch.matmulSwiglu(out, input(x), gate.W, up.W, T, { gate: output(T * rows), up: output(T * rows) });
+          batch.matmulSwiglu(out, input(x), gate.W, up.W, T, { gate: output(T * rows), up: output(T * rows) }, activation);
           batch.submit();
-          expectClose(await read(out, T * rows), swigluRef(matmulRef(x, gate.held, T, rows, cols), matmulRef(x, up.held, T, rows, cols)));
+          const [g, u] = [matmulRef(x, gate.held, T, rows, cols), matmulRef(x, up.held, T, rows, cols)];
+          const want = gatedRef(g, u, activation);
+          expectClose(await read(out, T * rows), want);
+          if (activation !== 'silu') expect(maxAbsDiff(want, swigluRef(g, u))).toBeGreaterThan(1e-2 * maxAbs(want));
         });
       }
     }
