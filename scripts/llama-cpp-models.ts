@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { writeGgufFromHf, type GgufOutType } from './gguf-from-hf.ts';
-import { generateModel, type Family } from './model-families.ts';
+import { GEMMA_FAMILIES, generateModel, type Family } from './model-families.ts';
 
 export const FIXTURE = fileURLToPath(new URL('../test/fixtures/llama-cpp-greedy.json', import.meta.url));
 
@@ -54,6 +54,11 @@ export function sha256(path: string): string {
 }
 
 /** Generates the spec's model folder and GGUF into `dir`; returns the GGUF's path and storage. */
+/** Whether the family's tensors take Gemma's GGUF names (ggufNameFromHf). */
+export function isGemma(family: string): boolean {
+  return (GEMMA_FAMILIES as readonly string[]).includes(family);
+}
+
 export async function generateReferenceGguf(spec: ReferenceModelSpec, dir: string): Promise<{ path: string; storage: Record<string, string>; config: Record<string, unknown> }> {
   const config = generateModel({ family: spec.family as Family, shape: 'tiny', out: dir, dtype: spec.dtype, seed: spec.seed, overrides: spec.overrides, scales: spec.scales });
   const { path, storage } = await writeGgufFromHf(dir, join(dir, `model-${spec.type}.gguf`), spec.type);

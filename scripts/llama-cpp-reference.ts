@@ -27,7 +27,7 @@ import { parseArgs } from 'node:util';
 import { startBrowser } from '../bench/hosts.ts';
 import { GGUF_OUT_TYPES, type GgufOutType } from './gguf-from-hf.ts';
 import { FIXTURE, generateReferenceGguf, sha256, type ReferenceFixture, type ReferenceModel, type ReferenceModelSpec } from './llama-cpp-models.ts';
-import { FAMILIES, type Family } from './model-families.ts';
+import { ALL_FAMILIES, type Family } from './model-families.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 
@@ -74,6 +74,9 @@ const OVERRIDES: Partial<Record<Family, Record<string, unknown>>> = {
   // the tiny shape's head_dim 16 apart from 32 / 4 heads is refused ("check_tensor_dims: tensor
   // 'blk.0.attn_qkv.weight' has wrong shape"), so hidden 64 (16 x 4, as in Phi-4-mini: 128 x 24).
   phi4: { hidden_size: 64 },
+  // Gemma 2 and Gemma 3 at their test shapes (Gemma 3 with its real 262k vocabulary: slow).
+  gemma2: {},
+  gemma3: {},
 };
 
 /** Storage per tensor kind: `blk.0.attn_q.weight` and `blk.1.attn_q.weight` as `attn_q.weight`. */
@@ -89,7 +92,7 @@ function storageSummary(storage: Record<string, string>): Record<string, string>
 async function main(): Promise<void> {
   const { values, positionals } = parseArgs({ options: { types: { type: 'string' } }, allowPositionals: true });
   const families = positionals.length ? positionals : Object.keys(OVERRIDES);
-  for (const f of families) if (!(FAMILIES as readonly string[]).includes(f)) throw new Error(`unknown family ${f}: one of ${FAMILIES.join(', ')}`);
+  for (const f of families) if (!(ALL_FAMILIES as readonly string[]).includes(f)) throw new Error(`unknown family ${f}: one of ${ALL_FAMILIES.join(', ')}`);
   const types = (values.types ? values.types.split(',') : DEFAULT_TYPES) as GgufOutType[];
   for (const t of types) if (!GGUF_OUT_TYPES.includes(t)) throw new Error(`GGUF types are ${GGUF_OUT_TYPES.join(', ')}`);
 

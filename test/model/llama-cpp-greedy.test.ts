@@ -23,7 +23,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { join } from 'node:path';
 import { ggufNameFromHf } from '../../scripts/gguf-from-hf.ts';
-import { FIXTURE, generateReferenceGguf, sha256, type ReferenceFixture, type ReferenceModel } from '../../scripts/llama-cpp-models.ts';
+import { FIXTURE, generateReferenceGguf, isGemma, sha256, type ReferenceFixture, type ReferenceModel } from '../../scripts/llama-cpp-models.ts';
 import { configFromHf, type LlamaConfig } from '../../src/model/config.ts';
 import { quantizeValues } from '../../src/model/quantize.ts';
 import type { QuantDType } from '../../src/gpu/tensor.ts';
@@ -103,14 +103,17 @@ async function checkModel(m: ReferenceModel): Promise<ModelOutcome> {
   const hf = configFromHf(JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')));
   // The window and the loaded context (LongRoPE's factors) as the GGUF was loaded: llama.cpp's
   // Llama has no window where the Hugging Face config of Mistral has one.
+  // Gemma 2's attention scale too: a GGUF has no query_pre_attn_scalar (llama.cpp's gemma2 scales
+  // by 1/sqrt(head_dim), 27B shapes aside), so the file is that model, not the folder's.
   const loaded = generator.model.config;
-  const config: LlamaConfig = { ...hf, slidingWindow: loaded.slidingWindow, loadedContextLength: loaded.loadedContextLength };
+  const family = hf.family && loaded.family ? { family: { ...hf.family, attentionScale: loaded.family.attentionScale } } : {};
+  const config: LlamaConfig = { ...hf, slidingWindow: loaded.slidingWindow, loadedContextLength: loaded.loadedContextLength, ...family };
   // Built at the first differing step only (most models have few; quantizing again costs seconds).
   const fileTensors = await readFolderTensors(dir);
   let weights: ReturnType<typeof cpuLlamaWeights> | undefined;
   const kvDType = generator.info.storage!.kvCacheDType;
   const exactLogits = (tokens: number[]): Float32Array => {
-    weights ??= cpuLlamaWeights(config, new Map([...fileTensors].map(([name, v]) => [name, held(v, storage[ggufNameFromHf(name)])])));
+    weights ??= cpuLlamaWeights(config, new Map([...fileTensors].map(([name, v]) => [name, held(v, storage[ggufNameFromHf(name, isGemma(m.family))])])));
     const logits = new CpuLlama(config, weights, tokens.length, kvDType).forward(tokens, 0);
     return logits.subarray((tokens.length - 1) * config.vocabSize);
   };
