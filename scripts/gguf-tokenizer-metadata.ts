@@ -77,7 +77,7 @@ export function byteLevelPreName(tokenizerJson: Json): string {
   const byteLevel = steps.find((s) => s.type === 'ByteLevel');
   if (!split && byteLevel?.use_regex === true) {
     const digits = steps.find((s) => s.type === 'Digits');
-    if (!digits && steps.length === 1) return 'gpt2';
+    if (!digits && steps.length === 1) return 'gpt-2'; // llama.cpp's name (it refuses 'gpt2')
     if (digits?.individual_digits === true && steps.length === 2 && steps[0] === digits) return 'smollm';
   }
   throw new Error(`no llama.cpp pre-tokenizer name for this tokenizer.json's pre_tokenizer: ${JSON.stringify(tokenizerJson.pre_tokenizer).slice(0, 200)}`);

@@ -100,6 +100,8 @@ describe('the GGUF writer', () => {
     expect(m['llama.attention.key_length']).toBe(16);
     expect(m['llama.rope.freq_base']).toBe(500000);
     expect(m['tokenizer.ggml.model']).toBe('gpt2');
+    // llama.cpp's name for GPT-2's pre-tokenizer (it refuses 'gpt2': "unknown pre-tokenizer type")
+    expect(m['tokenizer.ggml.pre']).toBe('gpt-2');
     expect((m['tokenizer.ggml.tokens'] as string[]).length).toBe(300);
     expect(m['tokenizer.ggml.bos_token_id']).toBe(295);
     expect(m['tokenizer.ggml.eot_token_id']).toBe(299);
