@@ -109,12 +109,16 @@ export function tokenizerMetadata(sources: TokenizerMetadataSources): Record<str
     return [m.slice(0, space), m.slice(space + 1)];
   });
 
+  // The model's vocab_size rows, as the converter writes them: ids past them (Gemma 3's image
+  // token) are left out; without a vocab_size, every id of the file.
   let count = typeof modelConfig.vocab_size === 'number' ? modelConfig.vocab_size : 0;
-  for (const id of Object.values(model.vocab)) count = Math.max(count, id + 1);
-  for (const t of added) count = Math.max(count, t.id + 1);
+  if (typeof modelConfig.vocab_size !== 'number') {
+    for (const id of Object.values(model.vocab)) count = Math.max(count, id + 1);
+    for (const t of added) count = Math.max(count, t.id + 1);
+  }
   const tokens = new Array<string>(count);
   const types = new Array<number>(count).fill(TokenType.NORMAL);
-  for (const [piece, id] of Object.entries(model.vocab)) tokens[id] = piece;
+  for (const [piece, id] of Object.entries(model.vocab)) if (id < count) tokens[id] = piece;
   const sentencePiece = model.byte_fallback === true;
   const unkText = tokenText(tokenizerConfig.unk_token) ?? model.unk_token ?? undefined;
   if (sentencePiece) {
@@ -124,6 +128,7 @@ export function tokenizerMetadata(sources: TokenizerMetadataSources): Record<str
     }
   }
   for (const t of added) {
+    if (t.id >= count) continue;
     tokens[t.id] = t.content;
     if (types[t.id] !== TokenType.UNKNOWN) types[t.id] = t.special || looksSpecial(t.content) ? TokenType.CONTROL : TokenType.USER_DEFINED;
   }

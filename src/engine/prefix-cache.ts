@@ -17,13 +17,6 @@
 // (resumable); otherwise the prompt is prefilled from 0 (an earlier point would need older keys
 // still). What a ring holds follows from when its positions were written (RingHistory). Saved
 // prefixes copy the rings as they are, with their history.
-//
-// Sliding-window layers keep a ring of R rows (KvCache.rings: position p at row p mod R, so p is
-// lost once p + R is written). A sequence that goes on from position n reads, in a layer of window
-// W, the keys of n - W + 1 .. n - 1: cached K/V is reused only where every ring still holds them
-// (resumable); otherwise the prompt is prefilled from 0 (from an earlier point would need older
-// keys still). What a ring holds follows from when its positions were written (RingHistory).
-// Saved prefixes copy the rings as they are, with their history.
 import type { KvCache } from '../model/kv-cache.ts';
 
 /** Fewer tokens than this about to be overwritten are not worth saving. */

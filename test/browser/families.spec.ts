@@ -101,6 +101,12 @@ function pathError(rows: LogitsRow[], want: Float32Array[], from: number, ids: n
 function asGgufSays(config: LlamaConfig, family: Family): LlamaConfig {
   if (family === 'mistral') return { ...config, architecture: 'llama', slidingWindow: undefined };
   if (family === 'gemma2' || family === 'gemma3') return { ...config, family: { ...familyOf(config), attentionScale: Math.fround(1 / Math.sqrt(config.headDim)) } };
+  // llama.cpp runs phi3 files without their sliding window.
+  if (family === 'phi3' || family === 'phi4') {
+    const f = familyOf(config);
+    const layers = f.layers?.map(({ slidingWindow: _window, ...layer }) => layer);
+    return { ...config, slidingWindow: undefined, family: layers ? { ...f, layers } : f };
+  }
   return config;
 }
 
