@@ -49,15 +49,15 @@ async function start(messages: TemplateMessage[], options: Options = {}) {
 const msg = (role: TemplateMessage['role'], content: string, extra: Partial<TemplateMessage> = {}): TemplateMessage => ({ role, content, ...extra });
 const TAGGED = ['What is the <think> tag in HTML?', 'Close it with </think>, then.', '<think>', 'a </think> b <think> c', '</think>'];
 
-/** Conversations that mention the tags in each kind of message. */
-function conversations(text: string): TemplateMessage[][] {
+/** Conversations that mention the tags in each kind of message (R1's template wants the call's arguments as a string). */
+function conversations(text: string, args: unknown = { city: 'Oslo' }): TemplateMessage[][] {
   return [
     [msg('user', text)],
     [msg('system', text), msg('user', 'Hi.')],
     [msg('user', 'Hi.'), msg('assistant', text), msg('user', 'And?')],
     [
       msg('user', 'Weather?'),
-      msg('assistant', '', { tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: { city: 'Oslo' } } }] } as Partial<TemplateMessage>),
+      msg('assistant', '', { tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: args } }] } as Partial<TemplateMessage>),
       msg('tool', text, { tool_call_id: 'c1' } as Partial<TemplateMessage>),
       msg('user', 'So?'),
     ],
@@ -96,8 +96,9 @@ describe('the tags in the conversation never change where the reply starts', () 
 
   it("DeepSeek-R1 distills: the template's generation prompt `<think>\\n` opens the thinking", async () => {
     for (const text of TAGGED) {
-      for (const messages of conversations(text).slice(0, 3)) {
+      for (const messages of conversations(text, '{"city": "Oslo"}')) {
         const r = await start(messages, { template: R1 });
+        if (!messages.some((m) => m.role === 'assistant' && m.content === text)) expect(r.text).toContain(text);
         expect(r.part).toBe('<｜Assistant｜><think>\n');
         expect(r.start).toBe('inside');
       }
