@@ -205,6 +205,37 @@ describe.each(['f32', 'f16'] as KvDType[])('the prefix cache over window layers\
     expect(got.choices).toEqual(want.choices);
   });
 
+  it('a sequence aborted while the prompt is prefilled again leaves the prefix cache what was rewritten', async () => {
+    const g = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY, kvDType, PASS), { maxQueued: 8, prefillChunkTokens: 8 });
+    made.push(g);
+    const prompt = tokens(30, 11);
+    const abort = new AbortController();
+    const session = await g.openSession({ promptTokens: prompt, sampling: greedy, signal: abort.signal });
+    const first: number[] = [];
+    try {
+      for await (const t of session.sequence({ index: 0, maxTokens: 40, stopTokenIds: [] })) first.push(t.id);
+      // The second prefill from 0 aborts after its first chunk (positions 0..7).
+      const forward = model.forward.bind(model);
+      const spy = vi.spyOn(model, 'forward').mockImplementation(async (t, start, cache, options) => {
+        const out = await forward(t, start, cache, options);
+        if (start === 0) abort.abort();
+        return out;
+      });
+      try {
+        await expect(session.sequence({ index: 1, maxTokens: 6, stopTokenIds: [] }).next()).rejects.toThrow(/abort/i);
+      } finally {
+        spy.mockRestore();
+      }
+    } finally {
+      session.close();
+    }
+    // The cache holds the prompt's first 8 tokens (the rings as rewritten), not the whole prompt nor the first sequence.
+    const next = [...prompt, ...first.slice(0, 5), ...tokens(3, 12)];
+    const runNext = await run(g, { promptTokens: next, sampling: greedy });
+    expect(runNext.cached).toBe(8);
+    expectSameRun(runNext, await run(cold, { promptTokens: next, sampling: greedy }));
+  });
+
   it('a prefix within the window before a recent end is reused after a shorter request', async () => {
     const warm = generator(true);
     const a = tokens(40, 6);
