@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { configFromGguf, configFromHf, LLAMA_FAMILY, type LlamaConfig } from '../../src/model/config.ts';
+import { configFromGguf, configFromHf, LLAMA_FAMILY, modelLayers, type LlamaConfig } from '../../src/model/config.ts';
 import { filesFromMemory } from '../../src/io/files.ts';
 import { readSafetensorsCheckpoint } from '../../src/io/formats/safetensors.ts';
 import { LlamaModel, ropeInverseFrequencies } from '../../src/model/llama.ts';
@@ -303,7 +303,7 @@ describe('config.json of each family’s published model', () => {
     expect(() => configFromHf({ ...qwen, rope_parameters: 'default' })).toThrow(/rope_parameters is not an object/);
   });
 
-  it('sliding windows: Mistral keeps its window; Qwen2 only with use_sliding_window on every layer', () => {
+  it('sliding windows: Mistral keeps its window; Qwen2 only with use_sliding_window, on the layers from max_window_layers', () => {
     const mistral = published['Mistral-7B-v0.1'];
     expect(configFromHf({ ...mistral, sliding_window: null }).slidingWindow).toBeUndefined();
     // Kept at the context's size too: a cache may be made longer than max_position_embeddings.
@@ -313,7 +313,8 @@ describe('config.json of each family’s published model', () => {
     expect(configFromHf(qwen).slidingWindow).toBeUndefined();
     expect(configFromHf({ ...qwen, use_sliding_window: true, max_window_layers: 24 }).slidingWindow).toBeUndefined();
     expect(configFromHf({ ...qwen, use_sliding_window: true, max_window_layers: 0 }).slidingWindow).toBe(4096);
-    expect(() => configFromHf({ ...qwen, use_sliding_window: true, max_window_layers: 12 })).toThrow(/max_window_layers/);
+    const some = configFromHf({ ...qwen, use_sliding_window: true, max_window_layers: 12 });
+    expect(modelLayers(some).map((l) => l.slidingWindow)).toEqual(Array.from({ length: 24 }, (_, l) => (l >= 12 ? 4096 : undefined)));
     // HF's Llama has no sliding window: a Mistral config relabelled as Llama attends to everything.
     expect(configFromHf({ ...mistral, architectures: ['LlamaForCausalLM'], model_type: 'llama' }).slidingWindow).toBeUndefined();
   });
