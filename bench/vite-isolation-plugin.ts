@@ -1,5 +1,6 @@
-// Cross-origin isolation for the bench pages only. wllama's threads (WebAssembly pthreads) need
-// SharedArrayBuffer, which a page gets only when it is served with COOP `same-origin` and COEP
+// Cross-origin isolation for the bench pages and the llama.cpp reference page
+// (scripts/llama-cpp-reference.ts) only. wllama's threads (WebAssembly pthreads) need
+// SharedArrayBuffer (its WebAssembly memory is shared even on one thread), which a page gets only when it is served with COOP `same-origin` and COEP
 // `require-corp`. The demo must not get them: it fetches models cross-origin (Hugging Face),
 // which `require-corp` would block. Everything a bench page loads is same-origin, and same-origin
 // responses pass COEP without a CORP header; worker scripts (wllama's come from blob: URLs)
@@ -7,7 +8,7 @@
 import type { Plugin } from 'vite';
 
 /** Pages (paths as requested, query ignored) served cross-origin isolated. */
-export const ISOLATED_PAGES = ['/bench.html', '/bench-wllama.html'];
+export const ISOLATED_PAGES = ['/bench.html', '/bench-wllama.html', '/test-pages/llama-cpp-reference.html'];
 
 export function benchIsolation(pages: string[] = ISOLATED_PAGES): Plugin {
   const isolate = (url: string | undefined) => !!url && pages.includes(url.split('?')[0]);

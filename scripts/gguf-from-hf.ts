@@ -13,7 +13,7 @@
 // - tokenizer.ggml.*: as gguf-tokenizer-metadata.ts writes them: SentencePiece-style folders (byte
 //   fallback) as model `llama` with tokens / scores / token_type (and add_space_prefix false for
 //   Gemma's); byte-level BPE folders as model `gpt2` with tokens / token_type / merges and the
-//   `tokenizer.ggml.pre` llama.cpp names their pre-tokenizer by (`gpt2` for the generated files,
+//   `tokenizer.ggml.pre` llama.cpp names their pre-tokenizer by (`gpt-2` for the generated files,
 //   `qwen2`, `llama-bpe`, `smaug-bpe`, `gpt-4o` for real ones); add_bos_token, BOS / EOS / EOT ids.
 // - Storage types: 1-D tensors (norms, biases, rope_freqs) stay F32 as llama.cpp keeps them.
 //   `f32` / `f16` / `q8_0` / `q4_0` / `q4_k` / `q6_k` store every matrix in that type (llama-quantize
@@ -322,7 +322,10 @@ export async function writeGgufFromHf(dir: string, out: string, type: GgufOutTyp
 
   const kvs: Record<string, GgufKv> = {
     'general.architecture': { type: 'string', value: arch },
-    'general.name': { type: 'string', value: `random ${String(config.model_type)} (webgpu-llama generate-models)` },
+    // Not the model type: llama.cpp keys per-token attributes on the name (a name containing
+    // "phi3" makes it look up Phi-3's <unk>, <s>, </s> and <|endoftext|>, and refuse the file
+    // without them: "error loading model vocabulary: unordered_map::at: key not found").
+    'general.name': { type: 'string', value: 'random weights (webgpu-llama generate-models)' },
     'general.file_type': { type: 'u32', value: { f32: 0, f16: 1, q4_0: 2, q8_0: 7, q4_k: 14, q4_k_m: 15, q6_k: 18 }[type] },
     'general.quantization_version': { type: 'u32', value: 2 },
     'general.alignment': { type: 'u32', value: 32 },

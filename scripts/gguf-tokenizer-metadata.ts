@@ -77,7 +77,7 @@ export function byteLevelPreName(tokenizerJson: Json): string {
   const byteLevel = steps.find((s) => s.type === 'ByteLevel');
   if (!split && byteLevel?.use_regex === true) {
     const digits = steps.find((s) => s.type === 'Digits');
-    if (!digits && steps.length === 1) return 'gpt2';
+    if (!digits && steps.length === 1) return 'gpt-2'; // llama.cpp's name (it refuses 'gpt2')
     if (digits?.individual_digits === true && steps.length === 2 && steps[0] === digits) return 'smollm';
   }
   throw new Error(`no llama.cpp pre-tokenizer name for this tokenizer.json's pre_tokenizer: ${JSON.stringify(tokenizerJson.pre_tokenizer).slice(0, 200)}`);
@@ -109,12 +109,16 @@ export function tokenizerMetadata(sources: TokenizerMetadataSources): Record<str
     return [m.slice(0, space), m.slice(space + 1)];
   });
 
+  // The model's vocab_size rows, as the converter writes them: ids past them (Gemma 3's image
+  // token) are left out; without a vocab_size, every id of the file.
   let count = typeof modelConfig.vocab_size === 'number' ? modelConfig.vocab_size : 0;
-  for (const id of Object.values(model.vocab)) count = Math.max(count, id + 1);
-  for (const t of added) count = Math.max(count, t.id + 1);
+  if (typeof modelConfig.vocab_size !== 'number') {
+    for (const id of Object.values(model.vocab)) count = Math.max(count, id + 1);
+    for (const t of added) count = Math.max(count, t.id + 1);
+  }
   const tokens = new Array<string>(count);
   const types = new Array<number>(count).fill(TokenType.NORMAL);
-  for (const [piece, id] of Object.entries(model.vocab)) tokens[id] = piece;
+  for (const [piece, id] of Object.entries(model.vocab)) if (id < count) tokens[id] = piece;
   const sentencePiece = model.byte_fallback === true;
   const unkText = tokenText(tokenizerConfig.unk_token) ?? model.unk_token ?? undefined;
   if (sentencePiece) {
@@ -124,6 +128,7 @@ export function tokenizerMetadata(sources: TokenizerMetadataSources): Record<str
     }
   }
   for (const t of added) {
+    if (t.id >= count) continue;
     tokens[t.id] = t.content;
     if (types[t.id] !== TokenType.UNKNOWN) types[t.id] = t.special || looksSpecial(t.content) ? TokenType.CONTROL : TokenType.USER_DEFINED;
   }

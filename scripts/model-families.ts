@@ -550,11 +550,26 @@ export interface GenerateOptions {
   /** config.json keys replacing the shape's (e.g. wider tiny dims, so K-quant blocks of 256 fit a row). */
   overrides?: Json;
   /**
+   * Multipliers of the random values (offset and spread) of the tensors whose name contains a key,
+   * e.g. { 'self_attn.q_proj': 3, 'self_attn.k_proj': 3, 'model.norm': 6 } for "sharp" models:
+   * attention far from uniform and logits far apart, so that a wrong kernel changes tokens.
+   */
+  scales?: Record<string, number>;
+  /**
    * A real tokenizer instead of the generated one: the folder whose tokenizer.json and
    * tokenizer_config.json (with its chat template) are copied, and the generation_config.json to
    * write. `overrides.vocab_size` must then be the real model's.
    */
   tokenizer?: { dir: string; generationConfig: Json };
+}
+
+/** `plan` with the values of each tensor matched by a key of `scales` multiplied by its factor (keys applied in order). */
+export function scaledPlan(plan: TensorPlan[], scales: Record<string, number> = {}): TensorPlan[] {
+  return plan.map((t) => {
+    let factor = 1;
+    for (const [key, f] of Object.entries(scales)) if (t.name.includes(key)) factor *= f;
+    return factor === 1 ? t : { ...t, scale: t.scale * factor, offset: t.offset * factor };
+  });
 }
 
 /** Writes a random-weight model folder; returns its config.json object. */
@@ -575,6 +590,6 @@ export function generateModel(options: GenerateOptions): Json {
   }
   writeFileSync(join(out, 'config.json'), JSON.stringify(config, null, 2));
   writeFileSync(join(out, 'generation_config.json'), JSON.stringify(generationConfig, null, 2));
-  writeRandomSafetensors(join(out, 'model.safetensors'), tensorPlan(config), options.dtype ?? 'bf16', options.seed ?? 1);
+  writeRandomSafetensors(join(out, 'model.safetensors'), scaledPlan(tensorPlan(config), options.scales), options.dtype ?? 'bf16', options.seed ?? 1);
   return config;
 }

@@ -29,7 +29,8 @@
 // or params.start_pos plus a u32 read from a storage buffer for the reusable decode step: the
 // dispatch grid depends only on T and the heads, and each thread loops to its own position, so one
 // recorded bind group serves every step); online_softmax.wgsl (first_key, attend_key / attend_row,
-// NEG_LARGE, HEAD_SLICES). Two entry points; the host picks (kernels/tuning.ts, attentionPlan):
+// NEG_LARGE, HEAD_SLICES); `fn kv_row(j: u32) -> u32`, the cache row of position j (j, or in a
+// sliding-window layer's ring j mod its rows), and split_combine's chunk slots (kvRowWgsl). Two entry points; the host picks (kernels/tuning.ts, attentionPlan):
 //
 // - `per_thread`: one thread per (block of QUERIES consecutive query tokens, block of GROUP_HEADS
 //   heads sharing a KV head): HEADS = QUERIES x GROUP_HEADS query heads, for which it walks the
@@ -124,15 +125,15 @@ fn per_thread(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) gri
   let shared_first = first_key(pos_last);
   for (var j = first_key(pos_first); j < min(shared_first, pos_first + 1u); j++) {
     mask_keys(pos, j);
-    attend_row(qv, &acc, &m, &l, (j * kv_row_stride + kv_offset) / WIDTH);
+    attend_row(qv, &acc, &m, &l, (kv_row(j) * kv_row_stride + kv_offset) / WIDTH);
   }
   unmask_keys();
   for (var j = shared_first; j <= pos_first; j++) {
-    attend_row(qv, &acc, &m, &l, (j * kv_row_stride + kv_offset) / WIDTH);
+    attend_row(qv, &acc, &m, &l, (kv_row(j) * kv_row_stride + kv_offset) / WIDTH);
   }
   for (var j = pos_first + 1u; j <= pos_last; j++) {
     mask_keys(pos, j);
-    attend_row(qv, &acc, &m, &l, (j * kv_row_stride + kv_offset) / WIDTH);
+    attend_row(qv, &acc, &m, &l, (kv_row(j) * kv_row_stride + kv_offset) / WIDTH);
   }
 
   for (var u = 0u; u < QUERIES; u++) {
@@ -231,7 +232,7 @@ fn per_workgroup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
     let valid = j < n_keys;
     var score = NEG_LARGE;
     if (valid) {
-      let k_base = j * kv_row_stride + kv_offset;
+      let k_base = kv_row(j) * kv_row_stride + kv_offset;
       var dot = 0.0;
       for (var d = 0u; d < head_dim; d++) {
         dot += q_shared[d] * load_k1(k_base + d);
@@ -256,7 +257,7 @@ fn per_workgroup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
       if (d < head_dim) {
         var a = acc[c] * correction;
         for (var jj = 0u; jj < block_keys; jj++) {
-          a += p_shared[jj] * load_v1((j0 + jj) * kv_row_stride + kv_offset + d);
+          a += p_shared[jj] * load_v1(kv_row(j0 + jj) * kv_row_stride + kv_offset + d);
         }
         acc[c] = a;
       }
@@ -285,19 +286,21 @@ fn split_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
   let d = i % HEAD_DIM;
   let pos = start_pos();
   // Only the chunks that hold keys of this query: first_key(pos) / chunk_keys ..= pos / chunk_keys.
+  // (A ring's chunks sit in slots chunk_slot(c); the chunks past the position are only a full cache's.)
   let c_lo = first_key(pos) / params.chunk_keys;
-  let c_hi = min(pos / params.chunk_keys, params.num_chunks - 1u);
+  let c_hi = min(pos / params.chunk_keys, chunk_limit(c_lo));
   let ml = params.num_heads * params.num_chunks * HEAD_DIM + 2u * h * params.num_chunks;
   var m = NEG_LARGE;
   for (var c = c_lo; c <= c_hi; c++) {
-    m = max(m, partials[ml + 2u * c]);
+    m = max(m, partials[ml + 2u * chunk_slot(c)]);
   }
   var l = 0.0;
   var a = 0.0;
   for (var c = c_lo; c <= c_hi; c++) {
-    let w = exp(partials[ml + 2u * c] - m);
-    l += w * partials[ml + 2u * c + 1u];
-    a += w * partials[(h * params.num_chunks + c) * HEAD_DIM + d];
+    let s = chunk_slot(c);
+    let w = exp(partials[ml + 2u * s] - m);
+    l += w * partials[ml + 2u * s + 1u];
+    a += w * partials[(h * params.num_chunks + s) * HEAD_DIM + d];
   }
   out[i] = a / l;
 }

@@ -17,6 +17,10 @@
 // With one chunk (num_chunks = 1) the thread writes its heads' outputs; with more it leaves their
 // unnormalized accumulators and (m, l) in `partials`, and attention.wgsl's split_combine finishes
 // (flash-decoding). The grid depends on the cache size, not on p.
+// A sliding-window layer's cache may be a ring (kvRowWgsl): position j is at row kv_row(j) (j mod
+// its rows, at least the window: row kv_row(p) held a position no query of this step reads), and
+// work slot `slot` takes chunk slot_chunk(slot, p) of the chunks a full cache would have, so that
+// split_combine sums the same chunks in the same order.
 //
 // This file is the math of one thread, `attend_item`; two kernels run it: decode_attention_pass.wgsl
 // (a dispatch of its own) and decode_layer.wgsl (a phase of the whole layer). Composed in front of
@@ -33,7 +37,7 @@
 // the variant reads its params); `const QK_NORM: bool` with `fn q_gamma(e) -> f32`,
 // `fn k_gamma(e) -> f32` and `fn qk_eps() -> f32` (the per-head q/k RMSNorm's weights and eps);
 // and a `params` with the fields of decode_attention_pass.wgsl's Params (those of the features
-// off are not read).
+// off are not read); `fn kv_row(j) -> u32` and `fn slot_chunk(slot, p) -> u32` (kvRowWgsl).
 
 /** 1 / sqrt(mean(x²) + eps) of the head of qkv that starts at element `base` (QK_NORM). */
 fn head_inv_rms(base: u32) -> f32 {
@@ -60,10 +64,11 @@ var<private> v_cur: array<H, HEAD_SLICES>;
  */
 fn attend_item(item: u32) {
   let h0 = (item / params.num_chunks) * HEADS;
-  let chunk = item % params.num_chunks;
+  let slot = item % params.num_chunks; // the chunk's work slot (a ring's slots: kvRowWgsl)
   let group = params.num_heads / params.num_kv_heads;
   let kv_head = h0 / group;
   let pos = start_pos();
+  let chunk = slot_chunk(slot, pos);
   let p = f32(pos);
   let q_dim = params.num_heads * HEAD_DIM;
   let kv_dim = params.num_kv_heads * HEAD_DIM;
@@ -145,7 +150,7 @@ fn attend_item(item: u32) {
   }
   let kv_offset = kv_head * HEAD_DIM; // this KV head within a cache row
   if (h0 % group == 0u && chunk == pos / params.chunk_keys) {
-    store_kv_row(pos * kv_dim + kv_offset);
+    store_kv_row(kv_row(pos) * kv_dim + kv_offset);
   }
 
   // The cache rows before p, then row p from registers (the cache's may not be written yet); kept
@@ -153,7 +158,7 @@ fn attend_item(item: u32) {
   let lo = max(first_key(pos), chunk * params.chunk_keys);
   let hi = min(pos + 1u, (chunk + 1u) * params.chunk_keys);
   for (var j = lo; j < min(hi, pos); j++) {
-    attend_row(qv, &acc, &m, &l, (j * kv_dim + kv_offset) / WIDTH);
+    attend_row(qv, &acc, &m, &l, (kv_row(j) * kv_dim + kv_offset) / WIDTH);
   }
   if (lo <= pos && pos < hi) {
     attend_key(qv, &acc, &m, &l, k_cur, v_cur);
@@ -167,7 +172,7 @@ fn attend_item(item: u32) {
         store_out(h * HEAD_DIM + i * WIDTH, acc[g * HEAD_SLICES + i] * inv_l);
       }
     } else {
-      let hc = h * params.num_chunks + chunk; // split_combine's (head, chunk) index
+      let hc = h * params.num_chunks + slot; // split_combine's (head, chunk slot) index
       for (var i = 0u; i < HEAD_SLICES; i++) {
         store_partial(hc * HEAD_DIM + i * WIDTH, acc[g * HEAD_SLICES + i]);
       }

@@ -10,6 +10,9 @@
 // `write_kv_f32`: f32 caches, one element per thread (row_len and n count floats).
 //
 // The conversion (f16_bits.wgsl, composed in front of this file) rounds to nearest, ties to even.
+// `fn cache_index(i: u32) -> u32` (composed in front, kvWriteIndexWgsl) places word or float i of
+// the T rows: start_pos() * row_len + i, or in a ring of R rows (a sliding-window layer's cache)
+// ((start_pos() + i / row_len) mod R) * row_len + i mod row_len.
 
 struct Params {
   n: u32,         // words (f16) or floats (f32) to write: T rows
@@ -34,7 +37,7 @@ fn write_kv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid:
   if (i >= params.n) {
     return;
   }
-  let o = start_pos() * params.row_len + i;
+  let o = cache_index(i);
   k_cache[o] = f16_bits(k[2u * i]) | (f16_bits(k[2u * i + 1u]) << 16u);
   v_cache[o] = f16_bits(v[2u * i]) | (f16_bits(v[2u * i + 1u]) << 16u);
 }
@@ -46,7 +49,7 @@ fn write_kv_f32(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) g
   if (i >= params.n) {
     return;
   }
-  let o = start_pos() * params.row_len + i;
+  let o = cache_index(i);
   k_cache_f32[o] = k[i];
   v_cache_f32[o] = v[i];
 }

@@ -10,7 +10,7 @@
 import { usableVocabSize, type FinishReason, type TextGenerator } from '../engine/types.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { validateChatRequest, type ChatParams } from './chat-schema.ts';
-import { renderChatPrompt, toolCallFormatFor, type ChatPromptInput } from './chat-prompt.ts';
+import { generationPart, renderChatPrompt, toolCallFormatFor, type ChatPromptInput } from './chat-prompt.ts';
 import {
   checkPromptVocabulary,
   choiceSettings,
@@ -232,7 +232,9 @@ async function planChat(generator: TextGenerator, params: ChatParams): Promise<C
   });
   if (format !== null && markerIsSpecial(generator.tokenizer, format)) settings.skipSpecialTokens = false;
   const tags = reasoningTagsOf(generator);
-  const reasoning = tags ? { tags, start: reasoningStart(rendered.text, tags) } : null;
+  // Only the reply's own part of the prompt says where it starts (a second render); a prompt without either tag needs none.
+  const mentions = tags !== null && (rendered.text.includes(tags.start) || rendered.text.includes(tags.end));
+  const reasoning = tags ? { tags, start: reasoningStart(mentions ? await generationPart(generator, input, rendered) : '', tags) } : null;
   // Where the tags are special tokens of the vocabulary, special tokens stay in the text for the split (as for tool markers).
   if (reasoning && (isSpecialToken(generator.tokenizer, reasoning.tags.start) || isSpecialToken(generator.tokenizer, reasoning.tags.end))) settings.skipSpecialTokens = false;
   if (reasoning && reasoning.start !== 'answer') {

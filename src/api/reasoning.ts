@@ -18,12 +18,15 @@ export interface ReasoningTags {
 export const THINK_TAGS: ReasoningTags = { start: '<think>', end: '</think>' };
 
 /**
- * Where a reply starts, from the rendered prompt:
- * - 'inside': the prompt leaves a `<think>` open (DeepSeek-R1 distills' templates, Qwen3's
- *   thinking-only templates): the output is thinking until `</think>`;
- * - 'may-open': the output is thinking only if it begins with `<think>`;
- * - 'answer': the prompt ends with a closed thinking block (Qwen3 with enable_thinking false writes
- *   an empty one): the output is all answer, as vLLM reads it.
+ * Where a reply starts, from the reply's own part of the prompt (the generation prompt the template
+ * adds after the conversation, or the final message being continued: chat-prompt.ts
+ * generationPart), never from the conversation, whose text may mention the tags:
+ * - 'inside': the part leaves a `<think>` open (DeepSeek-R1 distills' templates, Qwen3's
+ *   thinking-only templates, a continued message that is still thinking): the output is thinking
+ *   until `</think>`;
+ * - 'answer': the part closes its thinking (Qwen3 with enable_thinking false writes an empty
+ *   block; a continued message that has thought): the output is all answer, as vLLM reads it;
+ * - 'may-open': the part has no tag: the output is thinking only if it begins with `<think>`.
  */
 export type ReasoningStart = 'inside' | 'may-open' | 'answer';
 
@@ -49,13 +52,12 @@ export function reasoningTagsOf(generator: Pick<TextGenerator, 'info' | 'tokeniz
   return templates.some((t) => t.includes(THINK_TAGS.start)) ? THINK_TAGS : null;
 }
 
-/** Where the reply to a rendered prompt starts (ReasoningStart). */
-export function reasoningStart(prompt: string, tags: ReasoningTags): ReasoningStart {
-  const open = prompt.lastIndexOf(tags.start);
-  const close = prompt.lastIndexOf(tags.end);
+/** Where a reply starts (ReasoningStart), from its part of the prompt: the last tag in it decides. */
+export function reasoningStart(part: string, tags: ReasoningTags): ReasoningStart {
+  const open = part.lastIndexOf(tags.start);
+  const close = part.lastIndexOf(tags.end);
   if (open > close) return 'inside';
-  if (close >= 0 && prompt.slice(close + tags.end.length).trim() === '') return 'answer';
-  return 'may-open';
+  return close >= 0 ? 'answer' : 'may-open';
 }
 
 /** A piece of a reply, split. */

@@ -242,7 +242,8 @@ export class LlamaGenerator implements TextGenerator {
     const chunk = this.prefillChunk(false);
     let end = from;
     try {
-      while (end < to && !this.destroyed) {
+      // (A ring that no longer holds the window before `end`, KvCache.rings, stops it: what it holds is then reused up to there at most.)
+      while (end < to && !this.destroyed && this.prefixCache.resumable(end)) {
         const n = Math.min(chunk, to - end);
         await this.model.forward(tokens.slice(end, end + n), end, this.cache, { readBack: false });
         end += n;

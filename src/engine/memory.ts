@@ -12,7 +12,7 @@ import { DEFAULT_PREFILL_CHUNK_TOKENS } from './generator.ts';
 export interface MemoryEstimate {
   /** Weight buffers, in their GPU storage. */
   weightBytes: number;
-  /** K and V of every layer for `contextLength` positions. */
+  /** K and V of every layer for `contextLength` positions (a sliding-window layer's: its ring, KvCache). */
   kvCacheBytes: number;
   /** One layer's K (or V) buffer: a buffer, and a binding, of its own. */
   kvLayerBytes: number;
@@ -41,7 +41,7 @@ export function estimateMemory(config: LlamaConfig, plan: WeightStoragePlan, con
   return {
     weightBytes,
     kvCacheBytes: kv,
-    kvLayerBytes: contextLength * KvCache.rowBytesOf(config, kvDType),
+    kvLayerBytes: Math.max(...KvCache.layerRowsOf(config, contextLength)) * KvCache.rowBytesOf(config, kvDType),
     activationBytes: act,
     totalBytes: weightBytes + kv + act,
   };

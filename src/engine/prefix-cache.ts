@@ -3,13 +3,20 @@
 // ones prefills only the rest (a chat turn that resends the conversation, an agent that resends
 // its system prompt and tools).
 //
-// The working cache stays contiguous, as every attention kernel reads it by position. A request
+// The working cache's full layers are read by position (a sliding-window layer's ring: below). A request
 // that extends what the working cache holds (the previous turn's prompt and answer) reuses it in
 // place; one that matches a saved prefix better gets it copied back (copyBufferToBuffer, far
 // cheaper than its prefill: docs/prefix-cache.md). The working cache's content is saved only when
 // a request is about to overwrite a part of it worth keeping. Saved prefixes are evicted least
 // recently used first; a save that does not fit is skipped, so no request fails for the cache.
 // Only the session holding the GPU (the scheduler) calls into it.
+//
+// Sliding-window layers keep a ring of R rows (KvCache.rings: position p at row p mod R, so p is
+// lost once p + R is written). A sequence that goes on from position n reads, in a layer of window
+// W, the keys of n - W + 1 .. n - 1: cached K/V is reused only where every ring still holds them
+// (resumable); otherwise the prompt is prefilled from 0 (an earlier point would need older keys
+// still). What a ring holds follows from when its positions were written (RingHistory). Saved
+// prefixes copy the rings as they are, with their history.
 import type { KvCache } from '../model/kv-cache.ts';
 
 /** Fewer tokens than this about to be overwritten are not worth saving. */
@@ -26,12 +33,33 @@ export interface PrefixCacheOptions {
   maxBufferBytes: number;
 }
 
-/** K and V of every layer for the positions 0..tokens.length-1 of a sequence, saved from the working cache. */
+/**
+ * When the working cache's positions were written, as far as the rings need it: the sequence it
+ * holds wrote positions from `start` on, up to `newer` (KvCache.written, a high-water mark), after
+ * every write of the positions before `start`, whose writes (and those of earlier sequences) reach
+ * up to `older`. A ring of R rows holds position p if nothing later wrote p + R: for p >= start if
+ * p >= newer - R, for p < start if p >= max(older, newer) - R.
+ */
+interface RingHistory {
+  readonly start: number;
+  readonly older: number;
+  readonly newer: number;
+}
+
+/** Where a saved prefix keeps one layer: in buffers[buffer] at byte offset, `rows` K rows then as many V rows. */
+interface SavedLayer {
+  readonly buffer: number;
+  readonly offset: number;
+  readonly rows: number;
+}
+
+/** K and V of every layer for the positions 0..tokens.length-1 of a sequence (a ring layer: its ring), saved from the working cache. */
 interface SavedPrefix {
   readonly tokens: readonly number[];
-  /** Layers [i * layersPerBuffer, (i + 1) * layersPerBuffer): K rows then V rows of each, in order. */
   readonly buffers: GPUBuffer[];
-  readonly layersPerBuffer: number;
+  readonly layers: readonly SavedLayer[];
+  /** The rings' history when they were saved. */
+  readonly history: RingHistory;
   readonly bytes: number;
   lastUse: number;
 }
@@ -48,6 +76,9 @@ export class PrefixCache {
   private clock = 0;
   /** Counts clear() calls: a save that awaited across one drops what it made. */
   private generation = 0;
+  /** The working cache's RingHistory but `newer` (the cache's written). */
+  private ringStart = 0;
+  private ringOlder = 0;
 
   constructor(
     private readonly device: GPUDevice,
@@ -82,12 +113,15 @@ export class PrefixCache {
     if (!this.options.enabled) return 0;
     const limit = Math.max(0, tokens.length - MIN_PREFILL_TOKENS);
     const matchWorking = commonPrefixLength(this.workingTokens, tokens, this.workingLength);
-    const fromWorking = reuse ? Math.min(matchWorking, limit) : 0;
+    const working = this.history;
+    // A cached prefix the rings no longer hold the window before is not reused at all.
+    const inRings = (n: number, history: RingHistory) => (this.resumable(n, history) ? n : 0);
+    const fromWorking = reuse ? inRings(Math.min(matchWorking, limit), working) : 0;
     let source: SavedPrefix | undefined;
     let fromSaved = 0;
     if (reuse) {
       for (const s of this.saved) {
-        const n = Math.min(commonPrefixLength(s.tokens, tokens), limit);
+        const n = inRings(Math.min(commonPrefixLength(s.tokens, tokens), limit), s.history);
         if (n > fromSaved) [source, fromSaved] = [s, n];
       }
     }
@@ -98,10 +132,16 @@ export class PrefixCache {
     const generation = this.generation;
     if (this.workingLength - kept >= MIN_SAVED_TOKENS) await this.save(this.workingTokens.slice(0, this.workingLength), source);
     if (generation !== this.generation) return 0; // cleared (the model unloaded) meanwhile
+    let history = working;
     if (source) {
       source.lastUse = ++this.clock;
       this.copy(source, reused, 'restore');
+      history = source.history;
     }
+    // The sequence writes from `reused` on, after everything before.
+    this.ringStart = reused;
+    this.ringOlder = reused === 0 ? 0 : Math.max(history.older, history.newer);
+    this.cache.resetWritten(reused);
     this.holds(tokens, reused);
     return reused;
   }
@@ -124,12 +164,32 @@ export class PrefixCache {
     return { tokens: this.workingTokens, from: this.prefilledLength, to: this.workingLength };
   }
 
+  /** The working cache's RingHistory. */
+  private get history(): RingHistory {
+    return { start: this.ringStart, older: this.ringOlder, newer: this.cache.written };
+  }
+
+  /**
+   * Whether a sequence can go on from position n over K/V with this history: every ring layer
+   * (window W, R rows) still holds positions max(0, n - W + 1) .. n - 1. Always, without rings.
+   */
+  resumable(n: number, history: RingHistory = this.history): boolean {
+    const { rings, windows } = this.cache;
+    return rings.every((ring, l) => {
+      if (!ring || n === 0) return true;
+      const oldest = Math.max(0, n - windows[l]! + 1);
+      const high = oldest < history.start ? Math.max(history.older, history.newer) : history.newer;
+      return oldest >= high - ring.rows;
+    });
+  }
+
   /** Frees every saved prefix and forgets the working cache's content. */
   clear(): void {
     this.generation++;
     for (const s of this.saved) destroyAll(s.buffers);
     this.saved.length = 0;
     this.savedBytes = 0;
+    this.ringStart = this.ringOlder = 0;
     this.holds([]);
   }
 
@@ -146,11 +206,22 @@ export class PrefixCache {
       return;
     }
     const cache = this.cache;
-    const layers = cache.keys.length;
-    const layerBytes = 2 * tokens.length * cache.rowBytes;
-    const bytes = layers * layerBytes;
+    const history = this.history;
+    // A full layer's rows 0..tokens.length-1; a ring's rows as far as written (all, once it wrapped).
+    const layerRows = cache.rings.map((ring) => (ring ? Math.min(ring.rows, history.newer) : tokens.length));
+    const maxBuffer = this.options.maxBufferBytes;
+    const layers: SavedLayer[] = [];
+    const bufferBytes: number[] = [];
+    for (const rows of layerRows) {
+      const layerBytes = 2 * rows * cache.rowBytes;
+      if (layerBytes > maxBuffer) return;
+      if (bufferBytes.length === 0 || bufferBytes[bufferBytes.length - 1]! + layerBytes > maxBuffer) bufferBytes.push(0);
+      layers.push({ buffer: bufferBytes.length - 1, offset: bufferBytes[bufferBytes.length - 1]!, rows });
+      bufferBytes[bufferBytes.length - 1]! += layerBytes;
+    }
+    const bytes = bufferBytes.reduce((a, b) => a + b, 0);
     // Nothing is evicted for a save that cannot fit once all but `pinned` is.
-    if (bytes > this.maxBytes - (pinned?.bytes ?? 0) || layerBytes > this.options.maxBufferBytes) return;
+    if (bytes > this.maxBytes - (pinned?.bytes ?? 0)) return;
     for (const s of [...this.saved]) {
       if (s !== pinned && commonPrefixLength(s.tokens, tokens) === s.tokens.length) this.drop(s);
     }
@@ -159,16 +230,13 @@ export class PrefixCache {
       if (!victim) return;
       this.drop(victim);
     }
-    const layersPerBuffer = Math.max(1, Math.floor(this.options.maxBufferBytes / layerBytes));
     const device = this.device;
     device.pushErrorScope('validation');
     device.pushErrorScope('out-of-memory');
-    const buffers: GPUBuffer[] = [];
-    for (let first = 0; first < layers; first += layersPerBuffer) {
-      const n = Math.min(layersPerBuffer, layers - first);
-      buffers.push(device.createBuffer({ label: `saved_prefix.${first}`, size: n * layerBytes, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST }));
-    }
-    const prefix: SavedPrefix = { tokens, buffers, layersPerBuffer, bytes, lastUse: ++this.clock };
+    const buffers = bufferBytes.map((size, i) =>
+      device.createBuffer({ label: `saved_prefix.${i}`, size: Math.max(4, size), usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST }),
+    );
+    const prefix: SavedPrefix = { tokens, buffers, layers, history, bytes, lastUse: ++this.clock };
     this.copy(prefix, tokens.length, 'save');
     const outOfMemory = device.popErrorScope();
     const invalid = device.popErrorScope();
@@ -185,18 +253,20 @@ export class PrefixCache {
   }
 
   /**
-   * Submits the copies of positions 0..length-1 of every layer's K and V between the working
-   * cache and `prefix`: into it ('save') or out of it ('restore').
+   * Submits the copies of positions 0..length-1 of every layer's K and V (a ring layer's saved
+   * rows, all of them) between the working cache and `prefix`: into it ('save') or out of it ('restore').
    */
   private copy(prefix: SavedPrefix, length: number, direction: 'save' | 'restore'): void {
-    const { keys, values, rowBytes } = this.cache;
-    const span = prefix.tokens.length * rowBytes;
-    const bytes = length * rowBytes;
+    const { keys, values, rowBytes, rings } = this.cache;
     const encoder = this.device.createCommandEncoder({ label: `${direction}_prefix` });
     for (let l = 0; l < keys.length; l++) {
       // Layer l's K rows, then its V rows, in the saved prefix's buffers.
-      const buffer = prefix.buffers[Math.floor(l / prefix.layersPerBuffer)]!;
-      const offset = (l % prefix.layersPerBuffer) * 2 * span;
+      const place = prefix.layers[l]!;
+      const buffer = prefix.buffers[place.buffer]!;
+      const offset = place.offset;
+      const span = place.rows * rowBytes;
+      const bytes = (rings[l] ? place.rows : length) * rowBytes;
+      if (bytes === 0) continue;
       if (direction === 'save') {
         encoder.copyBufferToBuffer(keys[l]!, 0, buffer, offset, bytes);
         encoder.copyBufferToBuffer(values[l]!, 0, buffer, offset + span, bytes);

@@ -296,13 +296,27 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   const window = c.sliding_window;
   const switched = architecture === 'qwen2' || architecture === 'qwen3' || architecture === 'smollm3';
   let usesSliding = switched ? c.use_sliding_window === true : architecture === 'mistral' || architecture === 'phi3';
+  // Which layers slide (transformers' layer_types): the config's list when it has one, else the
+  // layers from max_window_layers on.
+  let windowed: boolean[] | undefined;
   if (switched && usesSliding) {
-    // Qwen2 windows only the layers from max_window_layers on: all of them or none is supported.
-    const firstWindowed = hfNumber(c, 'max_window_layers', 28);
-    if (firstWindowed >= numLayers) usesSliding = false;
-    else if (firstWindowed > 0) {
-      throw new Error(`Unsupported model: sliding-window attention on layers ${firstWindowed}.. only (config.json max_window_layers = ${firstWindowed}, use_sliding_window = true)`);
+    const types = c.layer_types;
+    if (types !== undefined && types !== null) {
+      if (!Array.isArray(types) || types.length !== numLayers || types.some((t) => t !== 'full_attention' && t !== 'sliding_attention')) {
+        throw new Error(`config.json layer_types must be ${numLayers} of "full_attention" / "sliding_attention" (got ${JSON.stringify(types).slice(0, 200)})`);
+      }
+      windowed = types.map((t) => t === 'sliding_attention');
+    } else {
+      const firstWindowed = hfNumber(c, 'max_window_layers', 28);
+      if (firstWindowed > 0 && firstWindowed < numLayers && !(Number.isSafeInteger(numLayers) && numLayers <= MAX_DESCRIBED_LAYERS)) {
+        throw new Error(`Unsupported model: sliding-window attention on layers ${firstWindowed}.. of ${numLayers}`);
+      }
+      if (firstWindowed > 0 && Number.isSafeInteger(numLayers) && numLayers <= MAX_DESCRIBED_LAYERS) {
+        windowed = Array.from({ length: numLayers }, (_, l) => l >= firstWindowed);
+      }
     }
+    if (windowed && !windowed.some(Boolean)) usesSliding = false;
+    if (windowed?.every(Boolean)) windowed = undefined;
   }
   let slidingWindow: number | undefined;
   if (usesSliding && window !== undefined && window !== null) {
@@ -349,7 +363,7 @@ export function configFromHf(configJson: unknown): LlamaConfig {
   };
   if (ropeScaling) config.ropeScaling = ropeScaling;
   if (slidingWindow !== undefined) config.slidingWindow = slidingWindow;
-  setFamily(config, family, { rotaryDims, usesRope });
+  setFamily(config, family, { rotaryDims, usesRope, windowed });
   validateConfig(config, 'config.json');
   return config;
 }
@@ -370,13 +384,16 @@ const HF_ACTIVATIONS: Record<string, GatedActivation> = {
  * (fewer rotated dims than the head, a layer without RoPE); a family equal to LLAMA_FAMILY with
  * no such layers is left out, so that Llama-layout configs stay as they were.
  */
-function setFamily(config: LlamaConfig, family: FamilyDescription, perLayer: { rotaryDims: number; usesRope?: boolean[] }): void {
+function setFamily(config: LlamaConfig, family: FamilyDescription, perLayer: { rotaryDims: number; usesRope?: boolean[]; windowed?: boolean[] }): void {
   const { rotaryDims, usesRope } = perLayer;
+  // windowed: the layers config.slidingWindow applies to (absent: every layer).
+  const windowed = config.slidingWindow !== undefined ? perLayer.windowed : undefined;
   let layers: LayerDescription[] | undefined;
   // A layer count no file could hold the tensors of (a hostile header's 2^40) builds no list: the
   // tensor check refuses the model, naming the count (requiredTensors).
   const describable = Number.isSafeInteger(config.numLayers) && config.numLayers > 0 && config.numLayers <= MAX_DESCRIBED_LAYERS;
-  if (describable && (rotaryDims !== config.headDim || usesRope?.some((u) => !u))) {
+  if (windowed && !describable) throw new Error(`Unsupported model: sliding windows per layer over ${config.numLayers} layers`);
+  if (describable && (rotaryDims !== config.headDim || usesRope?.some((u) => !u) || windowed?.some((w) => !w))) {
     const rope: LayerRope = {
       theta: config.ropeTheta,
       rotaryDims,
@@ -385,8 +402,10 @@ function setFamily(config: LlamaConfig, family: FamilyDescription, perLayer: { r
     };
     layers = Array.from({ length: config.numLayers }, (_, l) => {
       const layer: LayerDescription = { rope: usesRope && !usesRope[l] ? null : rope };
-      return config.slidingWindow !== undefined ? { ...layer, slidingWindow: config.slidingWindow } : layer;
+      return config.slidingWindow !== undefined && (!windowed || windowed[l]) ? { ...layer, slidingWindow: config.slidingWindow } : layer;
     });
+    // The layers say which slide; config.slidingWindow would say every layer does.
+    if (windowed) delete config.slidingWindow;
   }
   const plain = (Object.keys(LLAMA_FAMILY) as (keyof FamilyDescription)[]).every((k) => family[k] === LLAMA_FAMILY[k]);
   if (plain && !layers && Object.keys(family).length === Object.keys(LLAMA_FAMILY).length) return;
@@ -494,9 +513,10 @@ function ggufNum(metadata: GgufMetadata, key: string, fallback?: number): number
     if (fallback !== undefined) return fallback;
     throw new Error(`GGUF metadata has no ${key}`);
   }
-  if (typeof v === 'number') return v;
-  if (typeof v === 'bigint') return Number(v);
-  throw new Error(`GGUF metadata ${key} is not a number`);
+  const n = typeof v === 'number' ? v : typeof v === 'bigint' ? Number(v) : undefined;
+  if (n === undefined) throw new Error(`GGUF metadata ${key} is not a number`);
+  if (!Number.isFinite(n)) throw new Error(`GGUF metadata ${key} is not a finite number (${n})`);
+  return n;
 }
 
 /**
@@ -581,7 +601,9 @@ export function configFromGguf(metadata: GgufMetadata, tokenCount?: number, tens
     attentionBias: arch === 'qwen2',
   };
   if (ropeScaling) config.ropeScaling = ropeScaling;
-  if (window !== undefined && window !== 0) config.slidingWindow = ggufNum(metadata, `${arch}.attention.sliding_window`);
+  // llama.cpp runs phi3 files without their window (it warns "Phi SWA is currently disabled"):
+  // that is what a phi3 GGUF means, whatever its attention.sliding_window says.
+  if (window !== undefined && window !== 0 && arch !== 'phi3') config.slidingWindow = ggufNum(metadata, `${arch}.attention.sliding_window`);
   // SmolLM3: llama.cpp has no key for its RoPE-less layers; it skips RoPE on every 4th layer
   // (n_no_rope_layer_step = 4), as transformers' default no_rope_layer_interval.
   const usesRope = arch === 'smollm3' && config.numLayers <= MAX_DESCRIBED_LAYERS ? Array.from({ length: config.numLayers }, (_, l) => (l + 1) % 4 !== 0) : undefined;
@@ -611,6 +633,22 @@ function validateConfig(c: LlamaConfig, where: string): void {
   if (c.ropeFreqFactors && c.ropeFreqFactors.length !== c.headDim / 2) {
     throw new Error(`${where}: ${c.ropeFreqFactors.length} RoPE frequency factors for head size ${c.headDim} (needs ${c.headDim / 2})`);
   }
+  const checkWindow = (w: number | undefined, what: string) => {
+    if (w !== undefined && !(Number.isInteger(w) && w > 0 && w <= MAX_WINDOW)) {
+      throw new Error(`${where}: ${what} sliding window must be a positive integer up to ${MAX_WINDOW} (got ${w})`);
+    }
+  };
+  const checkScaling = (s: RopeScaling | undefined, what: string) => {
+    if (s?.type !== 'longrope') return;
+    if (!(Number.isInteger(s.originalContextLength) && s.originalContextLength > 0)) {
+      throw new Error(`${where}: ${what} LongRoPE original context must be a positive integer (got ${s.originalContextLength})`);
+    }
+    if (!(s.attentionFactor > 0 && Number.isFinite(s.attentionFactor))) {
+      throw new Error(`${where}: ${what} LongRoPE attention factor must be a positive finite number (got ${s.attentionFactor})`);
+    }
+  };
+  checkWindow(c.slidingWindow, 'the');
+  checkScaling(c.ropeScaling, 'the');
   // The per-layer description when there is one (the defaults are the config's, checked above).
   const layers = c.family?.layers ?? [];
   if (c.family?.layers && layers.length !== c.numLayers) throw new Error(`${where}: ${layers.length} layer descriptions for ${c.numLayers} layers`);
@@ -623,15 +661,17 @@ function validateConfig(c: LlamaConfig, where: string): void {
       if (!(r.theta > 0) || !Number.isFinite(r.theta)) throw new Error(`${where}: layer ${l} rope_theta must be positive (got ${r.theta})`);
       if (r.freqFactors && r.freqFactors.length !== r.rotaryDims / 2) throw new Error(`${where}: layer ${l} has ${r.freqFactors.length} RoPE frequency factors for ${r.rotaryDims} rotated dims`);
       const s = r.scaling;
+      checkScaling(s, `layer ${l}`);
       if (s?.type === 'longrope' && (s.shortFactor.length !== r.rotaryDims / 2 || s.longFactor.length !== r.rotaryDims / 2)) {
         throw new Error(`${where}: LongRoPE factors (${s.shortFactor.length} short, ${s.longFactor.length} long) for ${r.rotaryDims} rotated dims (needs ${r.rotaryDims / 2} each)`);
       }
     }
-    if (layer.slidingWindow !== undefined && !(Number.isInteger(layer.slidingWindow) && layer.slidingWindow > 0)) {
-      throw new Error(`${where}: layer ${l} sliding window must be a positive integer (got ${layer.slidingWindow})`);
-    }
+    checkWindow(layer.slidingWindow, `layer ${l}`);
   }
 }
+
+/** The largest sliding window a config may name (the kernels count positions in 32 bits). */
+const MAX_WINDOW = 2 ** 31 - 1;
 
 /** The config with every layer's RoPE changed by `change` (the per-layer description, when there is one, and the defaults). */
 function updateRope(config: LlamaConfig, change: (rope: LayerRope) => LayerRope): void {

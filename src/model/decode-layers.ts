@@ -92,12 +92,15 @@ export interface DecodeLayerState {
 /**
  * For a decode step whose layers each run as one dispatch (Kernels.usesDecodeLayer, for every
  * layer): its state buffer (decodeLayerLayout), with RoPE's frequencies and every layer's norms
- * and biases copied in. Undefined: the step takes the five dispatches a layer.
+ * and biases copied in. Undefined: the step takes the five dispatches a layer (also where the cache
+ * keeps a window layer's ring, KvCache.rings: the layer kernel reads rows by position).
  */
 export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayerState | undefined {
   const { shape: s, weights: w } = model;
   const dims = decodeLayerDims(s);
   if (decodeLayerRefusal(s) !== undefined) return undefined;
+  // decode_layer.wgsl reads every layer's cache by position: a window layer's ring takes the five dispatches.
+  if (cache.ringed) return undefined;
   if (!w.layers.every((layer) => model.kernels.usesDecodeLayer(dims, layerMatrices(layer)))) return undefined;
   // The norms and biases are copied into the state: weights uploaded without COPY_SRC (made by
   // hand rather than by uploadLlamaWeights) keep the five dispatches.

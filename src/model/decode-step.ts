@@ -162,6 +162,7 @@ export function createDecodeStep(model: DecodeStepContext, cache: KvCache, optio
     if (!Number.isInteger(pos) || !Number.isInteger(steps) || pos < 0 || steps < 1 || last >= capacity) {
       throw new Error(`decode positions ${pos} .. ${last} are outside the KV cache (0 .. ${capacity - 1})`);
     }
+    cache.noteWritten(pos + steps);
     encoder.copyBufferToBuffer(positions, pos * 4, positionTarget.buffer, positionTarget.offset, 4);
   };
   return {
@@ -230,7 +231,8 @@ function recordDecodeStep(rec: KernelRecorder, model: LlamaParts, act: Activatio
     const { attention: la, ropeTable } = s.layerShapes[l];
     const attention = { out: act.attnOut, qkv: step.qkv, keys: cache.keys[l], values: cache.values[l], invFreq: model.invFreqs[ropeTable] };
     const qkNorm = layer.qNorm && layer.kNorm ? { q: layer.qNorm, k: layer.kNorm, eps } : undefined;
-    rec.decodeAttention(attention, { startPos: 0, position: step.position }, la, cache.kvDType, step.split, qkNorm); // attnOut: [qDim]
+    const ring = cache.rings[l];
+    rec.decodeAttention(attention, { startPos: 0, position: step.position }, ring ? { ...la, ring } : la, cache.kvDType, step.split, qkNorm); // attnOut: [qDim]
     if (layer.postAttnNorm) {
       rec.fusedMatvec(act.blockOut, act.attnOut, [{ W: layer.wo }]);
       rec.rmsNorm(act.blockOut, act.blockOut, layer.postAttnNorm, 1, s.dim, eps);

@@ -136,6 +136,18 @@ export interface ForwardPass {
   readonly position?: GPUBuffer;
 }
 
+/**
+ * The cache rows of positions start .. start + T - 1 as runs of consecutive rows: one run, or in a
+ * ring of `ringRows` rows (T <= ringRows) two where the positions wrap. `from`: the run's first
+ * token (of the T).
+ */
+export function cacheRuns(start: number, T: number, ringRows?: number): { from: number; row: number; count: number }[] {
+  if (ringRows === undefined) return [{ from: 0, row: start, count: T }];
+  const row = start % ringRows;
+  const first = Math.min(T, ringRows - row);
+  return first === T ? [{ from: 0, row, count: T }] : [{ from: 0, row, count: first }, { from: first, row: 0, count: T - first }];
+}
+
 /** Records the forward pass of the tokens in act.tokenIds, at their positions, up to act.logits. */
 export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activations, pass: ForwardPass): void {
   const { shape: s, weights: w, invFreqs } = model;
@@ -148,8 +160,9 @@ export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activ
   for (let l = 0; l < s.layers; l++) {
     const layer = w.layers[l];
     const { attention: a, rope, ropeTable } = s.layerShapes[l];
-    const keys = cache.keys[l]; // [capacity, kvHeads, headDim]
+    const keys = cache.keys[l]; // [capacity, kvHeads, headDim], or a window layer's ring [rows, kvHeads, headDim]
     const values = cache.values[l];
+    const ring = cache.rings[l];
 
     // Attention block: x += attention(rope(xb·Wqᵀ), rope(xb·Wkᵀ), xb·Wvᵀ)·Woᵀ with xb = rmsnorm(x)
     // (the residual add is folded into the Wo matmul).
@@ -168,16 +181,18 @@ export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activ
       rec.rope(q, invFreqs[ropeTable], tokens, { heads: a.heads, headDim: a.headDim, ...rotation }); // q's heads: a.heads
       rec.rope(k, invFreqs[ropeTable], tokens, { heads: a.kvHeads, headDim: a.headDim, ...rotation });
     }
-    // keys, values rows startPos .. startPos + T - 1 = k, v
+    // keys, values rows startPos .. startPos + T - 1 (in a ring: those mod its rows) = k, v
     if (cache.kvDType === 'f32' && !position) {
-      // The T new positions are contiguous in the cache: one copy each for K and V.
-      rec.copy(k, 0, keys, startPos * cache.rowBytes, T * cache.rowBytes);
-      rec.copy(act.v, 0, values, startPos * cache.rowBytes, T * cache.rowBytes);
+      // The T new positions are contiguous in the cache (a ring's: at most two runs): a copy each for K and V.
+      for (const run of cacheRuns(startPos, T, ring?.rows)) {
+        rec.copy(k, run.from * cache.rowBytes, keys, run.row * cache.rowBytes, run.count * cache.rowBytes);
+        rec.copy(act.v, run.from * cache.rowBytes, values, run.row * cache.rowBytes, run.count * cache.rowBytes);
+      }
     } else {
-      rec.writeKv({ keys, values, k, v: act.v }, tokens, s.kvDim, cache.kvDType);
+      rec.writeKv({ keys, values, k, v: act.v }, tokens, s.kvDim, cache.kvDType, ...(ring ? [ring] : []));
     }
     // attnOut: [T, heads, headDim]; each query sees the rows up to its position (the last slidingWindow of them, when set).
-    rec.attention({ out: act.attnOut, q, keys, values }, tokens, a, cache.kvDType);
+    rec.attention({ out: act.attnOut, q, keys, values }, tokens, ring ? { ...a, ring } : a, cache.kvDType);
     if (layer.postAttnNorm) {
       // Gemma: x += rmsnorm(attention·Woᵀ).
       rec.matmul(act.blockOut, act.attnOut, layer.wo, T); // blockOut: [T, dim]

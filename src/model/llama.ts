@@ -82,8 +82,9 @@ export class LlamaModel {
     return new LlamaModel(ctx, await Kernels.create(ctx, { tuning: options.tuning }), config, weights);
   }
 
-  createKvCache(capacity: number, kvDType: KvDType = 'f16'): KvCache {
-    return new KvCache(this.ctx.device, this.config, capacity, kvDType);
+  /** passTokens: the longest pass the sliding-window layers' rings take (KvCache; Infinity: every layer keeps every position). */
+  createKvCache(capacity: number, kvDType: KvDType = 'f16', passTokens?: number): KvCache {
+    return new KvCache(this.ctx.device, this.config, capacity, kvDType, passTokens);
   }
 
   /**
@@ -102,6 +103,8 @@ export class LlamaModel {
     }
     const allLogits = options.allLogits ?? false;
     const readBack = options.readBack ?? true;
+    if (T > cache.maxPassTokens) return this.forwardInPasses(tokens, startPos, cache, options);
+    cache.noteWritten(startPos + T);
     const vocabBytes = this.config.vocabSize * 4;
     if (options.lastLogitsTo && options.lastLogitsTo.size < vocabBytes) {
       throw new Error(`lastLogitsTo has ${options.lastLogitsTo.size} bytes, needs ${vocabBytes}`);
@@ -141,6 +144,35 @@ export class LlamaModel {
       if (!kept) act.destroy();
       ownReadback?.destroy();
     }
+  }
+
+  /**
+   * forward() of more tokens than the cache's rings take in one pass (KvCache.maxPassTokens): in
+   * passes of at most that many, which gives the same K/V and logits (the kernels are chosen as
+   * for any number of tokens); all logits, when asked, are joined.
+   */
+  private async forwardInPasses(tokens: readonly number[], startPos: number, cache: KvCache, options: ForwardOptions): Promise<Float32Array | null> {
+    const step = cache.maxPassTokens;
+    const parts: Float32Array[] = [];
+    let last: Float32Array | null = null;
+    for (let start = 0; start < tokens.length; start += step) {
+      const end = Math.min(tokens.length, start + step);
+      const final = end === tokens.length;
+      last = await this.forward(tokens.slice(start, end), startPos + start, cache, {
+        allLogits: options.allLogits,
+        readBack: options.allLogits ? options.readBack : final && (options.readBack ?? true),
+        ...(final && options.lastLogitsTo ? { lastLogitsTo: options.lastLogitsTo } : {}),
+      });
+      if (options.allLogits && last) parts.push(last);
+    }
+    if (!options.allLogits || !last) return last;
+    const joined = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const p of parts) {
+      joined.set(p, at);
+      at += p.length;
+    }
+    return joined;
   }
 
   /** Activations for T tokens: the kept ones (see decodeActivations, prefillActivations), or new ones for all-logits passes. */

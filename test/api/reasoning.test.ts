@@ -18,18 +18,22 @@ function streamed(start: ReasoningStart, pieces: string[]) {
   };
 }
 
+// reasoningStart reads the reply's own part of the prompt (chat-prompt.ts generationPart, tested
+// with real templates in test/api/chat-prompt.test.ts).
 describe('reasoningStart', () => {
-  it('is inside when the prompt leaves <think> open', () => {
-    expect(reasoningStart('<｜User｜>hi<｜Assistant｜><think>\n', THINK_TAGS)).toBe('inside');
-    // A continued assistant message that is still thinking.
+  it('is inside when the part leaves <think> open', () => {
+    expect(reasoningStart('<｜Assistant｜><think>\n', THINK_TAGS)).toBe('inside');
+    // A continued assistant message that is still thinking, also after the template's empty block.
     expect(reasoningStart('<|im_start|>assistant\n<think>\nLet me', THINK_TAGS)).toBe('inside');
+    expect(reasoningStart('<|im_start|>assistant\n<think>\n\n</think>\n\n<think>\nLet me', THINK_TAGS)).toBe('inside');
   });
-  it('is answer when the prompt ends with a closed thinking block (Qwen3 enable_thinking false)', () => {
+  it('is answer when the part closes its thinking (Qwen3 enable_thinking false, a continued message that thought)', () => {
     expect(reasoningStart('<|im_start|>assistant\n<think>\n\n</think>\n\n', THINK_TAGS)).toBe('answer');
+    expect(reasoningStart('<|assistant|><think>a</think>b', THINK_TAGS)).toBe('answer');
   });
-  it('may open otherwise, also after closed blocks earlier in the conversation', () => {
+  it('may open when the part has no tag', () => {
     expect(reasoningStart('<|im_start|>assistant\n', THINK_TAGS)).toBe('may-open');
-    expect(reasoningStart('<|im_start|>assistant\n<think>\nx\n</think>\n\nHi<|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n', THINK_TAGS)).toBe('may-open');
+    expect(reasoningStart('', THINK_TAGS)).toBe('may-open');
   });
 });
 

@@ -28,6 +28,10 @@ describe('GPU memory of a real-shape model, planned without loading (Llama-3.2-1
     // The f16 KV cache (the default) takes half the f32 one.
     expect(estimate.kvCacheBytes).toBe(2 * 16 * 4096 * 8 * 64 * 2);
     expect(estimateMemory(config, q4, 4096, 'f32').kvCacheBytes).toBe(2 * estimate.kvCacheBytes);
+    // A sliding window (here 256 on every layer, Mistral-style) keeps a ring of 256 + 511 rows a layer: counted so.
+    const windowed = estimateMemory({ ...config, slidingWindow: 256 }, q4, 4096);
+    expect(windowed.kvCacheBytes).toBe(2 * 16 * (256 + 511) * 8 * 64 * 2);
+    expect(windowed.kvLayerBytes).toBe((256 + 511) * 8 * 64 * 2);
     // f16 rows fill whole u32 words: an odd K/V row is refused (f32 takes it).
     expect(() => KvCache.rowBytesOf({ ...config, numKvHeads: 1, headDim: 3 })).toThrow(/even K\/V row/);
     expect(KvCache.rowBytesOf({ ...config, numKvHeads: 1, headDim: 3 }, 'f32')).toBe(12);

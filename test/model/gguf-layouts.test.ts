@@ -100,6 +100,8 @@ describe('the GGUF writer', () => {
     expect(m['llama.attention.key_length']).toBe(16);
     expect(m['llama.rope.freq_base']).toBe(500000);
     expect(m['tokenizer.ggml.model']).toBe('gpt2');
+    // llama.cpp's name for GPT-2's pre-tokenizer (it refuses 'gpt2': "unknown pre-tokenizer type")
+    expect(m['tokenizer.ggml.pre']).toBe('gpt-2');
     expect((m['tokenizer.ggml.tokens'] as string[]).length).toBe(300);
     expect(m['tokenizer.ggml.bos_token_id']).toBe(295);
     expect(m['tokenizer.ggml.eot_token_id']).toBe(299);
@@ -192,7 +194,9 @@ describe('GGUF (F32, F16) and Hugging Face layouts of the same random model agre
         const skip = { ropePairing: undefined, ropeScaling: undefined, ropeFreqFactors: undefined, contextLength: undefined, rmsNormEps: undefined, family: undefined };
         expect({ ...familyOf(c), layers: undefined }).toEqual({ ...familyOf(config), layers: undefined });
         // Layer by layer: rotated dims, base, and (but for Mistral, below) the window.
-        const layerKey = (l: ReturnType<typeof modelLayers>[number]) => [l.rope?.rotaryDims, l.rope?.theta, family === 'mistral' ? 0 : l.slidingWindow];
+        // llama.cpp runs Mistral (converted as llama) and phi3 files without a window.
+        const windowless = family === 'mistral' || family === 'phi3' || family === 'phi4';
+        const layerKey = (l: ReturnType<typeof modelLayers>[number]) => [l.rope?.rotaryDims, l.rope?.theta, windowless ? 0 : l.slidingWindow];
         expect(modelLayers(c).map(layerKey)).toEqual(modelLayers(config).map(layerKey));
         if (config.ropeScaling?.type === 'longrope') {
           // GGUF holds LongRoPE's factors and attention factor as f32.
@@ -208,6 +212,12 @@ describe('GGUF (F32, F16) and Hugging Face layouts of the same random model agre
           expect(c.slidingWindow).toBeUndefined();
           expect(prompt.length + 3).toBeLessThanOrEqual(config.slidingWindow!);
           Object.assign(skip, { architecture: undefined, slidingWindow: undefined });
+        }
+        if (family === 'phi3' || family === 'phi4') {
+          // The tokens compared here, 8 + 3, stay inside Phi-3's window, where both attend alike.
+          expect(modelLayers(c).every((l) => l.slidingWindow === undefined)).toBe(true);
+          expect(prompt.length + 3).toBeLessThanOrEqual(Math.min(...modelLayers(config).map((l) => l.slidingWindow ?? Infinity)));
+          Object.assign(skip, { slidingWindow: undefined });
         }
         expect({ ...c, ...skip }).toEqual({ ...config, ...skip });
         expect(c.rmsNormEps).toBe(Math.fround(config.rmsNormEps));

@@ -121,6 +121,42 @@ describe('refused at load, naming the feature, before any weight is read', () =>
   });
 });
 
+describe('config values a file may carry', () => {
+  const qwen = REAL_CONFIGS.qwen3.config;
+  const phi = REAL_CONFIGS.phi3.config;
+  const layers = (c: LlamaConfig) => modelLayers(c).map((l) => l.slidingWindow ?? 0);
+
+  it('Qwen layer_types decide which layers slide, as transformers reads it; else max_window_layers', () => {
+    const base = { ...qwen, num_hidden_layers: 4, use_sliding_window: true, sliding_window: 8 };
+    expect(layers(configFromHf({ ...base, layer_types: ['full_attention', 'sliding_attention', 'full_attention', 'sliding_attention'] }))).toEqual([0, 8, 0, 8]);
+    expect(layers(configFromHf({ ...base, max_window_layers: 2 }))).toEqual([0, 0, 8, 8]);
+    expect(layers(configFromHf({ ...base, max_window_layers: 0 }))).toEqual([8, 8, 8, 8]);
+    expect(layers(configFromHf({ ...base, max_window_layers: 4 }))).toEqual([0, 0, 0, 0]);
+    // use_sliding_window false: transformers sets sliding_window to None, whatever layer_types says.
+    expect(layers(configFromHf({ ...base, use_sliding_window: false, layer_types: ['sliding_attention', 'sliding_attention', 'sliding_attention', 'sliding_attention'] }))).toEqual([0, 0, 0, 0]);
+    expect(() => configFromHf({ ...base, layer_types: ['full_attention'] })).toThrow(/layer_types must be 4/);
+    expect(() => configFromHf({ ...base, layer_types: ['full_attention', 'chunked_attention', 'full_attention', 'full_attention'] })).toThrow(/layer_types/);
+  });
+
+  it('a LongRoPE attention factor that is not a positive finite number is refused', () => {
+    expect(() => configFromHf({ ...phi, original_max_position_embeddings: 1 })).toThrow(/attention factor/);
+    expect(() => configFromHf({ ...phi, rope_scaling: { ...(phi.rope_scaling as object), attention_factor: 0 } })).toThrow(/attention factor/);
+    expect(() => configFromHf({ ...phi, rope_scaling: { ...(phi.rope_scaling as object), attention_factor: -3 } })).toThrow(/attention factor/);
+  });
+
+  it('GGUF: non-finite numbers are refused naming the key; phi3 runs without its window, as llama.cpp', () => {
+    const base = { 'phi3.embedding_length': 64, 'phi3.block_count': 2, 'phi3.feed_forward_length': 128, 'phi3.attention.head_count': 4, 'phi3.context_length': 128 };
+    expect(() => configFromGguf({ 'general.architecture': 'phi3', ...base, 'phi3.rope.freq_base': NaN }, 100)).toThrow(/phi3\.rope\.freq_base is not a finite number/);
+    expect(() => configFromGguf({ 'general.architecture': 'phi3', ...base, 'phi3.attention.layer_norm_rms_epsilon': Infinity }, 100)).toThrow(/layer_norm_rms_epsilon is not a finite number/);
+    const windowed = configFromGguf({ 'general.architecture': 'phi3', ...base, 'phi3.attention.sliding_window': 16 }, 100);
+    expect(layers(windowed).every((w) => w === 0)).toBe(true);
+  });
+
+  it('a sliding window past 2^31 - 1 is refused, naming it', () => {
+    expect(() => configFromHf({ ...REAL_CONFIGS.mistral.config, sliding_window: 2 ** 40 })).toThrow(/sliding window must be a positive integer up to/);
+  });
+});
+
 /** A family's tiny test model: the folder, its config as loaded for `capacity` positions, its weights for the reference. */
 async function familyModel(family: Family, capacity: number, overrides?: Record<string, unknown>) {
   const dir = models.dir(`webgpu-llama-fam-${family}-`);
@@ -252,9 +288,18 @@ describe('GPU paths against the float64 CPU reference, teacher-forced', () => {
       const opened = await openModel(filesFromPath(path));
       opened.config.loadedContextLength = CAPACITY;
       expect(modelLayers(opened.config).map((l) => l.rope?.rotaryDims ?? 0)).toEqual(modelLayers(config).map((l) => l.rope?.rotaryDims ?? 0));
+      // llama.cpp runs a phi3 GGUF without its sliding window, and so does the reader: the
+      // reference is the folder's model without it (Phi-3's window of 24 bites in these 40 positions).
+      const phi = family === 'phi3' || family === 'phi4';
+      if (phi) expect(modelLayers(opened.config).every((l) => l.slidingWindow === undefined)).toBe(true);
+      const ggufConfig = phi ? withoutWindows(config) : config;
       const tokens = testTokens(config);
-      const want = referenceLogits(config, cpu, tokens, PREFILL, 'f16');
+      const want = referenceLogits(ggufConfig, cpu, tokens, PREFILL, 'f16');
       await expectEveryPath(opened, 'f16', tokens, PREFILL, want, 3e-4 * Math.max(1, ...want.map(maxAbs)));
+      if (family === 'phi3') {
+        const windowed = referenceLogits(config, cpu, tokens, PREFILL, 'f16');
+        expect(Math.max(...want.map((row, i) => maxAbsDiff(row, windowed[i]!)))).toBeGreaterThan(1e-2);
+      }
     });
   }
 
@@ -293,3 +338,10 @@ describe('the loader', () => {
     expect(maxAbsDiff(outputs[0], outputs[1])).toBeGreaterThan(1e-2 * maxAbs(outputs[0]));
   });
 });
+
+/** The config with no sliding window on any layer. */
+function withoutWindows(config: LlamaConfig): LlamaConfig {
+  const family = familyOf(config);
+  const layers = family.layers?.map(({ slidingWindow: _window, ...layer }) => layer);
+  return { ...config, slidingWindow: undefined, family: layers ? { ...family, layers } : family };
+}

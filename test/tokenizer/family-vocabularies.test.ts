@@ -285,7 +285,7 @@ describe('family vocabularies: what the families need in particular', () => {
     const llama3 = json(`${lenml('llama3_2')}/tokenizer.json`);
     expect(byteLevelPreName(llama3)).toBe('llama-bpe');
     expect(byteLevelPreName({ ...llama3, model: { ...llama3.model, ignore_merges: false } })).toBe('smaug-bpe');
-    expect(byteLevelPreName({ model: {}, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true } })).toBe('gpt2');
+    expect(byteLevelPreName({ model: {}, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true } })).toBe('gpt-2');
     expect(() => byteLevelPreName({ model: {}, pre_tokenizer: { type: 'Whitespace' } })).toThrow(/no llama.cpp pre-tokenizer name/);
   });
 

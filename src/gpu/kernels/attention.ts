@@ -38,7 +38,47 @@ export interface AttentionHeads {
   readonly scale?: number;
   /** score = softcap · tanh(score / softcap), after scale, before the mask and softmax (Gemma 2); undefined: none. */
   readonly softcap?: number;
+  /**
+   * The caches are a ring (a sliding-window layer's, KvCache): the K/V of position p at row
+   * p mod ring.rows, for a sequence of up to ring.positions positions. The kernels plan their
+   * entries and chunks as for a cache of ring.positions rows, so the sums are the same as there.
+   * Undefined: row p, the caches as long as the sequence.
+   */
+  readonly ring?: KvRing;
 }
+
+/** A sliding-window layer's K/V cache as a ring (AttentionHeads.ring). */
+export interface KvRing {
+  /** Rows of the caches: at least the window (and, for a prefill pass of T tokens, window + T - 1). */
+  readonly rows: number;
+  /** The positions the sequence may reach (the context): what a full cache would hold. */
+  readonly positions: number;
+}
+
+/**
+ * `fn kv_row(j: u32) -> u32`, the cache row of position j: j, or with a ring of `rows` rows j mod
+ * rows; and the split decode attention's chunk slots (decode_attention.wgsl, split_combine):
+ * `fn slot_chunk(slot, pos) -> u32`, the chunk of positions that work slot `slot` takes for the
+ * query at pos, and `fn chunk_slot(c) -> u32`, the slot of chunk c. Without a ring a slot is its
+ * chunk; with one there are params.num_chunks slots, enough for the chunks a window spans, and
+ * chunk c takes slot c mod num_chunks (so the chunks are those, and in the order, of a full cache).
+ * `fn chunk_limit(lo) -> u32`: the last chunk split_combine may read for a query whose first is lo.
+ */
+export function kvRowWgsl(ringRows: number | undefined): string {
+  if (ringRows === undefined) {
+    return (
+      'fn kv_row(j: u32) -> u32 { return j; }\nfn slot_chunk(slot: u32, pos: u32) -> u32 { return slot; }\n' +
+      'fn chunk_slot(c: u32) -> u32 { return c; }\nfn chunk_limit(lo: u32) -> u32 { return params.num_chunks - 1u; }\n'
+    );
+  }
+  return (
+    `fn kv_row(j: u32) -> u32 { return j % ${ringRows}u; }\n` +
+    'fn slot_chunk(slot: u32, pos: u32) -> u32 {\n  let n = params.num_chunks;\n  let lo = first_key(pos) / params.chunk_keys;\n' +
+    '  return lo + (slot + n - lo % n) % n;\n}\nfn chunk_slot(c: u32) -> u32 { return c % params.num_chunks; }\n' +
+    'fn chunk_limit(lo: u32) -> u32 { return lo + params.num_chunks - 1u; }\n'
+  );
+}
+const ringKey = (ring: number | undefined) => (ring === undefined ? '' : `/ring${ring}`);
 
 /** AttentionHeads and how RoPE rotates q and k: what the decode kernels, which rotate them themselves, take. */
 export interface AttentionShape extends AttentionHeads, RopeRotation {}
@@ -56,10 +96,13 @@ export type AttentionVariant = {
   threads?: number;
   /** The scores soft-capped at params.softcap (scoreCapWgsl). */
   softcap?: boolean;
+  /** The caches' rows when they are a ring (kvRowWgsl). */
+  ring?: number;
 };
 export const attentionKey = (v: AttentionVariant) =>
   `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position ?? 'uniform'}/g${v.heads ?? 1}/q${v.queries ?? 1}/w${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}` +
-  (v.softcap ? '/softcap' : '');
+  (v.softcap ? '/softcap' : '') +
+  ringKey(v.ring);
 
 /**
  * `fn cap_score(s: f32) -> f32`, which the attention kernels apply to every score (after the
@@ -79,7 +122,7 @@ export const attentionSpec = (v: AttentionVariant): ShaderSpec => {
     `const HEAD_DIM: u32 = ${v.headDim}u;\nconst GROUP_HEADS: u32 = ${heads}u;\nconst QUERIES: u32 = ${queries}u;\n` +
     `const THREAD_WORKGROUP_SIZE: u32 = ${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}u;\n` +
     `const HEADS: u32 = ${heads * queries}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}${scoreCapWgsl(!!v.softcap)}` +
-    `${positionWgsl(v.position ?? 'uniform')}\n${onlineSoftmaxWgsl}\n${attentionWgsl}`;
+    `${positionWgsl(v.position ?? 'uniform')}\n${onlineSoftmaxWgsl}\n${kvRowWgsl(v.ring)}${attentionWgsl}`;
   // Unrolled: CPU devices index the slice arrays through memory otherwise. Measurements: docs/tuning.md#attention
   return { code: unrollAttentionLoops(code, v.headDim, heads * queries, { GROUP_HEADS: heads, QUERIES: queries }), entryPoint: v.entry };
 };
@@ -143,6 +186,8 @@ export type DecodeAttentionFeatures = {
   rope?: boolean;
   /** q's and k's heads RMS-normalized before RoPE (gammas at DECODE_QK_NORM_BINDINGS, eps params.qk_eps). */
   qkNorm?: boolean;
+  /** The caches' rows when they are a ring (kvRowWgsl). */
+  ring?: number;
 };
 /** decode_attention_pass.wgsl's qk_norm variant: the bindings of the q and k norms' gammas. */
 export const DECODE_QK_NORM_BINDINGS = { q: 9, k: 10 } as const;
@@ -150,7 +195,8 @@ export const decodeAttentionKey = (v: DecodeAttentionVariant) =>
   `decode_attention/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position}/${v.split ? 'split' : 'whole'}/t${v.threads}/g${v.heads}` +
   (v.softcap ? '/softcap' : '') +
   (v.rope ? '/rope_params' : '') +
-  (v.qkNorm ? '/qk_norm' : '');
+  (v.qkNorm ? '/qk_norm' : '') +
+  ringKey(v.ring);
 
 /**
  * What decode_attention.wgsl's attend_item needs besides its buffers (see the head of that file):
@@ -184,7 +230,7 @@ export function decodeAttentionHelpersWgsl(
       'fn qk_eps() -> f32 { return params.qk_eps; }\n'
     : 'const QK_NORM: bool = false;\nfn q_gamma(e: u32) -> f32 { return 1.0; }\nfn k_gamma(e: u32) -> f32 { return 1.0; }\n' +
       'fn qk_eps() -> f32 { return 0.0; }\n';
-  code += `${onlineSoftmaxWgsl}\n${sinCosWgsl}\n${f16BitsWgsl}\n`;
+  code += `${onlineSoftmaxWgsl}\n${sinCosWgsl}\n${f16BitsWgsl}\n${kvRowWgsl(features.ring)}`;
   code += 'fn pack_f16(a: f32, b: f32) -> u32 { return f16_bits(a) | (f16_bits(b) << 16u); }\n';
   if (aligned) {
     code +=
@@ -296,6 +342,27 @@ function checkAttentionShape(shape: AttentionHeads, what: string): void {
   if (shape.slidingWindow !== undefined) assertCount(shape.slidingWindow, 'attention slidingWindow');
 }
 
+/**
+ * Throws unless `ring` can take a pass of T tokens: its rows hold the T new positions and, with a
+ * window, the window's keys before the first of them (window + T - 1 rows), so that no row a
+ * query reads is overwritten by the pass.
+ */
+export function checkRing(ring: KvRing, T: number, window: number | undefined, what: string): void {
+  assertCount(ring.rows, `${what} ring.rows`);
+  assertCount(ring.positions, `${what} ring.positions`);
+  const needed = window === undefined ? T : window + T - 1;
+  if (ring.rows < needed) {
+    throw new Error(`${what}: a ring of ${ring.rows} K/V rows cannot take ${T} tokens` + (window === undefined ? '' : ` with a window of ${window} (needs ${needed})`));
+  }
+}
+
+/** Throws unless `shape`'s ring (if any) can take a pass of T tokens: a ring needs a window. */
+function checkShapeRing(shape: AttentionHeads, T: number, what: string): void {
+  if (!shape.ring) return;
+  if (shape.slidingWindow === undefined) throw new Error(`${what}: a ring K/V cache needs a sliding window`);
+  checkRing(shape.ring, T, shape.slidingWindow, what);
+}
+
 /** The scores' parameters of `shape` (attention.wgsl's and decode_attention_pass.wgsl's Params). */
 export function scoreParams(shape: AttentionHeads): { scale: number; softcap: number } {
   return { scale: shape.scale ?? 1 / Math.sqrt(shape.headDim), softcap: shape.softcap ?? 0 };
@@ -325,11 +392,14 @@ export function planAttention(
     throw new Error(`attention: an f16 KV cache needs an even K/V row (numKvHeads * headDim = ${numKvHeads * headDim})`);
   }
   const rowBytes = numKvHeads * headDim * (kvDType === 'f16' ? 2 : 4);
-  assertFits(kCache, (startPos + T) * rowBytes, 'attention kCache');
-  assertFits(vCache, (startPos + T) * rowBytes, 'attention vCache');
+  checkShapeRing(shape, T, 'attention');
+  const ring = shape.ring;
+  assertFits(kCache, (ring ? ring.rows : startPos + T) * rowBytes, 'attention kCache');
+  assertFits(vCache, (ring ? ring.rows : startPos + T) * rowBytes, 'attention vCache');
   const items = T * numHeads;
-  // The most keys any query sees: with a GPU position, as many as the cache holds.
-  const lastRow = position ? Math.floor(Math.min(kCache.size, vCache.size) / rowBytes) : startPos + T;
+  // The most keys any query sees: with a GPU position, as many as the cache holds (a ring: as a
+  // full cache of its positions would, so that both take the same entry).
+  const lastRow = position ? (ring ? ring.positions : Math.floor(Math.min(kCache.size, vCache.size) / rowBytes)) : startPos + T;
   const keys = Math.min(lastRow, slidingWindow ?? Infinity);
   const tuning = kernels.tuning;
   const entry = tuning.attentionPlan(prefill ? Infinity : items, keys, headDim);
@@ -348,6 +418,7 @@ export function planAttention(
       queries,
       threads: entry === 'per_thread' ? workgroup : undefined,
       softcap: shape.softcap !== undefined,
+      ring: ring?.rows,
     }),
     params: ATTENTION_PARAMS.pack({
       T,
@@ -400,9 +471,12 @@ export function planDecodeAttention(
   assertFits(qkv, (qDim + 2 * kvDim) * 4, 'decodeAttention qkv');
   assertFits(invFreq, (rotaryDims / 2) * 4, 'decodeAttention invFreq');
   const rowBytes = kvDim * (kvDType === 'f16' ? 2 : 4);
-  assertFits(kCache, (startPos + 1) * rowBytes, 'decodeAttention kCache');
-  assertFits(vCache, (startPos + 1) * rowBytes, 'decodeAttention vCache');
-  const rows = Math.floor(Math.min(kCache.size, vCache.size) / rowBytes);
+  checkShapeRing(shape, 1, 'decodeAttention');
+  const ring = shape.ring;
+  assertFits(kCache, (ring ? ring.rows : startPos + 1) * rowBytes, 'decodeAttention kCache');
+  assertFits(vCache, (ring ? ring.rows : startPos + 1) * rowBytes, 'decodeAttention vCache');
+  // The positions the chunks cover: the cache's rows, or a ring's positions (as a full cache's).
+  const rows = ring ? ring.positions : Math.floor(Math.min(kCache.size, vCache.size) / rowBytes);
   if (split) assertCount(split.chunkKeys, 'decodeAttention chunkKeys');
   // Storage buffers: out, qkv, the caches, invFreq, and the position, partials and gammas when
   // bound. Where the split's partials would pass the device's limit (qkNorm with a position
@@ -411,12 +485,21 @@ export function planDecodeAttention(
   const maxStorage = kernels.ctx.limits.maxStorageBuffersPerShaderStage;
   if (unsplit > maxStorage) throw new Error(`decodeAttention binds ${unsplit} storage buffers, the device ${maxStorage}`);
   const chunkKeys = split && unsplit < maxStorage ? split.chunkKeys : rows;
-  const chunks = Math.ceil(rows / chunkKeys);
-  if (chunks > 1 && !split) throw new Error('decodeAttention: several chunks need a partials buffer');
+  const positionChunks = Math.ceil(rows / chunkKeys);
+  if (positionChunks > 1 && !split) throw new Error('decodeAttention: several chunks need a partials buffer');
+  // A ring's work slots: as many as the chunks a window's keys span, at least 2 where a full cache
+  // splits (so that split_combine sums the same chunks in the same order: kvRowWgsl).
+  const chunks =
+    ring && positionChunks > 1 ? Math.min(positionChunks, Math.max(2, Math.ceil((slidingWindow! - 1) / chunkKeys) + 1)) : positionChunks;
   if (split) assertFits(split.partials, numHeads * chunks * (headDim + 2) * 4, 'decodeAttention partials');
   const { scale, softcap } = scoreParams(shape);
   const attention = { num_heads: numHeads, num_kv_heads: numKvHeads, head_dim: headDim, scale, window: slidingWindow ?? 0, softcap };
-  const features: DecodeAttentionFeatures = { softcap: shape.softcap !== undefined, rope: rotaryDims !== headDim || magnitude !== 1, qkNorm: !!qkNorm };
+  const features: DecodeAttentionFeatures = {
+    softcap: shape.softcap !== undefined,
+    rope: rotaryDims !== headDim || magnitude !== 1,
+    qkNorm: !!qkNorm,
+    ring: ring?.rows,
+  };
   const source = position ? 'buffer' : 'uniform';
   const threads = kernels.tuning.decodeAttentionThreads;
   const heads = kernels.tuning.attentionHeads(numHeads / numKvHeads, headDim);
@@ -445,7 +528,7 @@ export function planDecodeAttention(
   ];
   if (chunks > 1 && split) {
     dispatches.push({
-      pipeline: kernels.attentionPipeline({ entry: 'split_combine', headDim, kvDType, position: source }),
+      pipeline: kernels.attentionPipeline({ entry: 'split_combine', headDim, kvDType, position: source, ring: ring?.rows }),
       params: ATTENTION_PARAMS.pack({ T: 1, start_pos: startPos, ...attention, chunk_keys: chunkKeys, num_chunks: chunks }),
       buffers: withPosition({ 1: out, 5: split.partials }, position),
       workgroups: Math.ceil((numHeads * headDim) / ATTENTION_ITEMS_PER_WORKGROUP),

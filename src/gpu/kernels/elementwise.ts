@@ -53,11 +53,23 @@ export const POSITIONAL_KERNELS = {
   write_kv_f32: { code: `${f16BitsWgsl}\n${kvCacheWgsl}`, entryPoint: 'write_kv_f32' },
 } satisfies Record<string, ShaderSpec>;
 export type PositionalKernel = keyof typeof POSITIONAL_KERNELS;
-export const positionalKey = (name: PositionalKernel, source: PositionSource) => `${name}/pos_${source}`;
-export const positionalSpec = (name: PositionalKernel, source: PositionSource): ShaderSpec => ({
-  code: `${positionWgsl(source)}\n${POSITIONAL_KERNELS[name].code}`,
+/** `ring`: the K/V write's caches are a ring of that many rows (kvWriteIndexWgsl); its key part /ring<rows>. */
+export const positionalKey = (name: PositionalKernel, source: PositionSource, ring?: number) =>
+  `${name}/pos_${source}` + (ring === undefined ? '' : `/ring${ring}`);
+export const positionalSpec = (name: PositionalKernel, source: PositionSource, ring?: number): ShaderSpec => ({
+  code: `${positionWgsl(source)}\n${name === 'rope' ? '' : kvWriteIndexWgsl(ring)}${POSITIONAL_KERNELS[name].code}`,
   entryPoint: POSITIONAL_KERNELS[name].entryPoint,
 });
+
+/**
+ * kv_cache.wgsl's `fn cache_index(i: u32) -> u32`: where word (or float) i of the T rows goes,
+ * from row start_pos(); with a ring of `ringRows` rows, position p's row is p mod ringRows.
+ */
+export function kvWriteIndexWgsl(ringRows: number | undefined): string {
+  return ringRows === undefined
+    ? 'fn cache_index(i: u32) -> u32 { return start_pos() * params.row_len + i; }\n'
+    : `fn cache_index(i: u32) -> u32 { return ((start_pos() + i / params.row_len) % ${ringRows}u) * params.row_len + i % params.row_len; }\n`;
+}
 
 /** The element type prefix of rmsnorm.wgsl: vec4 loads when every row starts 16-byte aligned. */
 export function rmsNormWidthWgsl(aligned: boolean): string {

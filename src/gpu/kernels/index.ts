@@ -1,6 +1,6 @@
 // The kernels' public surface: Kernels (over its KernelRegistry), the recorders, and the sizes,
 // layouts and device choices that callers plan with. Importers use this file, not the family files.
-export { ATTENTION_MAX_HEAD_DIM, type AttentionHeads, type AttentionShape } from './attention.ts';
+export { ATTENTION_MAX_HEAD_DIM, type AttentionHeads, type AttentionShape, type KvRing } from './attention.ts';
 export { KernelBatch } from './batch.ts';
 export {
   DECODE_LAYER_MATRICES,

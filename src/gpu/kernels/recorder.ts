@@ -11,7 +11,7 @@
 // one dispatch (or a few) with its parameters in a uniform slot. Browser-safe: no Node imports.
 import type { GpuMatrix } from '../tensor.ts';
 import { checkWeightShape } from '../weight-formats.ts';
-import { planAttention, planDecodeAttention, type AttentionHeads, type AttentionShape } from './attention.ts';
+import { checkRing, planAttention, planDecodeAttention, type AttentionHeads, type AttentionShape, type KvRing } from './attention.ts';
 import { assertCount, assertDistinct, assertFits, checkParts, checkSecondPassWeights } from './checks.ts';
 import { planDecodeLayers, type DecodeLayerShape, type DecodeLayerWeights } from './decode-layer.ts';
 import {
@@ -295,7 +295,9 @@ export abstract class KernelRecorder {
    * element type ('f16': two halves a u32 word, as writeKv stores them). With tokens.position (a
    * u32 on the GPU, see PositionSource), the first token is at startPos plus that value: the
    * caches are then only checked to hold startPos + T rows, the kernel variant is planned for as
-   * many keys as the caches hold, and the dispatch grid does not depend on it.
+   * many keys as the caches hold, and the dispatch grid does not depend on it. With shape.ring (a
+   * sliding-window layer's ring, KvRing) position p is at row p mod ring.rows, which must be at
+   * least slidingWindow + T - 1, and the entry is planned as for a cache of ring.positions rows.
    */
   attention(
     buffers: { out: GPUBuffer; q: GPUBuffer; keys: GPUBuffer; values: GPUBuffer },
@@ -312,13 +314,15 @@ export abstract class KernelRecorder {
    * v [T, rowElems]. 'f16' caches (the default) hold two halves a u32 word, rounded to nearest
    * even (rowElems must be even); 'f32' caches the floats as they are. With tokens.position (a u32
    * on the GPU, see PositionSource) the rows start at startPos plus that value; the caches are then
-   * only checked to hold startPos + T rows.
+   * only checked to hold startPos + T rows. With `ring` (a sliding-window layer's cache) position p
+   * goes to row p mod ring.rows, and T must not pass ring.rows.
    */
   writeKv(
     buffers: { keys: GPUBuffer; values: GPUBuffer; k: GPUBuffer; v: GPUBuffer },
     tokens: TokenSpan,
     rowElems: number,
     kvDType: KvDType = 'f16',
+    ring?: KvRing,
   ): void {
     const { keys: kCache, values: vCache, k, v } = buffers;
     const { T, startPos: startRow, position } = tokens;
@@ -332,8 +336,10 @@ export abstract class KernelRecorder {
     assertFits(k, T * rowElems * 4, 'writeKv k');
     assertFits(v, T * rowElems * 4, 'writeKv v');
     const elemBytes = kvDType === 'f16' ? 2 : 4;
-    assertFits(kCache, (startRow + T) * rowElems * elemBytes, 'writeKv kCache');
-    assertFits(vCache, (startRow + T) * rowElems * elemBytes, 'writeKv vCache');
+    if (ring) checkRing(ring, T, undefined, 'writeKv');
+    const rows = ring ? ring.rows : startRow + T;
+    assertFits(kCache, rows * rowElems * elemBytes, 'writeKv kCache');
+    assertFits(vCache, rows * rowElems * elemBytes, 'writeKv vCache');
     // f16: one thread per word (two halves); f32: one per float.
     const rowLen = kvDType === 'f16' ? rowElems / 2 : rowElems;
     const n = T * rowLen;
@@ -341,7 +347,7 @@ export abstract class KernelRecorder {
     const bound: Record<number, GPUBuffer> =
       kvDType === 'f16' ? { 1: k, 2: v, 3: kCache, 4: vCache } : { 1: k, 2: v, 5: kCache, 6: vCache };
     this.dispatch(
-      this.kernels.positionalPipeline(kvDType === 'f16' ? 'write_kv' : 'write_kv_f32', source),
+      this.kernels.positionalPipeline(kvDType === 'f16' ? 'write_kv' : 'write_kv_f32', source, ring?.rows),
       KV_WRITE_PARAMS.pack({ n, start_pos: startRow, row_len: rowLen }),
       withPosition(bound, position),
       Math.ceil(n / ELEMENTWISE_WORKGROUP),
@@ -440,7 +446,9 @@ export abstract class KernelRecorder {
    * cache size, not the position. With `qkNorm` (Qwen3, Gemma 3), each head of q and of k is
    * RMS-normalized (x / sqrt(mean(x²) + eps) * γ, gammas q and k of [headDim]) before RoPE. On a
    * device that binds fewer than 9 storage buffers a dispatch, qkNorm with a position buffer goes
-   * unsplit (one dispatch over all the keys) whatever `split` says.
+   * unsplit (one dispatch over all the keys) whatever `split` says. With shape.ring the caches are
+   * a ring (see attention) and the chunks those of a cache of ring.positions rows, of which only
+   * the few a window spans run (slot chunk mod slots), combined in the same order.
    */
   decodeAttention(
     buffers: { out: GPUBuffer; qkv: GPUBuffer; keys: GPUBuffer; values: GPUBuffer; invFreq: GPUBuffer },

@@ -165,8 +165,8 @@ export class KernelRegistry {
   }
 
   /** @internal The pipeline of a position-dependent kernel for one position source. */
-  positionalPipeline(name: PositionalKernel, source: PositionSource): GPUComputePipeline {
-    return this.pipelines.get(positionalKey(name, source), () => positionalSpec(name, source));
+  positionalPipeline(name: PositionalKernel, source: PositionSource, ring?: number): GPUComputePipeline {
+    return this.pipelines.get(positionalKey(name, source, ring), () => positionalSpec(name, source, ring));
   }
 
   /** @internal A decode_attention.wgsl pipeline (compiled on first use). */

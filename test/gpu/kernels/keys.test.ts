@@ -3,7 +3,7 @@
 // and cache the same pipelines. No GPU needed.
 import { describe, expect, it } from 'vitest';
 import { attentionKey, decodeAttentionKey, type AttentionVariant, type DecodeAttentionVariant } from '../../../src/gpu/kernels/attention.ts';
-import { rmsNormKey } from '../../../src/gpu/kernels/elementwise.ts';
+import { positionalKey, rmsNormKey } from '../../../src/gpu/kernels/elementwise.ts';
 import { fusedKey, type FusedVariant } from '../../../src/gpu/kernels/fused-matvec.ts';
 import { weightKernelKey } from '../../../src/gpu/kernels/weights.ts';
 
@@ -24,6 +24,15 @@ describe('pipeline keys', () => {
     }
     expect(keys.size).toBe(8);
     expect(keys.has(decodeAttentionKey(v))).toBe(true);
+  });
+
+  it('a sliding-window layer\'s ring: a key part /ring<rows> on the attention, decode attention and K/V write variants only', () => {
+    const v: AttentionVariant = { entry: 'split_combine', headDim: 64, kvDType: 'f16' };
+    expect(attentionKey({ ...v, ring: 1023 })).toBe(`${attentionKey(v)}/ring1023`);
+    const d: DecodeAttentionVariant = { headDim: 256, kvDType: 'f32', position: 'buffer', split: false, threads: 8, heads: 1, qkNorm: true };
+    expect(decodeAttentionKey({ ...d, ring: 1023 })).toBe(`${decodeAttentionKey(d)}/ring1023`);
+    expect(positionalKey('write_kv', 'buffer')).toBe('write_kv/pos_buffer');
+    expect(positionalKey('write_kv', 'buffer', 1023)).toBe('write_kv/pos_buffer/ring1023');
   });
 
   it('rmsNorm in place, GeGLU matmul and fused matvec: keys of their own', () => {
