@@ -269,8 +269,9 @@ describe('Gemma test models on the GPU vs the float64 CPU reference (Hugging Fac
 
       // Every decode path runs Gemma: the fused step, forward()'s general pass, and the
       // decode-layer kernel (asked for, as on a CPU adapter) with every feature of the family, over
-      // an arena of f32 matrices (embedding and logits in its dispatches) and over the file's bf16
-      // matrices (a dispatch a layer, the embedding and logits on their own).
+      // an arena of f32 matrices (with Gemma 2's small vocabulary the embedding and logits in its
+      // dispatches too; Gemma 3's real one keeps them apart) and over the file's bf16 matrices (a
+      // dispatch a layer, the embedding and logits on their own).
       const shape = llamaShape(config);
       expect(decodeLayerRefusal(shape)).toBeUndefined();
       expect(decodeLayerFeatures(shape)).toEqual({
