@@ -40,9 +40,10 @@ function decodeLayerDims(s: LlamaShape): DecodeLayerDims {
  * Llama-layout model, whose shader, key and state layout are then the plain block's): q/k norms,
  * each layer's RoPE table, rotated dims and magnitude (where any layer differs from one full table
  * of magnitude 1; a layer without RoPE gets a table of zeros), each layer's window (where they
- * differ), the attention soft-cap, post-block norms, GeGLU, the embedding scale and the logit soft-cap.
+ * differ), the attention soft-cap, post-block norms, GeGLU, the embedding scale and the logit
+ * soft-cap; and with a `cache` whose window layers keep rings (KvCache.rings), each layer's ring rows.
  */
-export function decodeLayerFeatures(s: LlamaShape): DecodeLayerFeatures {
+export function decodeLayerFeatures(s: LlamaShape, cache?: KvCache): DecodeLayerFeatures {
   const f = s.family;
   const headDim = s.attention.headDim;
   const features: DecodeLayerFeatures = {};
@@ -57,6 +58,7 @@ export function decodeLayerFeatures(s: LlamaShape): DecodeLayerFeatures {
   if (f.activation === 'gelu_tanh') features.geluTanh = true;
   if (f.embeddingScale !== undefined) features.embeddingScale = true;
   if (f.finalLogitSoftcap !== undefined) features.logitSoftcap = true;
+  if (cache?.ringed) features.ring = true;
   return features;
 }
 
@@ -92,15 +94,13 @@ export interface DecodeLayerState {
 /**
  * For a decode step whose layers each run as one dispatch (Kernels.usesDecodeLayer, for every
  * layer): its state buffer (decodeLayerLayout), with RoPE's frequencies and every layer's norms
- * and biases copied in. Undefined: the step takes the five dispatches a layer (also where the cache
- * keeps a window layer's ring, KvCache.rings: the layer kernel reads rows by position).
+ * and biases copied in (and, where the cache keeps window layers' rings, KvCache.rings, each
+ * layer's ring rows: the ring feature). Undefined: the step takes the five dispatches a layer.
  */
 export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayerState | undefined {
   const { shape: s, weights: w } = model;
   const dims = decodeLayerDims(s);
   if (decodeLayerRefusal(s) !== undefined) return undefined;
-  // decode_layer.wgsl reads every layer's cache by position: a window layer's ring takes the five dispatches.
-  if (cache.ringed) return undefined;
   if (!w.layers.every((layer) => model.kernels.usesDecodeLayer(dims, layerMatrices(layer)))) return undefined;
   // The norms and biases are copied into the state: weights uploaded without COPY_SRC (made by
   // hand rather than by uploadLlamaWeights) keep the five dispatches.
@@ -111,7 +111,7 @@ export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayer
   ];
   if (!vectors.every((b) => !b || b.usage & GPUBufferUsage.COPY_SRC)) return undefined;
   if (cache.keys.length !== s.layers) throw new Error(`the KV cache has ${cache.keys.length} layers, the model ${s.layers}`);
-  const features = decodeLayerFeatures(s);
+  const features = decodeLayerFeatures(s, cache);
   const layout = decodeLayerLayout(dims, features);
   const fl = layout.features;
   const headDim = s.attention.headDim;
@@ -156,6 +156,7 @@ export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayer
       const ext = new ArrayBuffer(16);
       new Uint32Array(ext, 0, 2).set([ls.attention.slidingWindow ?? 0, rotary]);
       new Float32Array(ext, 8, 1)[0] = ls.attention.magnitude ?? 1;
+      new Uint32Array(ext, 12, 1)[0] = cache.rings[l]?.rows ?? 0;
       device.queue.writeBuffer(state, (base + fl.ext) * 4, ext);
     }
   });
@@ -230,7 +231,7 @@ export function recordDecodeLayers(
   greedy: boolean,
 ): void {
   const { shape: s, weights: w } = model;
-  const features = decodeLayerFeatures(s);
+  const features = decodeLayerFeatures(s, cache);
   const shape = { dims: decodeLayerDims(s), attention: s.attention, eps: s.eps, features };
   if (!arena?.embedding) rec.embedding(io.state, w.tokenEmbedding, io.tokenIds, 1, s.family.embeddingScale ?? 1);
   if (arena) {

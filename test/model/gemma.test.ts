@@ -318,12 +318,15 @@ describe('Gemma test models on the GPU vs the float64 CPU reference (Hugging Fac
           // The fused step (fewer dispatches) where it runs the description, else the general pass.
           if (fusedRuns) expect(dispatches[0]).toBeLessThan(dispatches[1]);
           else expect(dispatches[0]).toBe(dispatches[1]);
-          for (const [i, layerModel] of layerModels.entries()) {
-            const stepCache = layerModel.createKvCache(64, kvDType);
+          // Each also over caches whose window layers keep rings of window + 1 rows (passes of 2
+          // tokens), which the prompt and steps wrap around (the ring feature).
+          for (const [i, layerModel, passTokens] of [0, 1].flatMap((i) => [undefined, 2].map((p) => [i, layerModels[i], p] as const))) {
+            const stepCache = layerModel.createKvCache(64, kvDType, passTokens);
             try {
+              expect(stepCache.ringed).toBe(passTokens !== undefined);
               const got = await decodeStepLogits(layerModel, stepCache, PROMPT, STEPS);
               const want = referenceLogits(config, weights, kvDType, PROMPT, got.tokens);
-              const what = `${kvDType} decode layer (${i === 0 ? 'f32 arena' : 'bf16'})`;
+              const what = `${kvDType} decode layer (${i === 0 ? 'f32 arena' : 'bf16'}${passTokens ? ', rings' : ''})`;
               got.logits.forEach((l, s) => expect(maxAbsDiff(l, want[s + 1]), `${what} step ${s}`).toBeLessThan(bound));
               expect(got.layered, what).toBe(true);
               // At most a dispatch a layer, the embedding and the logits (+ the soft-cap).

@@ -30,6 +30,8 @@ export interface DecodeLayerFeatures {
   embeddingScale?: boolean;
   /** Gemma 2: logits = cap·tanh(logits / cap), where the dispatch computes them. */
   logitSoftcap?: boolean;
+  /** Sliding-window layers whose caches are rings (KvCache.rings): position j at row j mod the layer's ring rows (0: not a ring). */
+  ring?: boolean;
 }
 
 const FEATURE_KEYS: Record<keyof DecodeLayerFeatures, string> = {
@@ -41,6 +43,7 @@ const FEATURE_KEYS: Record<keyof DecodeLayerFeatures, string> = {
   geluTanh: 'gelu_tanh',
   embeddingScale: 'emb_scale',
   logitSoftcap: 'logit_softcap',
+  ring: 'ring',
 };
 
 /** The pipeline key's part of the features on ('' with none: Llama's key as it was). */
@@ -69,7 +72,7 @@ export interface DecodeLayerFeatureLayout {
   postFfn: number;
   /** The layer's RoPE inverse frequencies, [headDim / 2] (zeros past its rotaryDims / 2, and all zeros without RoPE). */
   freq: number;
-  /** A vec4 of the layer: u32 window (0: none), u32 rotary dims, f32 RoPE magnitude, 0. */
+  /** A vec4 of the layer: u32 window (0: none), u32 rotary dims, f32 RoPE magnitude, u32 ring rows (0: no ring). */
   ext: number;
   /** Floats the features add to a layer's constants. */
   layerFloats: number;
@@ -93,7 +96,7 @@ export function decodeLayerFeatureLayout(f: DecodeLayerFeatures, base: number, d
   const postAttn = take(f.postNorms, dim);
   const postFfn = take(f.postNorms, dim);
   const freq = take(f.layerRope, headDim / 2);
-  const ext = take(f.layerRope || f.layerWindow, 4);
+  const ext = take(f.layerRope || f.layerWindow || f.ring, 4);
   return { qNorm, kNorm, postAttn, postFfn, freq, ext, layerFloats: at - base };
 }
 
@@ -144,6 +147,10 @@ export function decodeLayerAttentionFeaturesWgsl(helpers: string, f: DecodeLayer
       'fn first_key(pos: u32) -> u32 {\n' +
       `  let window = bitcast<u32>(${EXT}.x);\n` +
       '  if (window == 0u || pos < window) {\n    return 0u;\n  }\n  return pos + 1u - window;\n}\n';
+  }
+  if (f.ring) {
+    // One chunk of every position (params.chunk_keys: the positions), so slot_chunk stays the slot.
+    defs += `fn kv_row(j: u32) -> u32 {\n  let rows = bitcast<u32>(${EXT}.w);\n  if (rows == 0u) {\n    return j;\n  }\n  return j % rows;\n}\n`;
   }
   if (f.attentionSoftcap) {
     defs += `fn cap_score(s: f32) -> f32 { let cap = ${modelConst('y')}; return cap * tanh(clamp(s / cap, -15.0, 15.0)); }\n`;

@@ -5,7 +5,7 @@ import type { GpuContext } from '../device.ts';
 import type { GpuMatrix, WeightDType } from '../tensor.ts';
 import type { ShaderSpec } from '../pipelines.ts';
 import { checkWeightShape, weightFormatWgsl } from '../weight-formats.ts';
-import { ATTENTION_MAX_HEAD_DIM, decodeAttentionHelpersWgsl, unrollAttentionLoops, type AttentionShape } from './attention.ts';
+import { ATTENTION_MAX_HEAD_DIM, checkRing, decodeAttentionHelpersWgsl, unrollAttentionLoops, type AttentionShape, type KvRing } from './attention.ts';
 import { assertCount, assertDistinct, assertFits } from './checks.ts';
 import { ropePairingCode, type KvDType } from './elementwise.ts';
 import { blockDotWgsl } from './fused-matvec.ts';
@@ -427,7 +427,7 @@ export function planDecodeLayers(
   weights: DecodeLayerWeights,
   layers: { first: number; count: number },
   shape: DecodeLayerShape,
-  caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType },
+  caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType; rings?: readonly (KvRing | undefined)[] },
 ): PlannedDispatch {
   const { first, count } = layers;
   const { dims, eps } = shape;
@@ -461,7 +461,15 @@ export function planDecodeLayers(
     if (!k || !v) throw new Error(`decodeLayers: no KV cache for layer ${first + s}`);
     assertDistinct(k, [v, state], 'decodeLayers');
     assertDistinct(v, [state], 'decodeLayers');
-    rows = Math.min(rows, Math.floor(Math.min(k.size, v.size) / rowBytes));
+    const bufferRows = Math.floor(Math.min(k.size, v.size) / rowBytes);
+    // A ring (the ring feature: its rows in the layer's constants) holds positions up to ring.positions.
+    const ring = caches.rings?.[first + s];
+    if (ring) {
+      if (!features?.ring) throw new Error(`decodeLayers: layer ${first + s}'s cache is a ring; the dispatch needs the ring feature`);
+      checkRing(ring, 1, undefined, `decodeLayers layer ${first + s}`);
+      if (ring.rows > bufferRows) throw new Error(`decodeLayers: layer ${first + s}'s ring of ${ring.rows} rows passes its cache of ${bufferRows}`);
+    }
+    rows = Math.min(rows, ring ? ring.positions : bufferRows);
     buffers[DECODE_LAYER_CACHE_BINDING + 2 * s] = k;
     buffers[DECODE_LAYER_CACHE_BINDING + 2 * s + 1] = v;
   }

@@ -13,7 +13,7 @@ const variant = (features?: DecodeLayerFeatures, slots = 2): DecodeLayerVariant 
   ...(features ? { features } : {}),
 });
 const ALL: DecodeLayerFeatures = {
-  qkNorm: true, layerRope: true, layerWindow: true, attentionSoftcap: true, postNorms: true, geluTanh: true, embeddingScale: true, logitSoftcap: true,
+  qkNorm: true, layerRope: true, layerWindow: true, attentionSoftcap: true, postNorms: true, geluTanh: true, embeddingScale: true, logitSoftcap: true, ring: true,
 };
 /** Names of the module-scope functions a shader defines more than once. */
 const duplicates = (code: string) => {
@@ -43,6 +43,7 @@ describe('decode_layer.wgsl family features', () => {
       ['geluTanh', '/gelu_tanh', 0],
       ['embeddingScale', '/emb_scale', 0],
       ['logitSoftcap', '/logit_softcap', 0],
+      ['ring', '/ring', 4],
     ];
     for (const [feature, part, layerFloats] of parts) {
       const f = { [feature]: true };
