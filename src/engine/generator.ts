@@ -10,6 +10,9 @@
 // holds the scheduler. Across sessions, the prefix cache (prefix-cache.ts) knows which tokens'
 // K/V the cache holds: a prompt that begins with them is prefilled from the first token it does
 // not share, which computes what a whole prefill computes (as the chunks of a long prompt do).
+// Sliding-window layers' rings (KvCache.rings) are the exception: a sequence that decodes past
+// R - W tokens overwrites the ring rows of the prompt's last positions, which the next sequence
+// reads; the prompt is then prefilled again before it (restorePrompt).
 import type { LlamaModel } from '../model/llama.ts';
 import type { KvCache } from '../model/kv-cache.ts';
 import { maxBufferBytes } from '../gpu/device.ts';
@@ -129,7 +132,8 @@ export class LlamaGenerator implements TextGenerator {
       if (signal?.aborted) throw abortError(signal);
       const prefix = keep ? this.prefixCache : undefined;
       const releaseAfterSettling = () => void this.settleDecoded().catch(() => {}).finally(release);
-      return new LlamaSession(this.cache, resources, { ...request, promptTokens: tokens }, this.prefillLogits, promptLogprobs, cached, prefix, releaseAfterSettling);
+      const readyPrompt = () => this.restorePrompt(tokens, keep, signal);
+      return new LlamaSession(this.cache, resources, { ...request, promptTokens: tokens }, this.prefillLogits, promptLogprobs, cached, prefix, releaseAfterSettling, readyPrompt);
     } catch (err) {
       release();
       throw err;
@@ -227,6 +231,31 @@ export class LlamaGenerator implements TextGenerator {
   }
 
   /**
+   * Readies the cache for another sequence of the session's prompt: a ring layer (window W, R
+   * rows) holds position p until p + R is written, so a sequence that decoded more than R - W
+   * tokens overwrote rows of the positions P - W + 1 .. P - 1 that the next one reads. Then (the
+   * prefix cache's rule, resumable, says so) the prompt is prefilled again from 0: no later point
+   * has its window held (it lies before the lost positions), and a prefill gives the same K/V
+   * however it is split, so the sequence computes what it would after the first prefill. The
+   * last logits of the session's prefill stay as they are. Without rings, or while the rings hold
+   * the window, nothing runs. With `keep`, the prefix cache learns of each rewritten chunk.
+   */
+  private async restorePrompt(tokens: readonly number[], keep: boolean, signal: AbortSignal | undefined): Promise<void> {
+    const P = tokens.length;
+    if (!this.cache.ringed || this.prefixCache.resumable(P)) return;
+    this.prefixCache.rewrites(0);
+    if (keep) this.prefixCache.holds(tokens, 0);
+    const chunk = this.prefillChunk(false);
+    for (let start = 0; start < P; start += chunk) {
+      if (this.destroyed) throw new Error('the model was unloaded');
+      if (signal?.aborted) throw abortError(signal);
+      const end = Math.min(P, start + chunk);
+      await this.model.forward(tokens.slice(start, end), start, this.cache, { readBack: false });
+      if (keep) this.prefixCache.holds(tokens, end);
+    }
+  }
+
+  /**
    * With an f16 cache, rewrites with the prefill's kernels the K/V that decode steps wrote for the
    * tokens the cache holds (the last answer), before the next request gets the GPU: the two
    * kernels' sums differ in the last bits, which rounding to f16 can turn into another half, so a
@@ -311,6 +340,8 @@ class LlamaSession implements GenerationSession {
     /** Told which tokens' K/V the cache holds as sequences write it; absent when the request keeps nothing. */
     private readonly prefixCache: PrefixCache | undefined,
     private readonly releaseGpu: () => void,
+    /** Readies the prompt's K/V for the next sequence (LlamaGenerator.restorePrompt). */
+    private readonly readyPrompt: () => Promise<void>,
   ) {
     this.seed = request.sampling.seed ?? randomSeed();
   }
@@ -356,12 +387,19 @@ class LlamaSession implements GenerationSession {
     this.prefixCache?.holds(promptTokens);
     const yielded: number[] = [];
     let stopSampled = false;
+    // False while the prompt's K/V is being rewritten: the prefix cache then knows what is held.
+    let promptHeld = true;
     try {
       const { sampling, signal, logprobs } = this.request;
       const P = promptTokens.length;
       // Token s needs the model run at position P + s - 1 < capacity (s >= 1).
       const maxSteps = Math.min(options.maxTokens, this.cache.capacity - P);
       if (maxSteps <= 0) return 'length';
+      // A sequence before this one may have overwritten ring rows of the prompt this one reads.
+      this.checkLive(signal);
+      promptHeld = false;
+      await this.readyPrompt();
+      promptHeld = true;
       const stops = new Set(options.stopTokenIds);
       const { constraint } = options;
       this.resources.sampler.beginSequence({
@@ -408,7 +446,7 @@ class LlamaSession implements GenerationSession {
       // released (a session closed at a yield, this generator resumed later) the cache is another
       // request's: what it holds is then the prompt, as recorded when the sequence began.
       const written = stopSampled ? yielded.length : Math.max(0, yielded.length - 1);
-      if (!this.released) this.prefixCache?.holds(promptTokens.concat(yielded.slice(0, written)), undefined, promptTokens.length);
+      if (!this.released && promptHeld) this.prefixCache?.holds(promptTokens.concat(yielded.slice(0, written)), undefined, promptTokens.length);
       this.running = false;
       if (this.closed) this.release();
     }

@@ -40,7 +40,7 @@ export interface PrefixCacheOptions {
  * up to `older`. A ring of R rows holds position p if nothing later wrote p + R: for p >= start if
  * p >= newer - R, for p < start if p >= max(older, newer) - R.
  */
-interface RingHistory {
+export interface RingHistory {
   readonly start: number;
   readonly older: number;
   readonly newer: number;
@@ -110,7 +110,10 @@ export class PrefixCache {
    * submits next.
    */
   async prepare(tokens: readonly number[], reuse: boolean): Promise<number> {
-    if (!this.options.enabled) return 0;
+    if (!this.options.enabled) {
+      this.rewrites(0); // the rings' history still serves LlamaSession's check between sequences
+      return 0;
+    }
     const limit = Math.max(0, tokens.length - MIN_PREFILL_TOKENS);
     const matchWorking = commonPrefixLength(this.workingTokens, tokens, this.workingLength);
     const working = this.history;
@@ -139,11 +142,19 @@ export class PrefixCache {
       history = source.history;
     }
     // The sequence writes from `reused` on, after everything before.
-    this.ringStart = reused;
-    this.ringOlder = reused === 0 ? 0 : Math.max(history.older, history.newer);
-    this.cache.resetWritten(reused);
+    this.rewrites(reused, history);
     this.holds(tokens, reused);
     return reused;
+  }
+
+  /**
+   * Records that the working cache is written again from position `from` on, after every write
+   * of `history` (the working cache's, or a restored saved prefix's): the rings' new history.
+   */
+  rewrites(from: number, history: RingHistory = this.history): void {
+    this.ringStart = from;
+    this.ringOlder = from === 0 ? 0 : Math.max(history.older, history.newer);
+    this.cache.resetWritten(from);
   }
 
   /**
