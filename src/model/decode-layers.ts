@@ -8,6 +8,7 @@ import {
   decodeLayerUnsupported,
   type DecodeArena,
   type DecodeLayerDims,
+  type DecodeLayerFeatures,
   type DecodeLayerLayout,
   type KernelRecorder,
 } from '../gpu/kernels/index.ts';
@@ -35,25 +36,50 @@ function decodeLayerDims(s: LlamaShape): DecodeLayerDims {
 }
 
 /**
- * Why decode_layer.wgsl cannot run a model, or undefined where it can. The kernel runs the plain
- * Llama block with one attention shape for every layer (it is not extended: issue 30's plan), so
- * a family description with anything more (q/k norms, post-norms, another activation, an
- * embedding scale, a logit soft-cap, a layer without RoPE or with a RoPE table or window of its
- * own, partial or scaled rotation, attention soft-caps) takes the fused-matvec step instead, on
- * purpose (test/model/model-families.test.ts checks the fallback).
+ * The family features decode_layer.wgsl runs for this model (DecodeLayerFeatures; all off for a
+ * Llama-layout model, whose shader, key and state layout are then the plain block's): q/k norms,
+ * each layer's RoPE table, rotated dims and magnitude (where any layer differs from one full table
+ * of magnitude 1; a layer without RoPE gets a table of zeros), each layer's window (where they
+ * differ), the attention soft-cap, post-block norms, GeGLU, the embedding scale and the logit
+ * soft-cap; and with a `cache` whose window layers keep rings (KvCache.rings), each layer's ring rows.
+ */
+export function decodeLayerFeatures(s: LlamaShape, cache?: KvCache): DecodeLayerFeatures {
+  const f = s.family;
+  const headDim = s.attention.headDim;
+  const features: DecodeLayerFeatures = {};
+  if (f.qkNorm) features.qkNorm = true;
+  const ownRope = s.layerShapes.some(
+    (l) => !l.rope || l.ropeTable !== 0 || (l.attention.rotaryDims ?? headDim) !== headDim || (l.attention.magnitude ?? 1) !== 1,
+  );
+  if (ownRope) features.layerRope = true;
+  if (s.layerShapes.some((l) => l.attention.slidingWindow !== s.attention.slidingWindow)) features.layerWindow = true;
+  if (s.attention.softcap !== undefined) features.attentionSoftcap = true;
+  if (f.postAttentionNorm || f.postFeedForwardNorm) features.postNorms = true;
+  if (f.activation === 'gelu_tanh') features.geluTanh = true;
+  if (f.embeddingScale !== undefined) features.embeddingScale = true;
+  if (f.finalLogitSoftcap !== undefined) features.logitSoftcap = true;
+  if (cache?.ringed) features.ring = true;
+  return features;
+}
+
+/**
+ * Why decode_layer.wgsl cannot run a model, or undefined where it can. It runs the Llama block and
+ * every feature of decodeLayerFeatures; what is left takes the fused-matvec step instead, on
+ * purpose: another activation, a block with one post-norm but not the other, and an attention
+ * scale, soft-cap or head count that differs between layers (the kernel reads those once for the
+ * whole model). No family of FamilyDescription has these today.
  */
 export function decodeLayerRefusal(s: LlamaShape): string | undefined {
   const f = s.family;
-  if (f.qkNorm) return 'q/k norms';
-  if (f.postAttentionNorm || f.postFeedForwardNorm) return 'post-block norms';
-  if (f.activation !== 'silu') return `the ${f.activation} activation`;
-  if (f.embeddingScale !== undefined) return 'an embedding scale';
-  if (f.finalLogitSoftcap !== undefined) return 'final-logit soft-capping';
+  if (f.activation !== 'silu' && f.activation !== 'gelu_tanh') return `the ${String(f.activation)} activation`;
+  if (f.postAttentionNorm !== f.postFeedForwardNorm) return 'one post-block norm without the other';
+  const features = decodeLayerFeatures(s);
+  const a = s.attention;
   for (const layer of s.layerShapes) {
-    if (!layer.rope) return 'layers without RoPE';
-    if (layer.ropeTable !== 0) return 'RoPE tables per layer';
-    if (layer.attention.slidingWindow !== s.attention.slidingWindow) return 'windows per layer';
-    const unsupported = decodeLayerUnsupported(layer.attention, layer.attention.headDim);
+    const la = layer.attention;
+    if (la.scale !== a.scale || la.softcap !== a.softcap) return 'attention scales or soft-caps per layer';
+    if (la.heads !== a.heads || la.kvHeads !== a.kvHeads || la.headDim !== a.headDim || la.pairing !== a.pairing) return 'attention heads per layer';
+    const unsupported = decodeLayerUnsupported(la, la.headDim, features);
     if (unsupported) return unsupported;
   }
   return undefined;
@@ -68,22 +94,29 @@ export interface DecodeLayerState {
 /**
  * For a decode step whose layers each run as one dispatch (Kernels.usesDecodeLayer, for every
  * layer): its state buffer (decodeLayerLayout), with RoPE's frequencies and every layer's norms
- * and biases copied in. Undefined: the step takes the five dispatches a layer (also where the cache
- * keeps a window layer's ring, KvCache.rings: the layer kernel reads rows by position).
+ * and biases copied in (and, where the cache keeps window layers' rings, KvCache.rings, each
+ * layer's ring rows: the ring feature). Undefined: the step takes the five dispatches a layer.
  */
 export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayerState | undefined {
   const { shape: s, weights: w } = model;
   const dims = decodeLayerDims(s);
   if (decodeLayerRefusal(s) !== undefined) return undefined;
-  // decode_layer.wgsl reads every layer's cache by position: a window layer's ring takes the five dispatches.
-  if (cache.ringed) return undefined;
   if (!w.layers.every((layer) => model.kernels.usesDecodeLayer(dims, layerMatrices(layer)))) return undefined;
   // The norms and biases are copied into the state: weights uploaded without COPY_SRC (made by
   // hand rather than by uploadLlamaWeights) keep the five dispatches.
-  const vectors = [w.outputNorm, ...w.layers.flatMap((layer) => [layer.attnNorm, layer.ffnNorm, layer.bq, layer.bk, layer.bv])];
+  const vectors = [
+    w.outputNorm,
+    ...w.layers.flatMap((layer) => [layer.attnNorm, layer.ffnNorm, layer.bq, layer.bk, layer.bv, layer.qNorm, layer.kNorm, layer.postAttnNorm, layer.postFfnNorm]),
+    ...model.invFreqs,
+  ];
   if (!vectors.every((b) => !b || b.usage & GPUBufferUsage.COPY_SRC)) return undefined;
   if (cache.keys.length !== s.layers) throw new Error(`the KV cache has ${cache.keys.length} layers, the model ${s.layers}`);
-  const layout = decodeLayerLayout(dims);
+  const features = decodeLayerFeatures(s, cache);
+  const layout = decodeLayerLayout(dims, features);
+  const fl = layout.features;
+  const headDim = s.attention.headDim;
+  if (features.qkNorm && !w.layers.every((layer) => layer.qNorm && layer.kNorm)) return undefined;
+  if (features.postNorms && !w.layers.every((layer) => layer.postAttnNorm && layer.postFfnNorm)) return undefined;
   const device = model.ctx.device;
   const state = device.createBuffer({
     label: 'decode_state',
@@ -91,7 +124,8 @@ export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayer
     usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
   });
   const encoder = device.createCommandEncoder({ label: 'decode state constants' });
-  encoder.copyBufferToBuffer(model.invFreq, 0, state, layout.freq * 4, (s.attention.headDim / 2) * 4);
+  // One table for every layer; with layerRope each layer's own instead (below).
+  if (!features.layerRope) encoder.copyBufferToBuffer(model.invFreq, 0, state, layout.freq * 4, (headDim / 2) * 4);
   encoder.copyBufferToBuffer(w.outputNorm, 0, state, layout.outNorm * 4, s.dim * 4);
   w.layers.forEach((layer, l) => {
     const base = layout.consts + l * layout.constsStride;
@@ -104,7 +138,32 @@ export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayer
     copy(layer.bq, 2 * s.dim, s.qDim);
     copy(layer.bk, 2 * s.dim + s.qDim, s.kvDim);
     copy(layer.bv, 2 * s.dim + s.qDim + s.kvDim, s.kvDim);
+    if (!fl) return;
+    // The features' constants (decodeLayerFeatureLayout): q/k norms, post-norms, the layer's RoPE
+    // table (left zero without RoPE: cos 1, sin 0) and [window, rotary dims, magnitude, 0].
+    if (features.qkNorm) {
+      copy(layer.qNorm, fl.qNorm, headDim);
+      copy(layer.kNorm, fl.kNorm, headDim);
+    }
+    if (features.postNorms) {
+      copy(layer.postAttnNorm, fl.postAttn, s.dim);
+      copy(layer.postFfnNorm, fl.postFfn, s.dim);
+    }
+    const ls = s.layerShapes[l];
+    const rotary = ls.attention.rotaryDims ?? headDim;
+    if (features.layerRope && ls.rope) copy(model.invFreqs[ls.ropeTable], fl.freq, rotary / 2);
+    if (fl.ext >= 0) {
+      const ext = new ArrayBuffer(16);
+      new Uint32Array(ext, 0, 2).set([ls.attention.slidingWindow ?? 0, rotary]);
+      new Float32Array(ext, 8, 1)[0] = ls.attention.magnitude ?? 1;
+      new Uint32Array(ext, 12, 1)[0] = cache.rings[l]?.rows ?? 0;
+      device.queue.writeBuffer(state, (base + fl.ext) * 4, ext);
+    }
   });
+  if (fl && fl.model >= 0) {
+    const f = s.family;
+    device.queue.writeBuffer(state, fl.model * 4, new Float32Array([f.embeddingScale ?? 1, s.attention.softcap ?? 0, f.finalLogitSoftcap ?? 0, 0]));
+  }
   device.queue.submit([encoder.finish()]);
   return { state, layout };
 }
@@ -172,8 +231,9 @@ export function recordDecodeLayers(
   greedy: boolean,
 ): void {
   const { shape: s, weights: w } = model;
-  const shape = { dims: decodeLayerDims(s), attention: s.attention, eps: s.eps };
-  if (!arena?.embedding) rec.embedding(io.state, w.tokenEmbedding, io.tokenIds, 1);
+  const features = decodeLayerFeatures(s, cache);
+  const shape = { dims: decodeLayerDims(s), attention: s.attention, eps: s.eps, features };
+  if (!arena?.embedding) rec.embedding(io.state, w.tokenEmbedding, io.tokenIds, 1, s.family.embeddingScale ?? 1);
   if (arena) {
     const hasBias = w.layers.some((layer) => layer.bq || layer.bk || layer.bv);
     const maxStorage = model.ctx.limits.maxStorageBuffersPerShaderStage;
@@ -189,5 +249,8 @@ export function recordDecodeLayers(
       rec.decodeLayers(io.state, { matrices: layerMatrices(layer), hasBias }, { first: l, count: 1 }, shape, cache);
     });
   }
-  if (!arena?.lmHead) rec.fusedMatvec(io.logits, io.state, [{ W: w.lmHead }], { norm: { gamma: w.outputNorm, eps: s.eps } });
+  if (!arena?.lmHead) {
+    rec.fusedMatvec(io.logits, io.state, [{ W: w.lmHead }], { norm: { gamma: w.outputNorm, eps: s.eps } });
+    if (s.family.finalLogitSoftcap !== undefined) rec.softcap(io.logits, s.vocab, s.family.finalLogitSoftcap); // Gemma 2
+  }
 }

@@ -14,12 +14,12 @@ import {
   configFromGguf, configFromHf, familyOf, modelLayers, roundToDType, type LlamaConfig,
 } from '../../src/model/config.ts';
 import { fusedStepRefusal } from '../../src/model/decode-step.ts';
-import { decodeLayerRefusal } from '../../src/model/decode-layers.ts';
+import { decodeLayerFeatures, decodeLayerRefusal } from '../../src/model/decode-layers.ts';
 import { llamaShape } from '../../src/model/shape.ts';
 import { hfNameFromGguf, languageModelTensorName } from '../../src/model/tensor-names.ts';
-import type { LlamaModel } from '../../src/model/llama.ts';
+import { LlamaModel } from '../../src/model/llama.ts';
 import type { KvCache } from '../../src/model/kv-cache.ts';
-import { openModel } from '../../src/engine/open-model.ts';
+import { openModel, uploadLlamaWeights } from '../../src/engine/open-model.ts';
 import { filesFromPath } from '../../src/node/index.ts';
 import { GEMMA_FAMILIES, GEMMA_REAL_CONFIGS, generateModel } from '../../scripts/model-families.ts';
 import { writeGgufFromHf, type GgufOutType } from '../../scripts/gguf-from-hf.ts';
@@ -267,12 +267,24 @@ describe('Gemma test models on the GPU vs the float64 CPU reference (Hugging Fac
       expect(f.embeddingScale).toBe(roundToDType(Math.sqrt(config.hiddenSize), 'bf16'));
       expect(f.embeddingScale).not.toBe(Math.fround(Math.sqrt(config.hiddenSize)));
 
-      // The decode-layer kernel refuses Gemma (its step takes the fused kernels, or where they
-      // refuse, forward()'s general pass: on purpose); both are checked below.
+      // Every decode path runs Gemma: the fused step, forward()'s general pass, and the
+      // decode-layer kernel (asked for, as on a CPU adapter) with every feature of the family, over
+      // an arena of f32 matrices (with Gemma 2's small vocabulary the embedding and logits in its
+      // dispatches too; Gemma 3's real one keeps them apart) and over the file's bf16 matrices (a
+      // dispatch a layer, the embedding and logits on their own).
       const shape = llamaShape(config);
-      expect(decodeLayerRefusal(shape)).toBeDefined();
+      expect(decodeLayerRefusal(shape)).toBeUndefined();
+      expect(decodeLayerFeatures(shape)).toEqual({
+        layerRope: family === 'gemma3' ? true : undefined, layerWindow: true, postNorms: true, geluTanh: true, embeddingScale: true,
+        ...(family === 'gemma3' ? { qkNorm: true } : { attentionSoftcap: true, logitSoftcap: true }),
+      });
       const fusedRuns = fusedStepRefusal(shape) === undefined;
       expect(fusedRuns).toBe(true);
+      const opened = await openModel(filesFromPath(dir));
+      const withTuning = async (decodeLayer: boolean, storage: 'f32' | 'source') =>
+        LlamaModel.create(model.ctx, config, await uploadLlamaWeights(model.ctx, opened, undefined, { storage }), { tuning: { decodeLayer: () => decodeLayer } });
+      const fusedModel = await withTuning(false, 'f32');
+      const layerModels = [await withTuning(true, 'f32'), await withTuning(true, 'source')];
 
       for (const kvDType of ['f32', 'f16'] as const) {
         const cache = model.createKvCache(64, kvDType);
@@ -292,19 +304,44 @@ describe('Gemma test models on the GPU vs the float64 CPU reference (Hugging Fac
           }
           const dispatches: number[] = [];
           for (const fused of [true, false]) {
-            const got = await decodeStepLogits(model, cache, PROMPT, STEPS, { fused });
-            const want = referenceLogits(config, weights, kvDType, PROMPT, got.tokens);
-            got.logits.forEach((l, i) => expect(maxAbsDiff(l, want[i + 1]), `${kvDType} fused ${fused} step ${i}`).toBeLessThan(bound));
-            dispatches.push(got.dispatches);
-            expect(got.layered).toBe(false);
+            const stepCache = fusedModel.createKvCache(64, kvDType);
+            try {
+              const got = await decodeStepLogits(fusedModel, stepCache, PROMPT, STEPS, { fused });
+              const want = referenceLogits(config, weights, kvDType, PROMPT, got.tokens);
+              got.logits.forEach((l, i) => expect(maxAbsDiff(l, want[i + 1]), `${kvDType} fused ${fused} step ${i}`).toBeLessThan(bound));
+              dispatches.push(got.dispatches);
+              expect(got.layered).toBe(false);
+            } finally {
+              stepCache.destroy();
+            }
           }
           // The fused step (fewer dispatches) where it runs the description, else the general pass.
           if (fusedRuns) expect(dispatches[0]).toBeLessThan(dispatches[1]);
           else expect(dispatches[0]).toBe(dispatches[1]);
+          // Each also over caches whose window layers keep rings of window + 1 rows (passes of 2
+          // tokens), which the prompt and steps wrap around (the ring feature).
+          for (const [i, layerModel, passTokens] of [0, 1].flatMap((i) => [undefined, 2].map((p) => [i, layerModels[i], p] as const))) {
+            const stepCache = layerModel.createKvCache(64, kvDType, passTokens);
+            try {
+              expect(stepCache.ringed).toBe(passTokens !== undefined);
+              const got = await decodeStepLogits(layerModel, stepCache, PROMPT, STEPS);
+              const want = referenceLogits(config, weights, kvDType, PROMPT, got.tokens);
+              const what = `${kvDType} decode layer (${i === 0 ? 'f32 arena' : 'bf16'}${passTokens ? ', rings' : ''})`;
+              got.logits.forEach((l, s) => expect(maxAbsDiff(l, want[s + 1]), `${what} step ${s}`).toBeLessThan(bound));
+              expect(got.layered, what).toBe(true);
+              // At most a dispatch a layer, the embedding and the logits (+ the soft-cap).
+              expect(got.dispatches, what).toBeLessThanOrEqual(config.numLayers + 3);
+              if (i === 0) expect(got.dispatches, what).toBeLessThan(config.numLayers);
+            } finally {
+              stepCache.destroy();
+            }
+          }
         } finally {
           cache.destroy();
         }
       }
+      fusedModel.destroy();
+      for (const m of layerModels) m.destroy();
 
       // Each rule matters on these weights: the reference without it gives other logits.
       const all = referenceLogits(config, weights, 'f32', PROMPT, [])[0];

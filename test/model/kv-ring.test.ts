@@ -108,7 +108,8 @@ describe('KvCache rings', () => {
 /**
  * Runs a prompt of `promptLength` random tokens and decodes to `capacity` on caches with rings
  * (passes of passTokens) and without: forward() in passes (the ring's split by forward itself),
- * then forward() a token at a time, the fused decode step and forward()'s kernels as a step;
+ * then forward() a token at a time, the reusable decode step (decode_layer.wgsl where the tuning
+ * asks for it, with its ring feature, else the fused step) and forward()'s kernels as a step;
  * every logit of each path equal between the two, bit for bit.
  */
 async function expectRingEqualsFull(model: LlamaModel, kvDType: KvDType, passTokens: number, promptLength: number, capacity: number): Promise<void> {

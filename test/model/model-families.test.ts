@@ -1,8 +1,8 @@
 // The families of issue 30 (Qwen3, SmolLM3, Phi-3.5, Phi-4-mini) on sharp random-weight models in
 // Hugging Face layout (scripts/model-families.ts): the published configs read into their
 // descriptions; the GPU's teacher-forced logits on every path (forward()'s general pass, the
-// reusable decode step, which takes the fused kernels or falls back to the general pass, and the
-// decode-layer kernel, which refuses them) against the float64 CPU reference, on f32 and f16 KV
+// reusable decode step with the fused kernels, and with the decode-layer kernel, asked for as on a
+// CPU adapter, with the family's features) against the float64 CPU reference, on f32 and f16 KV
 // caches, past Phi's original context and past its window, from the Hugging Face folder and from
 // its GGUF conversion (llama.cpp's names and layout); each family's feature shown to change the
 // answer; and the refusals of what the runtime does not run, before any weight is read.
@@ -15,7 +15,8 @@ import { LlamaModel } from '../../src/model/llama.ts';
 import { layerInverseFrequencies } from '../../src/model/rope-frequencies.ts';
 import { llamaShape } from '../../src/model/shape.ts';
 import { fusedStepRefusal } from '../../src/model/decode-step.ts';
-import { decodeLayerRefusal } from '../../src/model/decode-layers.ts';
+import { decodeLayerFeatures, decodeLayerRefusal } from '../../src/model/decode-layers.ts';
+import type { DecodeLayerFeatures } from '../../src/gpu/kernels/index.ts';
 import { filesFromPath } from '../../src/node/index.ts';
 import { generateModel, REAL_CONFIGS, type Family } from '../../scripts/model-families.ts';
 import { writeGgufFromHf } from '../../scripts/gguf-from-hf.ts';
@@ -176,63 +177,76 @@ function referenceLogits(config: LlamaConfig, cpu: CpuLlamaWeights, tokens: numb
   return out;
 }
 
-/** What each family's test shows: which step its reusable decode step takes, and the feature that must change the answer. */
-const CASES: { family: Family; decodeLayer: string; feature: string; without: (c: LlamaConfig) => LlamaConfig }[] = [
-  { family: 'qwen3', decodeLayer: 'q/k norms', feature: 'q/k norms', without: (c) => ({ ...c, family: { ...familyOf(c), qkNorm: false } }) },
+/** What each family's test shows: the decode-layer kernel's features it takes, and the feature that must change the answer. */
+const CASES: { family: Family; decodeLayer: DecodeLayerFeatures; feature: string; without: (c: LlamaConfig) => LlamaConfig }[] = [
+  { family: 'qwen3', decodeLayer: { qkNorm: true }, feature: 'q/k norms', without: (c) => ({ ...c, family: { ...familyOf(c), qkNorm: false } }) },
   {
-    family: 'smollm3', decodeLayer: 'layers without RoPE', feature: 'RoPE-less layers',
+    family: 'smollm3', decodeLayer: { layerRope: true }, feature: 'RoPE-less layers',
     without: (c) => ({ ...c, family: { ...familyOf(c), layers: undefined } }),
   },
-  { family: 'phi3', decodeLayer: 'a RoPE magnitude', feature: 'the sliding window', without: (c) => ({ ...c, slidingWindow: undefined }) },
+  { family: 'phi3', decodeLayer: { layerRope: true }, feature: 'the sliding window', without: (c) => ({ ...c, slidingWindow: undefined }) },
   {
-    family: 'phi4', decodeLayer: 'partial rotary embeddings', feature: 'partial rotation',
+    family: 'phi4', decodeLayer: { layerRope: true }, feature: 'partial rotation',
     without: (c) => ({ ...c, family: { ...familyOf(c), layers: modelLayers(c).map((l) => ({ ...l, rope: l.rope && { ...l.rope, rotaryDims: c.headDim, scaling: undefined } })) } }),
   },
 ];
 
 /**
- * Loads `opened` on the GPU, the decode-layer kernel asked for on every layer (refused by these
- * families: decodeLayerRefusal), and holds its general pass (a prefill of `prefill` tokens, every
- * position's logits, then single tokens) and its reusable decode step (after the same prefill)
- * to `want`, the reference's teacher-forced logits of `tokens`, within `tol`.
+ * Holds `opened` on the GPU to `want`, the reference's teacher-forced logits of `tokens`, within
+ * `tol`: its general pass (a prefill of `prefill` tokens, every position's logits, then single
+ * tokens), its reusable decode step with the fused kernels, and its reusable decode step with the
+ * decode-layer kernel asked for on every layer (as on a CPU adapter), both after the same prefill.
  */
 async function expectEveryPath(opened: OpenedModel, kvDType: 'f16' | 'f32', tokens: number[], prefill: number, want: Float32Array[], tol: number): Promise<void> {
   const config = opened.config;
   const capacity = tokens.length;
   const ctx = await testGpu();
-  const model = await LlamaModel.create(ctx, config, await uploadLlamaWeights(ctx, opened), { tuning: { decodeLayer: () => true } });
-  const forwardCache = model.createKvCache(capacity, kvDType);
-  const stepCache = model.createKvCache(capacity, kvDType);
   const staging = ctx.device.createBuffer({ size: config.vocabSize * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
   try {
-    // forward(): the prefill's every position, then single tokens.
-    const all = await model.forward(tokens.slice(0, prefill), 0, forwardCache, { allLogits: true });
-    for (let t = 0; t < prefill; t++) expect(maxAbsDiff(all.subarray(t * config.vocabSize, (t + 1) * config.vocabSize), want[t]), `prefill ${t}`).toBeLessThan(tol);
-    for (let p = prefill; p < capacity; p++) expect(maxAbsDiff(await model.forward([tokens[p]], p, forwardCache), want[p]), `forward ${p}`).toBeLessThan(tol);
-
-    // The reusable decode step over the same prefill.
-    await model.forward(tokens.slice(0, prefill), 0, stepCache, { readBack: false });
-    const step = model.createDecodeStep(stepCache);
-    expect(step.consecutive).toBeUndefined(); // not the decode-layer kernel
-    // The fused kernels: 5 dispatches a layer (6 with the attention split), the embedding and the logits.
-    expect(step.dispatchCount).toBeLessThanOrEqual(2 + 6 * config.numLayers);
-    for (let p = prefill; p < capacity; p++) {
-      ctx.device.queue.writeBuffer(step.tokenIn, 0, new Uint32Array([tokens[p]]));
-      const encoder = ctx.device.createCommandEncoder();
-      step.encodeStep(encoder, p);
-      encoder.copyBufferToBuffer(step.logits, 0, staging, 0, config.vocabSize * 4);
-      ctx.device.queue.submit([encoder.finish()]);
-      await staging.mapAsync(GPUMapMode.READ);
-      const got = new Float32Array(staging.getMappedRange().slice(0));
-      staging.unmap();
-      expect(maxAbsDiff(got, want[p]), `decode step ${p}`).toBeLessThan(tol);
+    for (const decodeLayer of [false, true]) {
+      const model = await LlamaModel.create(ctx, config, await uploadLlamaWeights(ctx, opened), { tuning: { decodeLayer: () => decodeLayer } });
+      const forwardCache = model.createKvCache(capacity, kvDType);
+      const stepCache = model.createKvCache(capacity, kvDType);
+      try {
+        if (!decodeLayer) {
+          // forward(): the prefill's every position, then single tokens.
+          const all = await model.forward(tokens.slice(0, prefill), 0, forwardCache, { allLogits: true });
+          for (let t = 0; t < prefill; t++) expect(maxAbsDiff(all.subarray(t * config.vocabSize, (t + 1) * config.vocabSize), want[t]), `prefill ${t}`).toBeLessThan(tol);
+          for (let p = prefill; p < capacity; p++) expect(maxAbsDiff(await model.forward([tokens[p]], p, forwardCache), want[p]), `forward ${p}`).toBeLessThan(tol);
+        }
+        // The reusable decode step over the same prefill.
+        await model.forward(tokens.slice(0, prefill), 0, stepCache, { readBack: false });
+        const step = model.createDecodeStep(stepCache);
+        if (decodeLayer) {
+          // decode_layer.wgsl, taken: it leaves the next position in its state; a dispatch a layer at most, and the embedding and logits.
+          expect(step.consecutive, 'the decode-layer kernel').toBeDefined();
+          expect(step.dispatchCount).toBeLessThanOrEqual(config.numLayers + 2);
+        } else {
+          expect(step.consecutive).toBeUndefined();
+          // The fused kernels: 5 dispatches a layer (6 with the attention split), the embedding and the logits.
+          expect(step.dispatchCount).toBeLessThanOrEqual(2 + 6 * config.numLayers);
+        }
+        const path = decodeLayer ? 'decode layer' : 'fused step';
+        for (let p = prefill; p < capacity; p++) {
+          ctx.device.queue.writeBuffer(step.tokenIn, 0, new Uint32Array([tokens[p]]));
+          const encoder = ctx.device.createCommandEncoder();
+          step.encodeStep(encoder, p);
+          encoder.copyBufferToBuffer(step.logits, 0, staging, 0, config.vocabSize * 4);
+          ctx.device.queue.submit([encoder.finish()]);
+          await staging.mapAsync(GPUMapMode.READ);
+          const got = new Float32Array(staging.getMappedRange().slice(0));
+          staging.unmap();
+          expect(maxAbsDiff(got, want[p]), `${path} ${p}`).toBeLessThan(tol);
+        }
+        step.destroy();
+      } finally {
+        forwardCache.destroy();
+        stepCache.destroy();
+        model.destroy();
+      }
     }
-    step.destroy();
   } finally {
     staging.destroy();
-    forwardCache.destroy();
-    stepCache.destroy();
-    model.destroy();
   }
 }
 
@@ -244,11 +258,12 @@ const testTokens = (config: LlamaConfig) => Array.from({ length: CAPACITY }, (_,
 describe('GPU paths against the float64 CPU reference, teacher-forced', () => {
   for (const { family, decodeLayer, feature, without } of CASES) {
     for (const kvDType of ['f32', 'f16'] as const) {
-      it(`${family}, ${kvDType} KV cache: general pass, fused decode step, decode layer refused (${decodeLayer})`, async () => {
+      it(`${family}, ${kvDType} KV cache: general pass, fused decode step, decode layer (${Object.keys(decodeLayer).join(', ')})`, async () => {
         const { opened, config, cpu } = await familyModel(family, CAPACITY);
         const shape = llamaShape(config);
         expect(fusedStepRefusal(shape)).toBeUndefined();
-        expect(decodeLayerRefusal(shape)).toBe(decodeLayer);
+        expect(decodeLayerRefusal(shape)).toBeUndefined();
+        expect(decodeLayerFeatures(shape)).toEqual(decodeLayer);
         const tokens = testTokens(config);
         const want = referenceLogits(config, cpu, tokens, PREFILL, kvDType);
         const tol = 3e-4 * Math.max(1, ...want.map(maxAbs));

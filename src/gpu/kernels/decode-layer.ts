@@ -5,13 +5,25 @@ import type { GpuContext } from '../device.ts';
 import type { GpuMatrix, WeightDType } from '../tensor.ts';
 import type { ShaderSpec } from '../pipelines.ts';
 import { checkWeightShape, weightFormatWgsl } from '../weight-formats.ts';
-import { ATTENTION_MAX_HEAD_DIM, decodeAttentionHelpersWgsl, unrollAttentionLoops, type AttentionShape } from './attention.ts';
+import { ATTENTION_MAX_HEAD_DIM, checkRing, decodeAttentionHelpersWgsl, unrollAttentionLoops, type AttentionShape, type KvRing } from './attention.ts';
 import { assertCount, assertDistinct, assertFits } from './checks.ts';
 import { ropePairingCode, type KvDType } from './elementwise.ts';
 import { blockDotWgsl } from './fused-matvec.ts';
 import type { KernelTuning } from './tuning.ts';
 import { paramStruct, type PlannedDispatch } from '../uniforms.ts';
 import { renameWgsl, takeWgslFunctions, unrollConstLoops } from './wgsl.ts';
+import {
+  anyDecodeLayerFeature,
+  decodeLayerAttentionFeaturesWgsl,
+  decodeLayerBodyWgsl,
+  decodeLayerFeatureLayout,
+  decodeLayerFeaturesKey,
+  embeddingScaleWgsl,
+  logitCapWgsl,
+  needsModelConstants,
+  type DecodeLayerFeatureLayout,
+  type DecodeLayerFeatures,
+} from './decode-layer-family.ts';
 import decodeAttentionWgsl from '../../../shaders/decode_attention.wgsl?raw';
 import decodeLayerWgsl from '../../../shaders/decode_layer.wgsl?raw';
 
@@ -50,9 +62,16 @@ export interface DecodeLayerLayout {
   freq: number;
   /** γ_out, the final norm's weights (read where the logits join a decode layer dispatch). */
   outNorm: number;
-  /** Layer l's [γ_attn | γ_ffn | bq | bk | bv] starts at consts + l * constsStride. */
+  /**
+   * Layer l's [γ_attn | γ_ffn | bq | bk | bv], then its features' constants (`features`), start
+   * at consts + l * constsStride.
+   */
   consts: number;
   constsStride: number;
+  /** With family features (decodeLayerLayout's second argument): where their constants are. */
+  features?: DecodeLayerFeatureLayout;
+  /** With post-norms: a block's output before its norm, [dim]; -1 without. */
+  block?: number;
   /**
    * The greedy steps' records (decodeLayers `greedyTo`): DECODE_RECORD_SLOTS of 4 words each, u32
    * id, f32 logprob, 0, 0; the step at position p writes slot p mod DECODE_RECORD_SLOTS.
@@ -69,7 +88,7 @@ export const DECODE_RECORD_BYTES = 16;
 
 export const up4 = (n: number) => Math.ceil(n / 4) * 4;
 
-export function decodeLayerLayout(d: DecodeLayerDims): DecodeLayerLayout {
+export function decodeLayerLayout(d: DecodeLayerDims, f?: DecodeLayerFeatures): DecodeLayerLayout {
   const qkvRows = d.qDim + 2 * d.kvDim;
   const x = 0;
   const qkv = x + up4(d.dim);
@@ -79,9 +98,24 @@ export function decodeLayerLayout(d: DecodeLayerDims): DecodeLayerLayout {
   const freq = pos + 4;
   const outNorm = freq + up4(d.headDim / 2);
   const consts = outNorm + up4(d.dim);
-  const constsStride = up4(2 * d.dim + qkvRows);
-  const records = consts + d.numLayers * constsStride;
-  return { x, qkv, att, h, pos, freq, outNorm, consts, constsStride, records, floats: records + (DECODE_RECORD_SLOTS * DECODE_RECORD_BYTES) / 4 };
+  const llamaStride = up4(2 * d.dim + qkvRows);
+  const recordFloats = (DECODE_RECORD_SLOTS * DECODE_RECORD_BYTES) / 4;
+  if (!f || !anyDecodeLayerFeature(f)) {
+    // The Llama block: exactly the layout it always had.
+    const records = consts + d.numLayers * llamaStride;
+    return { x, qkv, att, h, pos, freq, outNorm, consts, constsStride: llamaStride, records, floats: records + recordFloats };
+  }
+  const layer = decodeLayerFeatureLayout(f, llamaStride, d.dim, d.headDim);
+  const constsStride = llamaStride + layer.layerFloats;
+  const model = consts + d.numLayers * constsStride;
+  const records = model + (needsModelConstants(f) ? 4 : 0);
+  const block = records + recordFloats;
+  const floats = block + (f.postNorms ? up4(d.dim) : 0);
+  return {
+    x, qkv, att, h, pos, freq, outNorm, consts, constsStride, records, floats,
+    features: { ...layer, model: needsModelConstants(f) ? model : -1 },
+    block: f.postNorms ? block : -1,
+  };
 }
 
 /**
@@ -136,11 +170,14 @@ export type DecodeLayerVariant = {
   logitsRows: number;
   /** Then picks the next token from them (argmax): to the token binding and a record in st. */
   greedy: boolean;
+  /** What the layers run beyond the Llama block (decode-layer-family.ts); absent or none on: Llama's. */
+  features?: DecodeLayerFeatures;
 };
 export const decodeLayerKey = (v: DecodeLayerVariant) =>
   `decode_layer/d${v.dims.dim}/q${v.dims.qDim}/kv${v.dims.kvDim}/f${v.dims.ffn}/hd${v.dims.headDim}/n${v.dims.numLayers}/g${v.heads}/kv_${v.kvDType}/` +
   `${v.matrices ? v.matrices.map((m) => `${m.dtype}${m.runs ? '+runs' : ''}`).join(',') : 'arena'}/${v.hasBias ? 'bias' : 'nobias'}/w${v.workgroup}q${v.quads}` +
-  `/s${v.slots}${v.embed ? '/embed' : ''}${v.logitsRows ? `/logits${v.logitsRows}` : ''}${v.greedy ? '/greedy' : ''}`;
+  `/s${v.slots}${v.embed ? '/embed' : ''}${v.logitsRows ? `/logits${v.logitsRows}` : ''}${v.greedy ? '/greedy' : ''}` +
+  decodeLayerFeaturesKey(v.features);
 
 /**
  * Whether decode_layer.wgsl can run a layer of these sizes and projections (DECODE_LAYER_MATRICES
@@ -159,10 +196,10 @@ export function decodeLayerFits(d: DecodeLayerDims, matrices: readonly GpuMatrix
  * The attention feature of `shape` that decode_layer.wgsl does not implement (its attention is
  * Llama's, with any score scale), or undefined when it takes them all.
  */
-export function decodeLayerUnsupported(shape: AttentionShape, headDim: number): string | undefined {
-  if (shape.softcap !== undefined) return 'attention soft-capping';
-  if ((shape.rotaryDims ?? headDim) !== headDim) return 'partial rotary embeddings';
-  if ((shape.magnitude ?? 1) !== 1) return 'a RoPE magnitude';
+export function decodeLayerUnsupported(shape: AttentionShape, headDim: number, f: DecodeLayerFeatures = {}): string | undefined {
+  if (shape.softcap !== undefined && !f.attentionSoftcap) return 'attention soft-capping';
+  if ((shape.rotaryDims ?? headDim) !== headDim && !f.layerRope) return 'partial rotary embeddings';
+  if ((shape.magnitude ?? 1) !== 1 && !f.layerRope) return 'a RoPE magnitude';
   return undefined;
 }
 
@@ -201,14 +238,18 @@ export function decodeLayerAttentionWgsl(source: string, slots: number): string 
 /** decode_layer.wgsl with its snippets (see the head of that file). */
 export function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
   const d = v.dims;
-  const layout = decodeLayerLayout(d);
+  const f = anyDecodeLayerFeature(v.features) ? v.features : undefined;
+  const layout = decodeLayerLayout(d, f);
+  let helpers = `${decodeAttentionHelpersWgsl(d.headDim, v.heads, v.kvDType, false)}\n`;
+  if (f) helpers = decodeLayerAttentionFeaturesWgsl(helpers, f, layout.features!);
   let code =
     `const WG: u32 = ${v.workgroup}u;\nconst QUADS: u32 = ${v.quads}u;\nconst TEAM: u32 = 1u;\nconst LAYER_SLOTS: u32 = ${v.slots}u;\n` +
     `const DIM: u32 = ${d.dim}u;\nconst Q_DIM: u32 = ${d.qDim}u;\nconst KV_DIM: u32 = ${d.kvDim}u;\nconst FFN: u32 = ${d.ffn}u;\n` +
     `const X0: u32 = ${layout.x}u;\nconst QKV0: u32 = ${layout.qkv}u;\nconst ATT0: u32 = ${layout.att}u;\nconst H0: u32 = ${layout.h}u;\n` +
     `const POS0: u32 = ${layout.pos}u;\nconst FREQ0: u32 = ${layout.freq}u;\nconst OUT0: u32 = ${layout.outNorm}u;\nconst HAS_BIAS: bool = ${v.hasBias};\n` +
     `const EMBED: bool = ${v.embed};\nconst LOGITS: bool = ${v.logitsRows > 0};\nconst GREEDY: bool = ${v.greedy};\n` +
-    decodeLayerAttentionWgsl(`${decodeAttentionHelpersWgsl(d.headDim, v.heads, v.kvDType, false)}\n${decodeAttentionWgsl}\n`, v.slots);
+    (f && layout.features!.model >= 0 ? `const MODEL0: u32 = ${layout.features!.model}u;\n` : '') +
+    decodeLayerAttentionWgsl(`${helpers}${decodeAttentionWgsl}\n`, v.slots);
   // Each projection's K and the vector it multiplies (decode_layer.wgsl's loaders).
   const inputs: Record<(typeof DECODE_LAYER_MATRICES)[number], [string, string]> = {
     q: ['DIM', 'attn'], k: ['DIM', 'attn'], v: ['DIM', 'attn'], o: ['Q_DIM', 'att'], g: ['DIM', 'ffn'], u: ['DIM', 'ffn'], d: ['FFN', 'h'],
@@ -234,32 +275,33 @@ export function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
   if (v.embed || v.greedy) {
     code += `@group(0) @binding(${DECODE_LAYER_TOKENS_BINDING}) var<storage, ${v.greedy ? 'read_write' : 'read'}> tokens: array<u32>;\n`;
   }
-  code += v.embed ? decodeEmbeddingWgsl() : 'fn embed_token(lid: u32) {}\n';
+  code += v.embed ? decodeEmbeddingWgsl(f) : 'fn embed_token(lid: u32) {}\n';
   if (v.logitsRows > 0) {
-    code += blockDotWgsl('lm', 'f32', false, 'DIM', 'load_in4_out', 'load_in_out', unroll, '') + decodeLogitsWgsl(v.logitsRows);
+    code += blockDotWgsl('lm', 'f32', false, 'DIM', 'load_in4_out', 'load_in_out', unroll, '') + decodeLogitsWgsl(v.logitsRows, f);
   } else {
     code += 'fn project_logits(lid: u32) {}\n';
   }
   code += v.greedy ? decodeGreedyWgsl(layout.records) : 'fn pick_greedy(lid: u32) {}\n';
-  const source = unrollAttentionLoops(`${code}\n${decodeLayerWgsl}`, d.headDim, v.heads);
+  const body = f ? decodeLayerBodyWgsl(decodeLayerWgsl, f, layout.features!, layout.block!) : decodeLayerWgsl;
+  const source = unrollAttentionLoops(`${code}\n${body}`, d.headDim, v.heads);
   return { code: unrollConstLoops(source, unroll), entryPoint: 'main' };
 }
 
-/** decode_layer.wgsl's EMBED phase: x = E[token] from the arena (0 past its rows), as embedding.wgsl does. */
-export function decodeEmbeddingWgsl(): string {
+/** decode_layer.wgsl's EMBED phase: x = E[token] from the arena (0 past its rows), as embedding.wgsl does (times the scale of the embeddingScale feature). */
+export function decodeEmbeddingWgsl(f?: DecodeLayerFeatures): string {
   return `fn embed_token(lid: u32) {
   let token = tokens[0];
   for (var k = lid * 4u; k < DIM; k += WG * 4u) {
     var e = vec4<f32>(0.0);
-    if (token < params.emb_rows) { e = load_weight4(params.emb + token * DIM + k); }
+    if (token < params.emb_rows) { e = load_weight4(params.emb + token * DIM + k)${embeddingScaleWgsl(f)}; }
     st[(X0 + k) >> 2u] = e;
   }
 }
 `;
 }
 
-/** decode_layer.wgsl's LOGITS phase: logits = s·(x∘γ_out)·W_lm_headᵀ, W_lm_head [rows, DIM] in the arena. */
-export function decodeLogitsWgsl(rows: number): string {
+/** decode_layer.wgsl's LOGITS phase: logits = s·(x∘γ_out)·W_lm_headᵀ, W_lm_head [rows, DIM] in the arena (soft-capped with the logitSoftcap feature). */
+export function decodeLogitsWgsl(rows: number, f?: DecodeLayerFeatures): string {
   return `@group(0) @binding(${DECODE_LAYER_LOGITS_BINDING}) var<storage, read_write> logits: array<f32>;
 const LOGIT_ROWS: u32 = ${rows}u;
 fn project_logits(lid: u32) {
@@ -269,7 +311,7 @@ fn project_logits(lid: u32) {
     let acc = block_dot_lm(params.lm, r0, LOGIT_ROWS - 1u, 0u);
     for (var q = 0u; q < QUADS; q++) {
       let r = r0 + 4u * q;
-      let y = acc[q] * s;
+      let y = ${logitCapWgsl(f, 'acc[q] * s')};
       if (r < LOGIT_ROWS) { logits[r] = y.x; }
       if (r + 1u < LOGIT_ROWS) { logits[r + 1u] = y.y; }
       if (r + 2u < LOGIT_ROWS) { logits[r + 2u] = y.z; }
@@ -374,6 +416,8 @@ export interface DecodeLayerShape {
   dims: DecodeLayerDims;
   attention: AttentionShape;
   eps: number;
+  /** The family features the layers run (their constants in the state: decodeLayerLayout(dims, features)). */
+  features?: DecodeLayerFeatures;
 }
 
 /** The dispatch of decode layers first .. first + count - 1 (see KernelRecorder.decodeLayers), checked. */
@@ -383,7 +427,7 @@ export function planDecodeLayers(
   weights: DecodeLayerWeights,
   layers: { first: number; count: number },
   shape: DecodeLayerShape,
-  caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType },
+  caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType; rings?: readonly (KvRing | undefined)[] },
 ): PlannedDispatch {
   const { first, count } = layers;
   const { dims, eps } = shape;
@@ -399,14 +443,15 @@ export function planDecodeLayers(
   }
   if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);
   if (slidingWindow !== undefined) assertCount(slidingWindow, 'decodeLayers slidingWindow');
-  const unsupported = decodeLayerUnsupported(shape.attention, dims.headDim);
+  const features = anyDecodeLayerFeature(shape.features) ? shape.features : undefined;
+  const unsupported = decodeLayerUnsupported(shape.attention, dims.headDim, features);
   if (unsupported) throw new Error(`decodeLayers: decode_layer.wgsl does not take ${unsupported}; use the fused-matvec step`);
   if (!decodeLayerSizesFit(dims)) throw new Error('decodeLayers: these sizes do not fit decode_layer.wgsl (see decodeLayerFits)');
   const shapes: [number, number][] = [
     [dims.qDim, dims.dim], [dims.kvDim, dims.dim], [dims.kvDim, dims.dim], [dims.dim, dims.qDim],
     [dims.ffn, dims.dim], [dims.ffn, dims.dim], [dims.dim, dims.ffn],
   ];
-  const layout = decodeLayerLayout(dims);
+  const layout = decodeLayerLayout(dims, features);
   assertFits(state, layout.floats * 4, 'decodeLayers state');
   const buffers: Record<number, GPUBuffer> = { 1: state };
   const rowBytes = dims.kvDim * (kvDType === 'f16' ? 2 : 4);
@@ -416,7 +461,15 @@ export function planDecodeLayers(
     if (!k || !v) throw new Error(`decodeLayers: no KV cache for layer ${first + s}`);
     assertDistinct(k, [v, state], 'decodeLayers');
     assertDistinct(v, [state], 'decodeLayers');
-    rows = Math.min(rows, Math.floor(Math.min(k.size, v.size) / rowBytes));
+    const bufferRows = Math.floor(Math.min(k.size, v.size) / rowBytes);
+    // A ring (the ring feature: its rows in the layer's constants) holds positions up to ring.positions.
+    const ring = caches.rings?.[first + s];
+    if (ring) {
+      if (!features?.ring) throw new Error(`decodeLayers: layer ${first + s}'s cache is a ring; the dispatch needs the ring feature`);
+      checkRing(ring, 1, undefined, `decodeLayers layer ${first + s}`);
+      if (ring.rows > bufferRows) throw new Error(`decodeLayers: layer ${first + s}'s ring of ${ring.rows} rows passes its cache of ${bufferRows}`);
+    }
+    rows = Math.min(rows, ring ? ring.positions : bufferRows);
     buffers[DECODE_LAYER_CACHE_BINDING + 2 * s] = k;
     buffers[DECODE_LAYER_CACHE_BINDING + 2 * s + 1] = v;
   }
@@ -506,6 +559,7 @@ export function planDecodeLayers(
     embed,
     logitsRows,
     greedy,
+    ...(features ? { features } : {}),
   };
   const advance = first + count === dims.numLayers ? 1 : 0;
   return {

@@ -18,6 +18,7 @@ export {
   type DecodeLayerShape,
   type DecodeLayerWeights,
 } from './decode-layer.ts';
+export type { DecodeLayerFeatures, DecodeLayerFeatureLayout } from './decode-layer-family.ts';
 export type { GatedActivation, KvDType, RopePairing, RopeRotation, RopeShape } from './elementwise.ts';
 export type { FusedMatvecMode } from './fused-matvec.ts';
 export { KernelProgram } from './program.ts';
