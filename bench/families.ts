@@ -179,7 +179,7 @@ export interface FamilyPair {
 
 /** Why the decode-layer and fused steps refuse a config (the model's own functions, on its shape), as far as the config alone tells. */
 async function refusalsOf(dir: string): Promise<SideFigures['refusals']> {
-  const { configFromHf } = await import('../src/model/config.ts');
+  const { configFromHf } = await import('../src/model/config-hf.ts');
   const { llamaShape } = await import('../src/model/shape.ts');
   const { fusedStepRefusal } = await import('../src/model/decode-step.ts');
   const { decodeLayerRefusal } = await import('../src/model/decode-layers.ts');

@@ -4,9 +4,10 @@
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { createHfTokenizer } from '../tokenizer/hf-tokenizer.ts';
 import { tokenizerFromGguf } from '../tokenizer/gguf-tokenizer.ts';
-import {
-  configFromGguf, configFromHf, familyOf, hfCheckpointDType, withEmbeddingScaleDType, withLongRopeFactors, withRopeFreqFactors, type LlamaConfig,
-} from '../model/config.ts';
+import { familyOf, withEmbeddingScaleDType, withLongRopeFactors, withRopeFreqFactors, type LlamaConfig } from '../model/config.ts';
+import { configFromGguf } from '../model/config-gguf.ts';
+import { configFromHf } from '../model/config-hf.ts';
+import { hfCheckpointDType } from '../model/config-values.ts';
 import { readJsonFile, readTextFile, type ByteSource, type ModelFiles } from '../io/files.ts';
 import { readGgufHeader, type GgufMetadata, type GgufTensorType } from '../io/formats/gguf.ts';
 import { isLoadableDType, readSafetensorsCheckpoint, type SafetensorsDType } from '../io/formats/safetensors.ts';

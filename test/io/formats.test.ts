@@ -4,7 +4,9 @@ import { filesFromPath } from '../../src/node/files.ts';
 import { filesFromFileList, filesFromMemory, filesFromUrl, memorySource, type ModelFiles } from '../../src/io/files.ts';
 import { readGgufHeader } from '../../src/io/formats/gguf.ts';
 import { readSafetensorsCheckpoint, readSafetensorsHeader } from '../../src/io/formats/safetensors.ts';
-import { configFromGguf, configFromHf, modelLayers } from '../../src/model/config.ts';
+import { modelLayers } from '../../src/model/config.ts';
+import { configFromGguf } from '../../src/model/config-gguf.ts';
+import { configFromHf } from '../../src/model/config-hf.ts';
 import { hfNameFromGguf, hfShapeFromGguf } from '../../src/model/tensor-names.ts';
 import { openModel } from '../../src/engine/open-model.ts';
 import {

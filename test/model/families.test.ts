@@ -6,7 +6,9 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { configFromGguf, configFromHf, LLAMA_FAMILY, modelLayers, type LlamaConfig } from '../../src/model/config.ts';
+import { LLAMA_FAMILY, modelLayers, type LlamaConfig } from '../../src/model/config.ts';
+import { configFromGguf } from '../../src/model/config-gguf.ts';
+import { configFromHf } from '../../src/model/config-hf.ts';
 import { filesFromMemory } from '../../src/io/files.ts';
 import { readSafetensorsCheckpoint } from '../../src/io/formats/safetensors.ts';
 import { LlamaModel, ropeInverseFrequencies } from '../../src/model/llama.ts';

@@ -10,9 +10,9 @@ import { describe, expect, it } from 'vitest';
 import type { QuantDType } from '../../src/gpu/tensor.ts';
 import { memorySource } from '../../src/io/files.ts';
 import { readGgufHeader, type GgufMetadata } from '../../src/io/formats/gguf.ts';
-import {
-  configFromGguf, configFromHf, familyOf, modelLayers, roundToDType, type LlamaConfig,
-} from '../../src/model/config.ts';
+import { familyOf, modelLayers, roundToDType, type LlamaConfig } from '../../src/model/config.ts';
+import { configFromGguf } from '../../src/model/config-gguf.ts';
+import { configFromHf } from '../../src/model/config-hf.ts';
 import { fusedStepRefusal } from '../../src/model/decode-step.ts';
 import { decodeLayerFeatures, decodeLayerRefusal } from '../../src/model/decode-layers.ts';
 import { llamaShape } from '../../src/model/shape.ts';

@@ -9,7 +9,9 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { configFromGguf, configFromHf, familyOf, LLAMA_FAMILY, modelLayers, type LlamaConfig } from '../../src/model/config.ts';
+import { familyOf, LLAMA_FAMILY, modelLayers, type LlamaConfig } from '../../src/model/config.ts';
+import { configFromGguf } from '../../src/model/config-gguf.ts';
+import { configFromHf } from '../../src/model/config-hf.ts';
 import { openModel, uploadLlamaWeights, type OpenedModel } from '../../src/engine/open-model.ts';
 import { LlamaModel } from '../../src/model/llama.ts';
 import { layerInverseFrequencies } from '../../src/model/rope-frequencies.ts';
