@@ -28,6 +28,7 @@ import { dequantize } from '../reference/quant.ts';
 import { maxAbs, maxAbsDiff } from '../helpers/compare.ts';
 import { cpuLlamaWeights, readFolderTensors, tempModels } from '../helpers/temp-models.ts';
 import { CpuLlama, type CpuLlamaWeights } from '../reference/cpu-llama.ts';
+import { buildSafetensors } from '../helpers/model-files.ts';
 
 const models = tempModels();
 
@@ -366,27 +367,6 @@ describe('Gemma test models on the GPU vs the float64 CPU reference (Hugging Fac
   }
 });
 
-/** A safetensors file of `tensors` (name → dtype, shape, bytes), in order. */
-function safetensorsBytes(tensors: { name: string; dtype: string; shape: number[]; data: Uint8Array }[]): Uint8Array {
-  const header: Record<string, unknown> = {};
-  let at = 0;
-  for (const t of tensors) {
-    header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [at, at + t.data.length] };
-    at += t.data.length;
-  }
-  let json = JSON.stringify(header);
-  while ((8 + json.length) % 8 !== 0) json += ' ';
-  const head = new TextEncoder().encode(json);
-  const out = new Uint8Array(8 + head.length + at);
-  new DataView(out.buffer).setBigUint64(0, BigInt(head.length), true);
-  out.set(head, 8);
-  let o = 8 + head.length;
-  for (const t of tensors) {
-    out.set(t.data, o);
-    o += t.data.length;
-  }
-  return out;
-}
 
 /** The tensors of a safetensors file with their bytes. */
 function safetensorsTensors(path: string): { name: string; dtype: string; shape: number[]; data: Uint8Array }[] {
@@ -416,7 +396,7 @@ describe('a Gemma3ForConditionalGeneration checkpoint: its language model, the v
       { name: 'vision_tower.vision_model.embeddings.patch_embedding.bias', dtype: 'F32', shape: [2], data: new Uint8Array(8) },
       { name: 'multi_modal_projector.mm_input_projection_weight', dtype: 'F32', shape: [2, 2], data: new Uint8Array(16) },
     );
-    writeFileSync(join(both, 'model.safetensors'), safetensorsBytes(tensors));
+    writeFileSync(join(both, 'model.safetensors'), buildSafetensors(tensors));
 
     const opened = await openModel(filesFromPath(both));
     expect(opened.notices).toHaveLength(1);
