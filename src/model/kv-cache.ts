@@ -18,6 +18,7 @@ export type { KvDType };
 export const DEFAULT_RING_PASS_TOKENS = 512;
 
 export class KvCache {
+  /** Per layer: every slot's K rows, slot s of layer l from byte slotOffset(l, s). */
   readonly keys: GPUBuffer[] = [];
   readonly values: GPUBuffer[] = [];
   /** Bytes of one position's K (or V) row across the KV heads. */
@@ -40,7 +41,13 @@ export class KvCache {
     readonly kvDType: KvDType = 'f16',
     /** The longest prefill pass its ring layers take (their rows: window + passTokens - 1); Infinity: no rings. */
     passTokens: number = DEFAULT_RING_PASS_TOKENS,
+    /**
+     * Sequences it holds, each in a region of its own (a slot): slot s of layer l is rows[l] rows
+     * from byte slotOffset(l, s) of keys[l] and values[l]. One slot: the buffers are that slot.
+     */
+    readonly slots = 1,
   ) {
+    if (!(Number.isInteger(slots) && slots >= 1)) throw new Error(`slots must be an integer >= 1, got ${slots}`);
     this.rowBytes = KvCache.rowBytesOf(config, kvDType);
     this.windows = modelLayers(config).map((layer) => layer.slidingWindow);
     this.rows = KvCache.layerRowsOf(config, capacity, passTokens);
@@ -48,7 +55,7 @@ export class KvCache {
     this.maxPassTokens = this.rings.some((r) => r) ? passTokens : Infinity;
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
     for (let l = 0; l < config.numLayers; l++) {
-      const size = this.rows[l]! * this.rowBytes;
+      const size = slots * this.slotBytes(l);
       this.keys.push(device.createBuffer({ label: `k_cache.${l}`, size, usage }));
       this.values.push(device.createBuffer({ label: `v_cache.${l}`, size, usage }));
     }
@@ -75,14 +82,26 @@ export class KvCache {
     );
   }
 
-  /** Bytes a cache of `capacity` positions takes (K and V of every layer), before allocating it. */
+  /** Bytes a cache of `capacity` positions takes (K and V of every layer, per slot), before allocating it. */
   static byteSizeOf(config: LlamaConfig, capacity: number, kvDType: KvDType = 'f16', passTokens: number = DEFAULT_RING_PASS_TOKENS): number {
     const rows = KvCache.layerRowsOf(config, capacity, passTokens).reduce((a, b) => a + b, 0);
     return 2 * rows * KvCache.rowBytesOf(config, kvDType);
   }
 
+  /** Bytes of every slot (K and V of every layer). */
   get byteSize(): number {
-    return 2 * this.rows.reduce((a, b) => a + b, 0) * this.rowBytes;
+    return this.slots * 2 * this.rows.reduce((a, b) => a + b, 0) * this.rowBytes;
+  }
+
+  /** Bytes of one slot's rows of layer l (K, or V). */
+  slotBytes(l: number): number {
+    return this.rows[l]! * this.rowBytes;
+  }
+
+  /** Byte offset of slot s's rows in keys[l] and values[l]. */
+  slotOffset(l: number, s: number): number {
+    if (!(Number.isInteger(s) && s >= 0 && s < this.slots)) throw new RangeError(`slot ${s} is outside 0..${this.slots - 1}`);
+    return s * this.slotBytes(l);
   }
 
   /** Whether some layer keeps a ring rather than every position. */

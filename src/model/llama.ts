@@ -83,8 +83,8 @@ export class LlamaModel {
   }
 
   /** passTokens: the longest pass the sliding-window layers' rings take (KvCache; Infinity: every layer keeps every position). */
-  createKvCache(capacity: number, kvDType: KvDType = 'f16', passTokens?: number): KvCache {
-    return new KvCache(this.ctx.device, this.config, capacity, kvDType, passTokens);
+  createKvCache(capacity: number, kvDType: KvDType = 'f16', passTokens?: number, slots?: number): KvCache {
+    return new KvCache(this.ctx.device, this.config, capacity, kvDType, passTokens, slots);
   }
 
   /**

@@ -1,0 +1,67 @@
+// A decode step of many sequences at once (continuous batching): row r of the batch decodes the
+// sequence in slot rows[r].slot of a KvCache with slots, at its own position. Each row's result
+// is the same whatever else runs beside it (batch invariance): a row's sums run in an order that
+// depends only on the model, never on the number of rows, their slots or the row's place; the
+// same pipelines run every batch size, one row of work after another where rows share weights.
+
+/** Bytes between rows' tokens in BatchDecodeStep.tokenIn: a storage binding's offset alignment. */
+export const BATCH_TOKEN_STRIDE_BYTES = 256;
+
+/** One row of a batch: the slot whose K/V it reads and appends to, and its position at the next step. */
+export interface BatchRow {
+  slot: number;
+  position: number;
+}
+
+/** Where one row's data lies in a shared buffer. */
+export interface RowRegion {
+  buffer: GPUBuffer;
+  /** Byte offset: a multiple of 256 (a storage binding's offset alignment). */
+  offset: number;
+}
+
+/**
+ * One decode step of up to maxRows sequences, recorded once and encoded again for every step:
+ * each row embeds the token at its rowToken, runs the layers at its position in its slot's K/V
+ * (appending its K/V row there), writes its logits at its rowLogits, and moves to the next
+ * position. Nothing is created per step.
+ */
+export interface BatchDecodeStep {
+  /** Most rows one step runs. */
+  readonly maxRows: number;
+  /** Sequences whose K/V it holds, one slot each (slots 0 .. slots - 1). */
+  readonly slots: number;
+  /** Where slot s keeps layer l's K and V rows (cache.rows[l] of cache.rowBytes each, laid out as a one-slot KvCache's buffers). */
+  slotKv(l: number, s: number): { keys: GPUBuffer; values: GPUBuffer; offset: number };
+  /**
+   * Sets the rows the steps encoded from now on run (at most maxRows; each slot in one row at
+   * most): row r decodes slot rows[r].slot, at rows[r].position at the first step, one position
+   * later at each step after. Applies to what is submitted after the call (it may write through
+   * the queue); call it between submits.
+   */
+  setRows(rows: readonly BatchRow[]): void;
+  /** Records one step of every row into `encoder`. */
+  encode(encoder: GPUCommandEncoder): void;
+  /**
+   * Present where a step keeps its rows' positions on the GPU: records one step of every row into
+   * an open compute pass, so a run of steps and their samplers share one pass.
+   */
+  readonly encodeInPass?: (pass: GPUComputePassEncoder) => void;
+  /** Row r's logits, f32 [vocab], once its step has run. */
+  rowLogits(r: number): RowRegion;
+  /** Row r's token (u32 at the offset): what its next step embeds; a sampler writes it there. */
+  rowToken(r: number): RowRegion;
+  /**
+   * Present where each step also picks every row's greedy token (the argmax of its logits, the
+   * lowest id on ties, as the GPU sampler picks at temperature 0 with nothing else asked) into its
+   * rowToken, and writes its record (u32 id, f32 logprob of the raw logits, zeros to `bytes`):
+   * row r's step at position p writes slot p mod `slots`, at byte offset + (r * slots + p mod
+   * slots) * bytes of `buffer`. A sampler dispatched after the step overwrites rowToken for rows
+   * that sample.
+   */
+  readonly greedy?: { records: { buffer: GPUBuffer; offset: number; bytes: number; slots: number } };
+  /** Dispatches one step records (for counters and benchmarks). */
+  readonly dispatchCount: number;
+  /** Frees the step's own buffers (not the cache). */
+  destroy(): void;
+}
