@@ -360,8 +360,8 @@ export interface SequenceEnd {
 
 /**
  * Runs one prompt: opens ONE session (one prefill, shared), then decodes sequences 0..sequences-1
- * one after another (`session.sequence({index: j})`, which seeds sequence j by (seed, j)), and
- * yields each sequence's pieces in order: the echo first, then text as it becomes final, and a
+ * at once (`session.sequence({index: j})`, which seeds sequence j by (seed, j)), and yields each
+ * sequence's pieces in order (those of different sequences interleaved as they come): the echo first, then text as it becomes final, and a
  * last piece carrying `end` (never an empty piece otherwise). The session is closed when done,
  * on errors and when the consumer stops early; `signal` aborts at the next token.
  */
@@ -382,6 +382,7 @@ export async function* runPrompt(
       ...(settings.logprobs !== null ? { logprobs: settings.logprobs } : {}),
       ...(needPromptLogprobs ? { promptLogprobs: true } : {}),
       ...(settings.cachePrompt ? {} : { cachePrompt: false }),
+      ...(settings.sequences > 1 ? { sequences: settings.sequences } : {}),
       ...(signal ? { signal } : {}),
     });
   }
@@ -389,11 +390,35 @@ export async function* runPrompt(
     const echo = settings.echo
       ? echoPrompt(generator.tokenizer, prompt, session?.promptLogprobs, settings.logprobs, settings.skipSpecialTokens)
       : null;
-    for (let j = 0; j < settings.sequences; j++) {
-      yield* runSequence(generator.tokenizer, session, j, prompt, settings, echo, signal);
+    const sequences = Array.from({ length: settings.sequences }, (_, j) => runSequence(generator.tokenizer, session, j, prompt, settings, echo, signal));
+    if (sequences.length === 1) {
+      yield* sequences[0]!;
+      return;
+    }
+    // The sequences decode at once (rows of the engine's batch): their pieces come as they are made.
+    try {
+      yield* interleave(sequences);
+    } finally {
+      session?.close();
+      await Promise.all(sequences.map((s) => s.return().catch(() => {})));
     }
   } finally {
     session?.close();
+  }
+}
+
+/** The items of several generators as each comes, each generator's in order; the first error ends it. */
+async function* interleave<T>(generators: AsyncGenerator<T, void, void>[]): AsyncGenerator<T, void, void> {
+  const pull = (i: number) => generators[i]!.next().then((result) => ({ result, i }));
+  const pending = new Map(generators.map((_, i) => [i, pull(i)]));
+  while (pending.size > 0) {
+    const { result, i } = await Promise.race(pending.values());
+    if (result.done) {
+      pending.delete(i);
+      continue;
+    }
+    pending.set(i, pull(i));
+    yield result.value;
   }
 }
 

@@ -1,26 +1,35 @@
-// The generation loop on the GPU: a session prefills the prompt once, then decodes sequences
-// (choices) from it one after another. Sampling runs on the GPU too (src/sampling/gpu-sampler.ts),
-// so decode steps follow each other without waiting for the CPU (decode-pipeline.ts); a sequence
-// with a constraint (structured output) waits for each sampled token (constrained-decode.ts).
+// The generation loop on the GPU, for many requests at once (continuous batching).
 //
-// KV cache sharing: the prompt's K/V sit at positions 0..P-1 and decode steps only write
-// positions >= P, so every sequence of a session reuses the prompt's K/V without copying: sequence
-// j overwrites what sequence j-1 wrote past the prompt, and attention at position q reads only
-// positions <= q, all written by sequence j itself. The one cache is lent to the session that
-// holds the scheduler. Across sessions, the prefix cache (prefix-cache.ts) knows which tokens'
-// K/V the cache holds: a prompt that begins with them is prefilled from the first token it does
-// not share, which computes what a whole prefill computes (as the chunks of a long prompt do).
-// Sliding-window layers' rings (KvCache.rings) are the exception: a sequence that decodes past
-// R - W tokens overwrites the ring rows of the prompt's last positions, which the next sequence
-// reads; the prompt is then prefilled again before it (restorePrompt).
+// Slots: the working KV cache (slot 0) is where every prompt is prefilled, one request at a time
+// (the lane: a bounded FIFO, scheduler.ts), with the prefix cache (prefix-cache.ts) knowing which
+// tokens' K/V it holds, so a prompt that begins with them is prefilled from the first token it
+// does not share. Sequences decode in slots of their own (1 .. maxConcurrentSequences, each a KV
+// cache of the full context, made on first use): a session holding the lane takes a slot for each
+// sequence it runs at once (waiting, in the queue, while none is free), copies the prompt's K/V
+// and last logits there (copyBufferToBuffer) and frees the lane. Its sequences then decode as rows
+// of one batch (batch-decode.ts) beside every other request's, while the next prompt is prefilled;
+// a sequence with a constraint (structured output) runs its own loop on its slot
+// (constrained-decode.ts). When a sequence ends and the working cache still holds its prompt, its
+// answer's K/V is copied back there, so the next turn of a chat reuses it as before.
+// With maxConcurrentSequences 1 nothing is copied: the session keeps the lane and decodes in slot 0.
+//
+// Sampling runs on the GPU (src/sampling/gpu-sampler.ts), so decode steps follow each other
+// without waiting for the CPU. Sequences of one session share its prompt's K/V: positions 0..P-1
+// of their slots, decode steps writing only past P. Sliding-window layers' rings (KvCache.rings)
+// are the exception: a sequence that decodes past R - W tokens overwrites the ring rows of the
+// prompt's last positions; a later sequence in that slot then takes the prompt through the lane
+// again (the prefix cache makes that one token's prefill when slot 0 still holds it).
 import type { LlamaModel } from '../model/llama.ts';
 import type { KvCache } from '../model/kv-cache.ts';
 import { maxBufferBytes } from '../gpu/device.ts';
 import { logSumExp, scoreToken } from '../sampling/logprobs.ts';
 import { randomSeed } from '../sampling/random.ts';
 import { GpuSampler, RECORD_BYTES } from '../sampling/gpu-sampler.ts';
-import { decodeTokens, MAX_BATCH_STEPS, type DecodePlan, type DecodeResources } from './decode-pipeline.ts';
+import { MAX_BATCH_STEPS, type DecodePlan, type DecodeResources } from './decode-pipeline.ts';
 import { decodeConstrained } from './constrained-decode.ts';
+import { BatchDecoder } from './batch-decode.ts';
+import { PerSequenceBatchStep } from '../model/batch-step-each.ts';
+import type { DecodeStep } from '../model/decode-step.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { Scheduler, abortError } from './scheduler.ts';
 import { PrefixCache } from './prefix-cache.ts';
@@ -53,6 +62,13 @@ export interface LlamaGeneratorOptions {
    * cache's own size; 0: only what the KV cache holds from the last request is reused).
    */
   prefixCache?: { enabled?: boolean; maxBytes?: number };
+  /**
+   * Sequences that decode at once, as rows of one batch, each in a KV slot of its own (a cache of
+   * the whole context, made the first time that many run at once). Default
+   * DEFAULT_MAX_CONCURRENT_SEQUENCES; 1: one request at a time, decoding in the working cache
+   * (the least memory: no slots, no copies).
+   */
+  maxConcurrentSequences?: number;
 }
 
 /** Bytes of logits one prefill pass may return when every position's logits are read back. */
@@ -64,28 +80,56 @@ const MAX_ALL_LOGITS_BYTES = 64 * 1024 * 1024;
  * matmul is as efficient in one pass as in chunks.
  */
 export const DEFAULT_PREFILL_CHUNK_TOKENS = 512;
+/** Sequences decoding at once by default (LlamaGeneratorOptions.maxConcurrentSequences). */
+export const DEFAULT_MAX_CONCURRENT_SEQUENCES = 8;
+
+/** What one running sequence uses besides its slot: its sampler and two read-back buffers (the constrained loop's). */
+interface SequenceKit {
+  readonly sampler: GpuSampler;
+  readonly staging: readonly [GPUBuffer, GPUBuffer];
+}
 
 export class LlamaGenerator implements TextGenerator {
-  private readonly scheduler: Scheduler;
+  /** The working cache and the prefill: one request at a time, the others in a bounded queue. */
+  private readonly lane: Scheduler;
   private readonly prefillChunkTokens: number | undefined;
-  /** The decode step, sampler and staging buffers, made by prepare() (the loader) or on first use, and kept (one session at a time uses them). */
-  private decode: Promise<DecodeResources> | undefined;
-  /** The last prompt position's logits, left on the GPU by the prefill for the sequences' first step. */
+  /** The last prompt position's logits, left on the GPU by the prefill, copied to the session's own buffer. */
   private readonly prefillLogits: GPUBuffer;
   private readonly prefixCache: PrefixCache;
   private destroyed = false;
+  /** Sequences that decode at once; 1: in the working cache, the session keeping the lane. */
+  readonly maxConcurrentSequences: number;
+  /** Decode slots that could not be made (out of memory) cap the batch here. */
+  private slotLimit: number;
+  /** Slot s's cache (slot 0: the working cache), made on first use. */
+  private readonly slotCaches = new Map<number, KvCache>();
+  private readonly slotSteps = new Map<number, DecodeStep>();
+  /** Decode slots made and free. */
+  private readonly freeSlots: number[] = [];
+  /** The lane holder waiting for slots, woken when one is freed. */
+  private slotWaiter: (() => void) | undefined;
+  private readonly freeKits: SequenceKit[] = [];
+  private readonly kits: SequenceKit[] = [];
+  private readonly freeLogits: GPUBuffer[] = [];
+  private readonly logitBuffers: GPUBuffer[] = [];
+  private batchDecoder: BatchDecoder | undefined;
+  private ready: Promise<void> | undefined;
 
   constructor(
     readonly model: LlamaModel,
     readonly tokenizer: TextTokenizer,
     readonly info: ModelInfo,
-    /** One KV cache, lent to the session that holds the GPU: each session rewrites it from position 0. */
+    /** The working cache (slot 0): every prompt is prefilled here. */
     private readonly cache: KvCache,
     options: LlamaGeneratorOptions = {},
   ) {
     // The sampler reads usableVocabSize(this) logits a row: no more than the model has.
     if (info.vocabSize !== model.config.vocabSize) throw new Error(`info.vocabSize ${info.vocabSize} is not the model's ${model.config.vocabSize}`);
-    this.scheduler = new Scheduler(options.maxQueued);
+    const concurrent = options.maxConcurrentSequences ?? DEFAULT_MAX_CONCURRENT_SEQUENCES;
+    if (!(Number.isInteger(concurrent) && concurrent >= 1)) throw new RangeError(`maxConcurrentSequences must be an integer >= 1, got ${concurrent}`);
+    this.maxConcurrentSequences = concurrent;
+    this.slotLimit = concurrent;
+    this.lane = new Scheduler(options.maxQueued);
     this.prefillChunkTokens = options.prefillChunkTokens;
     this.prefillLogits = model.ctx.device.createBuffer({
       label: 'prefill_logits',
@@ -97,6 +141,7 @@ export class LlamaGenerator implements TextGenerator {
       maxBytes: options.prefixCache?.maxBytes ?? cache.byteSize,
       maxBufferBytes: maxBufferBytes(model.ctx.limits),
     });
+    this.slotCaches.set(0, cache);
   }
 
   /** The prefix cache: saved prefixes' bytes and count (for tests and stats). */
@@ -106,37 +151,62 @@ export class LlamaGenerator implements TextGenerator {
 
   /** Requests waiting for the GPU. */
   get queued(): number {
-    return this.scheduler.queued;
+    return this.lane.queued;
+  }
+
+  /** Sequences decoding now as rows of the batch (constrained ones run beside it). */
+  get decoding(): number {
+    return this.batchDecoder?.active ?? 0;
+  }
+
+  /** Decode slots made so far (each a KV cache of the context) and the bytes they take. */
+  get slotStats(): { made: number; free: number; bytes: number } {
+    const made = this.slotCaches.size - 1;
+    return { made, free: this.freeSlots.length, bytes: made * this.cache.byteSize };
+  }
+
+  private get serial(): boolean {
+    return this.maxConcurrentSequences === 1;
   }
 
   /**
-   * Validates the request (before queueing: a bad request never waits), waits for the GPU
-   * (a waiting request whose signal aborts leaves the queue with an AbortError), prefills the
-   * prompt once and returns the session. If anything fails after the GPU was granted, it is
-   * released before the error is thrown.
+   * Validates the request (before queueing: a bad request never waits), waits for the lane (a
+   * waiting request whose signal aborts leaves the queue with an AbortError) and for slots for
+   * the sequences it will run at once, prefills the prompt once, copies it to those slots and
+   * returns the session. If anything fails, what it took is given back before the error is thrown.
    */
   async openSession(request: SessionRequest): Promise<GenerationSession> {
     checkSessionRequest(request, this.sampledVocab, this.cache.capacity);
     const { signal } = request;
-    const release = await this.scheduler.acquire(signal);
+    const release = await this.lane.acquire(signal);
+    let slots: number[] = [];
+    let logits: GPUBuffer | undefined;
+    let keepLane = false;
     try {
-      if (this.destroyed) throw new Error('the model was unloaded');
-      if (signal?.aborted) throw abortError(signal);
-      const resources = await this.decodeResources();
+      this.checkLive(signal);
+      await this.prepare();
       // The session's own copy: what the prefix cache records must not change under it.
       const tokens = request.promptTokens.slice();
-      // Scoring the prompt needs every position's logits: it runs the whole prompt.
       const keep = request.cachePrompt !== false;
+      if (!this.serial) slots = await this.takeSlots(Math.min(request.sequences ?? 1, this.slotLimit), signal);
+      // Scoring the prompt needs every position's logits: it runs the whole prompt.
       const cached = await this.prefixCache.prepare(tokens, keep && request.promptLogprobs !== true);
       const promptLogprobs = await this.prefill(request, tokens, cached, keep);
-      if (signal?.aborted) throw abortError(signal);
-      const prefix = keep ? this.prefixCache : undefined;
-      const releaseAfterSettling = () => void this.settleDecoded().catch(() => {}).finally(release);
-      const readyPrompt = () => this.restorePrompt(tokens, keep, signal);
-      return new LlamaSession(this.cache, resources, { ...request, promptTokens: tokens }, this.prefillLogits, promptLogprobs, cached, prefix, releaseAfterSettling, readyPrompt);
-    } catch (err) {
-      release();
-      throw err;
+      this.checkLive(signal);
+      logits = this.takeLogits();
+      const encoder = this.model.ctx.device.createCommandEncoder({ label: 'session start' });
+      encoder.copyBufferToBuffer(this.prefillLogits, 0, logits, 0, this.model.config.vocabSize * 4);
+      for (const slot of slots) this.copyPrompt(encoder, slot, tokens.length);
+      this.model.ctx.device.queue.submit([encoder.finish()]);
+      const session: LlamaSession = new LlamaSession(this, { ...request, promptTokens: tokens }, promptLogprobs, cached, keep, logits, this.serial ? [0] : slots, this.serial ? release : undefined);
+      keepLane = this.serial;
+      slots = [];
+      logits = undefined;
+      return session;
+    } finally {
+      for (const slot of slots) this.releaseSlot(slot);
+      if (logits) this.freeLogits.push(logits);
+      if (!keepLane) release();
     }
   }
 
@@ -173,26 +243,215 @@ export class LlamaGenerator implements TextGenerator {
   }
 
   /**
-   * Makes the decode step, sampler and staging buffers now rather than at the first request: the
-   * loader calls it inside its GPU error scopes, so that running out of memory for them fails the
-   * load with a clear error (a buffer WebGPU could not allocate is reported only there).
+   * Makes the first sequence's sampler and the working cache's decode step now rather than at the
+   * first request: the loader calls it inside its GPU error scopes, so that running out of memory
+   * for them fails the load with a clear error.
    */
-  async prepare(): Promise<void> {
-    await this.decodeResources();
-  }
-
-  private decodeResources(): Promise<DecodeResources> {
-    this.decode ??= (async () => {
-      const { device } = this.model.ctx;
-      const sampler = await GpuSampler.create(this.model.ctx, this.sampledVocab, { recordSlots: MAX_BATCH_STEPS });
-      const staging = () =>
-        device.createBuffer({ label: 'decode_records_readback', size: MAX_BATCH_STEPS * RECORD_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-      const decodeStep = this.model.createDecodeStep(this.cache, { vocabRows: this.sampledVocab });
-      return { device, decodeStep, sampler, staging: [staging(), staging()] as const };
+  prepare(): Promise<void> {
+    this.ready ??= (async () => {
+      this.freeKits.push(await this.makeKit());
+      this.stepOf(0);
+      const slots = this.maxConcurrentSequences + 1;
+      const step = new PerSequenceBatchStep(slots, (s) => this.cacheOf(s), (s) => this.stepOf(s), Math.max(1, this.maxConcurrentSequences));
+      this.batchDecoder = new BatchDecoder(this.model.ctx.device, step, MAX_BATCH_STEPS);
     })();
     // A failed creation is retried by the next request rather than remembered.
-    this.decode.catch(() => (this.decode = undefined));
-    return this.decode;
+    this.ready.catch(() => (this.ready = undefined));
+    return this.ready;
+  }
+
+  /** Slot 0's decode step, the first sampler and its read-back buffers (tests and measurements). */
+  async decodeResources(): Promise<DecodeResources> {
+    await this.prepare();
+    const kit = this.kits[0]!;
+    return { device: this.model.ctx.device, decodeStep: this.stepOf(0), sampler: kit.sampler, staging: kit.staging };
+  }
+
+  private async makeKit(): Promise<SequenceKit> {
+    const { device } = this.model.ctx;
+    const sampler = await GpuSampler.create(this.model.ctx, this.sampledVocab, { recordSlots: MAX_BATCH_STEPS });
+    const staging = () =>
+      device.createBuffer({ label: 'decode_records_readback', size: MAX_BATCH_STEPS * RECORD_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const kit: SequenceKit = { sampler, staging: [staging(), staging()] };
+    this.kits.push(kit);
+    return kit;
+  }
+
+  /** @internal A sequence's sampler and buffers, made when every one made is in use. */
+  async takeKit(): Promise<SequenceKit> {
+    return this.freeKits.pop() ?? (await this.makeKit());
+  }
+
+  /** @internal */
+  returnKit(kit: SequenceKit): void {
+    this.freeKits.push(kit);
+  }
+
+  private takeLogits(): GPUBuffer {
+    const reused = this.freeLogits.pop();
+    if (reused) return reused;
+    const buffer = this.model.ctx.device.createBuffer({
+      label: 'session_logits',
+      size: this.model.config.vocabSize * 4,
+      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC,
+    });
+    this.logitBuffers.push(buffer);
+    return buffer;
+  }
+
+  /** @internal */
+  returnLogits(buffer: GPUBuffer): void {
+    this.freeLogits.push(buffer);
+  }
+
+  /** @internal The batch every unconstrained sequence decodes in. */
+  get batch(): BatchDecoder {
+    if (!this.batchDecoder) throw new Error('the generator is not prepared');
+    return this.batchDecoder;
+  }
+
+  /** @internal Slot s's cache (made on first use). */
+  cacheOf(slot: number): KvCache {
+    const cache = this.slotCaches.get(slot);
+    if (!cache) throw new Error(`slot ${slot} is not made`);
+    return cache;
+  }
+
+  /** @internal The single-sequence decode step over slot s's cache (made on first use, kept). */
+  stepOf(slot: number): DecodeStep {
+    let step = this.slotSteps.get(slot);
+    if (!step) {
+      step = this.model.createDecodeStep(this.cacheOf(slot), { vocabRows: this.sampledVocab });
+      this.slotSteps.set(slot, step);
+    }
+    return step;
+  }
+
+  /**
+   * `count` decode slots for the lane holder, waiting (in the queue: the lane is held) until that
+   * many are free. A slot is made when none is free and fewer than slotLimit exist; one the GPU
+   * cannot allocate lowers the limit (then the request waits for one of those made).
+   */
+  private async takeSlots(count: number, signal: AbortSignal | undefined): Promise<number[]> {
+    for (;;) {
+      this.checkLive(signal);
+      while (this.freeSlots.length < count && this.slotCaches.size - 1 < this.slotLimit) {
+        if (!(await this.makeSlot())) break;
+      }
+      count = Math.min(count, this.slotLimit);
+      if (count < 1) throw new Error('no memory for a decode slot');
+      if (this.freeSlots.length >= count) return this.freeSlots.splice(0, count);
+      await new Promise<void>((resolve) => {
+        const onAbort = () => resolve();
+        signal?.addEventListener('abort', onAbort, { once: true });
+        this.slotWaiter = () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        };
+      });
+      this.slotWaiter = undefined;
+    }
+  }
+
+  /** Makes decode slot number slotCaches.size; false (and the limit lowered) when the GPU cannot allocate it. */
+  private async makeSlot(): Promise<boolean> {
+    const { device } = this.model.ctx;
+    const slot = this.slotCaches.size;
+    const c = this.cache;
+    device.pushErrorScope('out-of-memory');
+    const cache = this.model.createKvCache(c.capacity, c.kvDType, c.ringed ? c.maxPassTokens : undefined);
+    const error = await device.popErrorScope();
+    if (error) {
+      cache.destroy();
+      this.slotLimit = this.slotCaches.size - 1;
+      return false;
+    }
+    this.slotCaches.set(slot, cache);
+    this.freeSlots.push(slot);
+    return true;
+  }
+
+  /** @internal Gives a decode slot back (its GPU work is done or queued ahead of any later use). */
+  releaseSlot(slot: number): void {
+    if (slot === 0) return;
+    this.freeSlots.push(slot);
+    this.slotWaiter?.();
+  }
+
+  /** Copies the prompt's K/V (positions 0..P-1; a ring layer's whole ring) from the working cache to slot `slot`. */
+  private copyPrompt(encoder: GPUCommandEncoder, slot: number, P: number): void {
+    const from = this.cache;
+    const to = this.cacheOf(slot);
+    for (let l = 0; l < from.keys.length; l++) {
+      const bytes = from.rings[l] ? from.slotBytes(l) : P * from.rowBytes;
+      encoder.copyBufferToBuffer(from.keys[l]!, 0, to.keys[l]!, 0, bytes);
+      encoder.copyBufferToBuffer(from.values[l]!, 0, to.values[l]!, 0, bytes);
+    }
+    to.resetWritten(Math.max(from.written, P));
+  }
+
+  /**
+   * @internal After a sequence in a decode slot: when the lane is free and the working cache still
+   * holds its prompt, copies the answer's K/V (positions P .. P + answer - 1) back there, so that
+   * the next request (the chat's next turn) reuses prompt and answer, as if the sequence had
+   * decoded in place (with an f16 cache, settled by the prefill's kernels: settleDecoded). Models
+   * with rings keep only the prompt there.
+   */
+  keepAnswer(slot: number, prompt: readonly number[], answer: readonly number[]): void {
+    if (this.destroyed || answer.length === 0 || this.cache.ringed || !this.prefixCache.holdsPrefix(prompt)) return;
+    const release = this.lane.tryAcquire();
+    if (!release) return;
+    const P = prompt.length;
+    const from = this.cacheOf(slot);
+    const encoder = this.model.ctx.device.createCommandEncoder({ label: 'keep answer' });
+    for (let l = 0; l < from.keys.length; l++) {
+      const offset = P * from.rowBytes;
+      const bytes = answer.length * from.rowBytes;
+      encoder.copyBufferToBuffer(from.keys[l]!, offset, this.cache.keys[l]!, offset, bytes);
+      encoder.copyBufferToBuffer(from.values[l]!, offset, this.cache.values[l]!, offset, bytes);
+    }
+    this.model.ctx.device.queue.submit([encoder.finish()]);
+    this.cache.noteWritten(P + answer.length);
+    this.prefixCache.holds(prompt.concat(answer), undefined, P);
+    void this.settleDecoded().catch(() => {}).finally(release);
+  }
+
+  /**
+   * @internal Brings the prompt back into decode slot `slot` for another sequence, when its rings
+   * lost the window before P (a sequence there decoded past R - W tokens): through the lane, the
+   * prefix cache making it a short prefill while the working cache still holds the prompt.
+   */
+  async restorePrompt(slot: number, tokens: readonly number[], keep: boolean, signal: AbortSignal | undefined): Promise<void> {
+    const P = tokens.length;
+    const cache = this.cacheOf(slot);
+    if (!cache.ringed || ringsHoldPrompt(cache, P)) return;
+    const release = await this.lane.acquire(signal);
+    try {
+      this.checkLive(signal);
+      const cached = await this.prefixCache.prepare(tokens, keep);
+      await this.prefill({ promptTokens: tokens, sampling: { temperature: 0, topP: 1 }, ...(signal ? { signal } : {}) }, tokens, cached, keep);
+      this.checkLive(signal);
+      const encoder = this.model.ctx.device.createCommandEncoder({ label: 'restore prompt' });
+      this.copyPrompt(encoder, slot, P);
+      this.model.ctx.device.queue.submit([encoder.finish()]);
+    } finally {
+      release();
+    }
+  }
+
+  /** @internal Settles an in-place (slot 0) session's decoded K/V, then frees the lane. */
+  releaseAfterSettling(release: () => void): void {
+    void this.settleDecoded().catch(() => {}).finally(release);
+  }
+
+  /** @internal The prefix cache, told what slot 0 holds as an in-place sequence writes it. */
+  get prefix(): PrefixCache {
+    return this.prefixCache;
+  }
+
+  private checkLive(signal: AbortSignal | undefined): void {
+    if (this.destroyed) throw new Error('the model was unloaded');
+    if (signal?.aborted) throw abortError(signal);
   }
 
   /**
@@ -210,7 +469,7 @@ export class LlamaGenerator implements TextGenerator {
     const chunk = this.prefillChunk(allLogits);
     const promptLogprobs: (GeneratedToken | null)[] | undefined = allLogits ? [null] : undefined;
     for (let start = from; start < P; start += chunk) {
-      if (start > from && signal?.aborted) throw abortError(signal);
+      if (start > from) this.checkLive(signal);
       const part = tokens.slice(start, start + chunk);
       const last = start + part.length === P;
       const logits = await this.model.forward(part, start, this.cache, {
@@ -231,24 +490,21 @@ export class LlamaGenerator implements TextGenerator {
   }
 
   /**
-   * Readies the cache for another sequence of the session's prompt: a ring layer (window W, R
-   * rows) holds position p until p + R is written, so a sequence that decoded more than R - W
-   * tokens overwrote rows of the positions P - W + 1 .. P - 1 that the next one reads. Then (the
-   * prefix cache's rule, resumable, says so) the prompt is prefilled again from 0: no later point
-   * has its window held (it lies before the lost positions), and a prefill gives the same K/V
-   * however it is split, so the sequence computes what it would after the first prefill. The
-   * last logits of the session's prefill stay as they are. Without rings, or while the rings hold
-   * the window, nothing runs. With `keep`, the prefix cache learns of each rewritten chunk.
+   * @internal Readies the working cache for another in-place sequence of the session's prompt
+   * (maxConcurrentSequences 1): a ring layer (window W, R rows) holds position p until p + R is
+   * written, so a sequence that decoded more than R - W tokens overwrote rows of the positions
+   * P - W + 1 .. P - 1 that the next one reads. Then (the prefix cache's rule, resumable, says so)
+   * the prompt is prefilled again from 0; a prefill gives the same K/V however it is split. Without
+   * rings, or while the rings hold the window, nothing runs.
    */
-  private async restorePrompt(tokens: readonly number[], keep: boolean, signal: AbortSignal | undefined): Promise<void> {
+  async restoreInPlace(tokens: readonly number[], keep: boolean, signal: AbortSignal | undefined): Promise<void> {
     const P = tokens.length;
     if (!this.cache.ringed || this.prefixCache.resumable(P)) return;
     this.prefixCache.rewrites(0);
     if (keep) this.prefixCache.holds(tokens, 0);
     const chunk = this.prefillChunk(false);
     for (let start = 0; start < P; start += chunk) {
-      if (this.destroyed) throw new Error('the model was unloaded');
-      if (signal?.aborted) throw abortError(signal);
+      this.checkLive(signal);
       const end = Math.min(P, start + chunk);
       await this.model.forward(tokens.slice(start, end), start, this.cache, { readBack: false });
       if (keep) this.prefixCache.holds(tokens, end);
@@ -257,7 +513,7 @@ export class LlamaGenerator implements TextGenerator {
 
   /**
    * With an f16 cache, rewrites with the prefill's kernels the K/V that decode steps wrote for the
-   * tokens the cache holds (the last answer), before the next request gets the GPU: the two
+   * tokens the cache holds (the last answer), before the next request gets the lane: the two
    * kernels' sums differ in the last bits, which rounding to f16 can turn into another half, so a
    * prompt reusing them would compute otherwise than its whole prefill. f32 keeps them as
    * written: there the difference stays in the last bits (logprobs within 1e-5 in the tests), and
@@ -301,69 +557,97 @@ export class LlamaGenerator implements TextGenerator {
   destroy(): void {
     if (this.destroyed) return;
     this.destroyed = true;
-    void this.decode?.then(
-      (r) => {
-        r.decodeStep.destroy();
-        r.sampler.destroy();
-        for (const b of r.staging) b.destroy();
-      },
-      () => {},
-    );
+    this.slotWaiter?.();
+    const steps = [...this.slotSteps.values()];
+    const caches = [...this.slotCaches.values()];
+    const kits = [...this.kits];
+    const batch = this.batchDecoder;
+    void Promise.resolve(this.ready)
+      .catch(() => {})
+      .then(() => {
+        for (const step of steps) step.destroy();
+        for (const kit of kits) {
+          kit.sampler.destroy();
+          for (const b of kit.staging) b.destroy();
+        }
+        batch?.destroy();
+      });
+    for (const b of this.logitBuffers) b.destroy();
     this.prefillLogits.destroy();
     this.prefixCache.clear();
-    this.cache.destroy();
+    for (const c of caches) c.destroy();
     this.model.destroy();
   }
 }
 
+/** Whether every ring layer of a slot still holds the window before position P (the next sequence's first step reads it). */
+function ringsHoldPrompt(cache: KvCache, P: number): boolean {
+  return cache.rings.every((ring, l) => !ring || Math.max(0, P - cache.windows[l]! + 1) >= cache.written - ring.rows);
+}
+
 /**
- * A session: the prefill's last logits on the GPU (read-only; every sequence's first step samples
- * them), its prompt logprobs, and the GPU until close(). Sequences run one at a time.
+ * A session: its prompt's K/V in its slots, its prefill's last logits (every sequence's first
+ * step samples them) and its prompt logprobs. Sequences may run at once, as many as it has slots;
+ * more wait for one of them.
  */
 class LlamaSession implements GenerationSession {
   private closed = false;
+  private running = 0;
   private released = false;
-  private running = false;
-  /** The running sequence's token pipeline while the sequence is suspended at a yield. */
-  private suspendedTokens: AsyncGenerator<GeneratedToken, void, void> | undefined;
+  /** Its slots not decoding now. */
+  private readonly idleSlots: number[];
+  private slotWaiters: (() => void)[] = [];
+  /** Running sequences suspended at a yield, with what ends them: close() ends them. */
+  private readonly suspended = new Map<AsyncGenerator<GeneratedToken, void, void>, () => void>();
   /** The base of the sequences' random streams: the request's seed, or one random seed per session. */
   private readonly seed: number;
 
   constructor(
-    private readonly cache: KvCache,
-    private readonly resources: DecodeResources,
+    private readonly generator: LlamaGenerator,
     private readonly request: SessionRequest,
-    private readonly prefillLogits: GPUBuffer,
     readonly promptLogprobs: readonly (GeneratedToken | null)[] | undefined,
     /** Prompt tokens whose K/V came from the prefix cache. */
     readonly cachedTokens: number,
-    /** Told which tokens' K/V the cache holds as sequences write it; absent when the request keeps nothing. */
-    private readonly prefixCache: PrefixCache | undefined,
-    private readonly releaseGpu: () => void,
-    /** Readies the prompt's K/V for the next sequence (LlamaGenerator.restorePrompt). */
-    private readonly readyPrompt: () => Promise<void>,
+    /** Whether the prompt (and answers) may be kept for later requests (cachePrompt). */
+    private readonly keep: boolean,
+    /** The prefill's last logits, this session's copy. */
+    private readonly logits: GPUBuffer,
+    slots: readonly number[],
+    /** With maxConcurrentSequences 1: the lane, kept until close (sequences decode in slot 0). */
+    private readonly lane: (() => void) | undefined,
   ) {
     this.seed = request.sampling.seed ?? randomSeed();
+    this.idleSlots = [...slots];
   }
 
   /**
-   * Frees the GPU for the next request, once. A sequence suspended at a token (its caller has not
-   * asked for the next one) is ended here: the batches it has in flight are awaited, then the GPU
-   * is freed, and the sequence throws if it is resumed. A sequence waiting for the GPU (close()
-   * from an abort handler, say) fails at its next token and frees the GPU when its work in flight
-   * is done.
+   * Ends the session, once. Its sequences suspended at a token (their callers have not asked for
+   * the next one) are ended: their work in flight is awaited, then their slots are freed, and they
+   * throw if resumed. A sequence waiting for the GPU fails at its next token.
    */
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    if (!this.running) this.release();
-    else if (this.suspendedTokens) void this.suspendedTokens.return().finally(() => this.release());
+    for (const w of this.slotWaiters.splice(0)) w();
+    for (const [tokens, finish] of this.suspended) void tokens.return().catch(() => {}).finally(finish);
+    this.releaseIfIdle();
   }
 
-  private release(): void {
-    if (this.released) return;
+  private releaseIfIdle(): void {
+    if (!this.closed || this.running > 0 || this.released) return;
     this.released = true;
-    this.releaseGpu();
+    for (const slot of this.idleSlots.splice(0)) this.generator.releaseSlot(slot);
+    this.generator.returnLogits(this.logits);
+    if (this.lane) this.generator.releaseAfterSettling(this.lane);
+  }
+
+  private async takeSlot(signal: AbortSignal | undefined): Promise<number> {
+    for (;;) {
+      this.checkLive(signal);
+      const slot = this.idleSlots.shift();
+      if (slot !== undefined) return slot;
+      await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+    }
   }
 
   /**
@@ -374,35 +658,68 @@ class LlamaSession implements GenerationSession {
    * stop id is sampled (not yielded) or the constraint allows nothing but stop ids; 'length' after
    * maxTokens tokens or when prompt + generated fills the context. A constraint's forced tokens are
    * yielded with `forced: true` and count as generated tokens. Throws an AbortError at the next
-   * token once the session's signal aborts. Misuse (a closed session, a second sequence while one
-   * runs, bad options) throws from the first next().
+   * token once the session's signal aborts. Sequences may run at once (as many as the session
+   * has slots; more wait); misuse (a closed session, bad options) throws from the first next().
    */
   async *sequence(options: SequenceOptions): AsyncGenerator<GeneratedToken, FinishReason, void> {
     if (this.closed) throw new Error('the session is closed');
-    if (this.running) throw new Error('another sequence of this session is still running; finish or return() it first');
     checkSequenceOptions(options);
-    this.running = true;
-    const { promptTokens } = this.request;
-    // The sequence overwrites the positions past the prompt; it holds its tokens' K/V as it goes.
-    this.prefixCache?.holds(promptTokens);
+    this.running++;
+    const { promptTokens, sampling, signal, logprobs } = this.request;
+    const P = promptTokens.length;
+    const generator = this.generator;
+    const inPlace = this.lane !== undefined;
     const yielded: number[] = [];
     let stopSampled = false;
-    // False while the prompt's K/V is being rewritten: the prefix cache then knows what is held.
+    let slot: number | undefined;
+    let kit: Awaited<ReturnType<LlamaGenerator['takeKit']>> | undefined;
+    // In place: false while the prompt's K/V is being rewritten (the prefix cache then knows what is held).
     let promptHeld = true;
+    let finished = false;
+    // Gives back what the sequence took, once: from its own end, or from close() while it is suspended at a token.
+    const finish = () => {
+      if (finished) return;
+      finished = true;
+      // Token i's K/V is written by the step that samples token i + 1: every yielded token's when
+      // a stop id was sampled after them, all but the last one's otherwise.
+      const written = stopSampled ? yielded.length : Math.max(0, yielded.length - 1);
+      if (slot !== undefined && this.keep) {
+        if (inPlace) {
+          if (promptHeld) generator.prefix.holds(promptTokens.concat(yielded.slice(0, written)), undefined, P);
+        } else {
+          generator.keepAnswer(slot, promptTokens, yielded.slice(0, written));
+        }
+      }
+      if (kit) generator.returnKit(kit);
+      if (slot !== undefined) {
+        this.idleSlots.push(slot);
+        this.slotWaiters.shift()?.();
+      }
+      this.running--;
+      this.releaseIfIdle();
+    };
     try {
-      const { sampling, signal, logprobs } = this.request;
-      const P = promptTokens.length;
+      const cache = generator.cacheOf(0);
       // Token s needs the model run at position P + s - 1 < capacity (s >= 1).
-      const maxSteps = Math.min(options.maxTokens, this.cache.capacity - P);
+      const maxSteps = Math.min(options.maxTokens, cache.capacity - P);
       if (maxSteps <= 0) return 'length';
-      // A sequence before this one may have overwritten ring rows of the prompt this one reads.
+      slot = await this.takeSlot(signal);
+      if (inPlace) {
+        // The sequence overwrites the positions past the prompt; it holds its tokens' K/V as it goes.
+        if (this.keep) generator.prefix.holds(promptTokens);
+        promptHeld = false;
+        await generator.restoreInPlace(promptTokens, this.keep, signal);
+        promptHeld = true;
+      } else {
+        // A sequence before this one in the slot may have overwritten ring rows of the prompt.
+        await generator.restorePrompt(slot, promptTokens, this.keep, signal);
+      }
       this.checkLive(signal);
-      promptHeld = false;
-      await this.readyPrompt();
-      promptHeld = true;
+      kit = await generator.takeKit();
+      const { sampler } = kit;
       const stops = new Set(options.stopTokenIds);
       const { constraint } = options;
-      this.resources.sampler.beginSequence({
+      sampler.beginSequence({
         params: sampling,
         promptTokens,
         seed: this.seed,
@@ -412,11 +729,15 @@ class LlamaSession implements GenerationSession {
         ...(logprobs !== undefined ? { logprobs } : {}),
         ...(constraint ? { constrained: true } : {}),
       });
-      const plan: DecodePlan = { promptLength: P, maxSteps, prefillLogits: this.prefillLogits, logprobs };
-      const beforeSubmit = () => this.checkLive(signal);
-      const tokens = constraint
-        ? decodeConstrained(this.resources, { ...plan, constraint, stopTokenIds: options.stopTokenIds }, beforeSubmit)
-        : decodeTokens(this.resources, plan, beforeSubmit);
+      const check = () => this.checkLive(signal);
+      let tokens: AsyncGenerator<GeneratedToken, void, void>;
+      if (constraint) {
+        const plan: DecodePlan = { promptLength: P, maxSteps, prefillLogits: this.logits, logprobs };
+        const resources: DecodeResources = { device: generator.model.ctx.device, decodeStep: generator.stepOf(slot), sampler, staging: kit.staging };
+        tokens = decodeConstrained(resources, { ...plan, constraint, stopTokenIds: options.stopTokenIds }, check);
+      } else {
+        tokens = generator.batch.run({ slot, promptLength: P, maxSteps, firstLogits: this.logits, sampler, logprobs, check });
+      }
       for await (const token of tokens) {
         this.checkLive(signal);
         if (stops.has(token.id)) {
@@ -424,11 +745,11 @@ class LlamaSession implements GenerationSession {
           return 'stop';
         }
         yielded.push(token.id);
-        this.suspendedTokens = tokens;
+        this.suspended.set(tokens, finish);
         try {
           yield token;
         } finally {
-          this.suspendedTokens = undefined;
+          this.suspended.delete(tokens);
         }
         this.checkLive(signal);
       }
@@ -437,18 +758,11 @@ class LlamaSession implements GenerationSession {
         // The constraint allows nothing more but stop ids: a whole structure stops; a dead end did
         // not finish it, so it ends as cut short.
         if (constraint) return constraint.isComplete() ? 'stop' : 'length';
-        throw new Error('the decode pipeline ended early'); // never: it runs maxSteps steps
+        throw new Error('the decode loop ended early'); // never: it runs maxSteps steps
       }
       return 'length';
     } finally {
-      // Token i's K/V is written by the step that samples token i + 1: every yielded token's when
-      // a stop id was sampled after them, all but the last one's otherwise. Once the GPU is
-      // released (a session closed at a yield, this generator resumed later) the cache is another
-      // request's: what it holds is then the prompt, as recorded when the sequence began.
-      const written = stopSampled ? yielded.length : Math.max(0, yielded.length - 1);
-      if (!this.released && promptHeld) this.prefixCache?.holds(promptTokens.concat(yielded.slice(0, written)), undefined, promptTokens.length);
-      this.running = false;
-      if (this.closed) this.release();
+      finish();
     }
   }
 

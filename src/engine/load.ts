@@ -8,7 +8,7 @@ import { LlamaModel } from '../model/llama.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from './open-model.ts';
 import { checkChatTemplate } from '../tokenizer/chat-template.ts';
 import { planWeightStorage, type LlamaWeights, type WeightStorage } from '../model/weights.ts';
-import { LlamaGenerator } from './generator.ts';
+import { DEFAULT_MAX_CONCURRENT_SEQUENCES, LlamaGenerator } from './generator.ts';
 import { checkMemory, estimateMemory, MiB, type MemoryEstimate } from './memory.ts';
 import { TOOL_CALL_FORMATS, type ModelInfo, type ToolCallFormat } from './types.ts';
 
@@ -27,6 +27,14 @@ export interface LoadOptions {
   kvCacheDType?: KvDType;
   /** Most requests that may wait for the GPU before new ones are refused. */
   maxQueued?: number;
+  /**
+   * Sequences that decode at once, as rows of one batch (continuous batching; vLLM's
+   * `max_num_seqs`). Each takes a KV cache of the whole context beside the working one, made the
+   * first time that many run at once; with memoryBudgetBytes, no more than fit in what the model
+   * and the prefix cache leave. Default 8; 1: one request at a time, with no extra KV cache.
+   * `info.storage.maxConcurrentSequences` reports it.
+   */
+  maxConcurrentSequences?: number;
   /**
    * How Hugging Face (f32 / f16 / bf16) matrices are stored on the GPU (default 'f16'):
    * 'f16' packed halves (f32 and bf16 converted while loading; values beyond ±65504 are clamped,
@@ -127,6 +135,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const id = options.id ?? files.id;
   checkMemory(estimate, plan, ctx.limits, options.memoryBudgetBytes, { modelId: id, storage, contextLength: capacity });
   const prefixCacheBytes = prefixCacheBudget(options, estimate);
+  const maxConcurrentSequences = concurrencyBudget(options, estimate, prefixCacheBytes);
   for (const notice of opened.notices) (options.onWarning ?? console.warn)(notice);
   const info: ModelInfo = {
     id,
@@ -143,6 +152,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
       weightStorage: storage,
       kvCacheDType: kvDType,
       prefixCacheBytes,
+      maxConcurrentSequences,
       tensors: Object.fromEntries([...plan.tensors].map(([name, s]) => [name, { ...s }])),
       ...estimate,
     },
@@ -163,6 +173,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
       model = await LlamaModel.create(ctx, config, weights);
       generator = new LlamaGenerator(model, opened.tokenizer, info, model.createKvCache(capacity, kvDType), {
         maxQueued: options.maxQueued,
+        maxConcurrentSequences,
         prefixCache: { enabled: options.prefixCache !== false, maxBytes: prefixCacheBytes },
       });
       await generator.prepare();
@@ -201,6 +212,20 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
  * within memoryBudgetBytes, what the model leaves of it (an explicit size that does not fit is an
  * error). 0 when the prefix cache is off.
  */
+/**
+ * Sequences that decode at once: the option (default DEFAULT_MAX_CONCURRENT_SEQUENCES), and with a
+ * memory budget at most as many KV slots as fit in what the model and the prefix cache leave (one
+ * fitting or none: 1, decoding in the working cache).
+ */
+function concurrencyBudget(options: LoadOptions, estimate: MemoryEstimate, prefixCacheBytes: number): number {
+  const wanted = options.maxConcurrentSequences ?? DEFAULT_MAX_CONCURRENT_SEQUENCES;
+  if (!(Number.isInteger(wanted) && wanted >= 1 && wanted <= 1024)) throw new Error(`maxConcurrentSequences must be an integer in 1..1024, got ${wanted}`);
+  if (options.memoryBudgetBytes === undefined || wanted === 1) return wanted;
+  const left = options.memoryBudgetBytes - estimate.totalBytes - prefixCacheBytes;
+  const slots = Math.floor(left / Math.max(1, estimate.kvCacheBytes));
+  return slots >= 2 ? Math.min(wanted, slots) : 1;
+}
+
 function prefixCacheBudget(options: LoadOptions, estimate: MemoryEstimate): number {
   const { prefixCache, prefixCacheBytes, memoryBudgetBytes } = options;
   if (prefixCache !== undefined && typeof prefixCache !== 'boolean') throw new Error(`prefixCache must be true or false, got ${JSON.stringify(prefixCache)}`);

@@ -169,6 +169,11 @@ export class PrefixCache {
     this.prefilledLength = Math.min(prefilled, this.workingLength);
   }
 
+  /** Whether the working cache holds K/V for tokens[0..n-1] at positions 0..n-1. */
+  holdsPrefix(tokens: readonly number[], n = tokens.length): boolean {
+    return this.options.enabled && this.workingLength >= n && commonPrefixLength(this.workingTokens, tokens, n) >= n;
+  }
+
   /** The held tokens whose K/V decode steps wrote (positions from..to-1), if any. */
   get decoded(): { tokens: readonly number[]; from: number; to: number } | undefined {
     if (this.prefilledLength >= this.workingLength) return undefined;

@@ -55,6 +55,13 @@ export class Scheduler {
     });
   }
 
+  /** The GPU now if it is free and no one waits for it (a release function), else undefined. */
+  tryAcquire(): (() => void) | undefined {
+    if (this.busy || this.waiting.length > 0) return undefined;
+    this.busy = true;
+    return this.releaser();
+  }
+
   private releaser(): () => void {
     let released = false;
     return () => {

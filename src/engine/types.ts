@@ -56,6 +56,8 @@ export interface ModelStorageInfo {
   kvCacheDType: 'f16' | 'f32';
   /** GPU memory saved prefixes may take beyond the KV cache (LoadOptions.prefixCacheBytes; 0: none, or the prefix cache is off). */
   prefixCacheBytes: number;
+  /** Sequences that decode at once (LoadOptions.maxConcurrentSequences, within memoryBudgetBytes); 1: one request at a time. */
+  maxConcurrentSequences?: number;
   /**
    * Every uploaded tensor by canonical Hugging Face name: its GPU storage type and buffer size (all
    * its buffers); `parts`: a matrix over the device's buffer limits, split into buffers of whole rows.
@@ -116,6 +118,8 @@ export interface SessionRequest {
    * ones (default true; llama.cpp's `cache_prompt`). False: prefilled whole, and kept from no one.
    */
   cachePrompt?: boolean;
+  /** How many sequences the caller will run at once (n, best_of): the session takes a slot for each, up to the engine's limit (default 1). */
+  sequences?: number;
   signal?: AbortSignal;
 }
 
@@ -143,7 +147,8 @@ export interface GenerationSession {
   /** Prompt tokens whose K/V was reused from earlier requests rather than prefilled (OpenAI's `cached_tokens`). */
   readonly cachedTokens: number;
   /**
-   * Decodes one sequence from the shared prefill; sequences run one after another. Returns 'stop'
+   * Decodes one sequence from the shared prefill; sequences may run at once (as many as
+   * SessionRequest.sequences, within the engine's limit; more wait for one to end). Returns 'stop'
    * when a stop id is sampled (not yielded) or the constraint ends the sequence, 'length' after
    * maxTokens tokens (0: none) or when prompt + generated tokens fill the context. Throws an AbortError at the next token once the
    * session's signal aborts; misuse (a closed session, a second sequence while one runs) throws

@@ -52,6 +52,13 @@ export interface GpuSequenceSetup {
   constrained?: boolean;
 }
 
+/** A buffer, or a region of one from a byte offset (a multiple of 256: a storage binding's alignment). */
+export type BufferRegion = GPUBuffer | { buffer: GPUBuffer; offset: number };
+
+function regionOf(r: BufferRegion): { buffer: GPUBuffer; offset: number } {
+  return 'offset' in r && 'buffer' in r ? r : { buffer: r as GPUBuffer, offset: 0 };
+}
+
 export interface GpuSamplerOptions {
   /** Record slots (and step-parameter slots): steps encoded before one submit use distinct slots. Default 16. */
   recordSlots?: number;
@@ -138,7 +145,7 @@ export class GpuSampler {
   /** recordSlots masks of maskWords u32 each. */
   private readonly masks: GPUBuffer;
   private readonly stateGroup: GPUBindGroup;
-  private readonly ioGroups = new Map<GPUBuffer, Map<GPUBuffer, GPUBindGroup>>();
+  private readonly ioGroups = new Map<GPUBuffer, Map<GPUBuffer, Map<string, GPUBindGroup>>>();
   private readonly ioLayout: GPUBindGroupLayout;
   /** Host copies reused by beginSequence (no per-sequence allocation). */
   private readonly historyHost: Uint32Array;
@@ -312,7 +319,7 @@ export class GpuSampler {
    * next encode() of the same slot. Nothing is created per call after the first use of a
    * (logits, tokenOut) pair.
    */
-  encode(encoder: GPUCommandEncoder, logits: GPUBuffer, step: number, tokenOut: GPUBuffer, slot: number): void {
+  encode(encoder: GPUCommandEncoder, logits: BufferRegion, step: number, tokenOut: BufferRegion, slot: number): void {
     this.checkStep(step, slot); // before the pass opens: a throw leaves the encoder usable
     const pass = encoder.beginComputePass({ label: 'sample' });
     this.encodeInPass(pass, logits, step, tokenOut, slot);
@@ -323,7 +330,7 @@ export class GpuSampler {
    * encode() into an open compute pass, after (and before) other dispatches: the step's
    * parameters still go through the queue, so the pass must be submitted after this call.
    */
-  encodeInPass(pass: GPUComputePassEncoder, logits: GPUBuffer, step: number, tokenOut: GPUBuffer, slot: number): void {
+  encodeInPass(pass: GPUComputePassEncoder, logits: BufferRegion, step: number, tokenOut: BufferRegion, slot: number): void {
     const shape = this.checkStep(step, slot);
     const stepWords = this.stepHost;
     writeUniformValues(stepWords, SAMPLE_STEP_PARAMS.pack({ step, slot, _pad0: 0, _pad1: 0 }));
@@ -391,23 +398,34 @@ export class GpuSampler {
     return readRecord(bytes, 0, this.sequenceLogprobs);
   }
 
-  private ioGroup(logits: GPUBuffer, tokenOut: GPUBuffer): GPUBindGroup {
-    let byOut = this.ioGroups.get(logits);
+  private ioGroup(logitsRegion: BufferRegion, tokenRegion: BufferRegion): GPUBindGroup {
+    const logits = regionOf(logitsRegion);
+    const token = regionOf(tokenRegion);
+    let byOut = this.ioGroups.get(logits.buffer);
     if (!byOut) {
       byOut = new Map();
-      this.ioGroups.set(logits, byOut);
+      this.ioGroups.set(logits.buffer, byOut);
     }
-    let group = byOut.get(tokenOut);
+    const key = `${logits.offset}/${token.offset}`;
+    let byKey = byOut.get(token.buffer);
+    if (!byKey) {
+      byKey = new Map();
+      byOut.set(token.buffer, byKey);
+    }
+    let group = byKey.get(key);
     if (!group) {
+      // Row regions of shared buffers are bound at their offsets: the logits' [vocab] floats, the token's word.
+      const logitsEntry = logits.offset === 0 ? { buffer: logits.buffer } : { buffer: logits.buffer, offset: logits.offset, size: this.vocabSize * 4 };
+      const tokenEntry = token.offset === 0 ? { buffer: token.buffer } : { buffer: token.buffer, offset: token.offset, size: 4 };
       group = this.device.createBindGroup({
         label: 'sampler_io',
         layout: this.ioLayout,
         entries: [
-          { binding: 0, resource: { buffer: logits } },
-          { binding: 1, resource: { buffer: tokenOut } },
+          { binding: 0, resource: logitsEntry },
+          { binding: 1, resource: tokenEntry },
         ],
       });
-      byOut.set(tokenOut, group);
+      byKey.set(key, group);
     }
     return group;
   }

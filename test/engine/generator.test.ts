@@ -23,6 +23,8 @@ let cpuWeights: CpuLlamaWeights;
 /** The generator under test (prefill in one pass) and one whose prefill runs in chunks of 3. */
 let generator: LlamaGenerator;
 let chunked: LlamaGenerator;
+/** One request at a time (maxConcurrentSequences 1): a session keeps the GPU until it closes. */
+let serial: LlamaGenerator;
 
 beforeAll(async () => {
   const ctx = await testGpu();
@@ -31,6 +33,7 @@ beforeAll(async () => {
   model = await LlamaModel.create(ctx, config, built.gpu);
   generator = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY), { maxQueued: 4 });
   chunked = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY), { prefillChunkTokens: 3 });
+  serial = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY), { maxQueued: 4, maxConcurrentSequences: 1 });
 });
 
 afterAll(() => {
@@ -400,34 +403,41 @@ describe('sequences of a session', () => {
   });
 });
 
-describe('lifecycle and scheduling', () => {
+describe('lifecycle and scheduling, one request at a time', () => {
   it('close() is safe twice; a closed session refuses sequences; the next session runs', async () => {
-    const session = await generator.openSession({ promptTokens: PROMPT, sampling: greedy });
+    const session = await serial.openSession({ promptTokens: PROMPT, sampling: greedy });
     session.close();
     session.close();
     await expect(collect(session.sequence({ index: 0, maxTokens: 2, stopTokenIds: [] }))).rejects.toThrow(/closed/);
-    const next = await run(generator, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 5 });
+    const next = await run(serial, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 5 });
     expect(next.ids).toEqual(cpuGreedy(PROMPT, 5).tokens);
   });
 
-  it('one sequence at a time; return() ends one early and the next starts cleanly', async () => {
-    const session = await generator.openSession({ promptTokens: PROMPT, sampling: greedy });
+  it('a session with one slot runs its sequences one at a time: the next waits until return() ends the first', async () => {
+    const session = await serial.openSession({ promptTokens: PROMPT, sampling: greedy });
     const a = session.sequence({ index: 0, maxTokens: 10, stopTokenIds: [] });
     const firstA = await a.next();
     expect(firstA.done).toBe(false);
-    const b = session.sequence({ index: 1, maxTokens: 10, stopTokenIds: [] });
-    await expect(b.next()).rejects.toThrow(/another sequence/);
+    const b = session.sequence({ index: 2, maxTokens: 6, stopTokenIds: [] });
+    let bStarted = false;
+    const bFirst = b.next().then((step) => {
+      bStarted = true;
+      return step;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(bStarted).toBe(false);
     expect(await a.return('stop')).toEqual({ done: true, value: 'stop' });
-    const c = await collect(session.sequence({ index: 2, maxTokens: 6, stopTokenIds: [] }));
-    expect(c.ids).toEqual(cpuGreedy(PROMPT, 6).tokens);
+    const first = await bFirst;
+    const rest = await collect(b);
+    expect([(first.value as GeneratedToken).id, ...rest.ids]).toEqual(cpuGreedy(PROMPT, 6).tokens);
     session.close();
     // the GPU was released: another session gets it at once
-    const again = await generator.openSession({ promptTokens: [3], sampling: greedy });
+    const again = await serial.openSession({ promptTokens: [3], sampling: greedy });
     again.close();
   });
 
   it('a sequence of a session closed while it was suspended fails at its next step', async () => {
-    const session = await generator.openSession({ promptTokens: PROMPT, sampling: greedy });
+    const session = await serial.openSession({ promptTokens: PROMPT, sampling: greedy });
     const seq = session.sequence({ index: 0, maxTokens: 10, stopTokenIds: [] });
     await seq.next();
     session.close();
@@ -435,32 +445,32 @@ describe('lifecycle and scheduling', () => {
   });
 
   it('close() with a sequence left suspended at a token (never returned) frees the GPU for the next session', async () => {
-    const session = await generator.openSession({ promptTokens: PROMPT, sampling: greedy });
+    const session = await serial.openSession({ promptTokens: PROMPT, sampling: greedy });
     const seq = session.sequence({ index: 0, maxTokens: 10, stopTokenIds: [] });
     await seq.next(); // the caller stops here and never calls next() or return()
     session.close();
-    const next = await run(generator, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 4 });
+    const next = await run(serial, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 4 });
     expect(next.ids).toEqual(cpuGreedy(PROMPT, 4).tokens);
     await expect(seq.next()).rejects.toThrow(/closed/);
   });
 
   it('close() during a decode step frees the GPU only when the step is done', async () => {
-    const session = await generator.openSession({ promptTokens: PROMPT, sampling: greedy });
+    const session = await serial.openSession({ promptTokens: PROMPT, sampling: greedy });
     const seq = session.sequence({ index: 0, maxTokens: 10, stopTokenIds: [] });
     await seq.next();
     const pending = seq.next(); // submits the forward pass of the first token
-    const other = generator.openSession({ promptTokens: [5, 6], sampling: greedy }); // waits
-    expect(generator.queued).toBe(1);
+    const other = serial.openSession({ promptTokens: [5, 6], sampling: greedy }); // waits
+    expect(serial.queued).toBe(1);
     session.close();
-    expect(generator.queued).toBe(1); // still waiting: the step is in flight
+    expect(serial.queued).toBe(1); // still waiting: the step is in flight
     await expect(pending).rejects.toThrow(/closed/);
-    expect(generator.queued).toBe(0);
+    expect(serial.queued).toBe(0);
     (await other).close();
   });
 
   it('abort: the running request throws AbortError at the next token; the next request runs normally', async () => {
     const controller = new AbortController();
-    const session = await generator.openSession({ promptTokens: PROMPT, sampling: greedy, signal: controller.signal });
+    const session = await serial.openSession({ promptTokens: PROMPT, sampling: greedy, signal: controller.signal });
     const seq = session.sequence({ index: 0, maxTokens: 10, stopTokenIds: [] });
     await seq.next();
     await seq.next();
@@ -470,23 +480,23 @@ describe('lifecycle and scheduling', () => {
 
     // generate() closes its session itself
     const controller2 = new AbortController();
-    const it2 = generator.generate({ promptTokens: PROMPT, maxTokens: 10, sampling: greedy, stopTokenIds: [], signal: controller2.signal });
+    const it2 = serial.generate({ promptTokens: PROMPT, maxTokens: 10, sampling: greedy, stopTokenIds: [], signal: controller2.signal });
     await it2.next();
     controller2.abort();
     await expect(it2.next()).rejects.toMatchObject({ name: 'AbortError' });
 
     // an already-aborted signal never gets the GPU
-    await expect(generator.openSession({ promptTokens: PROMPT, sampling: greedy, signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' });
+    await expect(serial.openSession({ promptTokens: PROMPT, sampling: greedy, signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' });
 
-    const next = await run(generator, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 6 });
+    const next = await run(serial, { promptTokens: PROMPT, sampling: greedy }, { maxTokens: 6 });
     expect(next.ids).toEqual(cpuGreedy(PROMPT, 6).tokens);
   });
 
   it('queue: first come, first served; an aborted waiter leaves the queue; a full queue refuses', async () => {
-    const holder = await generator.openSession({ promptTokens: PROMPT, sampling: greedy });
+    const holder = await serial.openSession({ promptTokens: PROMPT, sampling: greedy });
     const order: string[] = [];
     const waiter = (name: string, signal?: AbortSignal) =>
-      generator.openSession({ promptTokens: [1, 2, 3], sampling: greedy, ...(signal ? { signal } : {}) }).then(
+      serial.openSession({ promptTokens: [1, 2, 3], sampling: greedy, ...(signal ? { signal } : {}) }).then(
         (s) => {
           order.push(name);
           return s;
@@ -501,8 +511,8 @@ describe('lifecycle and scheduling', () => {
     const c = waiter('c', controller.signal);
     const d = waiter('d');
     const e = waiter('e');
-    await expect(generator.openSession({ promptTokens: [1], sampling: greedy })).rejects.toThrow(QueueFullError); // maxQueued 4
-    expect(generator.queued).toBe(4);
+    await expect(serial.openSession({ promptTokens: [1], sampling: greedy })).rejects.toThrow(QueueFullError); // maxQueued 4
+    expect(serial.queued).toBe(4);
     controller.abort();
     await c;
     expect(order).toEqual(['c:AbortError']);
@@ -513,6 +523,9 @@ describe('lifecycle and scheduling', () => {
     expect(order).toEqual(['c:AbortError', 'b', 'd', 'e']);
   });
 
+});
+
+describe('many requests at once', () => {
   it('concurrent requests with distinct seeds each match their own sequential run', async () => {
     const request = (seed: number) => ({ promptTokens: PROMPT, maxTokens: 8, sampling: { temperature: 1, topP: 1, seed }, stopTokenIds: [] });
     const alone: number[][] = [];

@@ -1,0 +1,254 @@
+// Continuous batching: every sequence that decodes without a constraint is a row of one loop of
+// rounds. A round is one command buffer and one submit: the first token of rows that just joined
+// (sampled from their prefill's logits), then k steps of the BatchDecodeStep, each followed by every
+// row's sampling (its own GpuSampler: parameters, seed, penalties, logprobs), then a copy of every
+// row's token records to a staging buffer that is mapped. Two rounds are in flight: while the CPU
+// reads round i, round i + 1 runs. Sequences join and leave between rounds; a row that leaves while
+// a round it is in runs has that round's tokens discarded, and leaves once the GPU is done with it.
+//
+// k starts at 1 (the first tokens come back at once) and doubles up to MAX_BATCH_STEPS while a
+// round stays under TARGET_BATCH_MS (decode-pipeline.ts's batchSteps), and is at most what every
+// row may still produce. A row's tokens do not depend on the others: each runs at its own
+// position in its own slot, and the step gives each row what it gives it alone (batch-step.ts).
+import type { BatchDecodeStep, RowRegion } from '../model/batch-step.ts';
+import { readRecord, RECORD_BYTES, type GpuSampler } from '../sampling/gpu-sampler.ts';
+import { batchSteps, MAX_BATCH_STEPS } from './decode-pipeline.ts';
+import type { GeneratedToken } from './types.ts';
+
+/** A sequence that joins the batch: its prefill is done and its sampler begun. */
+export interface BatchSequence {
+  /** The K/V slot it decodes in, holding its prompt at positions 0 .. promptLength - 1. */
+  slot: number;
+  promptLength: number;
+  /** Tokens it may produce at most. */
+  maxSteps: number;
+  /** Its prefill's last logits (f32 [vocab]), sampled for its first token. */
+  firstLogits: GPUBuffer;
+  sampler: GpuSampler;
+  /** Top alternatives its records carry (undefined: none). */
+  logprobs: number | undefined;
+  /** Runs before each round it would be in; a throw (an abort) ends the sequence with that error. */
+  check(): void;
+}
+
+interface Row {
+  readonly seq: BatchSequence;
+  /** Tokens submitted (sampled or being sampled on the GPU), the first included. */
+  submitted: number;
+  /** Its row in the last round submitted, or -1. */
+  index: number;
+  /** Tokens read back and not yet taken by the consumer. */
+  readonly tokens: GeneratedToken[];
+  /** Rounds in flight that it is in. */
+  inFlight: number;
+  leaving: boolean;
+  error: unknown;
+  wake: (() => void) | undefined;
+  /** Resolved once it has left and no round in flight holds it. */
+  readonly gone: Promise<void>;
+  markGone: () => void;
+}
+
+interface Round {
+  entries: { row: Row; count: number; index: number }[];
+  steps: number;
+  staging: GPUBuffer;
+  mapped: Promise<void>;
+  bytes: number;
+}
+
+export class BatchDecoder {
+  private readonly rows: Row[] = [];
+  private readonly inFlight: Round[] = [];
+  private readonly staging: GPUBuffer[];
+  private rounds = 0;
+  private stepMs: number | undefined;
+  private lastResolved: number | undefined;
+  private pumping = false;
+  private failure: unknown;
+
+  constructor(
+    private readonly device: GPUDevice,
+    private readonly step: BatchDecodeStep,
+    /** Record slots of each row's sampler: the most tokens a row takes in one round. */
+    private readonly recordSlots = MAX_BATCH_STEPS,
+  ) {
+    const size = step.maxRows * recordSlots * RECORD_BYTES;
+    const staging = () => device.createBuffer({ label: 'batch_records_readback', size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    this.staging = [staging(), staging()];
+  }
+
+  /** Rows decoding now (joined and not yet gone). */
+  get active(): number {
+    return this.rows.length;
+  }
+
+  get maxRows(): number {
+    return this.step.maxRows;
+  }
+
+  /**
+   * Joins the batch and yields the sequence's tokens in order, at most maxSteps. Ending the
+   * iteration (return(), a throw) leaves the batch; it resolves once no round in flight holds the
+   * row, so its slot and sampler are free again.
+   */
+  async *run(seq: BatchSequence): AsyncGenerator<GeneratedToken, void, void> {
+    if (this.failure !== undefined) throw this.failure;
+    if (this.rows.length >= this.step.maxRows) throw new Error(`the batch is full (${this.step.maxRows} rows)`);
+    let markGone!: () => void;
+    const gone = new Promise<void>((resolve) => (markGone = resolve));
+    const row: Row = { seq, submitted: 0, index: -1, tokens: [], inFlight: 0, leaving: false, error: undefined, wake: undefined, gone, markGone };
+    this.rows.push(row);
+    let taken = 0;
+    try {
+      this.fill();
+      void this.pump();
+      for (;;) {
+        const token = row.tokens.shift();
+        if (token) {
+          taken++;
+          yield token;
+          continue;
+        }
+        if (row.error !== undefined) throw row.error;
+        if (taken >= seq.maxSteps) return;
+        await new Promise<void>((resolve) => (row.wake = resolve));
+        row.wake = undefined;
+      }
+    } finally {
+      row.leaving = true;
+      this.settle(row);
+      await row.gone;
+    }
+  }
+
+  /** Submits rounds until two are in flight or no row can take a step. */
+  private fill(): void {
+    while (this.inFlight.length < 2 && this.failure === undefined && this.submitRound());
+  }
+
+  private async pump(): Promise<void> {
+    if (this.pumping) return;
+    this.pumping = true;
+    try {
+      while (this.inFlight.length > 0) {
+        const round = this.inFlight[0]!;
+        let bytes: ArrayBuffer | undefined;
+        try {
+          await round.mapped;
+          bytes = round.staging.getMappedRange(0, round.bytes).slice(0);
+          round.staging.unmap();
+        } catch (err) {
+          this.fail(err);
+        }
+        this.inFlight.shift();
+        const now = performance.now();
+        if (this.lastResolved !== undefined && round.steps > 0) {
+          const measured = (now - this.lastResolved) / round.steps;
+          this.stepMs = this.stepMs === undefined ? measured : 0.5 * this.stepMs + 0.5 * measured;
+        }
+        this.lastResolved = now;
+        // Queue the next round before handing tokens on: the consumers' work overlaps the GPU's.
+        this.fill();
+        for (const { row, count, index } of round.entries) {
+          row.inFlight--;
+          if (bytes && !row.leaving) {
+            for (let j = 0; j < count; j++) row.tokens.push(readRecord(bytes, index * this.recordSlots + j, row.seq.logprobs));
+          }
+          this.settle(row);
+          row.wake?.();
+        }
+        if (this.inFlight.length === 0) this.lastResolved = undefined;
+      }
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  /** A row that left and that no round in flight holds is gone. */
+  private settle(row: Row): void {
+    if (!row.leaving || row.inFlight > 0) return;
+    const i = this.rows.indexOf(row);
+    if (i >= 0) this.rows.splice(i, 1);
+    row.markGone();
+  }
+
+  private fail(err: unknown): void {
+    this.failure ??= err;
+    for (const row of this.rows) {
+      row.error ??= err;
+      row.wake?.();
+    }
+  }
+
+  /** Builds and submits one round; false when no row can take a step. */
+  private submitRound(): boolean {
+    const candidates = this.rows.filter((row) => !row.leaving && row.error === undefined && row.submitted < row.seq.maxSteps);
+    const rows: Row[] = [];
+    for (const row of candidates) {
+      try {
+        row.seq.check();
+        rows.push(row);
+      } catch (err) {
+        row.error = err;
+        row.wake?.();
+      }
+    }
+    if (rows.length === 0) return false;
+    // Rows keep their order; those that joined go last.
+    rows.sort((a, b) => (a.index < 0 ? Infinity : a.index) - (b.index < 0 ? Infinity : b.index));
+    const fresh = (row: Row) => row.submitted === 0;
+    let steps = batchSteps(this.rounds, this.stepMs);
+    for (const row of rows) steps = Math.min(steps, row.seq.maxSteps - row.submitted - (fresh(row) ? 1 : 0), this.recordSlots - (fresh(row) ? 1 : 0));
+    steps = Math.max(0, steps);
+
+    const step = this.step;
+    const oldTokens = rows.map((row) => (row.index >= 0 ? step.rowToken(row.index) : undefined));
+    step.setRows(rows.map((row) => ({ slot: row.seq.slot, position: row.seq.promptLength + Math.max(row.submitted, 1) - 1 })));
+    const encoder = this.device.createCommandEncoder({ label: `batch round ${this.rounds}` });
+    // A row that moved to another row carries its next token there.
+    rows.forEach((row, b) => {
+      const from = oldTokens[b];
+      const to = step.rowToken(b);
+      if (from && !sameRegion(from, to)) encoder.copyBufferToBuffer(from.buffer, from.offset, to.buffer, to.offset, 4);
+    });
+    const next = rows.map((row) => (fresh(row) ? 0 : row.submitted));
+    const slotsUsed = rows.map(() => 0);
+    rows.forEach((row, b) => {
+      if (!fresh(row)) return;
+      row.seq.sampler.encode(encoder, row.seq.firstLogits, 0, step.rowToken(b), slotsUsed[b]!++);
+      next[b] = 1;
+    });
+    for (let j = 0; j < steps; j++) {
+      step.encode(encoder);
+      rows.forEach((row, b) => {
+        row.seq.sampler.encode(encoder, step.rowLogits(b), next[b]!++, step.rowToken(b), slotsUsed[b]!++);
+      });
+    }
+    const staging = this.staging[this.rounds % 2]!;
+    const rowBytes = this.recordSlots * RECORD_BYTES;
+    rows.forEach((row, b) => {
+      if (slotsUsed[b]! > 0) encoder.copyBufferToBuffer(row.seq.sampler.records, 0, staging, b * rowBytes, slotsUsed[b]! * RECORD_BYTES);
+    });
+    this.device.queue.submit([encoder.finish()]);
+    const bytes = rows.length * rowBytes;
+    const entries = rows.map((row, b) => ({ row, count: slotsUsed[b]!, index: b }));
+    for (const { row, count, index } of entries) {
+      row.submitted += count;
+      row.inFlight++;
+      row.index = index;
+    }
+    for (const row of this.rows) if (!rows.includes(row)) row.index = -1;
+    this.inFlight.push({ entries, steps, staging, mapped: staging.mapAsync(GPUMapMode.READ, 0, bytes), bytes });
+    this.rounds++;
+    return true;
+  }
+
+  destroy(): void {
+    for (const b of this.staging) b.destroy();
+  }
+}
+
+function sameRegion(a: RowRegion, b: RowRegion): boolean {
+  return a.buffer === b.buffer && a.offset === b.offset;
+}
