@@ -27,6 +27,8 @@ export interface BatchSequence {
   sampler: GpuSampler;
   /** Top alternatives its records carry (undefined: none). */
   logprobs: number | undefined;
+  /** A plain greedy sequence (GpuSampler.plainGreedy): a step that picks the argmax itself needs no sampler for it. */
+  greedy: boolean;
   /** Runs before each round it would be in; a throw (an abort) ends the sequence with that error. */
   check(): void;
 }
@@ -49,8 +51,17 @@ interface Row {
   markGone: () => void;
 }
 
+/** One row's part of a round: `count` records at its region of the staging buffer, the first `sampled` in the sampler's format, the rest the step's greedy ones. */
+interface RoundEntry {
+  row: Row;
+  count: number;
+  index: number;
+  sampled: number;
+  greedyBytes: number;
+}
+
 interface Round {
-  entries: { row: Row; count: number; index: number }[];
+  entries: RoundEntry[];
   steps: number;
   staging: GPUBuffer;
   mapped: Promise<void>;
@@ -150,11 +161,10 @@ export class BatchDecoder {
         this.lastResolved = now;
         // Queue the next round before handing tokens on: the consumers' work overlaps the GPU's.
         this.fill();
-        for (const { row, count, index } of round.entries) {
+        for (const entry of round.entries) {
+          const { row } = entry;
           row.inFlight--;
-          if (bytes && !row.leaving) {
-            for (let j = 0; j < count; j++) row.tokens.push(readRecord(bytes, index * this.recordSlots + j, row.seq.logprobs));
-          }
+          if (bytes && !row.leaving) for (let j = 0; j < entry.count; j++) row.tokens.push(this.readEntry(bytes, entry, j));
           this.settle(row);
           row.wake?.();
         }
@@ -163,6 +173,14 @@ export class BatchDecoder {
     } finally {
       this.pumping = false;
     }
+  }
+
+  /** Record j of a row's part of a round: the sampler's format, then the step's greedy ones (u32 id, f32 logprob). */
+  private readEntry(bytes: ArrayBuffer, entry: RoundEntry, j: number): GeneratedToken {
+    const at = entry.index * this.recordSlots * RECORD_BYTES;
+    if (j < entry.sampled) return readRecord(bytes, entry.index * this.recordSlots + j, entry.row.seq.logprobs);
+    const view = new DataView(bytes, at + entry.sampled * RECORD_BYTES + (j - entry.sampled) * entry.greedyBytes, 8);
+    return { id: view.getUint32(0, true), logprob: view.getFloat32(4, true) };
   }
 
   /** A row that left and that no round in flight holds is gone. */
@@ -204,7 +222,9 @@ export class BatchDecoder {
 
     const step = this.step;
     const oldTokens = rows.map((row) => (row.index >= 0 ? step.rowToken(row.index) : undefined));
-    step.setRows(rows.map((row) => ({ slot: row.seq.slot, position: row.seq.promptLength + Math.max(row.submitted, 1) - 1 })));
+    step.setRows(rows.map((row) => ({ slot: row.seq.slot, position: row.seq.promptLength + Math.max(row.submitted, 1) - 1, greedy: row.seq.greedy })));
+    // Rows whose step picks their greedy tokens: no sampler after their model steps.
+    const picks = rows.map((_, b) => (steps > 0 ? step.greedyRecords?.(b) : undefined));
     const encoder = this.device.createCommandEncoder({ label: `batch round ${this.rounds}` });
     // A row that moved to another row carries its next token there.
     rows.forEach((row, b) => {
@@ -212,27 +232,50 @@ export class BatchDecoder {
       const to = step.rowToken(b);
       if (from && !sameRegion(from, to)) encoder.copyBufferToBuffer(from.buffer, from.offset, to.buffer, to.offset, 4);
     });
+    const inPass = step.encodeInPass;
+    if (inPass && steps > 0) step.beginPass?.(encoder, steps);
+    const pass = inPass ? encoder.beginComputePass({ label: 'batch steps' }) : undefined;
+    const sample = (row: Row, logits: RowRegion | GPUBuffer, index: number, token: RowRegion, slot: number) => {
+      if (pass) row.seq.sampler.encodeInPass(pass, logits, index, token, slot);
+      else row.seq.sampler.encode(encoder, logits, index, token, slot);
+    };
     const next = rows.map((row) => (fresh(row) ? 0 : row.submitted));
-    const slotsUsed = rows.map(() => 0);
+    const sampled = rows.map(() => 0);
     rows.forEach((row, b) => {
       if (!fresh(row)) return;
-      row.seq.sampler.encode(encoder, row.seq.firstLogits, 0, step.rowToken(b), slotsUsed[b]!++);
+      sample(row, row.seq.firstLogits, 0, step.rowToken(b), sampled[b]!++);
       next[b] = 1;
     });
     for (let j = 0; j < steps; j++) {
-      step.encode(encoder);
+      if (pass) inPass!(pass);
+      else step.encode(encoder);
       rows.forEach((row, b) => {
-        row.seq.sampler.encode(encoder, step.rowLogits(b), next[b]!++, step.rowToken(b), slotsUsed[b]!++);
+        if (picks[b]) return;
+        sample(row, step.rowLogits(b), next[b]!, step.rowToken(b), sampled[b]!++);
       });
+      rows.forEach((_, b) => next[b]!++);
     }
+    pass?.end();
     const staging = this.staging[this.rounds % 2]!;
     const rowBytes = this.recordSlots * RECORD_BYTES;
-    rows.forEach((row, b) => {
-      if (slotsUsed[b]! > 0) encoder.copyBufferToBuffer(row.seq.sampler.records, 0, staging, b * rowBytes, slotsUsed[b]! * RECORD_BYTES);
+    const entries: RoundEntry[] = rows.map((row, b) => {
+      const at = b * rowBytes;
+      if (sampled[b]! > 0) encoder.copyBufferToBuffer(row.seq.sampler.records, 0, staging, at, sampled[b]! * RECORD_BYTES);
+      const pick = picks[b];
+      let greedyBytes = 0;
+      if (pick) {
+        // The step at position p recorded slot p mod slots: the round's slots, wrapping at most once.
+        greedyBytes = pick.bytes;
+        const first = (row.seq.promptLength + Math.max(row.submitted, 1) - 1) % pick.slots;
+        const head = Math.min(steps, pick.slots - first);
+        const to = at + sampled[b]! * RECORD_BYTES;
+        encoder.copyBufferToBuffer(pick.buffer, pick.offset + first * pick.bytes, staging, to, head * pick.bytes);
+        if (head < steps) encoder.copyBufferToBuffer(pick.buffer, pick.offset, staging, to + head * pick.bytes, (steps - head) * pick.bytes);
+      }
+      return { row, count: sampled[b]! + (pick ? steps : 0), index: b, sampled: sampled[b]!, greedyBytes };
     });
     this.device.queue.submit([encoder.finish()]);
     const bytes = rows.length * rowBytes;
-    const entries = rows.map((row, b) => ({ row, count: slotsUsed[b]!, index: b }));
     for (const { row, count, index } of entries) {
       row.submitted += count;
       row.inFlight++;

@@ -394,24 +394,27 @@ export class LlamaGenerator implements TextGenerator {
    * @internal After a sequence in a decode slot: when the lane is free and the working cache still
    * holds its prompt, copies the answer's K/V (positions P .. P + answer - 1) back there, so that
    * the next request (the chat's next turn) reuses prompt and answer, as if the sequence had
-   * decoded in place (with an f16 cache, settled by the prefill's kernels: settleDecoded). Models
-   * with rings keep only the prompt there.
+   * decoded in place (with an f16 cache, settled by the prefill's kernels: settleDecoded). A ring
+   * layer's whole ring is copied, with the slot's history of writes, when nothing was written past
+   * the prompt in the working cache since (then it is the ring the sequence would have left there).
    */
   keepAnswer(slot: number, prompt: readonly number[], answer: readonly number[]): void {
-    if (this.destroyed || answer.length === 0 || this.cache.ringed || !this.prefixCache.holdsPrefix(prompt)) return;
+    const P = prompt.length;
+    if (this.destroyed || answer.length === 0 || !this.prefixCache.holdsPrefix(prompt)) return;
+    if (this.cache.ringed && this.cache.written > P) return;
     const release = this.lane.tryAcquire();
     if (!release) return;
-    const P = prompt.length;
     const from = this.cacheOf(slot);
     const encoder = this.model.ctx.device.createCommandEncoder({ label: 'keep answer' });
     for (let l = 0; l < from.keys.length; l++) {
-      const offset = P * from.rowBytes;
-      const bytes = answer.length * from.rowBytes;
+      const ring = from.rings[l] !== undefined;
+      const offset = ring ? 0 : P * from.rowBytes;
+      const bytes = ring ? from.slotBytes(l) : answer.length * from.rowBytes;
       encoder.copyBufferToBuffer(from.keys[l]!, offset, this.cache.keys[l]!, offset, bytes);
       encoder.copyBufferToBuffer(from.values[l]!, offset, this.cache.values[l]!, offset, bytes);
     }
     this.model.ctx.device.queue.submit([encoder.finish()]);
-    this.cache.noteWritten(P + answer.length);
+    this.cache.noteWritten(Math.max(P + answer.length, from.written));
     this.prefixCache.holds(prompt.concat(answer), undefined, P);
     void this.settleDecoded().catch(() => {}).finally(release);
   }
@@ -736,7 +739,7 @@ class LlamaSession implements GenerationSession {
         const resources: DecodeResources = { device: generator.model.ctx.device, decodeStep: generator.stepOf(slot), sampler, staging: kit.staging };
         tokens = decodeConstrained(resources, { ...plan, constraint, stopTokenIds: options.stopTokenIds }, check);
       } else {
-        tokens = generator.batch.run({ slot, promptLength: P, maxSteps, firstLogits: this.logits, sampler, logprobs, check });
+        tokens = generator.batch.run({ slot, promptLength: P, maxSteps, firstLogits: this.logits, sampler, logprobs, greedy: sampler.plainGreedy, check });
       }
       for await (const token of tokens) {
         this.checkLive(signal);

@@ -13,6 +13,7 @@ export class PerSequenceBatchStep implements BatchDecodeStep {
   /** Each row's position at the next step (the steps move them on the CPU side). */
   private positions: number[] = [];
   readonly encodeInPass?: (pass: GPUComputePassEncoder) => void;
+  readonly beginPass?: (encoder: GPUCommandEncoder, steps: number) => void;
 
   constructor(
     /** Slots 0 .. slots - 1, each its own one-slot cache (cacheOf) and the decode step over it (stepOf), made on first use. */
@@ -23,6 +24,31 @@ export class PerSequenceBatchStep implements BatchDecodeStep {
   ) {
     this.maxRows = maxRows;
     this.slots = slots;
+    // Steps that advance their own position (DecodeStep.consecutive) share one compute pass.
+    if (stepOf(0).consecutive) {
+      this.beginPass = (encoder, steps) => {
+        for (const [r, row] of this.rows.entries()) this.consecutive(row.slot).setPosition(encoder, this.positions[r]!, steps);
+      };
+      this.encodeInPass = (pass) => {
+        for (const [r, row] of this.rows.entries()) {
+          const step = this.stepOf(row.slot);
+          if (row.greedy && step.greedy) step.greedy.encodeInPass(pass);
+          else this.consecutive(row.slot).encodeInPass(pass);
+          this.positions[r]!++;
+        }
+      };
+    }
+  }
+
+  private consecutive(slot: number): NonNullable<DecodeStep['consecutive']> {
+    const consecutive = this.stepOf(slot).consecutive;
+    if (!consecutive) throw new Error(`slot ${slot}'s step does not advance its own position`);
+    return consecutive;
+  }
+
+  greedyRecords(r: number): { buffer: GPUBuffer; offset: number; bytes: number; slots: number } | undefined {
+    const row = this.row(r);
+    return row.greedy && this.encodeInPass ? this.stepOf(row.slot).greedy?.records : undefined;
   }
 
   get dispatchCount(): number {

@@ -11,6 +11,11 @@ export const BATCH_TOKEN_STRIDE_BYTES = 256;
 export interface BatchRow {
   slot: number;
   position: number;
+  /**
+   * The row's tokens are the argmax of its logits (a plain greedy sequence): a step with
+   * greedyRecords picks it into rowToken and records it, and the row needs no sampler.
+   */
+  greedy?: boolean;
 }
 
 /** Where one row's data lies in a shared buffer. */
@@ -52,14 +57,18 @@ export interface BatchDecodeStep {
   /** Row r's token (u32 at the offset): what its next step embeds; a sampler writes it there. */
   rowToken(r: number): RowRegion;
   /**
-   * Present where each step also picks every row's greedy token (the argmax of its logits, the
-   * lowest id on ties, as the GPU sampler picks at temperature 0 with nothing else asked) into its
-   * rowToken, and writes its record (u32 id, f32 logprob of the raw logits, zeros to `bytes`):
-   * row r's step at position p writes slot p mod `slots`, at byte offset + (r * slots + p mod
-   * slots) * bytes of `buffer`. A sampler dispatched after the step overwrites rowToken for rows
-   * that sample.
+   * Present where steps run in an open compute pass after what this records outside it (a copy
+   * of each row's position): call it before the pass of the next `steps` encodeInPass calls.
    */
-  readonly greedy?: { records: { buffer: GPUBuffer; offset: number; bytes: number; slots: number } };
+  readonly beginPass?: (encoder: GPUCommandEncoder, steps: number) => void;
+  /**
+   * Where row r's greedy picks are recorded, when the step picks them (a row set with `greedy`;
+   * undefined otherwise): its token, the argmax of its logits (the lowest id on ties, as the GPU
+   * sampler picks at temperature 0 with nothing else asked), goes to rowToken, and its record
+   * (u32 id, f32 logprob of the raw logits, zeros to `bytes`) of the step at position p to record
+   * slot p mod `slots`, at byte offset + (p mod slots) * bytes of `buffer`.
+   */
+  greedyRecords?(r: number): { buffer: GPUBuffer; offset: number; bytes: number; slots: number } | undefined;
   /** Dispatches one step records (for counters and benchmarks). */
   readonly dispatchCount: number;
   /** Frees the step's own buffers (not the cache). */
