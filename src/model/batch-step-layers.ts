@@ -20,6 +20,12 @@ export interface LayeredBatchOptions {
   maxRows: number;
   /** Ids the tokens may be chosen among (DecodeStepOptions.vocabRows): with fewer than the vocabulary, no greedy pick. */
   vocabRows?: number;
+  /**
+   * Workgroups the rows are shared out over (row r in workgroup r mod rowGroups, at most maxRows;
+   * default 1): with more, a CPU adapter runs groups of rows on several cores, each group reading
+   * the weights once.
+   */
+  rowGroups?: number;
 }
 
 /**
@@ -63,6 +69,7 @@ export function createLayeredBatchStep(model: LayeredBatchModel, cache: KvCache,
     eps: s.eps,
     features,
     rows: maxRows,
+    rowGroups: Math.min(options.rowGroups ?? 1, maxRows),
   };
   const hasBias = model.weights.layers.some((layer) => layer.bq || layer.bk || layer.bv);
   const program = model.kernels.program('batch decode step');

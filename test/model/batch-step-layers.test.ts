@@ -30,6 +30,8 @@ interface Case {
   kvDTypes: KvDType[];
   /** Rows (as slots) of each run; RUNS by default. */
   runs?: number[][];
+  /** Workgroups the rows are shared out over (LayeredBatchOptions.rowGroups). */
+  rowGroups?: number;
 }
 
 const cases: Case[] = [
@@ -40,14 +42,16 @@ const cases: Case[] = [
     kvDTypes: ['f32'],
   },
   {
-    // Windows per layer whose caches are rings (window + passTokens - 1 rows), sharp attention.
-    name: 'windows 5, 7, none, 5 per layer, ring caches',
+    // Windows per layer whose caches are rings (window + passTokens - 1 rows), sharp attention;
+    // the rows over 3 workgroups (a row's workgroup changes with its index, its logits do not).
+    name: 'windows 5, 7, none, 5 per layer, ring caches, rows in 3 workgroups',
     config: tinyConfig({
       hiddenSize: 20, numHeads: 4, numKvHeads: 2, headDim: 8, numLayers: 4, intermediateSize: 44,
       family: { ...LLAMA_FAMILY, attentionScale: 1.5, layers: [local(5), local(7), { rope }, local(5)] },
     }),
     passTokens: 4,
     kvDTypes: ['f16'],
+    rowGroups: 3,
   },
   // The family features (their variants compile slowly on the CPU adapter: one cache type, fewer runs).
   // Gemma 2: attention and logit soft-caps, post-norms, GeGLU, the embedding scale, windows per layer.
@@ -95,7 +99,7 @@ function argmaxLogprob(logits: Float32Array): { id: number; logprob: number } {
 }
 
 describe('createLayeredBatchStep: a batch of sequences in slots, decode_layer.wgsl rows variant', () => {
-  for (const { name, config: randomConfig, family, passTokens, kvDTypes, runs = RUNS } of cases) for (const kvDType of kvDTypes) {
+  for (const { name, config: randomConfig, family, passTokens, kvDTypes, runs = RUNS, rowGroups } of cases) for (const kvDType of kvDTypes) {
     it(`${name}, ${kvDType} KV cache`, async () => {
       const ctx = await testGpu();
       let model: LlamaModel;
@@ -112,7 +116,7 @@ describe('createLayeredBatchStep: a batch of sequences in slots, decode_layer.wg
       const rand = mulberry32(11);
       const randomTokens = (n: number) => Array.from({ length: n }, () => Math.floor(rand() * vocab));
       const cache = model.createKvCache(CAPACITY, kvDType, passTokens, SLOTS);
-      const made = model.createLayeredBatchStep(cache, { maxRows: SLOTS });
+      const made = model.createLayeredBatchStep(cache, { maxRows: SLOTS, rowGroups });
       if (typeof made === 'string') throw new Error(made);
       const step: BatchDecodeStep = made;
       expect(step.dispatchCount).toBe(model.createDecodeStep(model.createKvCache(CAPACITY, kvDType, passTokens)).dispatchCount);

@@ -227,13 +227,15 @@ export type DecodeLayerVariant = {
    * float r * decodeRowsLogitsStride(logitsRows). Absent: one sequence.
    */
   rows?: number;
+  /** With rows: workgroups the rows are shared out over (row r in workgroup r mod rowGroups); default 1. */
+  rowGroups?: number;
 };
 export const decodeLayerKey = (v: DecodeLayerVariant) =>
   `decode_layer/d${v.dims.dim}/q${v.dims.qDim}/kv${v.dims.kvDim}/f${v.dims.ffn}/hd${v.dims.headDim}/n${v.dims.numLayers}/g${v.heads}/kv_${v.kvDType}/` +
   `${v.matrices ? v.matrices.map((m) => `${m.dtype}${m.runs ? '+runs' : ''}`).join(',') : 'arena'}/${v.hasBias ? 'bias' : 'nobias'}/w${v.workgroup}q${v.quads}` +
   `/s${v.slots}${v.embed ? '/embed' : ''}${v.logitsRows ? `/logits${v.logitsRows}` : ''}${v.greedy ? '/greedy' : ''}` +
   decodeLayerFeaturesKey(v.features) +
-  (v.rows ? `/rows${v.rows}` : '');
+  (v.rows ? `/rows${v.rows}${(v.rowGroups ?? 1) > 1 ? `x${v.rowGroups}` : ''}` : '');
 
 /**
  * Whether decode_layer.wgsl can run a layer of these sizes and projections (DECODE_LAYER_MATRICES
@@ -346,7 +348,7 @@ export function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
   if (v.greedy) code += batch ? decodeRowsGreedyWgsl(batch.records) : decodeGreedyWgsl(layout.records);
   else code += 'fn pick_greedy(lid: u32) {}\n';
   let body = f ? decodeLayerBodyWgsl(decodeLayerWgsl, f, layout.features!, batch ? batch.block : layout.block!) : decodeLayerWgsl;
-  if (batch) body = decodeLayerRowsBodyWgsl(body, !!f, batch);
+  if (batch) body = decodeLayerRowsBodyWgsl(body, !!f, batch, v.rowGroups ?? 1);
   let source = unrollAttentionLoops(`${code}\n${body}`, d.headDim, v.heads);
   if (batch) source = renameRowRegions(source);
   return { code: unrollConstLoops(source, unroll), entryPoint: 'main' };
@@ -358,11 +360,11 @@ export function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
  * The rows variant's body: decode_layer.wgsl's (with its features) with decode_layer_rows.wgsl's
  * run_layer and main in place of its own, and its constants.
  */
-function decodeLayerRowsBodyWgsl(body: string, family: boolean, batch: DecodeLayerRowsLayout): string {
+function decodeLayerRowsBodyWgsl(body: string, family: boolean, batch: DecodeLayerRowsLayout, groups: number): string {
   const entry = '@compute @workgroup_size(WG)\n';
   if (!body.includes(entry)) throw new Error('decode_layer.wgsl: its entry point no longer reads "@compute @workgroup_size(WG)"');
   const consts =
-    `const MAX_ROWS: u32 = ${batch.maxRows}u;\nconst ROW_STRIDE: u32 = ${batch.rowStride}u;\nconst COUNT0: u32 = ${batch.count}u;\n` +
+    `const MAX_ROWS: u32 = ${batch.maxRows}u;\nconst ROW_GROUPS: u32 = ${groups}u;\nconst ROW_STRIDE: u32 = ${batch.rowStride}u;\nconst COUNT0: u32 = ${batch.count}u;\n` +
     // The plain block has no post-norms (the family body declares them): decode_layer_rows.wgsl's branches on them fold away.
     (family ? '' : 'const POST_NORMS: bool = false;\nconst POST_ATTN: u32 = 0u;\nconst POST_FFN: u32 = 0u;\nfn add_post_normed(lid: u32, at: u32) {}\n');
   return consts + replaceWgslFunctions(body.replace(entry, ''), decodeLayerRowsWgsl);
@@ -384,7 +386,9 @@ function rowsKvRowWgsl(ring: boolean): string {
 /** The rows variant's EMBED phase: each row's x = E[its token] (decodeEmbeddingWgsl's, a row at a time). */
 function decodeRowsEmbeddingWgsl(f?: DecodeLayerFeatures): string {
   return `fn embed_token(lid: u32) {
-  for (var r = 0u; r < row_count(); r++) {
+  let m = group_rows(row_count());
+  for (var j = 0u; j < m; j++) {
+    let r = group_row(j);
     set_row(r);
     let token = tokens[r * ${DECODE_ROWS_TOKEN_STRIDE}u];
     for (var k = lid * 4u; k < DIM; k += WG * 4u) {
@@ -403,13 +407,14 @@ function decodeRowsLogitsWgsl(rows: number, f?: DecodeLayerFeatures): string {
 const LOGIT_ROWS: u32 = ${rows}u;
 const LOGIT_STRIDE: u32 = ${decodeRowsLogitsStride(rows)}u;
 fn project_logits(lid: u32) {
-  let n = row_count();
-  set_scales(n);
+  let m = group_rows(row_count());
+  set_scales(m);
   for (var b = lid; b < (LOGIT_ROWS + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) {
     let r0 = b * ROWS_PER_BLOCK;
-    for (var row = 0u; row < n; row++) {
+    for (var j = 0u; j < m; j++) {
+      let row = group_row(j);
       set_row(row);
-      let s = row_scale[row];
+      let s = row_scale[j];
       let base = row * LOGIT_STRIDE;
       let acc = block_dot_lm(params.lm, r0, LOGIT_ROWS - 1u, 0u);
       for (var q = 0u; q < QUADS; q++) {
@@ -438,9 +443,9 @@ var<workgroup> greedy_max: array<f32, MAX_ROWS * WG>;
 var<workgroup> greedy_sum: array<f32, MAX_ROWS * WG>;
 var<workgroup> greedy_id: array<u32, MAX_ROWS * WG>;
 fn pick_greedy(lid: u32) {
-  let n = row_count();
-  for (var row = 0u; row < n; row++) {
-    let base = row * LOGIT_STRIDE;
+  let rows = group_rows(row_count());
+  for (var j = 0u; j < rows; j++) {
+    let base = group_row(j) * LOGIT_STRIDE;
     var m = -3.0e38; // not -inf: exp(l - m) stays 0 for l = -inf
     var sum = 0.0;
     var id = 0u;
@@ -454,25 +459,26 @@ fn pick_greedy(lid: u32) {
         sum += exp(l - m);
       }
     }
-    greedy_max[row * WG + lid] = m;
-    greedy_sum[row * WG + lid] = sum;
-    greedy_id[row * WG + lid] = id;
+    greedy_max[j * WG + lid] = m;
+    greedy_sum[j * WG + lid] = sum;
+    greedy_id[j * WG + lid] = id;
   }
   workgroupBarrier();
-  for (var row = lid; row < n; row += WG) {
+  for (var j = lid; j < rows; j += WG) {
+    let row = group_row(j);
     set_row(row);
-    var m = greedy_max[row * WG];
-    var sum = greedy_sum[row * WG];
-    var id = greedy_id[row * WG];
+    var m = greedy_max[j * WG];
+    var sum = greedy_sum[j * WG];
+    var id = greedy_id[j * WG];
     for (var t = 1u; t < WG; t++) {
-      let mt = greedy_max[row * WG + t];
+      let mt = greedy_max[j * WG + t];
       if (mt > m) {
-        sum = sum * exp(m - mt) + greedy_sum[row * WG + t];
+        sum = sum * exp(m - mt) + greedy_sum[j * WG + t];
         m = mt;
-        id = greedy_id[row * WG + t];
+        id = greedy_id[j * WG + t];
       } else {
-        sum += greedy_sum[row * WG + t] * exp(mt - m);
-        if (mt == m) { id = min(id, greedy_id[row * WG + t]); }
+        sum += greedy_sum[j * WG + t] * exp(mt - m);
+        if (mt == m) { id = min(id, greedy_id[j * WG + t]); }
       }
     }
     tokens[row * ${DECODE_ROWS_TOKEN_STRIDE}u] = id;
@@ -618,6 +624,8 @@ export interface DecodeLayerShape {
    * the state laid out as decodeLayerRowsLayout; arena only). Absent: one sequence.
    */
   rows?: number;
+  /** With rows: the workgroups they are shared out over (DecodeLayerVariant.rowGroups; default 1). */
+  rowGroups?: number;
 }
 
 /** The dispatch of decode layers first .. first + count - 1 (see KernelRecorder.decodeLayers), checked. */
@@ -656,6 +664,10 @@ export function planDecodeLayers(
   assertFits(state, (batch ?? layout).floats * 4, 'decodeLayers state');
   // The rows variant's caches hold `slots` sequences, each slot a one-sequence cache's rows.
   const cacheSlots = batch ? (caches.slots ?? 1) : 1;
+  const rowGroups = shape.rowGroups ?? 1;
+  if (!(Number.isInteger(rowGroups) && rowGroups >= 1 && rowGroups <= (shape.rows ?? 1))) {
+    throw new Error(`decodeLayers: rowGroups ${rowGroups} must be an integer in 1 .. rows (${shape.rows ?? 1})`);
+  }
   const buffers: Record<number, GPUBuffer> = { 1: state };
   const rowBytes = dims.kvDim * (kvDType === 'f16' ? 2 : 4);
   let rows = Infinity;
@@ -765,7 +777,7 @@ export function planDecodeLayers(
     logitsRows,
     greedy,
     ...(features ? { features } : {}),
-    ...(batch ? { rows: batch.maxRows } : {}),
+    ...(batch ? { rows: batch.maxRows, rowGroups } : {}),
   };
   const advance = first + count === dims.numLayers ? 1 : 0;
   return {
@@ -790,6 +802,6 @@ export function planDecodeLayers(
       slots,
     }),
     buffers,
-    workgroups: 1,
+    workgroups: rowGroups,
   };
 }
