@@ -41,11 +41,16 @@ export function createLayeredBatchStep(model: LayeredBatchModel, cache: KvCache,
   const s = model.shape;
   const refusal = decodeLayerRefusal(s);
   if (refusal) return `the decode layer kernel does not run ${refusal}`;
-  const arena = model.decodeArena();
-  if (!arena) return 'the decode layers\' matrices are not in an f32 arena (not f32, split, or too large)';
-  if (!arena.embedding || !arena.lmHead) return 'the token embedding or W_lm_head is larger than a layer: not in the arena';
+  // The path's conditions first (the state is small), so that a model off the path never makes the arena.
   const layered = decodeLayerState(model, cache, maxRows);
   if (!layered) return 'the model does not take the decode-layer path (not a CPU adapter, layers too large, or weights without COPY_SRC)';
+  const arena = model.decodeArena();
+  if (!arena?.embedding || !arena.lmHead) {
+    layered.state.destroy();
+    return arena
+      ? 'the token embedding or W_lm_head is larger than a layer: not in the arena'
+      : 'the decode layers\' matrices are not in an f32 arena (not f32, split, or too large)';
+  }
   const rows = layered.rows!;
   const device = model.ctx.device;
   const vocab = arena.lmHead.rows;

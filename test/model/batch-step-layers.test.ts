@@ -261,4 +261,24 @@ describe('createLayeredBatchStep: a batch of sequences in slots, decode_layer.wg
     cache.destroy();
     gpu.destroy();
   });
+
+  it('refuses a model off the decode-layer path; setRows checks its rows', async () => {
+    const ctx = await testGpu();
+    const config = tinyConfig({ intermediateSize: 60 });
+    const off = await LlamaModel.create(ctx, config, buildRandomModel(ctx, config, 'f32', 3).gpu, { tuning: { decodeLayer: () => false } });
+    const offCache = off.createKvCache(8, 'f16', undefined, 2);
+    expect(off.createLayeredBatchStep(offCache, { maxRows: 2 })).toMatch(/decode-layer path/);
+    const model = await LlamaModel.create(ctx, config, buildRandomModel(ctx, config, 'f32', 3).gpu);
+    const cache = model.createKvCache(8, 'f16', undefined, 2);
+    const step = model.createLayeredBatchStep(cache, { maxRows: 2 });
+    if (typeof step === 'string') throw new Error(step);
+    expect(() => step.setRows([{ slot: 0, position: 0 }, { slot: 0, position: 1 }])).toThrow(/two rows/);
+    expect(() => step.setRows([{ slot: 2, position: 0 }])).toThrow(/slot 2/);
+    expect(() => step.setRows([{ slot: 0, position: 8 }])).toThrow(/outside the KV cache/);
+    expect(() => step.setRows([0, 1, 0].map((slot) => ({ slot, position: 0 })))).toThrow(/at most 2/);
+    step.destroy();
+    for (const c of [offCache, cache]) c.destroy();
+    off.destroy();
+    model.destroy();
+  });
 });
