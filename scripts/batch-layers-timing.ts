@@ -3,7 +3,9 @@
 // all in one run on one device. Each runs STEPS steps in one compute pass, its greedy pick feeding
 // the next step; the tokens of a row are checked against the single step's.
 //
-//   node bin/run-ts.mjs scripts/batch-layers-timing.ts [--model DIR] [--steps N] [--repeats R]
+//   node bin/run-ts.mjs scripts/batch-layers-timing.ts [--model DIR] [--steps N] [--repeats R] [--rows B] [--groups G,...]
+//
+// G: the batch steps' workgroups (LayeredBatchOptions.rowGroups), one batch step each.
 //
 // Numbers vary with the machine's load: run it on an idle machine, twice.
 import { parseArgs } from 'node:util';
@@ -11,6 +13,7 @@ import { nodeGpuContext } from '../src/node/gpu.ts';
 import { loadModelFromPath } from '../src/node/index.ts';
 import type { LlamaModel } from '../src/model/llama.ts';
 import type { KvCache } from '../src/model/kv-cache.ts';
+import type { BatchDecodeStep } from '../src/model/batch-step.ts';
 
 const { values } = parseArgs({
   options: {
@@ -78,21 +81,24 @@ await runSingle();
 const gr = step.greedy.records;
 const want = ids(await read(gr.buffer, gr.offset, gr.slots * gr.bytes), 0, gr.bytes, gr.slots, p0 - 1);
 
-// The batch step: every slot holds the prompt's K/V.
-const cache = model.createKvCache(CAPACITY, 'f16', undefined, ROWS);
-const made = model.createLayeredBatchStep(cache, { maxRows: ROWS, rowGroups: Number(values.groups) });
-if (typeof made === 'string') throw new Error(made);
-const batch = made;
-const copy = device.createCommandEncoder();
-for (let s = 0; s < ROWS; s++) {
-  for (let l = 0; l < cache.keys.length; l++) {
-    const { keys, values, offset } = batch.slotKv(l, s);
-    copy.copyBufferToBuffer((single as KvCache).keys[l], 0, keys, offset, cache.slotBytes(l));
-    copy.copyBufferToBuffer(single.values[l], 0, values, offset, cache.slotBytes(l));
+// The batch steps (one for each number of workgroups asked for): every slot holds the prompt's K/V.
+const groupCounts = values.groups.split(',').map(Number);
+const batches = groupCounts.map((rowGroups) => {
+  const cache = model.createKvCache(CAPACITY, 'f16', undefined, ROWS);
+  const made = model.createLayeredBatchStep(cache, { maxRows: ROWS, rowGroups });
+  if (typeof made === 'string') throw new Error(made);
+  const copy = device.createCommandEncoder();
+  for (let s = 0; s < ROWS; s++) {
+    for (let l = 0; l < cache.keys.length; l++) {
+      const { keys, values, offset } = made.slotKv(l, s);
+      copy.copyBufferToBuffer((single as KvCache).keys[l], 0, keys, offset, cache.slotBytes(l));
+      copy.copyBufferToBuffer(single.values[l], 0, values, offset, cache.slotBytes(l));
+    }
   }
-}
-device.queue.submit([copy.finish()]);
-const runBatch = async (rows: number) => {
+  device.queue.submit([copy.finish()]);
+  return made;
+});
+const runBatch = async (batch: BatchDecodeStep, rows: number) => {
   const setUp = () => {
     batch.setRows(Array.from({ length: rows }, (_, r) => ({ slot: r, position: p0 - 1 })));
     for (let r = 0; r < rows; r++) device.queue.writeBuffer(batch.rowToken(r).buffer, batch.rowToken(r).offset, new Uint32Array([prompt[p0 - 1]]));
@@ -107,22 +113,30 @@ const runBatch = async (rows: number) => {
   return ms;
 };
 // Interleaved, best of REPEATS each (after one run each that compiles and warms up), so that the
-// machine's load weighs on all three alike.
-let [singleMs, b1, bN] = [Infinity, Infinity, Infinity];
+// machine's load weighs on all alike.
+let singleMs = Infinity;
+const b1 = batches.map(() => Infinity);
+const bN = batches.map(() => Infinity);
 for (let i = 0; i <= REPEATS; i++) {
-  const times = [await runSingle(), await runBatch(1), await runBatch(ROWS)];
-  if (i === 0) continue;
-  singleMs = Math.min(singleMs, times[0]);
-  b1 = Math.min(b1, times[1]);
-  bN = Math.min(bN, times[2]);
+  const t = await runSingle();
+  if (i > 0) singleMs = Math.min(singleMs, t);
+  for (const [j, batch] of batches.entries()) {
+    const [one, all] = [await runBatch(batch, 1), await runBatch(batch, ROWS)];
+    if (i === 0) continue;
+    b1[j] = Math.min(b1[j], one);
+    bN[j] = Math.min(bN[j], all);
+  }
 }
 
 const perToken = (ms: number, tokens: number) => `${((ms / tokens) * 1000).toFixed(0)} µs/token, ${((tokens / ms) * 1000).toFixed(0)} tokens/s`;
-console.log(`stories260K, ${STEPS} greedy steps a run (best of ${REPEATS}), on this machine's adapter; the batch rows in ${values.groups} workgroup(s)`);
-console.log(`  DecodeStep (today):       ${step.dispatchCount} dispatches a step, ${perToken(singleMs, STEPS)}`);
-console.log(`  batch step, B = 1:        ${batch.dispatchCount} dispatches a step, ${perToken(b1, STEPS)}`);
-console.log(`  batch step, B = ${ROWS}:        ${perToken(bN, STEPS * ROWS)} aggregate (${((bN / STEPS) * 1000).toFixed(0)} µs a step)`);
+console.log(`stories260K, ${STEPS} greedy steps a run (best of ${REPEATS}), on this machine's adapter`);
+console.log(`  DecodeStep (today):  ${step.dispatchCount} dispatches a step, ${perToken(singleMs, STEPS)}`);
+for (const [j, batch] of batches.entries()) {
+  const g = `rows in ${groupCounts[j]} workgroup(s)`;
+  console.log(`  batch step, B = 1, ${g}: ${batch.dispatchCount} dispatches a step, ${perToken(b1[j], STEPS)}`);
+  console.log(`  batch step, B = ${ROWS}, ${g}: ${perToken(bN[j], STEPS * ROWS)} aggregate (${((bN[j] / STEPS) * 1000).toFixed(0)} µs a step)`);
+}
 console.log(`  greedy tokens: ${want.join(' ')} (every row the same as the single step's)`);
-batch.destroy();
+batches.forEach((b) => b.destroy());
 step.destroy();
 await engine.unload();
