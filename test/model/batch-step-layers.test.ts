@@ -55,16 +55,16 @@ const cases: Case[] = [
   },
   // The family features (their variants compile slowly on the CPU adapter: one cache type, fewer runs).
   // Gemma 2: attention and logit soft-caps, post-norms, GeGLU, the embedding scale, windows per layer.
-  { name: 'gemma2 test model', family: 'gemma2', kvDTypes: ['f32'], runs: [[3], [7, 6, 5, 4, 3, 2, 1, 0], [6, 3]] },
+  { name: 'gemma2 test model', family: 'gemma2', kvDTypes: ['f32'], runs: [[7, 6, 5, 4, 3, 2, 1, 0], [6, 3]] },
   // Phi-4-mini: partial rotation and LongRoPE's magnitude (each layer's RoPE), tied embeddings.
-  { name: 'phi4 test model', family: 'phi4', kvDTypes: ['f16'], runs: [[3], [7, 6, 5, 4, 3, 2, 1, 0], [6, 3]] },
+  { name: 'phi4 test model', family: 'phi4', kvDTypes: ['f16'], runs: [[7, 6, 5, 4, 3, 2, 1, 0], [6, 3]] },
 ];
 
 const CAPACITY = 20;
 const SLOTS = 8;
 const STEPS = 3;
 /** Rows (as slots) of each run: one row, all of them, in several orders and subsets. */
-const RUNS = [[3], [0, 1, 2, 3, 4, 5, 6, 7], [5, 2, 7, 0], [7, 6, 5, 4, 3, 2, 1, 0], [1, 6, 3], [0], [6, 4]];
+const RUNS = [[3], [0, 1, 2, 3, 4, 5, 6, 7], [5, 2, 7, 0], [7, 6, 5, 4, 3, 2, 1, 0], [1, 6, 3]];
 
 async function read(device: GPUDevice, buffer: GPUBuffer, offset: number, bytes: number): Promise<ArrayBuffer> {
   const staging = device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
