@@ -5,11 +5,13 @@ import {
   DECODE_LAYER_MAX_WEIGHTS,
   decodeLayerGroups,
   decodeLayerLayout,
+  decodeLayerRowsLayout,
   decodeLayerUnsupported,
   type DecodeArena,
   type DecodeLayerDims,
   type DecodeLayerFeatures,
   type DecodeLayerLayout,
+  type DecodeLayerRowsLayout,
   type KernelRecorder,
 } from '../gpu/kernels/index.ts';
 import type { GpuMatrix } from '../gpu/tensor.ts';
@@ -89,6 +91,8 @@ export function decodeLayerRefusal(s: LlamaShape): string | undefined {
 export interface DecodeLayerState {
   readonly state: GPUBuffer;
   readonly layout: DecodeLayerLayout;
+  /** With `rows` (decodeLayerState's maxRows): the rows variant's regions, after the layout's. */
+  readonly rows?: DecodeLayerRowsLayout;
 }
 
 /**
@@ -97,7 +101,7 @@ export interface DecodeLayerState {
  * and biases copied in (and, where the cache keeps window layers' rings, KvCache.rings, each
  * layer's ring rows: the ring feature). Undefined: the step takes the five dispatches a layer.
  */
-export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayerState | undefined {
+export function decodeLayerState(model: LlamaParts, cache: KvCache, maxRows?: number): DecodeLayerState | undefined {
   const { shape: s, weights: w } = model;
   const dims = decodeLayerDims(s);
   if (decodeLayerRefusal(s) !== undefined) return undefined;
@@ -113,6 +117,8 @@ export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayer
   if (cache.keys.length !== s.layers) throw new Error(`the KV cache has ${cache.keys.length} layers, the model ${s.layers}`);
   const features = decodeLayerFeatures(s, cache);
   const layout = decodeLayerLayout(dims, features);
+  // A batch of rows (batch-step-layers.ts): its rows' regions follow the constants.
+  const rows = maxRows ? decodeLayerRowsLayout(dims, features, maxRows) : undefined;
   const fl = layout.features;
   const headDim = s.attention.headDim;
   if (features.qkNorm && !w.layers.every((layer) => layer.qNorm && layer.kNorm)) return undefined;
@@ -120,7 +126,7 @@ export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayer
   const device = model.ctx.device;
   const state = device.createBuffer({
     label: 'decode_state',
-    size: layout.floats * 4,
+    size: (rows ?? layout).floats * 4,
     usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
   });
   const encoder = device.createCommandEncoder({ label: 'decode state constants' });
@@ -165,7 +171,7 @@ export function decodeLayerState(model: LlamaParts, cache: KvCache): DecodeLayer
     device.queue.writeBuffer(state, fl.model * 4, new Float32Array([f.embeddingScale ?? 1, s.attention.softcap ?? 0, f.finalLogitSoftcap ?? 0, 0]));
   }
   device.queue.submit([encoder.finish()]);
-  return { state, layout };
+  return rows ? { state, layout, rows } : { state, layout };
 }
 
 /**

@@ -6,6 +6,8 @@ import type { GpuContext } from '../gpu/device.ts';
 import { Kernels, type DecodeArena, type KernelTuning } from '../gpu/kernels/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { createDecodeArena } from './decode-layers.ts';
+import { createLayeredBatchStep, type LayeredBatchOptions } from './batch-step-layers.ts';
+import type { BatchDecodeStep } from './batch-step.ts';
 import { createDecodeStep, type DecodeStep, type DecodeStepOptions } from './decode-step.ts';
 import { Activations, activationFloatsPerToken, recordForward, type LlamaParts } from './forward.ts';
 import { KvCache, type KvDType } from './kv-cache.ts';
@@ -207,14 +209,25 @@ export class LlamaModel {
         ...parts,
         newActivations: () => new Activations(this.ctx.device, parts.shape, 1, false, false),
         recordForward: (rec, act, stepCache, position) => recordForward(rec, parts, act, { T: 1, startPos: 0, cache: stepCache, position }),
-        decodeArena: () => {
-          if (this.arena === undefined) this.arena = createDecodeArena(parts);
-          return this.arena;
-        },
+        decodeArena: () => this.decodeArena(),
       },
       cache,
       options,
     );
+  }
+
+  /**
+   * The decode-layer path's step of many sequences at once (createLayeredBatchStep), each row in a
+   * slot of `cache`; or why this model cannot take it.
+   */
+  createLayeredBatchStep(cache: KvCache, options: LayeredBatchOptions): BatchDecodeStep | string {
+    return createLayeredBatchStep({ ...this.parts, decodeArena: () => this.decodeArena() }, cache, options);
+  }
+
+  /** The decode layers' matrices in one buffer (createDecodeArena), made on first use and kept. */
+  private decodeArena(): DecodeArena | null {
+    if (this.arena === undefined) this.arena = createDecodeArena(this.parts);
+    return this.arena;
   }
 
   destroy(): void {

@@ -21,11 +21,13 @@ import {
   embeddingScaleWgsl,
   logitCapWgsl,
   needsModelConstants,
+  replaceWgslFunctions,
   type DecodeLayerFeatureLayout,
   type DecodeLayerFeatures,
 } from './decode-layer-family.ts';
 import decodeAttentionWgsl from '../../../shaders/decode_attention.wgsl?raw';
 import decodeLayerWgsl from '../../../shaders/decode_layer.wgsl?raw';
+import decodeLayerRowsWgsl from '../../../shaders/decode_layer_rows.wgsl?raw';
 
 // ---- the decode layer in one dispatch (decode_layer.wgsl) ----
 
@@ -118,6 +120,53 @@ export function decodeLayerLayout(d: DecodeLayerDims, f?: DecodeLayerFeatures): 
   };
 }
 
+/** Bytes between rows' tokens (a u32 each) in the rows variant's token binding (BATCH_TOKEN_STRIDE_BYTES). */
+export const DECODE_ROWS_TOKEN_STRIDE = 64;
+/** Floats between rows' logits in the rows variant: the vocabulary rounded up to 64 floats, so each row starts 256-byte aligned. */
+export const decodeRowsLogitsStride = (rows: number) => Math.ceil(rows / 64) * 64;
+
+/**
+ * Where the rows variant of decode_layer.wgsl (decode_layer_rows.wgsl: a batch of sequences, up to
+ * maxRows) keeps what, after decodeLayerLayout's layout of the same model (its constants, read by
+ * every row; its x .. pos and block unused): float indices, each a multiple of 4.
+ */
+export interface DecodeLayerRowsLayout {
+  maxRows: number;
+  /** u32: the rows a step runs (the first `count` of the rows below). */
+  count: number;
+  /** Row r's control vec4 at ctrl + 4r: u32 position, slot, the slot's first cache row in a layer of every position, 0. */
+  ctrl: number;
+  /** Row r's greedy records: DECODE_RECORD_SLOTS of 4 words from records + r * DECODE_RECORD_SLOTS * 4. */
+  records: number;
+  /** Row 0's activations (x, qkv, a, h, with post-norms a block's output); row r's at + r * rowStride. */
+  x: number;
+  qkv: number;
+  att: number;
+  h: number;
+  /** -1 without post-norms. */
+  block: number;
+  rowStride: number;
+  floats: number;
+}
+
+export function decodeLayerRowsLayout(d: DecodeLayerDims, f: DecodeLayerFeatures | undefined, maxRows: number): DecodeLayerRowsLayout {
+  assertCount(maxRows, 'decode layer rows');
+  const single = decodeLayerLayout(d, f);
+  const count = single.floats;
+  const ctrl = count + 4;
+  const records = ctrl + 4 * maxRows;
+  const rows0 = records + maxRows * ((DECODE_RECORD_SLOTS * DECODE_RECORD_BYTES) / 4);
+  const post = !!f?.postNorms;
+  const rowStride = single.pos + (post ? up4(d.dim) : 0);
+  return {
+    maxRows, count, ctrl, records,
+    x: rows0 + single.x, qkv: rows0 + single.qkv, att: rows0 + single.att, h: rows0 + single.h,
+    block: post ? rows0 + single.pos : -1,
+    rowStride,
+    floats: rows0 + maxRows * rowStride,
+  };
+}
+
 /**
  * Every matrix of a small model's decode step in one f32 buffer, so that one decode_layer.wgsl
  * dispatch can run several layers (a binding per matrix would take seven a layer): each matrix
@@ -172,12 +221,21 @@ export type DecodeLayerVariant = {
   greedy: boolean;
   /** What the layers run beyond the Llama block (decode-layer-family.ts); absent or none on: Llama's. */
   features?: DecodeLayerFeatures;
+  /**
+   * A batch of up to this many sequences (decode_layer_rows.wgsl; arena only): the state laid out
+   * as decodeLayerRowsLayout, row r's token at word r * DECODE_ROWS_TOKEN_STRIDE and logits at
+   * float r * decodeRowsLogitsStride(logitsRows). Absent: one sequence.
+   */
+  rows?: number;
+  /** With rows: workgroups the rows are shared out over (row r in workgroup r mod rowGroups); default 1. */
+  rowGroups?: number;
 };
 export const decodeLayerKey = (v: DecodeLayerVariant) =>
   `decode_layer/d${v.dims.dim}/q${v.dims.qDim}/kv${v.dims.kvDim}/f${v.dims.ffn}/hd${v.dims.headDim}/n${v.dims.numLayers}/g${v.heads}/kv_${v.kvDType}/` +
   `${v.matrices ? v.matrices.map((m) => `${m.dtype}${m.runs ? '+runs' : ''}`).join(',') : 'arena'}/${v.hasBias ? 'bias' : 'nobias'}/w${v.workgroup}q${v.quads}` +
   `/s${v.slots}${v.embed ? '/embed' : ''}${v.logitsRows ? `/logits${v.logitsRows}` : ''}${v.greedy ? '/greedy' : ''}` +
-  decodeLayerFeaturesKey(v.features);
+  decodeLayerFeaturesKey(v.features) +
+  (v.rows ? `/rows${v.rows}${(v.rowGroups ?? 1) > 1 ? `x${v.rowGroups}` : ''}` : '');
 
 /**
  * Whether decode_layer.wgsl can run a layer of these sizes and projections (DECODE_LAYER_MATRICES
@@ -240,13 +298,17 @@ export function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
   const d = v.dims;
   const f = anyDecodeLayerFeature(v.features) ? v.features : undefined;
   const layout = decodeLayerLayout(d, f);
+  const batch = v.rows ? decodeLayerRowsLayout(d, f, v.rows) : undefined;
+  // The rows variant: row 0's regions (decode_layer_rows.wgsl reads row r's at an offset from them).
+  const at = batch ? { x: batch.x, qkv: batch.qkv, att: batch.att, h: batch.h, pos: batch.ctrl } : layout;
   let helpers = `${decodeAttentionHelpersWgsl(d.headDim, v.heads, v.kvDType, false)}\n`;
   if (f) helpers = decodeLayerAttentionFeaturesWgsl(helpers, f, layout.features!);
+  if (batch) helpers = replaceWgslFunctions(helpers, rowsKvRowWgsl(!!f?.ring));
   let code =
     `const WG: u32 = ${v.workgroup}u;\nconst QUADS: u32 = ${v.quads}u;\nconst TEAM: u32 = 1u;\nconst LAYER_SLOTS: u32 = ${v.slots}u;\n` +
     `const DIM: u32 = ${d.dim}u;\nconst Q_DIM: u32 = ${d.qDim}u;\nconst KV_DIM: u32 = ${d.kvDim}u;\nconst FFN: u32 = ${d.ffn}u;\n` +
-    `const X0: u32 = ${layout.x}u;\nconst QKV0: u32 = ${layout.qkv}u;\nconst ATT0: u32 = ${layout.att}u;\nconst H0: u32 = ${layout.h}u;\n` +
-    `const POS0: u32 = ${layout.pos}u;\nconst FREQ0: u32 = ${layout.freq}u;\nconst OUT0: u32 = ${layout.outNorm}u;\nconst HAS_BIAS: bool = ${v.hasBias};\n` +
+    `const X0: u32 = ${at.x}u;\nconst QKV0: u32 = ${at.qkv}u;\nconst ATT0: u32 = ${at.att}u;\nconst H0: u32 = ${at.h}u;\n` +
+    `const POS0: u32 = ${at.pos}u;\nconst FREQ0: u32 = ${layout.freq}u;\nconst OUT0: u32 = ${layout.outNorm}u;\nconst HAS_BIAS: bool = ${v.hasBias};\n` +
     `const EMBED: bool = ${v.embed};\nconst LOGITS: bool = ${v.logitsRows > 0};\nconst GREEDY: bool = ${v.greedy};\n` +
     (f && layout.features!.model >= 0 ? `const MODEL0: u32 = ${layout.features!.model}u;\n` : '') +
     decodeLayerAttentionWgsl(`${helpers}${decodeAttentionWgsl}\n`, v.slots);
@@ -257,7 +319,7 @@ export function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
   const unroll: Record<string, number> = { QUADS: v.quads };
   const matrices = v.matrices;
   if (matrices) {
-    if (v.slots !== 1 || v.embed || v.logitsRows) throw new Error('decode_layer.wgsl: several layers, the embedding and the logits need the arena');
+    if (v.slots !== 1 || v.embed || v.logitsRows || batch) throw new Error('decode_layer.wgsl: several layers, the embedding and the logits need the arena');
     DECODE_LAYER_MATRICES.forEach((name, i) => {
       const m = matrices[i];
       const [cols, input] = inputs[name];
@@ -275,16 +337,155 @@ export function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
   if (v.embed || v.greedy) {
     code += `@group(0) @binding(${DECODE_LAYER_TOKENS_BINDING}) var<storage, ${v.greedy ? 'read_write' : 'read'}> tokens: array<u32>;\n`;
   }
-  code += v.embed ? decodeEmbeddingWgsl(f) : 'fn embed_token(lid: u32) {}\n';
+  code += v.embed ? (batch ? decodeRowsEmbeddingWgsl(f) : decodeEmbeddingWgsl(f)) : 'fn embed_token(lid: u32) {}\n';
   if (v.logitsRows > 0) {
-    code += blockDotWgsl('lm', 'f32', false, 'DIM', 'load_in4_out', 'load_in_out', unroll, '') + decodeLogitsWgsl(v.logitsRows, f);
+    code +=
+      blockDotWgsl('lm', 'f32', false, 'DIM', 'load_in4_out', 'load_in_out', unroll, '') +
+      (batch ? decodeRowsLogitsWgsl(v.logitsRows, f) : decodeLogitsWgsl(v.logitsRows, f));
   } else {
     code += 'fn project_logits(lid: u32) {}\n';
   }
-  code += v.greedy ? decodeGreedyWgsl(layout.records) : 'fn pick_greedy(lid: u32) {}\n';
-  const body = f ? decodeLayerBodyWgsl(decodeLayerWgsl, f, layout.features!, layout.block!) : decodeLayerWgsl;
-  const source = unrollAttentionLoops(`${code}\n${body}`, d.headDim, v.heads);
+  if (v.greedy) code += batch ? decodeRowsGreedyWgsl(batch.records) : decodeGreedyWgsl(layout.records);
+  else code += 'fn pick_greedy(lid: u32) {}\n';
+  let body = f ? decodeLayerBodyWgsl(decodeLayerWgsl, f, layout.features!, batch ? batch.block : layout.block!) : decodeLayerWgsl;
+  if (batch) body = decodeLayerRowsBodyWgsl(body, !!f, batch, v.rowGroups ?? 1);
+  let source = unrollAttentionLoops(`${code}\n${body}`, d.headDim, v.heads);
+  if (batch) source = renameRowRegions(source);
   return { code: unrollConstLoops(source, unroll), entryPoint: 'main' };
+}
+
+// ---- the rows variant (decode_layer_rows.wgsl: a batch of sequences) ----
+
+/**
+ * The rows variant's body: decode_layer.wgsl's (with its features) with decode_layer_rows.wgsl's
+ * run_layer and main in place of its own, and its constants.
+ */
+function decodeLayerRowsBodyWgsl(body: string, family: boolean, batch: DecodeLayerRowsLayout, groups: number): string {
+  const entry = '@compute @workgroup_size(WG)\n';
+  if (!body.includes(entry)) throw new Error('decode_layer.wgsl: its entry point no longer reads "@compute @workgroup_size(WG)"');
+  const consts =
+    `const MAX_ROWS: u32 = ${batch.maxRows}u;\nconst ROW_GROUPS: u32 = ${groups}u;\nconst ROW_STRIDE: u32 = ${batch.rowStride}u;\nconst COUNT0: u32 = ${batch.count}u;\n` +
+    // The plain block has no post-norms (the family body declares them): decode_layer_rows.wgsl's branches on them fold away.
+    (family ? '' : 'const POST_NORMS: bool = false;\nconst POST_ATTN: u32 = 0u;\nconst POST_FFN: u32 = 0u;\nfn add_post_normed(lid: u32, at: u32) {}\n');
+  return consts + replaceWgslFunctions(body.replace(entry, ''), decodeLayerRowsWgsl);
+}
+
+/** Reads of a row's regions made relative to the current row (decode_layer_rows.wgsl's row_x, row_ctrl); their declarations stay. */
+function renameRowRegions(code: string): string {
+  return code.replace(/(?<!const )\b(X0|QKV0|ATT0|H0|BLOCK0)\b/g, '(row_x + $1)').replace(/(?<!const )\bPOS0\b/g, '(row_ctrl + POS0)');
+}
+
+/** The rows variant's cache row of position j: in the row's slot (a ring's, with the ring feature, where the layer keeps one). */
+function rowsKvRowWgsl(ring: boolean): string {
+  const ringRow = ring
+    ? '  let rows = bitcast<u32>(st[(cur.consts + LAYER_EXT) >> 2u].w);\n  if (rows != 0u) {\n    return row_slot * rows + j % rows;\n  }\n'
+    : '';
+  return `fn kv_row(j: u32) -> u32 {\n${ringRow}  return row_first + j;\n}\n`;
+}
+
+/** The rows variant's EMBED phase: each row's x = E[its token] (decodeEmbeddingWgsl's, a row at a time). */
+function decodeRowsEmbeddingWgsl(f?: DecodeLayerFeatures): string {
+  return `fn embed_token(lid: u32) {
+  let m = group_rows(row_count());
+  for (var j = 0u; j < m; j++) {
+    let r = group_row(j);
+    set_row(r);
+    let token = tokens[r * ${DECODE_ROWS_TOKEN_STRIDE}u];
+    for (var k = lid * 4u; k < DIM; k += WG * 4u) {
+      var e = vec4<f32>(0.0);
+      if (token < params.emb_rows) { e = load_weight4(params.emb + token * DIM + k)${embeddingScaleWgsl(f)}; }
+      st[(X0 + k) >> 2u] = e;
+    }
+  }
+}
+`;
+}
+
+/** The rows variant's LOGITS phase: decodeLogitsWgsl's per row, each block of W_lm_head for every row in turn, row r's logits from float r * LOGIT_STRIDE. */
+function decodeRowsLogitsWgsl(rows: number, f?: DecodeLayerFeatures): string {
+  return `@group(0) @binding(${DECODE_LAYER_LOGITS_BINDING}) var<storage, read_write> logits: array<f32>;
+const LOGIT_ROWS: u32 = ${rows}u;
+const LOGIT_STRIDE: u32 = ${decodeRowsLogitsStride(rows)}u;
+fn project_logits(lid: u32) {
+  let m = group_rows(row_count());
+  set_scales(m);
+  for (var b = lid; b < (LOGIT_ROWS + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) {
+    let r0 = b * ROWS_PER_BLOCK;
+    for (var j = 0u; j < m; j++) {
+      let row = group_row(j);
+      set_row(row);
+      let s = row_scale[j];
+      let base = row * LOGIT_STRIDE;
+      let acc = block_dot_lm(params.lm, r0, LOGIT_ROWS - 1u, 0u);
+      for (var q = 0u; q < QUADS; q++) {
+        let r = r0 + 4u * q;
+        let y = ${logitCapWgsl(f, 'acc[q] * s')};
+        if (r < LOGIT_ROWS) { logits[base + r] = y.x; }
+        if (r + 1u < LOGIT_ROWS) { logits[base + r + 1u] = y.y; }
+        if (r + 2u < LOGIT_ROWS) { logits[base + r + 2u] = y.z; }
+        if (r + 3u < LOGIT_ROWS) { logits[base + r + 3u] = y.w; }
+      }
+    }
+  }
+}
+`;
+}
+
+/**
+ * The rows variant's GREEDY phase: decodeGreedyWgsl's pick for each row: every thread's running
+ * maximum and sum over its ids of every row, then thread r % WG merges row r's in thread order,
+ * writes its token and its record (row r's records from RECORD0 + r * RECORD_SLOTS * 4).
+ */
+function decodeRowsGreedyWgsl(records: number): string {
+  return `const RECORD0: u32 = ${records}u;
+const RECORD_SLOTS: u32 = ${DECODE_RECORD_SLOTS}u;
+var<workgroup> greedy_max: array<f32, MAX_ROWS * WG>;
+var<workgroup> greedy_sum: array<f32, MAX_ROWS * WG>;
+var<workgroup> greedy_id: array<u32, MAX_ROWS * WG>;
+fn pick_greedy(lid: u32) {
+  let rows = group_rows(row_count());
+  for (var j = 0u; j < rows; j++) {
+    let base = group_row(j) * LOGIT_STRIDE;
+    var m = -3.0e38; // not -inf: exp(l - m) stays 0 for l = -inf
+    var sum = 0.0;
+    var id = 0u;
+    for (var r = lid; r < LOGIT_ROWS; r += WG) {
+      let l = logits[base + r];
+      if (l > m) {
+        sum = sum * exp(m - l) + 1.0;
+        m = l;
+        id = r;
+      } else {
+        sum += exp(l - m);
+      }
+    }
+    greedy_max[j * WG + lid] = m;
+    greedy_sum[j * WG + lid] = sum;
+    greedy_id[j * WG + lid] = id;
+  }
+  workgroupBarrier();
+  for (var j = lid; j < rows; j += WG) {
+    let row = group_row(j);
+    set_row(row);
+    var m = greedy_max[j * WG];
+    var sum = greedy_sum[j * WG];
+    var id = greedy_id[j * WG];
+    for (var t = 1u; t < WG; t++) {
+      let mt = greedy_max[j * WG + t];
+      if (mt > m) {
+        sum = sum * exp(m - mt) + greedy_sum[j * WG + t];
+        m = mt;
+        id = greedy_id[j * WG + t];
+      } else {
+        sum += greedy_sum[j * WG + t] * exp(mt - m);
+        if (mt == m) { id = min(id, greedy_id[j * WG + t]); }
+      }
+    }
+    tokens[row * ${DECODE_ROWS_TOKEN_STRIDE}u] = id;
+    st[RECORD0 / 4u + row * RECORD_SLOTS + start_pos() % RECORD_SLOTS] = vec4<f32>(bitcast<f32>(id), -log(sum), 0.0, 0.0);
+  }
+}
+`;
 }
 
 /** decode_layer.wgsl's EMBED phase: x = E[token] from the arena (0 past its rows), as embedding.wgsl does (times the scale of the embeddingScale feature). */
@@ -418,6 +619,13 @@ export interface DecodeLayerShape {
   eps: number;
   /** The family features the layers run (their constants in the state: decodeLayerLayout(dims, features)). */
   features?: DecodeLayerFeatures;
+  /**
+   * A batch of up to this many sequences, each in its own slot of the caches (the rows variant:
+   * the state laid out as decodeLayerRowsLayout; arena only). Absent: one sequence.
+   */
+  rows?: number;
+  /** With rows: the workgroups they are shared out over (DecodeLayerVariant.rowGroups; default 1). */
+  rowGroups?: number;
 }
 
 /** The dispatch of decode layers first .. first + count - 1 (see KernelRecorder.decodeLayers), checked. */
@@ -427,7 +635,7 @@ export function planDecodeLayers(
   weights: DecodeLayerWeights,
   layers: { first: number; count: number },
   shape: DecodeLayerShape,
-  caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType; rings?: readonly (KvRing | undefined)[] },
+  caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType; rings?: readonly (KvRing | undefined)[]; slots?: number },
 ): PlannedDispatch {
   const { first, count } = layers;
   const { dims, eps } = shape;
@@ -452,7 +660,14 @@ export function planDecodeLayers(
     [dims.ffn, dims.dim], [dims.ffn, dims.dim], [dims.dim, dims.ffn],
   ];
   const layout = decodeLayerLayout(dims, features);
-  assertFits(state, layout.floats * 4, 'decodeLayers state');
+  const batch = shape.rows ? decodeLayerRowsLayout(dims, features, shape.rows) : undefined;
+  assertFits(state, (batch ?? layout).floats * 4, 'decodeLayers state');
+  // The rows variant's caches hold `slots` sequences, each slot a one-sequence cache's rows.
+  const cacheSlots = batch ? (caches.slots ?? 1) : 1;
+  const rowGroups = shape.rowGroups ?? 1;
+  if (!(Number.isInteger(rowGroups) && rowGroups >= 1 && rowGroups <= (shape.rows ?? 1))) {
+    throw new Error(`decodeLayers: rowGroups ${rowGroups} must be an integer in 1 .. rows (${shape.rows ?? 1})`);
+  }
   const buffers: Record<number, GPUBuffer> = { 1: state };
   const rowBytes = dims.kvDim * (kvDType === 'f16' ? 2 : 4);
   let rows = Infinity;
@@ -461,7 +676,7 @@ export function planDecodeLayers(
     if (!k || !v) throw new Error(`decodeLayers: no KV cache for layer ${first + s}`);
     assertDistinct(k, [v, state], 'decodeLayers');
     assertDistinct(v, [state], 'decodeLayers');
-    const bufferRows = Math.floor(Math.min(k.size, v.size) / rowBytes);
+    const bufferRows = Math.floor(Math.min(k.size, v.size) / rowBytes / cacheSlots);
     // A ring (the ring feature: its rows in the layer's constants) holds positions up to ring.positions.
     const ring = caches.rings?.[first + s];
     if (ring) {
@@ -484,6 +699,7 @@ export function planDecodeLayers(
   if ('matrices' in weights) {
     const { matrices } = weights;
     if (count !== 1) throw new Error('decodeLayers: a binding per matrix takes one layer a dispatch');
+    if (batch) throw new Error('decodeLayers: a batch of rows needs the arena');
     if (!decodeLayerFits(dims, matrices, maxStorage)) {
       throw new Error('decodeLayers: these sizes or matrices do not fit decode_layer.wgsl (see decodeLayerFits)');
     }
@@ -517,7 +733,7 @@ export function planDecodeLayers(
     buffers[DECODE_LAYER_ARENA_BINDING] = arena.buffer;
     assertDistinct(state, [arena.buffer], 'decodeLayers');
     if (tokens) {
-      assertFits(tokens, 4, 'decodeLayers tokens');
+      assertFits(tokens, batch ? batch.maxRows * DECODE_ROWS_TOKEN_STRIDE * 4 : 4, 'decodeLayers tokens');
       buffers[DECODE_LAYER_TOKENS_BINDING] = tokens;
     }
     if (embedFrom) {
@@ -532,7 +748,8 @@ export function planDecodeLayers(
       if (!arena.lmHead) throw new Error('decodeLayers: the arena holds no W_lm_head');
       assertCount(arena.lmHead.rows, 'decodeLayers lm_head rows');
       inArena(arena.lmHead.offset, arena.lmHead.rows * dims.dim, 'W_lm_head');
-      assertFits(logits, arena.lmHead.rows * 4, 'decodeLayers logits');
+      const logitFloats = batch ? (batch.maxRows - 1) * decodeRowsLogitsStride(arena.lmHead.rows) + arena.lmHead.rows : arena.lmHead.rows;
+      assertFits(logits, logitFloats * 4, 'decodeLayers logits');
       assertDistinct(logits, [state, arena.buffer, tokens], 'decodeLayers');
       buffers[DECODE_LAYER_LOGITS_BINDING] = logits;
       logitsRows = arena.lmHead.rows;
@@ -560,6 +777,7 @@ export function planDecodeLayers(
     logitsRows,
     greedy,
     ...(features ? { features } : {}),
+    ...(batch ? { rows: batch.maxRows, rowGroups } : {}),
   };
   const advance = first + count === dims.numLayers ? 1 : 0;
   return {
@@ -584,6 +802,6 @@ export function planDecodeLayers(
       slots,
     }),
     buffers,
-    workgroups: 1,
+    workgroups: rowGroups,
   };
 }

@@ -12,9 +12,13 @@ export {
   decodeLayerGroups,
   decodeLayerUnsupported,
   decodeLayerLayout,
+  decodeLayerRowsLayout,
+  decodeRowsLogitsStride,
+  DECODE_ROWS_TOKEN_STRIDE,
   type DecodeArena,
   type DecodeLayerDims,
   type DecodeLayerLayout,
+  type DecodeLayerRowsLayout,
   type DecodeLayerShape,
   type DecodeLayerWeights,
 } from './decode-layer.ts';

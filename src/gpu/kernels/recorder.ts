@@ -479,7 +479,7 @@ export abstract class KernelRecorder {
     weights: DecodeLayerWeights,
     layers: { first: number; count: number },
     shape: DecodeLayerShape,
-    caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType; rings?: readonly (KvRing | undefined)[] },
+    caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType; rings?: readonly (KvRing | undefined)[]; slots?: number },
   ): void {
     const d = planDecodeLayers(this.kernels, state, weights, layers, shape, caches);
     this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);

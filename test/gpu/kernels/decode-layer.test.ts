@@ -4,7 +4,7 @@
 // plain block's (each defined once). The features' math is checked against the float64 reference
 // on the families' models (test/model/model-families.test.ts, gemma.test.ts).
 import { describe, expect, it } from 'vitest';
-import { decodeLayerKey, decodeLayerLayout, decodeLayerSpec, type DecodeLayerVariant } from '../../../src/gpu/kernels/decode-layer.ts';
+import { decodeLayerKey, decodeLayerLayout, decodeLayerRowsLayout, decodeLayerSpec, type DecodeLayerVariant } from '../../../src/gpu/kernels/decode-layer.ts';
 import type { DecodeLayerFeatures } from '../../../src/gpu/kernels/index.ts';
 
 const dims = { dim: 64, qDim: 64, kvDim: 32, ffn: 96, headDim: 16, numLayers: 3 };
@@ -66,5 +66,27 @@ describe('decode_layer.wgsl family features', () => {
     expect(duplicates(code)).toEqual([]);
     expect(code).toContain('const QK_NORM: bool = true;');
     expect(code).toContain('gelu_tanh4(g)');
+  });
+
+  it('the rows variant (a batch of sequences): its own key part, its regions after the single layout, each function once', () => {
+    for (const f of [undefined, ALL, { ring: true }]) {
+      const single = variant(f);
+      const rows = { ...single, rows: 8 };
+      expect(decodeLayerKey(rows)).toBe(decodeLayerKey(single) + '/rows8');
+      expect(decodeLayerKey({ ...rows, rowGroups: 2 })).toBe(decodeLayerKey(single) + '/rows8x2');
+      const code = decodeLayerSpec(rows).code;
+      expect(duplicates(code)).toEqual([]);
+      expect(code).toContain('fn group_row(j: u32)');
+      // Every read of a row's region is relative to the current row.
+      expect(code).not.toMatch(/st\[\(?(X0|QKV0|ATT0|H0|POS0)\b/);
+      const layout = decodeLayerLayout(dims, f);
+      const batch = decodeLayerRowsLayout(dims, f, 8);
+      expect(batch.count).toBe(layout.floats);
+      expect(batch.ctrl).toBe(batch.count + 4);
+      expect(batch.records).toBe(batch.ctrl + 4 * 8);
+      expect(batch.x).toBe(batch.records + 8 * 32 * 4);
+      expect(batch.floats).toBe(batch.x + 8 * batch.rowStride);
+      expect(batch.block >= 0).toBe(!!f?.postNorms);
+    }
   });
 });
