@@ -9,7 +9,7 @@ import type { LlamaConfig } from '../../src/model/config.ts';
 import type { LlamaParts } from '../../src/model/forward.ts';
 import { LlamaModel } from '../../src/model/llama.ts';
 import type { KvCache, KvDType } from '../../src/model/kv-cache.ts';
-import type { BatchDecodeStep } from '../../src/model/batch-step.ts';
+import type { BatchRow } from '../../src/model/batch-step.ts';
 import { createFusedBatchStep, logitsStride } from '../../src/model/batch-step-fused.ts';
 import { openModel, uploadLlamaWeights } from '../../src/engine/open-model.ts';
 import { filesFromPath } from '../../src/node/index.ts';
@@ -87,23 +87,44 @@ async function checkBatchStep(model: LlamaModel, config: LlamaConfig, kvDType: K
   const stride = logitsStride(vocab);
   const staging = device.createBuffer({ size: SEQS * stride * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
 
-  /** Runs sequences `seqs` as rows 0.. in that order for STEPS steps from their prompts' ends: logits by `${seq}:${step}`. */
-  const run = async (seqs: number[], rows = seqs.map((i) => ({ slot: slotOf[i], position: lengths[i] })), inPass = false) => {
+  // Nothing is created after the step is: setRows writes through the queue, encode only encodes.
+  let created = 0;
+  const originals = { createBuffer: device.createBuffer, createBindGroup: device.createBindGroup };
+  const counting = <T>(fn: () => T): T => {
+    device.createBuffer = (...args) => (created++, originals.createBuffer.apply(device, args));
+    device.createBindGroup = (...args) => (created++, originals.createBindGroup.apply(device, args));
+    try {
+      return fn();
+    } finally {
+      Object.assign(device, originals);
+    }
+  };
+
+  /**
+   * Runs sequences `seqs` as rows 0.. in that order for STEPS steps from their prompts' ends:
+   * logits by `${seq}:${step}`. `inPass`: each step into an open compute pass; `onePass`: every
+   * step in one pass of one submit (the rows' tokens then stay those of step 0; only the last
+   * step's logits are read).
+   */
+  const run = async (seqs: number[], options: { rows?: BatchRow[]; inPass?: boolean; onePass?: boolean } = {}) => {
+    const { rows = seqs.map((i) => ({ slot: slotOf[i], position: lengths[i] })), inPass = false, onePass = false } = options;
     const got = new Map<string, Float32Array>();
-    (step as BatchDecodeStep).setRows(rows);
-    for (let k = 0; k < STEPS; k++) {
+    counting(() => step.setRows(rows));
+    for (let k = 0; k < (onePass ? 1 : STEPS); k++) {
       seqs.forEach((i, r) => {
         const at = step.rowToken(r);
-        device.queue.writeBuffer(at.buffer, at.offset, new Uint32Array([token(i, k)]));
+        device.queue.writeBuffer(at.buffer, at.offset, new Uint32Array([token(i, onePass ? 0 : k)]));
       });
       const encoder = device.createCommandEncoder();
-      if (inPass) {
-        const pass = encoder.beginComputePass();
-        step.encodeInPass!(pass);
-        pass.end();
-      } else {
-        step.encode(encoder);
-      }
+      counting(() => {
+        if (onePass || inPass) {
+          const pass = encoder.beginComputePass();
+          for (let n = 0; n < (onePass ? STEPS : 1); n++) step.encodeInPass!(pass);
+          pass.end();
+        } else {
+          step.encode(encoder);
+        }
+      });
       seqs.forEach((_, r) => {
         const at = step.rowLogits(r);
         encoder.copyBufferToBuffer(at.buffer, at.offset, staging, r * stride * 4, vocab * 4);
@@ -112,7 +133,7 @@ async function checkBatchStep(model: LlamaModel, config: LlamaConfig, kvDType: K
       await staging.mapAsync(GPUMapMode.READ);
       const all = new Float32Array(staging.getMappedRange().slice(0));
       staging.unmap();
-      seqs.forEach((i, r) => got.set(`${i}:${k}`, all.slice(r * stride, r * stride + vocab)));
+      seqs.forEach((i, r) => got.set(`${i}:${onePass ? STEPS - 1 : k}`, all.slice(r * stride, r * stride + vocab)));
     }
     return got;
   };
@@ -160,14 +181,33 @@ async function checkBatchStep(model: LlamaModel, config: LlamaConfig, kvDType: K
     for (const [key, logits] of got) expect(equalBytes(new Uint8Array(logits.buffer), new Uint8Array(alone.get(key)!.buffer)), `${what}: ${key}`).toBe(true);
   };
   check(firstThree, 'rows 6, 1, 4 (first)');
-  for (const { seqs, inPass } of compositions) check(await run(seqs, undefined, inPass), `rows ${seqs.join(', ')}`);
+  for (const { seqs, inPass } of compositions) check(await run(seqs, { inPass }), `rows ${seqs.join(', ')}`);
+  expect(created).toBe(0);
 
   // Negative checks: a row in another sequence's slot, or one position off, is far from its logits.
   const scale = Math.max(1, maxAbs(alone.get('2:0')!));
-  const wrongSlot = await run([2], [{ slot: slotOf[5], position: lengths[2] }]);
+  const wrongSlot = await run([2], { rows: [{ slot: slotOf[5], position: lengths[2] }] });
   expect(maxAbsDiff(wrongSlot.get('2:0')!, alone.get('2:0')!)).toBeGreaterThan(50 * tolerance * scale);
-  const wrongPosition = await run([2], [{ slot: slotOf[2], position: lengths[2] + 1 }]);
+  const wrongPosition = await run([2], { rows: [{ slot: slotOf[2], position: lengths[2] + 1 }] });
   expect(maxAbsDiff(wrongPosition.get('2:0')!, alone.get('2:0')!)).toBeGreaterThan(50 * tolerance * scale);
+
+  // Steps in one pass (positions advanced on the GPU) equal the same steps one submit each.
+  const sameTokens = (seqs: number[]) => seqs.map((i) => ({ slot: slotOf[i], position: lengths[i] }));
+  const onePass = await run([1, 5], { onePass: true });
+  const separate = new Map<string, Float32Array>();
+  step.setRows(sameTokens([1, 5]));
+  for (let k = 0; k < STEPS; k++) {
+    const encoder = device.createCommandEncoder();
+    step.encode(encoder);
+    device.queue.submit([encoder.finish()]);
+  }
+  for (const [r, i] of [1, 5].entries()) {
+    const at = step.rowLogits(r);
+    const bytes = await readBytes(device, at.buffer, at.offset, vocab * 4);
+    separate.set(`${i}:${STEPS - 1}`, new Float32Array(bytes.buffer));
+  }
+  for (const [key, logits] of onePass) expect(equalBytes(new Uint8Array(logits.buffer), new Uint8Array(separate.get(key)!.buffer)), `one pass: ${key}`).toBe(true);
+  expect(created).toBe(0);
 
   expect(() => step.setRows([{ slot: 0, position: 1 }, { slot: 0, position: 2 }])).toThrow(/two rows/);
   expect(() => step.setRows([{ slot: SEQS, position: 1 }])).toThrow(/slot/);
