@@ -7,7 +7,7 @@
 // its own slot, and the elementwise kernels (post-block norms, residual adds, the logit soft-cap)
 // run over all maxRows rows, each row on its own. A row's arithmetic is one row's code whatever
 // the other rows are: its logits are the same in any batch.
-import { batchRowsBytes, packBatchRows } from '../gpu/kernels/batch-rows.ts';
+import { BATCH_RECORD_BYTES, batchRowsBytes, packBatchRows } from '../gpu/kernels/batch-rows.ts';
 import type { KernelProgram } from '../gpu/kernels/index.ts';
 import { BATCH_TOKEN_STRIDE_BYTES, type BatchDecodeStep, type BatchRow, type RowRegion } from './batch-step.ts';
 import { fusedStepRefusal } from './decode-step.ts';
@@ -20,9 +20,15 @@ export const logitsStride = (vocab: number) => Math.ceil(vocab / 64) * 64;
 export interface FusedBatchStepOptions {
   /** Most rows a step runs. */
   maxRows: number;
-  /** Ids tokens may be chosen among (the first vocabRows logits); only a greedy pick would read it, and this step has none. */
+  /**
+   * Ids tokens may be chosen among: the first vocabRows logits (default all). The step's greedy
+   * pick (BatchDecodeStep.greedy) chooses among all of them, so with fewer it is left out.
+   */
   vocabRows?: number;
 }
+
+/** Greedy records a row keeps (BatchDecodeStep.greedy.records.slots): a run of steps may take this many before its first is overwritten. */
+export const BATCH_RECORD_SLOTS = 32;
 
 /** Why createFusedBatchStep cannot run `model` over `cache`, or undefined. */
 export function fusedBatchStepRefusal(model: LlamaParts, cache: KvCache): string | undefined {
@@ -74,9 +80,12 @@ export function createFusedBatchStep(model: LlamaParts, cache: KvCache, options:
   const chunkKeys = kernels.decodeAttentionChunkKeys();
   const chunks = Math.ceil(cache.capacity / chunkKeys);
   const partials = chunks > 1 ? f32('batch_attention_partials', a.heads * chunks * (a.headDim + 2)) : undefined;
+  const greedy = (options.vocabRows ?? s.vocab) >= s.vocab;
+  const records = greedy ? buffer('batch_greedy_records', maxRows * BATCH_RECORD_SLOTS * BATCH_RECORD_BYTES) : undefined;
 
   const program = kernels.program('batch decode step');
-  recordBatchStep(program, model, cache, { maxRows, rows: rowsBuffer, tokenIn, x, qkv, attnOut, ffnHidden, blockOut, logits, stride, partials, chunkKeys });
+  const io = { maxRows, rows: rowsBuffer, tokenIn, x, qkv, attnOut, ffnHidden, blockOut, logits, stride, partials, chunkKeys, records };
+  recordBatchStep(program, model, cache, io);
   program.seal();
   const rowLogits = (r: number): RowRegion => ({ buffer: logits, offset: checkRow(r, maxRows) * stride * 4 });
   const rowToken = (r: number): RowRegion => ({ buffer: tokenIn, offset: checkRow(r, maxRows) * tokenStride * 4 });
@@ -92,6 +101,7 @@ export function createFusedBatchStep(model: LlamaParts, cache: KvCache, options:
     encodeInPass: (pass) => program.encodeInPass(pass),
     rowLogits,
     rowToken,
+    greedy: records && { records: { buffer: records, offset: 0, bytes: BATCH_RECORD_BYTES, slots: BATCH_RECORD_SLOTS } },
     dispatchCount: program.dispatchCount,
     destroy(): void {
       program.destroy();
@@ -136,12 +146,15 @@ interface BatchStepBuffers {
   stride: number;
   partials: GPUBuffer | undefined;
   chunkKeys: number;
+  /** The greedy records ([maxRows, BATCH_RECORD_SLOTS] of BATCH_RECORD_BYTES), where the step picks greedily. */
+  records: GPUBuffer | undefined;
 }
 
 /**
  * recordDecodeStep's dispatches for every row (see there for the math): the batched variants
  * of the embedding, fused_matvec and decode_attention; the post-block norms, residual adds and
- * logit soft-cap over all maxRows rows; then advance_rows.
+ * logit soft-cap over all maxRows rows; the greedy pick of every row (with records); then
+ * advance_rows.
  */
 function recordBatchStep(rec: KernelProgram, model: LlamaParts, cache: KvCache, b: BatchStepBuffers): void {
   const { shape: s, weights: w } = model;
@@ -187,5 +200,9 @@ function recordBatchStep(rec: KernelProgram, model: LlamaParts, cache: KvCache, 
   }
   rec.fusedMatvec(b.logits, b.x, [{ W: w.lmHead }], { norm: { gamma: w.outputNorm, eps }, batch: batch(s.dim, b.stride) });
   if (family.finalLogitSoftcap !== undefined) rec.softcap(b.logits, maxRows * b.stride, family.finalLogitSoftcap); // Gemma 2
+  if (b.records) {
+    const shape = { maxRows, vocab: s.vocab, stride: b.stride, tokenStride: BATCH_TOKEN_STRIDE_BYTES / 4, slots: BATCH_RECORD_SLOTS };
+    rec.batchGreedy({ logits: b.logits, tokens: b.tokenIn, records: b.records, rows }, shape);
+  }
   rec.advanceBatchRows(rows, maxRows);
 }

@@ -79,11 +79,13 @@ async function checkBatchStep(model: LlamaModel, config: LlamaConfig, kvDType: K
 
   const step = createFusedBatchStep(partsOf(model), batchCache, { maxRows: SEQS });
   if (typeof step === 'string') throw new Error(step);
-  // The single fused step's dispatches, and one more: the rows' next positions.
   const chunks = Math.ceil(capacity / model.kernels.decodeAttentionChunkKeys()) > 1;
   const softcap = config.family?.finalLogitSoftcap !== undefined ? 1 : 0;
   const postNorms = config.family?.postAttentionNorm ? 4 : 0;
-  expect(step.dispatchCount).toBe(2 + config.numLayers * ((chunks ? 6 : 5) + postNorms) + softcap + 1);
+  // The single fused step's dispatches, and two more: the greedy pick and the rows' next positions.
+  expect(step.dispatchCount).toBe(2 + config.numLayers * ((chunks ? 6 : 5) + postNorms) + softcap + 2);
+  const greedy = step.greedy!;
+  expect(greedy.records.bytes).toBe(16);
   const stride = logitsStride(vocab);
   const staging = device.createBuffer({ size: SEQS * stride * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
 
@@ -103,10 +105,10 @@ async function checkBatchStep(model: LlamaModel, config: LlamaConfig, kvDType: K
   /**
    * Runs sequences `seqs` as rows 0.. in that order for STEPS steps from their prompts' ends:
    * logits by `${seq}:${step}`. `inPass`: each step into an open compute pass; `onePass`: every
-   * step in one pass of one submit (the rows' tokens then stay those of step 0; only the last
-   * step's logits are read).
+   * step in one pass of one submit (the rows' tokens then those of step 0 and the greedy picks
+   * after it; only the last step's logits are read). `checkGreedy`: checks the greedy picks.
    */
-  const run = async (seqs: number[], options: { rows?: BatchRow[]; inPass?: boolean; onePass?: boolean } = {}) => {
+  const run = async (seqs: number[], options: { rows?: BatchRow[]; inPass?: boolean; onePass?: boolean; checkGreedy?: boolean } = {}) => {
     const { rows = seqs.map((i) => ({ slot: slotOf[i], position: lengths[i] })), inPass = false, onePass = false } = options;
     const got = new Map<string, Float32Array>();
     counting(() => step.setRows(rows));
@@ -134,6 +136,22 @@ async function checkBatchStep(model: LlamaModel, config: LlamaConfig, kvDType: K
       const all = new Float32Array(staging.getMappedRange().slice(0));
       staging.unmap();
       seqs.forEach((i, r) => got.set(`${i}:${onePass ? STEPS - 1 : k}`, all.slice(r * stride, r * stride + vocab)));
+      // The greedy pick: each row's argmax (lowest id on ties) in its token and its record, with its log-softmax.
+      if (options.checkGreedy) {
+        for (const [r, i] of seqs.entries()) {
+          const logits = got.get(`${i}:${k}`)!;
+          let id = 0;
+          for (let t = 1; t < vocab; t++) if (logits[t] > logits[id]) id = t;
+          let sum = 0;
+          for (const l of logits) sum += Math.exp(l - logits[id]);
+          const at = step.rowToken(r);
+          expect(new Uint32Array((await readBytes(device, at.buffer, at.offset, 4)).buffer)[0]).toBe(id);
+          const slot = (rows[r].position + k) % greedy.records.slots;
+          const record = new DataView((await readBytes(device, greedy.records.buffer, greedy.records.offset + (r * greedy.records.slots + slot) * 16, 16)).buffer);
+          expect(record.getUint32(0, true)).toBe(id);
+          expect(record.getFloat32(4, true)).toBeCloseTo(-Math.log(sum), 4);
+        }
+      }
     }
     return got;
   };
@@ -163,7 +181,7 @@ async function checkBatchStep(model: LlamaModel, config: LlamaConfig, kvDType: K
   // (b) Each sequence alone (B = 1) against forward()'s general pass on its own cache.
   const alone = new Map<string, Float32Array>();
   for (let i = 0; i < SEQS; i++) {
-    const got = await run([i]);
+    const got = await run([i], { checkGreedy: i < 2 });
     for (let k = 0; k < STEPS; k++) {
       const want = await model.forward([token(i, k)], lengths[i] + k, refCaches[i]);
       expectClose(got.get(`${i}:${k}`)!, want, tolerance);
@@ -171,17 +189,17 @@ async function checkBatchStep(model: LlamaModel, config: LlamaConfig, kvDType: K
     }
   }
   // (a) Bitwise the same in every composition and order (and with the steps in an open pass).
-  const compositions: { seqs: number[]; inPass?: boolean }[] = [
+  const compositions: { seqs: number[]; inPass?: boolean; checkGreedy?: boolean }[] = [
     { seqs: [5, 2, 7, 0, 3, 6, 1, 4] },
     { seqs: [0, 1, 2, 3, 4, 5, 6, 7], inPass: true },
-    { seqs: [7, 3] },
+    { seqs: [7, 3], checkGreedy: true },
     { seqs: [2, 4, 1, 0, 6] },
   ];
   const check = (got: Map<string, Float32Array>, what: string) => {
     for (const [key, logits] of got) expect(equalBytes(new Uint8Array(logits.buffer), new Uint8Array(alone.get(key)!.buffer)), `${what}: ${key}`).toBe(true);
   };
   check(firstThree, 'rows 6, 1, 4 (first)');
-  for (const { seqs, inPass } of compositions) check(await run(seqs, { inPass }), `rows ${seqs.join(', ')}`);
+  for (const { seqs, inPass, checkGreedy } of compositions) check(await run(seqs, { inPass, checkGreedy }), `rows ${seqs.join(', ')}`);
   expect(created).toBe(0);
 
   // Negative checks: a row in another sequence's slot, or one position off, is far from its logits.
@@ -191,11 +209,12 @@ async function checkBatchStep(model: LlamaModel, config: LlamaConfig, kvDType: K
   const wrongPosition = await run([2], { rows: [{ slot: slotOf[2], position: lengths[2] + 1 }] });
   expect(maxAbsDiff(wrongPosition.get('2:0')!, alone.get('2:0')!)).toBeGreaterThan(50 * tolerance * scale);
 
-  // Steps in one pass (positions advanced on the GPU) equal the same steps one submit each.
-  const sameTokens = (seqs: number[]) => seqs.map((i) => ({ slot: slotOf[i], position: lengths[i] }));
+  // Steps in one pass (positions advanced on the GPU, each step embedding the token the one before
+  // picked) equal the same steps one submit each.
   const onePass = await run([1, 5], { onePass: true });
   const separate = new Map<string, Float32Array>();
-  step.setRows(sameTokens([1, 5]));
+  step.setRows([1, 5].map((i) => ({ slot: slotOf[i], position: lengths[i] })));
+  [1, 5].forEach((i, r) => device.queue.writeBuffer(step.rowToken(r).buffer, step.rowToken(r).offset, new Uint32Array([token(i, 0)])));
   for (let k = 0; k < STEPS; k++) {
     const encoder = device.createCommandEncoder();
     step.encode(encoder);

@@ -6,6 +6,7 @@ import type { ShaderSpec } from '../pipelines.ts';
 import type { WeightDType } from '../tensor.ts';
 import { paramStruct } from '../uniforms.ts';
 import { weightKernelSpec } from './weights.ts';
+import batchGreedyWgsl from '../../../shaders/batch_greedy.wgsl?raw';
 
 /** u32 words before the rows: the row count, then padding. */
 export const BATCH_ROWS_HEADER = 4;
@@ -60,3 +61,10 @@ export function batchEmbeddingSpec(dtype: WeightDType, tokenStride: number): Sha
 export const batchEmbeddingKey = (dtype: WeightDType, tokenStride: number) => `embedding/${dtype}/batch_stride${tokenStride}`;
 /** advance_rows's Params. */
 export const ADVANCE_ROWS_PARAMS = paramStruct({ max_rows: 'u32' });
+
+/** batch_greedy.wgsl: every row's greedy pick and its record (one workgroup a row). */
+export const BATCH_GREEDY_SPEC: ShaderSpec = { code: `${batchRowsWgsl(4)}\n${batchGreedyWgsl}`, entryPoint: 'main' };
+/** batch_greedy.wgsl's Params. */
+export const BATCH_GREEDY_PARAMS = paramStruct({ vocab: 'u32', stride: 'u32', token_stride: 'u32', slots: 'u32' });
+/** Bytes of one greedy record (u32 id, f32 logprob, zeros), as the decode layers' (DECODE_RECORD_BYTES). */
+export const BATCH_RECORD_BYTES = 16;

@@ -21,7 +21,13 @@ import {
   type DecodeAttentionBatch,
   type KvRing,
 } from './attention.ts';
-import { ADVANCE_ROWS_PARAMS, ADVANCE_ROWS_SPEC, batchEmbeddingKey, batchEmbeddingSpec, batchRowsBytes } from './batch-rows.ts';
+import {
+  ADVANCE_ROWS_PARAMS,
+  ADVANCE_ROWS_SPEC,
+  BATCH_GREEDY_PARAMS,
+  BATCH_GREEDY_SPEC,
+  BATCH_RECORD_BYTES,
+  batchEmbeddingKey, batchEmbeddingSpec, batchRowsBytes } from './batch-rows.ts';
 import { assertCount, assertDistinct, assertFits, checkParts, checkSecondPassWeights } from './checks.ts';
 import { planDecodeLayers, type DecodeLayerShape, type DecodeLayerWeights } from './decode-layer.ts';
 import {
@@ -524,6 +530,29 @@ export abstract class KernelRecorder {
       { 1: out, 2: tokens, [WEIGHT_BINDING]: table.buffer },
       Math.ceil(n / ELEMENTWISE_WORKGROUP),
     );
+  }
+
+  /**
+   * Every row's greedy pick (batch_greedy.wgsl): the argmax of its `vocab` logits (row r's from
+   * float r * stride of `logits`; the lowest id on ties) to its token (u32 r * tokenStride of
+   * `tokens`) and its record (u32 id, f32 logprob, zeros: BATCH_RECORD_BYTES) to record
+   * r * slots + position mod slots of `records`. Up to maxRows rows, the count from `rows`.
+   */
+  batchGreedy(
+    io: { logits: GPUBuffer; tokens: GPUBuffer; records: GPUBuffer; rows: GPUBuffer },
+    shape: { maxRows: number; vocab: number; stride: number; tokenStride: number; slots: number },
+  ): void {
+    const { maxRows, vocab, stride, tokenStride, slots } = shape;
+    for (const [n, what] of [[maxRows, 'maxRows'], [vocab, 'vocab'], [stride, 'stride'], [tokenStride, 'tokenStride'], [slots, 'slots']] as const) {
+      assertCount(n, `batchGreedy ${what}`);
+    }
+    assertFits(io.logits, ((maxRows - 1) * stride + vocab) * 4, 'batchGreedy logits');
+    assertFits(io.tokens, ((maxRows - 1) * tokenStride + 1) * 4, 'batchGreedy tokens');
+    assertFits(io.records, maxRows * slots * BATCH_RECORD_BYTES, 'batchGreedy records');
+    assertFits(io.rows, batchRowsBytes(maxRows), 'batchGreedy rows');
+    const pipeline = this.kernels.pipelines.get('batch_greedy', () => BATCH_GREEDY_SPEC);
+    const params = BATCH_GREEDY_PARAMS.pack({ vocab, stride, token_stride: tokenStride, slots });
+    this.dispatch(pipeline, params, { 1: io.logits, 2: io.tokens, 3: io.records, 4: io.rows }, [maxRows, 1]);
   }
 
   /** Moves every row of a batched step's rows buffer (batch-rows.ts) to its next position. */
