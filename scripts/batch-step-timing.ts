@@ -55,14 +55,20 @@ const single = model.createDecodeStep(model.createKvCache(capacity, 'f16'));
 const batchCache = model.createKvCache(capacity, 'f16', undefined, rows);
 const batch = createFusedBatchStep(parts, batchCache, { maxRows: rows });
 if (typeof batch === 'string') throw new Error(batch);
-console.log(`dispatches a step: single ${single.dispatchCount}, batch ${batch.dispatchCount}; ${layers} layers`);
+// The same step sized for one row: what B = 1 costs for the grids sized for maxRows rows.
+const one = createFusedBatchStep(parts, batchCache, { maxRows: 1 });
+if (typeof one === 'string') throw new Error(one);
+console.log(`dispatches a step: single ${single.dispatchCount}, batch ${batch.dispatchCount} (with its greedy pick and advance); ${layers} layers`);
 for (let round = 0; round < 2; round++) {
   await time('single step (createDecodeStep)', (encoder, i) => single.encodeStep(encoder, start + i), 1);
+  one.setRows([{ slot: 0, position: start }]);
+  await time('batch step of maxRows 1, B = 1', (encoder) => one.encode(encoder), 1);
   batch.setRows([{ slot: 0, position: start }]);
-  await time('batch step, B = 1', (encoder) => batch.encode(encoder), 1);
+  await time(`batch step of maxRows ${rows}, B = 1`, (encoder) => batch.encode(encoder), 1);
   batch.setRows(Array.from({ length: rows }, (_, r) => ({ slot: r, position: start + 3 * r })));
   await time(`batch step, B = ${rows}`, (encoder) => batch.encode(encoder), rows);
 }
 single.destroy();
 batch.destroy();
+one.destroy();
 model.destroy();

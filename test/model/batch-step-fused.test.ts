@@ -228,6 +228,23 @@ async function checkBatchStep(model: LlamaModel, config: LlamaConfig, kvDType: K
   for (const [key, logits] of onePass) expect(equalBytes(new Uint8Array(logits.buffer), new Uint8Array(separate.get(key)!.buffer)), `one pass: ${key}`).toBe(true);
   expect(created).toBe(0);
 
+  // A row run past the cache's last position writes no K/V (no chunk of the grid holds that
+  // position; its row would be the next slot's first).
+  const past = await snapshot(device, batchCache);
+  step.setRows([{ slot: slotOf[2], position: capacity - 1 }]);
+  for (let k = 0; k < 3; k++) {
+    const encoder = device.createCommandEncoder();
+    step.encode(encoder);
+    device.queue.submit([encoder.finish()]);
+  }
+  const pastAfter = await snapshot(device, batchCache);
+  for (let l = 0; l < config.numLayers; l++) {
+    for (let slot = 0; slot < SEQS; slot++) {
+      if (slot === slotOf[2]) continue;
+      expect(equalBytes(past[l][slot].k, pastAfter[l][slot].k) && equalBytes(past[l][slot].v, pastAfter[l][slot].v), `layer ${l} slot ${slot}`).toBe(true);
+    }
+  }
+
   expect(() => step.setRows([{ slot: 0, position: 1 }, { slot: 0, position: 2 }])).toThrow(/two rows/);
   expect(() => step.setRows([{ slot: SEQS, position: 1 }])).toThrow(/slot/);
   expect(() => step.setRows([{ slot: 0, position: capacity }])).toThrow(/outside the KV cache/);
