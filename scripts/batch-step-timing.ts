@@ -4,9 +4,10 @@
 //
 //   node bin/run-ts.mjs scripts/batch-step-timing.ts [--layers N] [--steps N] [--rows N]
 //
-// Prints ms a step for the single step, the batch at B = 1, and the batch at B = rows (with its
-// aggregate tokens a second). Each measurement runs `steps` steps, one submit each, after two
-// warm-up steps; the K/V it reads is whatever the cache holds (timing only).
+// Prints the median ms a step of the single step, the batch at B = 1 (sized for 1 row and for
+// `rows`), and the batch at B = rows (with its aggregate tokens a second): `steps` rounds after two
+// warm-up ones, each variant one step a round (submitted and waited for), at one position each;
+// the K/V it reads is whatever the cache holds (timing only).
 import { parseArgs } from 'node:util';
 import { nodeGpuContext } from '../src/node/gpu.ts';
 import { LlamaModel } from '../src/model/llama.ts';
@@ -35,21 +36,16 @@ const parts = (model as unknown as { parts: LlamaParts }).parts;
 const capacity = 256;
 const start = 64;
 
-async function time(label: string, encodeStep: (encoder: GPUCommandEncoder, i: number) => void, tokensPerStep: number): Promise<void> {
-  const run = async (n: number, from: number) => {
-    for (let i = 0; i < n; i++) {
-      const encoder = device.createCommandEncoder();
-      encodeStep(encoder, from + i);
-      device.queue.submit([encoder.finish()]);
-    }
-    await device.queue.onSubmittedWorkDone();
-  };
-  await run(2, 0);
+/** ms of one step (encoded, submitted and waited for). */
+async function once(encodeStep: (encoder: GPUCommandEncoder) => void): Promise<number> {
   const t0 = performance.now();
-  await run(steps, 2);
-  const ms = (performance.now() - t0) / steps;
-  console.log(`${label}: ${ms.toFixed(2)} ms a step, ${((1000 * tokensPerStep) / ms).toFixed(1)} tokens/s`);
+  const encoder = device.createCommandEncoder();
+  encodeStep(encoder);
+  device.queue.submit([encoder.finish()]);
+  await device.queue.onSubmittedWorkDone();
+  return performance.now() - t0;
 }
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 const single = model.createDecodeStep(model.createKvCache(capacity, 'f16'));
 const batchCache = model.createKvCache(capacity, 'f16', undefined, rows);
@@ -59,14 +55,29 @@ if (typeof batch === 'string') throw new Error(batch);
 const one = createFusedBatchStep(parts, batchCache, { maxRows: 1 });
 if (typeof one === 'string') throw new Error(one);
 console.log(`dispatches a step: single ${single.dispatchCount}, batch ${batch.dispatchCount} (with its greedy pick and advance); ${layers} layers`);
-for (let round = 0; round < 2; round++) {
-  await time('single step (createDecodeStep)', (encoder, i) => single.encodeStep(encoder, start + i), 1);
-  one.setRows([{ slot: 0, position: start }]);
-  await time('batch step of maxRows 1, B = 1', (encoder) => one.encode(encoder), 1);
-  batch.setRows([{ slot: 0, position: start }]);
-  await time(`batch step of maxRows ${rows}, B = 1`, (encoder) => batch.encode(encoder), 1);
-  batch.setRows(Array.from({ length: rows }, (_, r) => ({ slot: r, position: start + 3 * r })));
-  await time(`batch step, B = ${rows}`, (encoder) => batch.encode(encoder), rows);
+// The variants take turns, a step each, so that the machine's load drifts over all of them alike.
+const cases: { label: string; tokens: number; setup: () => void; step: (encoder: GPUCommandEncoder, i: number) => void }[] = [
+  { label: 'single step (createDecodeStep)', tokens: 1, setup: () => {}, step: (encoder, i) => single.encodeStep(encoder, start + i) },
+  { label: 'batch step of maxRows 1, B = 1', tokens: 1, setup: () => one.setRows([{ slot: 0, position: start }]), step: (encoder) => one.encode(encoder) },
+  { label: `batch step of maxRows ${rows}, B = 1`, tokens: 1, setup: () => batch.setRows([{ slot: 0, position: start }]), step: (encoder) => batch.encode(encoder) },
+  {
+    label: `batch step of maxRows ${rows}, B = ${rows}`,
+    tokens: rows,
+    setup: () => batch.setRows(Array.from({ length: rows }, (_, r) => ({ slot: r, position: start + 3 * r }))),
+    step: (encoder) => batch.encode(encoder),
+  },
+];
+const times = cases.map(() => [] as number[]);
+for (let i = 0; i < steps + 2; i++) {
+  for (const [c, { setup, step }] of cases.entries()) {
+    setup(); // each run from its first position again: the steps of one variant at one position
+    const ms = await once((encoder) => step(encoder, 0));
+    if (i >= 2) times[c].push(ms);
+  }
+}
+for (const [c, { label, tokens }] of cases.entries()) {
+  const ms = median(times[c]);
+  console.log(`${label}: median ${ms.toFixed(1)} ms a step (of ${times[c].map((t) => t.toFixed(0)).join(', ')}), ${((1000 * tokens) / ms).toFixed(2)} tokens/s`);
 }
 single.destroy();
 batch.destroy();
