@@ -26,6 +26,7 @@ struct Params {
   slot_rows: u32,  // cache rows a slot: slot s starts at row s * slot_rows
   qkv_stride: u32, // floats between rows' qkv
   out_stride: u32, // floats between rows' out
+  positions: u32,  // positions a slot holds: a row past them does nothing (its K/V row would be the next slot's)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -60,7 +61,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
   let item = (wg.y * grid.x + wg.x) * THREADS + lid; // flat (row, block of heads, chunk)
   let per_row = (params.num_heads / HEADS) * params.num_chunks;
   let row = item / per_row;
-  if (row < batch_count()) {
+  if (row < batch_count() && batch_position(row) < params.positions) {
     set_row(row);
     attend_item(item % per_row); // no barriers in this kernel
   }

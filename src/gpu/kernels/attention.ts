@@ -603,6 +603,7 @@ export const BATCH_DECODE_ATTENTION_PARAMS = paramStruct({
   slot_rows: 'u32',
   qkv_stride: 'u32',
   out_stride: 'u32',
+  positions: 'u32',
 });
 
 /** Where a batched decode attention's rows lie (see planBatchDecodeAttention). */
@@ -700,6 +701,7 @@ export function planBatchDecodeAttention(
     slot_rows: batch.slotRows,
     qkv_stride: batch.qkvStride,
     out_stride: batch.outStride,
+    positions: rows,
   });
   const splitNow = chunks > 1;
   const bound: Record<number, GPUBuffer> = { 1: out, 2: qkv, 3: kCache, 4: vCache, 6: invFreq, [BATCH_ATTENTION_ROWS_BINDING]: batch.rows };
