@@ -9,9 +9,11 @@ import type { FusedShape, KernelTuning, MatvecPlan } from './tuning.ts';
 import { activationWgsl, reduceTeamWgsl } from './weights.ts';
 import { assertDistinct, assertFits } from './checks.ts';
 import { paramStruct, type PlannedDispatch } from '../uniforms.ts';
-import { renameWgsl, unrollConstLoops } from './wgsl.ts';
+import { renameWgsl, takeWgslFunctions, unrollConstLoops } from './wgsl.ts';
 import { gatedActivationWgsl, type GatedActivation } from './elementwise.ts';
+import { batchRowsWgsl } from './batch-rows.ts';
 import fusedMatvecWgsl from '../../../shaders/fused_matvec.wgsl?raw';
+import fusedMatvecBatchWgsl from '../../../shaders/fused_matvec_batch.wgsl?raw';
 
 // ---- fused decode projections (fused_matvec.wgsl) ---------------------------------------------
 
@@ -23,6 +25,19 @@ export const FUSED_MAX_SEGMENTS = 8;
 export const FUSED_GAMMA_BINDING = 5;
 export const fusedWeightBinding = (s: number) => 10 + 2 * s;
 export const fusedBiasBinding = (s: number) => 11 + 2 * s;
+/** The batched variant's rows buffer (batch-rows.ts). */
+export const FUSED_BATCH_ROWS_BINDING = 3;
+
+/**
+ * A fused matvec over the rows of a batched decode step (fused_matvec_batch.wgsl): the row count
+ * from `rows` (batch-rows.ts), row b's x at element b * xStride and y at b * yStride, up to maxRows.
+ */
+export interface FusedBatch {
+  rows: GPUBuffer;
+  xStride: number;
+  yStride: number;
+  maxRows: number;
+}
 
 /** One row range a fused dispatch computes: a matrix or one part of a split one. */
 export interface FusedSegment {
@@ -46,13 +61,27 @@ export type FusedVariant = {
   segments: { dtype: WeightDType; hasBias: boolean; runs: boolean }[];
   /** swiglu mode: the gate's activation (default silu). */
   activation?: GatedActivation;
+  /** The batched variant's row strides of x and y, in floats (FusedBatch); undefined: one row. */
+  batch?: { x: number; y: number };
 };
 
 export const fusedKey = (v: FusedVariant) =>
   `fused_matvec/${v.mode}/${v.norm ? 'norm' : 'plain'}/${v.aligned ? 'vec4' : 'scalar'}/team${v.plan.team}-${v.plan.reduction}/` +
   `q${v.shape.quads}w${v.shape.workgroup}/` +
   v.segments.map((g) => `${g.dtype}${g.hasBias ? '+bias' : ''}${g.runs ? '+runs' : ''}`).join(',') +
-  (v.mode === 'swiglu' && v.activation === 'gelu_tanh' ? '/gelu_tanh' : '');
+  (v.mode === 'swiglu' && v.activation === 'gelu_tanh' ? '/gelu_tanh' : '') +
+  (v.batch ? `/batch_x${v.batch.x}_y${v.batch.y}` : '');
+
+/** The batched variant's x: activationWgsl's loads at the row's x_base (a multiple of 4 when aligned). */
+function batchActivationWgsl(aligned: boolean): string {
+  return aligned
+    ? `@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;\n` +
+        `fn load_x(i: u32) -> f32 { return x[(x_base + i) >> 2u][i & 3u]; }\n` +
+        `fn load_x4(i: u32) -> vec4<f32> { return x[(x_base + i) >> 2u]; }\n`
+    : `@group(0) @binding(2) var<storage, read> x: array<f32>;\n` +
+        `fn load_x(i: u32) -> f32 { return x[x_base + i]; }\n` +
+        `fn load_x4(i: u32) -> vec4<f32> { let j = x_base + i; return vec4<f32>(x[j], x[j + 1u], x[j + 2u], x[j + 3u]); }\n`;
+}
 
 /**
  * `fn block_dot_${name}(base, r0, last_row, lane) -> array<vec4<f32>, QUADS>`: lane's part of the
@@ -124,7 +153,7 @@ export function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   const reduce = reduceTeamWgsl(v.plan);
   let code = `${reduce.directives}const MODE: u32 = ${FUSED_MODES[v.mode]}u;\nconst NORM: bool = ${v.norm};\n`;
   code += `const QUADS: u32 = ${v.shape.quads}u;\nconst WORKGROUP_SIZE: u32 = ${v.shape.workgroup}u;\n`;
-  code += `const SEGMENTS: u32 = ${v.segments.length}u;\n${reduce.code}${activationWgsl(v.aligned)}`;
+  code += `const SEGMENTS: u32 = ${v.segments.length}u;\n${reduce.code}${v.batch ? batchActivationWgsl(v.aligned) : activationWgsl(v.aligned)}`;
   code += gatedActivationWgsl(v.activation ?? 'silu');
   if (v.norm) {
     code += v.aligned
@@ -150,6 +179,12 @@ export function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   });
   code += `fn block_dot(s: u32, r0: u32, last_row: u32, lane: u32) -> array<vec4<f32>, QUADS> {\n  switch (s) {\n${dotCases}    default: { return array<vec4<f32>, QUADS>(); }\n  }\n}\n`;
   code += `fn seg_bias(s: u32, r: u32) -> f32 {\n  switch (s) {\n${biasCases}    default: { return 0.0; }\n  }\n}\n`;
+  if (v.batch) {
+    code += `const X_STRIDE: u32 = ${v.batch.x}u;\nconst Y_STRIDE: u32 = ${v.batch.y}u;\n${batchRowsWgsl(FUSED_BATCH_ROWS_BINDING)}`;
+    // fused_matvec.wgsl without its main (and main's attribute) and emit: the batch file has its own.
+    const rest = takeWgslFunctions(fusedMatvecWgsl, ['main', 'emit']).rest.replace('@compute @workgroup_size(WORKGROUP_SIZE)', '');
+    return { code: unrollConstLoops(`${code}\n${rest}\n${fusedMatvecBatchWgsl}`, unroll), entryPoint: 'main' };
+  }
   return { code: unrollConstLoops(`${code}\n${fusedMatvecWgsl}`, unroll), entryPoint: 'main' };
 }
 
@@ -179,14 +214,22 @@ export function planFusedMatvec(
   norm: { gamma: GPUBuffer; eps: number } | undefined,
   /** swiglu mode: the gate's activation. */
   activation: GatedActivation = 'silu',
+  /** The rows of a batched decode step (fused_matvec_batch.wgsl); undefined: one row. */
+  batch?: FusedBatch,
 ): PlannedDispatch[] {
+  if (batch) {
+    if (!(Number.isInteger(batch.maxRows) && batch.maxRows >= 1)) throw new Error(`fused matvec batch maxRows must be >= 1, got ${batch.maxRows}`);
+    if (batch.xStride < cols || (cols % 4 === 0 && batch.xStride % 4 !== 0)) throw new Error(`fused matvec batch xStride ${batch.xStride} does not fit rows of ${cols}`);
+    assertFits(x, ((batch.maxRows - 1) * batch.xStride + cols) * 4, 'fused matvec x');
+    assertDistinct(batch.rows, [y, x], 'fused matvec batch rows');
+  }
   assertFits(x, cols * 4, 'fused matvec x');
   if (norm) assertFits(norm.gamma, cols * 4, 'fused matvec gamma');
   assertDistinct(y, [x, norm?.gamma, ...segments.flatMap((g) => [g.buffer, g.bias])], 'fused matvec');
   const aligned = cols % 4 === 0;
   const plan = kernels.matvecPlan(cols);
   // Storage buffers one dispatch may bind: y, x, gamma, then a weight (and bias) per segment.
-  const budget = kernels.ctx.limits.maxStorageBuffersPerShaderStage - (norm ? 3 : 2);
+  const budget = kernels.ctx.limits.maxStorageBuffersPerShaderStage - (norm ? 3 : 2) - (batch ? 1 : 0);
   const groups: FusedSegment[][] = [];
   if (mode === 'swiglu') {
     if (budget < 2) throw new Error('fused matvec: the device binds too few storage buffers');
@@ -230,8 +273,10 @@ export function planFusedMatvec(
       shape,
       segments: group.map((g) => ({ dtype: g.dtype, hasBias: !!g.bias, runs: kernels.usesWeightRuns(g.dtype) })),
       activation: mode === 'swiglu' ? activation : undefined,
+      ...(batch ? { batch: { x: batch.xStride, y: batch.yStride } } : {}),
     };
     const buffers: Record<number, GPUBuffer> = { 1: y, 2: x };
+    if (batch) buffers[FUSED_BATCH_ROWS_BINDING] = batch.rows;
     if (norm) buffers[FUSED_GAMMA_BINDING] = norm.gamma;
     group.forEach((g, s) => {
       buffers[fusedWeightBinding(s)] = g.buffer;

@@ -11,7 +11,23 @@
 // one dispatch (or a few) with its parameters in a uniform slot. Browser-safe: no Node imports.
 import type { GpuMatrix } from '../tensor.ts';
 import { checkWeightShape } from '../weight-formats.ts';
-import { checkRing, planAttention, planDecodeAttention, type AttentionHeads, type AttentionShape, type KvRing } from './attention.ts';
+import {
+  checkRing,
+  planAttention,
+  planBatchDecodeAttention,
+  planDecodeAttention,
+  type AttentionHeads,
+  type AttentionShape,
+  type DecodeAttentionBatch,
+  type KvRing,
+} from './attention.ts';
+import {
+  ADVANCE_ROWS_PARAMS,
+  ADVANCE_ROWS_SPEC,
+  BATCH_GREEDY_PARAMS,
+  BATCH_GREEDY_SPEC,
+  BATCH_RECORD_BYTES,
+  batchEmbeddingKey, batchEmbeddingSpec, batchRowsBytes } from './batch-rows.ts';
 import { assertCount, assertDistinct, assertFits, checkParts, checkSecondPassWeights } from './checks.ts';
 import { planDecodeLayers, type DecodeLayerShape, type DecodeLayerWeights } from './decode-layer.ts';
 import {
@@ -29,7 +45,7 @@ import {
   type KvDType,
   type RopeShape,
 } from './elementwise.ts';
-import { planFusedMatvec, type FusedMatvecMode, type FusedSegment } from './fused-matvec.ts';
+import { planFusedMatvec, type FusedBatch, type FusedMatvecMode, type FusedSegment } from './fused-matvec.ts';
 import type { KernelRegistry } from './registry.ts';
 import { MATVEC_WORKGROUP, RMSNORM_ROWS_PER_WORKGROUP, type MatmulShape } from './tuning.ts';
 import { UniformArena, type UniformValue } from '../uniforms.ts';
@@ -366,7 +382,7 @@ export abstract class KernelRecorder {
     y: GPUBuffer,
     x: GPUBuffer,
     matrices: { W: GpuMatrix; bias?: GPUBuffer }[],
-    options: { norm?: { gamma: GPUBuffer; eps: number }; accumulate?: boolean } = {},
+    options: { norm?: { gamma: GPUBuffer; eps: number }; accumulate?: boolean; batch?: FusedBatch } = {},
   ): void {
     if (matrices.length === 0) throw new Error('fusedMatvec needs at least one matrix');
     const cols = matrices[0].W.cols;
@@ -383,8 +399,10 @@ export abstract class KernelRecorder {
       }
       outRow += W.rows;
     }
-    assertFits(y, outRow * 4, 'fusedMatvec y');
-    this.recordFused(options.accumulate ? 'accumulate' : 'store', y, x, cols, segments, options.norm);
+    const batch = options.batch;
+    if (batch && batch.yStride < outRow) throw new Error(`fusedMatvec batch yStride ${batch.yStride} is shorter than a row of ${outRow}`);
+    assertFits(y, ((batch ? (batch.maxRows - 1) * batch.yStride : 0) + outRow) * 4, 'fusedMatvec y');
+    this.recordFused(options.accumulate ? 'accumulate' : 'store', y, x, cols, segments, options.norm, 'silu', batch);
   }
 
   /**
@@ -398,13 +416,21 @@ export abstract class KernelRecorder {
     x: GPUBuffer,
     wGate: GpuMatrix,
     wUp: GpuMatrix,
-    options: { norm?: { gamma: GPUBuffer; eps: number }; scratch?: { gate: GPUBuffer; up: GPUBuffer }; activation?: GatedActivation } = {},
+    options: {
+      norm?: { gamma: GPUBuffer; eps: number };
+      scratch?: { gate: GPUBuffer; up: GPUBuffer };
+      activation?: GatedActivation;
+      /** The rows of a batched decode step (fused_matvec_batch.wgsl); W_gate and W_up whole. */
+      batch?: FusedBatch;
+    } = {},
   ): void {
     const activation = options.activation ?? 'silu';
     checkGatedActivation(activation, 'fusedSwiglu');
     if (wGate.rows !== wUp.rows || wGate.cols !== wUp.cols) {
       throw new Error(`fusedSwiglu: W_gate [${wGate.rows}, ${wGate.cols}] and W_up [${wUp.rows}, ${wUp.cols}] differ`);
     }
+    const batch = options.batch;
+    if (batch && (wGate.parts || wUp.parts)) throw new Error('fusedSwiglu: a batch takes whole W_gate and W_up');
     if (wGate.parts || wUp.parts) {
       const scratch = options.scratch;
       if (!scratch) throw new Error('fusedSwiglu: a split W_gate or W_up needs scratch buffers');
@@ -418,9 +444,10 @@ export abstract class KernelRecorder {
       checkWeightShape(W.dtype, W.rows, W.cols, `fusedSwiglu ${what}`);
       checkParts(W, `fusedSwiglu ${what}`);
     }
-    assertFits(out, wGate.rows * 4, 'fusedSwiglu out');
+    if (batch && batch.yStride < wGate.rows) throw new Error(`fusedSwiglu batch yStride ${batch.yStride} is shorter than a row of ${wGate.rows}`);
+    assertFits(out, ((batch ? (batch.maxRows - 1) * batch.yStride : 0) + wGate.rows) * 4, 'fusedSwiglu out');
     const segment = (W: GpuMatrix): FusedSegment => ({ buffer: W.buffer, dtype: W.dtype, rows: W.rows, outRow: 0, biasRow: 0 });
-    this.recordFused('swiglu', out, x, wGate.cols, [segment(wGate), segment(wUp)], options.norm, activation);
+    this.recordFused('swiglu', out, x, wGate.cols, [segment(wGate), segment(wUp)], options.norm, activation, batch);
   }
 
   private recordFused(
@@ -431,8 +458,11 @@ export abstract class KernelRecorder {
     segments: FusedSegment[],
     norm: { gamma: GPUBuffer; eps: number } | undefined,
     activation: GatedActivation = 'silu',
+    batch?: FusedBatch,
   ): void {
-    for (const d of planFusedMatvec(this.kernels, mode, y, x, cols, segments, norm, activation)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
+    for (const d of planFusedMatvec(this.kernels, mode, y, x, cols, segments, norm, activation, batch)) {
+      this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
+    }
   }
 
   /**
@@ -459,6 +489,77 @@ export abstract class KernelRecorder {
     qkNorm?: { q: GPUBuffer; k: GPUBuffer; eps: number },
   ): void {
     for (const d of planDecodeAttention(this.kernels, buffers, at, shape, kvDType, split, qkNorm)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
+  }
+
+  /**
+   * decodeAttention for every row of a batched decode step (decode_attention_batch.wgsl): row r
+   * (of the count in batch.rows, see batch-rows.ts) at its position, its K/V row written in its
+   * slot (cache rows from slot * batch.slotRows), qkv and out at r times their strides. The grid
+   * is batch.maxRows rows'; `split` as decodeAttention's, its partials maxRows times as many.
+   */
+  batchDecodeAttention(
+    buffers: { out: GPUBuffer; qkv: GPUBuffer; keys: GPUBuffer; values: GPUBuffer; invFreq: GPUBuffer },
+    batch: DecodeAttentionBatch,
+    shape: AttentionShape,
+    kvDType: KvDType,
+    split?: { chunkKeys: number; partials: GPUBuffer },
+    qkNorm?: { q: GPUBuffer; k: GPUBuffer; eps: number },
+  ): void {
+    for (const d of planBatchDecodeAttention(this.kernels, buffers, batch, shape, kvDType, split, qkNorm)) {
+      this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
+    }
+  }
+
+  /**
+   * embedding() of `rows` tokens `tokenStride` u32s apart in `tokens` (a batched step's rows,
+   * each token at its own binding offset): out [rows, table.cols]. A whole table only.
+   */
+  batchEmbedding(out: GPUBuffer, table: GpuMatrix, tokens: GPUBuffer, rows: number, tokenStride: number, scale = 1): void {
+    assertCount(rows, 'batchEmbedding rows');
+    assertCount(tokenStride, 'batchEmbedding tokenStride');
+    if (!Number.isFinite(scale)) throw new Error(`embedding scale must be a finite number, got ${scale}`);
+    if (table.parts) throw new Error('batchEmbedding takes a whole table');
+    checkWeightShape(table.dtype, table.rows, table.cols, 'embedding table');
+    assertFits(out, rows * table.cols * 4, 'batchEmbedding out');
+    assertFits(tokens, ((rows - 1) * tokenStride + 1) * 4, 'batchEmbedding tokens');
+    const pipeline = this.kernels.pipelines.get(batchEmbeddingKey(table.dtype, tokenStride), () => batchEmbeddingSpec(table.dtype, tokenStride));
+    const n = rows * table.cols;
+    this.dispatch(
+      pipeline,
+      EMBEDDING_PARAMS.pack({ T: rows, cols: table.cols, vocab: table.rows, first_row: 0, part_rows: table.rows, scale }),
+      { 1: out, 2: tokens, [WEIGHT_BINDING]: table.buffer },
+      Math.ceil(n / ELEMENTWISE_WORKGROUP),
+    );
+  }
+
+  /**
+   * Every row's greedy pick (batch_greedy.wgsl): the argmax of its `vocab` logits (row r's from
+   * float r * stride of `logits`; the lowest id on ties) to its token (u32 r * tokenStride of
+   * `tokens`) and its record (u32 id, f32 logprob, zeros: BATCH_RECORD_BYTES) to record
+   * r * slots + position mod slots of `records`. Up to maxRows rows, the count from `rows`.
+   */
+  batchGreedy(
+    io: { logits: GPUBuffer; tokens: GPUBuffer; records: GPUBuffer; rows: GPUBuffer },
+    shape: { maxRows: number; vocab: number; stride: number; tokenStride: number; slots: number },
+  ): void {
+    const { maxRows, vocab, stride, tokenStride, slots } = shape;
+    for (const [n, what] of [[maxRows, 'maxRows'], [vocab, 'vocab'], [stride, 'stride'], [tokenStride, 'tokenStride'], [slots, 'slots']] as const) {
+      assertCount(n, `batchGreedy ${what}`);
+    }
+    assertFits(io.logits, ((maxRows - 1) * stride + vocab) * 4, 'batchGreedy logits');
+    assertFits(io.tokens, ((maxRows - 1) * tokenStride + 1) * 4, 'batchGreedy tokens');
+    assertFits(io.records, maxRows * slots * BATCH_RECORD_BYTES, 'batchGreedy records');
+    assertFits(io.rows, batchRowsBytes(maxRows), 'batchGreedy rows');
+    const pipeline = this.kernels.pipelines.get('batch_greedy', () => BATCH_GREEDY_SPEC);
+    const params = BATCH_GREEDY_PARAMS.pack({ vocab, stride, token_stride: tokenStride, slots });
+    this.dispatch(pipeline, params, { 1: io.logits, 2: io.tokens, 3: io.records, 4: io.rows }, [maxRows, 1]);
+  }
+
+  /** Moves every row of a batched step's rows buffer (batch-rows.ts) to its next position. */
+  advanceBatchRows(rows: GPUBuffer, maxRows: number): void {
+    assertFits(rows, batchRowsBytes(maxRows), 'advanceBatchRows rows');
+    const pipeline = this.kernels.pipelines.get('advance_rows', () => ADVANCE_ROWS_SPEC);
+    this.dispatch(pipeline, ADVANCE_ROWS_PARAMS.pack({ max_rows: maxRows }), { 1: rows }, 1);
   }
 
   /**

@@ -5,7 +5,17 @@ import { isCpuAdapter, type GpuContext } from '../device.ts';
 import type { GpuMatrix, WeightDType } from '../tensor.ts';
 import type { PipelineCache } from '../pipelines.ts';
 import { isQuantized, weightRunLength } from '../weight-formats.ts';
-import { attentionKey, attentionSpec, decodeAttentionKey, decodeAttentionSpec, type AttentionVariant, type DecodeAttentionVariant } from './attention.ts';
+import {
+  attentionKey,
+  attentionSpec,
+  batchDecodeAttentionKey,
+  batchDecodeAttentionSpec,
+  decodeAttentionKey,
+  decodeAttentionSpec,
+  type AttentionVariant,
+  type BatchDecodeAttentionVariant,
+  type DecodeAttentionVariant,
+} from './attention.ts';
 import { decodeLayerFits, decodeLayerKey, decodeLayerSpec, type DecodeLayerDims, type DecodeLayerVariant } from './decode-layer.ts';
 import {
   FIXED_KERNELS,
@@ -172,6 +182,11 @@ export class KernelRegistry {
   /** @internal A decode_attention.wgsl pipeline (compiled on first use). */
   decodeAttentionPipeline(variant: DecodeAttentionVariant): GPUComputePipeline {
     return this.pipelines.get(decodeAttentionKey(variant), () => decodeAttentionSpec(variant));
+  }
+
+  /** @internal A decode_attention_batch.wgsl pipeline (compiled on first use). */
+  batchDecodeAttentionPipeline(variant: BatchDecodeAttentionVariant): GPUComputePipeline {
+    return this.pipelines.get(batchDecodeAttentionKey(variant), () => batchDecodeAttentionSpec(variant));
   }
 
   /** @internal A decode_layer.wgsl pipeline (compiled on first use). */

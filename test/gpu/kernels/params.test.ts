@@ -3,10 +3,11 @@
 // read from the .wgsl sources (no GPU needed).
 import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from '../../../src/gpu/kernels/attention.ts';
+import { ATTENTION_PARAMS, BATCH_DECODE_ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from '../../../src/gpu/kernels/attention.ts';
 import { DECODE_LAYER_PARAMS } from '../../../src/gpu/kernels/decode-layer.ts';
 import { KV_WRITE_PARAMS, RESIDUAL_PARAMS, RMSNORM_PARAMS, ROPE_PARAMS, SOFTCAP_PARAMS, SWIGLU_PARAMS } from '../../../src/gpu/kernels/elementwise.ts';
 import { FUSED_MATVEC_PARAMS } from '../../../src/gpu/kernels/fused-matvec.ts';
+import { BATCH_GREEDY_PARAMS } from '../../../src/gpu/kernels/batch-rows.ts';
 import { paramStruct, type ParamStruct, type ParamType } from '../../../src/gpu/uniforms.ts';
 import { EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS } from '../../../src/gpu/kernels/weights.ts';
 import { SAMPLE_SEQUENCE_PARAMS, SAMPLE_STEP_PARAMS } from '../../../src/sampling/sample-layout.ts';
@@ -26,6 +27,8 @@ const PACKERS: [string, AnyStruct, string, string?][] = [
   ['kv cache write', KV_WRITE_PARAMS, 'kv_cache.wgsl'],
   ['attention (and split_combine)', ATTENTION_PARAMS, 'attention.wgsl'],
   ['decode attention', DECODE_ATTENTION_PARAMS, 'decode_attention_pass.wgsl'],
+  ['batched decode attention', BATCH_DECODE_ATTENTION_PARAMS, 'decode_attention_batch.wgsl'],
+  ['batched greedy pick', BATCH_GREEDY_PARAMS, 'batch_greedy.wgsl'],
   ['fused matvec', FUSED_MATVEC_PARAMS, 'fused_matvec.wgsl'],
   ['decode layer', DECODE_LAYER_PARAMS, 'decode_layer.wgsl'],
   ['sampler sequence', SAMPLE_SEQUENCE_PARAMS, 'sample.wgsl', 'Sequence'],
