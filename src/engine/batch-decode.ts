@@ -224,7 +224,7 @@ export class BatchDecoder {
     const oldTokens = rows.map((row) => (row.index >= 0 ? step.rowToken(row.index) : undefined));
     step.setRows(rows.map((row) => ({ slot: row.seq.slot, position: row.seq.promptLength + Math.max(row.submitted, 1) - 1, greedy: row.seq.greedy })));
     // Rows whose step picks their greedy tokens: no sampler after their model steps.
-    const picks = rows.map((_, b) => (steps > 0 ? step.greedyRecords?.(b) : undefined));
+    const picks = rows.map((row, b) => (steps > 0 && row.seq.greedy ? greedyRecordsOf(step, b) : undefined));
     const encoder = this.device.createCommandEncoder({ label: `batch round ${this.rounds}` });
     // A row that moved to another row carries its next token there.
     rows.forEach((row, b) => {
@@ -290,6 +290,13 @@ export class BatchDecoder {
   destroy(): void {
     for (const b of this.staging) b.destroy();
   }
+}
+
+/** Where row r's greedy picks are recorded, if the step picks them. */
+function greedyRecordsOf(step: BatchDecodeStep, r: number): { buffer: GPUBuffer; offset: number; bytes: number; slots: number } | undefined {
+  if (step.greedyRecords) return step.greedyRecords(r);
+  const all = step.greedy?.records;
+  return all && { ...all, offset: all.offset + r * all.slots * all.bytes };
 }
 
 function sameRegion(a: RowRegion, b: RowRegion): boolean {

@@ -29,6 +29,7 @@ import { MAX_BATCH_STEPS, type DecodePlan, type DecodeResources } from './decode
 import { decodeConstrained } from './constrained-decode.ts';
 import { BatchDecoder } from './batch-decode.ts';
 import { PerSequenceBatchStep } from '../model/batch-step-each.ts';
+import type { BatchDecodeStep } from '../model/batch-step.ts';
 import type { DecodeStep } from '../model/decode-step.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { Scheduler, abortError } from './scheduler.ts';
@@ -101,9 +102,10 @@ export class LlamaGenerator implements TextGenerator {
   readonly maxConcurrentSequences: number;
   /** Decode slots that could not be made (out of memory) cap the batch here. */
   private slotLimit: number;
-  /** Slot s's cache (slot 0: the working cache), made on first use. */
-  private readonly slotCaches = new Map<number, KvCache>();
-  private readonly slotSteps = new Map<number, DecodeStep>();
+  /** The decode slots and the step that runs them, made by prepare(). */
+  private slots: DecodeSlots | undefined;
+  /** Each decode slot's written positions, a high-water mark since the prompt was copied there (its rings' history). */
+  private readonly slotWritten = new Map<number, number>();
   /** Decode slots made and free. */
   private readonly freeSlots: number[] = [];
   /** The lane holder waiting for slots, woken when one is freed. */
@@ -141,7 +143,6 @@ export class LlamaGenerator implements TextGenerator {
       maxBytes: options.prefixCache?.maxBytes ?? cache.byteSize,
       maxBufferBytes: maxBufferBytes(model.ctx.limits),
     });
-    this.slotCaches.set(0, cache);
   }
 
   /** The prefix cache: saved prefixes' bytes and count (for tests and stats). */
@@ -159,10 +160,10 @@ export class LlamaGenerator implements TextGenerator {
     return this.batchDecoder?.active ?? 0;
   }
 
-  /** Decode slots made so far (each a KV cache of the context) and the bytes they take. */
-  get slotStats(): { made: number; free: number; bytes: number } {
-    const made = this.slotCaches.size - 1;
-    return { made, free: this.freeSlots.length, bytes: made * this.cache.byteSize };
+  /** Decode slots made so far (each a KV cache of the context), the bytes they take, and whether one batched kernel runs them. */
+  get slotStats(): { made: number; free: number; bytes: number; batched: boolean } {
+    const made = this.slots?.made() ?? 0;
+    return { made, free: this.freeSlots.length, bytes: this.serial ? 0 : made * this.cache.byteSize, batched: this.slots?.batched ?? false };
   }
 
   private get serial(): boolean {
@@ -250,21 +251,74 @@ export class LlamaGenerator implements TextGenerator {
   prepare(): Promise<void> {
     this.ready ??= (async () => {
       this.freeKits.push(await this.makeKit());
-      this.stepOf(0);
-      const slots = this.maxConcurrentSequences + 1;
-      const step = new PerSequenceBatchStep(slots, (s) => this.cacheOf(s), (s) => this.stepOf(s), Math.max(1, this.maxConcurrentSequences));
-      this.batchDecoder = new BatchDecoder(this.model.ctx.device, step, MAX_BATCH_STEPS);
+      this.slots ??= this.makeSlots();
+      this.batchDecoder ??= new BatchDecoder(this.model.ctx.device, this.slots.step, MAX_BATCH_STEPS);
     })();
     // A failed creation is retried by the next request rather than remembered.
     this.ready.catch(() => (this.ready = undefined));
     return this.ready;
   }
 
-  /** Slot 0's decode step, the first sampler and its read-back buffers (tests and measurements). */
+  /** Slot 0's decode step of its own, the first sampler and its read-back buffers (tests and measurements). */
   async decodeResources(): Promise<DecodeResources> {
     await this.prepare();
     const kit = this.kits[0]!;
     return { device: this.model.ctx.device, decodeStep: this.stepOf(0), sampler: kit.sampler, staging: kit.staging };
+  }
+
+  /**
+   * The decode slots: with maxConcurrentSequences 1, the working cache itself; else N slots of one
+   * KvCache run by one batched kernel (LlamaModel.createBatchStep), or where none runs the model,
+   * N caches of their own (made on first use) each with its own DecodeStep.
+   */
+  private makeSlots(): DecodeSlots {
+    const model = this.model;
+    const c = this.cache;
+    const vocabRows = this.sampledVocab;
+    const own = new Map<number, DecodeStep>();
+    const ownStep = (cache: KvCache, slot: number) => {
+      let step = own.get(slot);
+      if (!step) own.set(slot, (step = model.createDecodeStep(cache, { vocabRows })));
+      return step;
+    };
+    const N = this.maxConcurrentSequences;
+    if (this.serial) {
+      const step = new PerSequenceBatchStep(1, () => c, (s) => ownStep(c, s), 1);
+      return { step, batched: false, made: () => 1, make: () => true, solo: (s) => ownStep(c, s), steps: own, caches: [] };
+    }
+    const passTokens = c.ringed ? c.maxPassTokens : undefined;
+    const slotted = model.createKvCache(c.capacity, c.kvDType, passTokens, N);
+    const batched = model.createBatchStep(slotted, { maxRows: N, vocabRows });
+    if (typeof batched !== 'string') {
+      for (let slot = 0; slot < N; slot++) this.freeSlots.push(slot);
+      const solos = new Map<number, DecodeStep>();
+      const solo = (slot: number): DecodeStep => {
+        let step = solos.get(slot);
+        if (!step) {
+          const one = model.createBatchStep(slotted, { maxRows: 1, vocabRows });
+          if (typeof one === 'string') throw new Error(`no step of one row: ${one}`);
+          solos.set(slot, (step = soloDecodeStep(one, slot)));
+        }
+        return step;
+      };
+      return { step: batched, batched: true, made: () => N, make: () => true, solo, steps: solos, caches: [slotted] };
+    }
+    slotted.destroy();
+    const caches: KvCache[] = [];
+    const cacheOf = (slot: number) => {
+      const cache = caches[slot];
+      if (!cache) throw new Error(`slot ${slot} is not made`);
+      return cache;
+    };
+    const make = () => {
+      if (caches.length >= N) return false;
+      caches.push(model.createKvCache(c.capacity, c.kvDType, passTokens));
+      this.freeSlots.push(caches.length - 1);
+      return true;
+    };
+    make(); // the first sequence's slot, and the step that tells whether steps share a pass
+    const step = new PerSequenceBatchStep(N, cacheOf, (s) => ownStep(cacheOf(s), s), N);
+    return { step, batched: false, made: () => caches.length, make, solo: (s) => ownStep(cacheOf(s), s), steps: own, caches };
   }
 
   private async makeKit(): Promise<SequenceKit> {
@@ -310,21 +364,21 @@ export class LlamaGenerator implements TextGenerator {
     return this.batchDecoder;
   }
 
-  /** @internal Slot s's cache (made on first use). */
-  cacheOf(slot: number): KvCache {
-    const cache = this.slotCaches.get(slot);
-    if (!cache) throw new Error(`slot ${slot} is not made`);
-    return cache;
+  /** @internal A decode step of slot `slot` alone (a constrained sequence's; made on first use, kept). */
+  stepOf(slot: number): DecodeStep {
+    if (!this.slots) throw new Error('the generator is not prepared');
+    return this.slots.solo(slot);
   }
 
-  /** @internal The single-sequence decode step over slot s's cache (made on first use, kept). */
-  stepOf(slot: number): DecodeStep {
-    let step = this.slotSteps.get(slot);
-    if (!step) {
-      step = this.model.createDecodeStep(this.cacheOf(slot), { vocabRows: this.sampledVocab });
-      this.slotSteps.set(slot, step);
-    }
-    return step;
+  /** @internal The step the batch runs (tests and measurements). */
+  async batchStep(): Promise<BatchDecodeStep> {
+    await this.prepare();
+    return this.slots!.step;
+  }
+
+  /** @internal The working cache: its capacity and layout are every slot's. */
+  get workingCache(): KvCache {
+    return this.cache;
   }
 
   /**
@@ -335,7 +389,7 @@ export class LlamaGenerator implements TextGenerator {
   private async takeSlots(count: number, signal: AbortSignal | undefined): Promise<number[]> {
     for (;;) {
       this.checkLive(signal);
-      while (this.freeSlots.length < count && this.slotCaches.size - 1 < this.slotLimit) {
+      while (this.freeSlots.length < count && this.slots!.made() < this.slotLimit) {
         if (!(await this.makeSlot())) break;
       }
       count = Math.min(count, this.slotLimit);
@@ -353,41 +407,45 @@ export class LlamaGenerator implements TextGenerator {
     }
   }
 
-  /** Makes decode slot number slotCaches.size; false (and the limit lowered) when the GPU cannot allocate it. */
+  /** Makes another decode slot; false (and the limit lowered) when there is none to make or the GPU cannot allocate it. */
   private async makeSlot(): Promise<boolean> {
     const { device } = this.model.ctx;
-    const slot = this.slotCaches.size;
-    const c = this.cache;
+    const made = this.slots!.made();
     device.pushErrorScope('out-of-memory');
-    const cache = this.model.createKvCache(c.capacity, c.kvDType, c.ringed ? c.maxPassTokens : undefined);
+    const ok = this.slots!.make();
     const error = await device.popErrorScope();
-    if (error) {
-      cache.destroy();
-      this.slotLimit = this.slotCaches.size - 1;
+    if (!ok || error) {
+      if (error) this.slots!.caches.pop()?.destroy();
+      if (error) this.freeSlots.pop();
+      this.slotLimit = made;
       return false;
     }
-    this.slotCaches.set(slot, cache);
-    this.freeSlots.push(slot);
     return true;
   }
 
   /** @internal Gives a decode slot back (its GPU work is done or queued ahead of any later use). */
   releaseSlot(slot: number): void {
-    if (slot === 0) return;
+    if (this.serial) return;
     this.freeSlots.push(slot);
     this.slotWaiter?.();
+  }
+
+  /** @internal Notes that a sequence in decode slot `slot` may have written positions up to `end` (exclusive). */
+  noteSlotWritten(slot: number, end: number): void {
+    this.slotWritten.set(slot, Math.max(this.slotWritten.get(slot) ?? 0, end));
   }
 
   /** Copies the prompt's K/V (positions 0..P-1; a ring layer's whole ring) from the working cache to slot `slot`. */
   private copyPrompt(encoder: GPUCommandEncoder, slot: number, P: number): void {
     const from = this.cache;
-    const to = this.cacheOf(slot);
+    const step = this.slots!.step;
     for (let l = 0; l < from.keys.length; l++) {
       const bytes = from.rings[l] ? from.slotBytes(l) : P * from.rowBytes;
-      encoder.copyBufferToBuffer(from.keys[l]!, 0, to.keys[l]!, 0, bytes);
-      encoder.copyBufferToBuffer(from.values[l]!, 0, to.values[l]!, 0, bytes);
+      const to = step.slotKv(l, slot);
+      encoder.copyBufferToBuffer(from.keys[l]!, 0, to.keys, to.offset, bytes);
+      encoder.copyBufferToBuffer(from.values[l]!, 0, to.values, to.offset, bytes);
     }
-    to.resetWritten(Math.max(from.written, P));
+    this.slotWritten.set(slot, Math.max(from.written, P));
   }
 
   /**
@@ -401,20 +459,22 @@ export class LlamaGenerator implements TextGenerator {
   keepAnswer(slot: number, prompt: readonly number[], answer: readonly number[]): void {
     const P = prompt.length;
     if (this.destroyed || answer.length === 0 || !this.prefixCache.holdsPrefix(prompt)) return;
-    if (this.cache.ringed && this.cache.written > P) return;
+    const c = this.cache;
+    if (c.ringed && c.written > P) return;
     const release = this.lane.tryAcquire();
     if (!release) return;
-    const from = this.cacheOf(slot);
+    const step = this.slots!.step;
     const encoder = this.model.ctx.device.createCommandEncoder({ label: 'keep answer' });
-    for (let l = 0; l < from.keys.length; l++) {
-      const ring = from.rings[l] !== undefined;
-      const offset = ring ? 0 : P * from.rowBytes;
-      const bytes = ring ? from.slotBytes(l) : answer.length * from.rowBytes;
-      encoder.copyBufferToBuffer(from.keys[l]!, offset, this.cache.keys[l]!, offset, bytes);
-      encoder.copyBufferToBuffer(from.values[l]!, offset, this.cache.values[l]!, offset, bytes);
+    for (let l = 0; l < c.keys.length; l++) {
+      const ring = c.rings[l] !== undefined;
+      const offset = ring ? 0 : P * c.rowBytes;
+      const bytes = ring ? c.slotBytes(l) : answer.length * c.rowBytes;
+      const from = step.slotKv(l, slot);
+      encoder.copyBufferToBuffer(from.keys, from.offset + offset, c.keys[l]!, offset, bytes);
+      encoder.copyBufferToBuffer(from.values, from.offset + offset, c.values[l]!, offset, bytes);
     }
     this.model.ctx.device.queue.submit([encoder.finish()]);
-    this.cache.noteWritten(Math.max(P + answer.length, from.written));
+    c.noteWritten(Math.max(P + answer.length, this.slotWritten.get(slot) ?? 0));
     this.prefixCache.holds(prompt.concat(answer), undefined, P);
     void this.settleDecoded().catch(() => {}).finally(release);
   }
@@ -426,8 +486,7 @@ export class LlamaGenerator implements TextGenerator {
    */
   async restorePrompt(slot: number, tokens: readonly number[], keep: boolean, signal: AbortSignal | undefined): Promise<void> {
     const P = tokens.length;
-    const cache = this.cacheOf(slot);
-    if (!cache.ringed || ringsHoldPrompt(cache, P)) return;
+    if (!this.cache.ringed || ringsHoldPrompt(this.cache, P, this.slotWritten.get(slot) ?? 0)) return;
     const release = await this.lane.acquire(signal);
     try {
       this.checkLive(signal);
@@ -561,8 +620,9 @@ export class LlamaGenerator implements TextGenerator {
     if (this.destroyed) return;
     this.destroyed = true;
     this.slotWaiter?.();
-    const steps = [...this.slotSteps.values()];
-    const caches = [...this.slotCaches.values()];
+    const steps = this.slots ? [...this.slots.steps.values()] : [];
+    const caches = [this.cache, ...(this.slots?.caches ?? [])];
+    const batchStep = this.slots?.batched ? this.slots.step : undefined;
     const kits = [...this.kits];
     const batch = this.batchDecoder;
     void Promise.resolve(this.ready)
@@ -574,6 +634,7 @@ export class LlamaGenerator implements TextGenerator {
           for (const b of kit.staging) b.destroy();
         }
         batch?.destroy();
+        batchStep?.destroy();
       });
     for (const b of this.logitBuffers) b.destroy();
     this.prefillLogits.destroy();
@@ -583,9 +644,47 @@ export class LlamaGenerator implements TextGenerator {
   }
 }
 
-/** Whether every ring layer of a slot still holds the window before position P (the next sequence's first step reads it). */
-function ringsHoldPrompt(cache: KvCache, P: number): boolean {
-  return cache.rings.every((ring, l) => !ring || Math.max(0, P - cache.windows[l]! + 1) >= cache.written - ring.rows);
+/** Whether every ring layer of a slot (laid out as `cache`) whose positions are written up to `written` still holds the window before position P (the next sequence's first step reads it). */
+function ringsHoldPrompt(cache: KvCache, P: number, written: number): boolean {
+  return cache.rings.every((ring, l) => !ring || Math.max(0, P - cache.windows[l]! + 1) >= written - ring.rows);
+}
+
+/** The decode slots and the step that runs them (LlamaGenerator.makeSlots). */
+interface DecodeSlots {
+  readonly step: BatchDecodeStep;
+  /** Whether one batched kernel runs every row (else each row its own DecodeStep). */
+  readonly batched: boolean;
+  made(): number;
+  /** Makes another slot where slots are made on first use; false when there is none to make. */
+  make(): boolean;
+  /** A step of slot s alone, for a constrained sequence. */
+  solo(slot: number): DecodeStep;
+  /** The steps made for single slots, and the caches the slots live in (destroyed with the generator). */
+  readonly steps: Map<number, DecodeStep>;
+  readonly caches: KvCache[];
+}
+
+/**
+ * A DecodeStep over one row of a batched step (maxRows 1) in slot `slot`: what a constrained
+ * sequence decodes with. The step keeps its position on the GPU; a step at another position than
+ * the one after the last sets it first (a queue write, before the submit of the encoder).
+ */
+function soloDecodeStep(step: BatchDecodeStep, slot: number): DecodeStep {
+  let next = -1;
+  const logits = step.rowLogits(0);
+  const token = step.rowToken(0);
+  if (logits.offset !== 0 || token.offset !== 0) throw new Error('row 0 of a batched step is not at offset 0');
+  return {
+    tokenIn: token.buffer,
+    logits: logits.buffer,
+    dispatchCount: step.dispatchCount,
+    encodeStep(encoder: GPUCommandEncoder, position: number): void {
+      if (position !== next) step.setRows([{ slot, position }]);
+      step.encode(encoder);
+      next = position + 1;
+    },
+    destroy: () => step.destroy(),
+  };
 }
 
 /**
@@ -679,6 +778,7 @@ class LlamaSession implements GenerationSession {
     // In place: false while the prompt's K/V is being rewritten (the prefix cache then knows what is held).
     let promptHeld = true;
     let finished = false;
+    let stepsAllowed = 0;
     // Gives back what the sequence took, once: from its own end, or from close() while it is suspended at a token.
     const finish = () => {
       if (finished) return;
@@ -694,6 +794,8 @@ class LlamaSession implements GenerationSession {
         }
       }
       if (kit) generator.returnKit(kit);
+      // Its steps ran at positions P .. P + maxSteps - 2 at most (the last token is not run).
+      if (slot !== undefined && !inPlace && stepsAllowed > 0) generator.noteSlotWritten(slot, P + stepsAllowed - 1);
       if (slot !== undefined) {
         this.idleSlots.push(slot);
         this.slotWaiters.shift()?.();
@@ -702,9 +804,10 @@ class LlamaSession implements GenerationSession {
       this.releaseIfIdle();
     };
     try {
-      const cache = generator.cacheOf(0);
+      const cache = generator.workingCache;
       // Token s needs the model run at position P + s - 1 < capacity (s >= 1).
       const maxSteps = Math.min(options.maxTokens, cache.capacity - P);
+      stepsAllowed = maxSteps;
       if (maxSteps <= 0) return 'length';
       slot = await this.takeSlot(signal);
       if (inPlace) {

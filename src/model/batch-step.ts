@@ -69,6 +69,12 @@ export interface BatchDecodeStep {
    * slot p mod `slots`, at byte offset + (p mod slots) * bytes of `buffer`.
    */
   greedyRecords?(r: number): { buffer: GPUBuffer; offset: number; bytes: number; slots: number } | undefined;
+  /**
+   * Present where each step picks every row's greedy token (as greedyRecords says, for every row
+   * whether set `greedy` or not) into its rowToken, with row r's records from byte offset +
+   * r * slots * bytes. A sampler dispatched after the step overwrites rowToken for rows that sample.
+   */
+  readonly greedy?: { records: { buffer: GPUBuffer; offset: number; bytes: number; slots: number } };
   /** Dispatches one step records (for counters and benchmarks). */
   readonly dispatchCount: number;
   /** Frees the step's own buffers (not the cache). */

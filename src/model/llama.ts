@@ -7,6 +7,8 @@ import { Kernels, type DecodeArena, type KernelTuning } from '../gpu/kernels/ind
 import type { LlamaConfig } from './config.ts';
 import { createDecodeArena } from './decode-layers.ts';
 import { createLayeredBatchStep, type LayeredBatchOptions } from './batch-step-layers.ts';
+import { createFusedBatchStep } from './batch-step-fused.ts';
+import { isCpuAdapter } from '../gpu/device.ts';
 import type { BatchDecodeStep } from './batch-step.ts';
 import { createDecodeStep, type DecodeStep, type DecodeStepOptions } from './decode-step.ts';
 import { Activations, activationFloatsPerToken, recordForward, type LlamaParts } from './forward.ts';
@@ -222,6 +224,26 @@ export class LlamaModel {
    */
   createLayeredBatchStep(cache: KvCache, options: LayeredBatchOptions): BatchDecodeStep | string {
     return createLayeredBatchStep({ ...this.parts, decodeArena: () => this.decodeArena() }, cache, options);
+  }
+
+  /** The fused path's step of many sequences at once (createFusedBatchStep); or why this model cannot take it. */
+  createFusedBatchStep(cache: KvCache, options: { maxRows: number; vocabRows?: number }): BatchDecodeStep | string {
+    return createFusedBatchStep(this.parts, cache, options);
+  }
+
+  /**
+   * The step of many sequences at once this model decodes with on this device, each row in a slot
+   * of `cache` (a KvCache with slots); or why none runs it (then each sequence takes its own
+   * DecodeStep: batch-step-each.ts). The decode-layer kernel where the model takes it (CPU
+   * adapters, small layers); on GPUs the fused kernels, which read each weight once for every row.
+   * On CPU adapters the fused path's rows cost what separate steps cost (the work there is the
+   * arithmetic, not the weights' reads), so those keep separate steps.
+   */
+  createBatchStep(cache: KvCache, options: { maxRows: number; vocabRows?: number }): BatchDecodeStep | string {
+    const layered = this.createLayeredBatchStep(cache, options);
+    if (typeof layered !== 'string') return layered;
+    if (isCpuAdapter(this.ctx.adapter)) return `on a CPU adapter: ${layered}`;
+    return this.createFusedBatchStep(cache, options);
   }
 
   /** The decode layers' matrices in one buffer (createDecodeArena), made on first use and kept. */
