@@ -179,13 +179,14 @@ describe('completions', () => {
 });
 
 describe('sessions', () => {
-  it('runs the n sequences of a prompt in ONE session, one after another, indexes 0..n-1', async () => {
+  it('runs the n sequences of a prompt in ONE session, at once (rows of the batch), indexes 0..n-1', async () => {
     const { generator } = fakeEngine();
     const r = (await createCompletion(generator, { model: 'fake', prompt: PROMPT, n: 3, seed: 1, max_tokens: 4 })) as CompletionResponse;
     expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2]);
     expect(generator.sessions).toHaveLength(1);
+    expect(generator.sessions[0]!.sequences).toBe(3);
     expect(generator.sequences.map((s) => s.options.index)).toEqual([0, 1, 2]);
-    expect(generator.events.map((e) => e.kind)).toEqual(['open', 'start', 'end', 'start', 'end', 'start', 'end', 'close']);
+    expect(generator.events.map((e) => e.kind)).toEqual(['open', 'start', 'start', 'start', 'end', 'end', 'end', 'close']);
   });
 
   it('opens one session per prompt of a batch, in order; best_of candidates share it', async () => {
@@ -237,7 +238,9 @@ describe('sessions', () => {
       name: 'AbortError',
     });
     expect(slow.active).toBe(0);
-    expect(slow.sequences).toHaveLength(1);
+    // The three decoded at once; the abort ended every one.
+    expect(slow.sequences).toHaveLength(3);
+    expect(slow.endings.map((e) => e.how)).toEqual(['aborted', 'aborted', 'aborted']);
 
     const streamed = fakeEngine({ script: ' a'.repeat(40) }).generator;
     const chunks = (await createCompletion(streamed, { model: 'fake', prompt: PROMPT, n: 2, max_tokens: 40, stream: true })) as AsyncIterable<CompletionChunk>;

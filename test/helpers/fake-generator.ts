@@ -421,7 +421,8 @@ export class FakeGenerator implements TextGenerator {
     }
     const release = await this.scheduler.acquire(signal);
     let closed = false;
-    let running = false;
+    // Sequences decode at once, as the engine's batch runs them.
+    let running = 0;
     this.events.push({ kind: 'open', request });
     const close = () => {
       if (closed) return;
@@ -452,8 +453,7 @@ export class FakeGenerator implements TextGenerator {
 
     async function* sequence(options: SequenceOptions): AsyncGenerator<GeneratedToken, FinishReason, void> {
       if (closed) throw new Error('the session is closed');
-      if (running) throw new Error('another sequence of this session is running');
-      running = true;
+      running++;
       generator.events.push({ kind: 'start', request, options });
       const script = generator.script({ session: request, sequence: options });
       const random = mulberry32(sequenceSeed(seed, options.index));
@@ -510,7 +510,7 @@ export class FakeGenerator implements TextGenerator {
         how = signal?.aborted ? 'aborted' : 'failed';
         throw err;
       } finally {
-        running = false;
+        running--;
         generator.events.push({ kind: 'end', how, tokens: generated.length, ids: [...generated] });
       }
     }
