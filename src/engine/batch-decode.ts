@@ -72,6 +72,8 @@ export class BatchDecoder {
   private readonly rows: Row[] = [];
   private readonly inFlight: Round[] = [];
   private readonly staging: GPUBuffer[];
+  /** Rows' tokens on their way to other rows (submitRound). */
+  private readonly moveScratch: GPUBuffer;
   private rounds = 0;
   private stepMs: number | undefined;
   private lastResolved: number | undefined;
@@ -87,6 +89,7 @@ export class BatchDecoder {
     const size = step.maxRows * recordSlots * RECORD_BYTES;
     const staging = () => device.createBuffer({ label: 'batch_records_readback', size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
     this.staging = [staging(), staging()];
+    this.moveScratch = device.createBuffer({ label: 'batch_token_moves', size: 4 * step.maxRows, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
   }
 
   /** Rows decoding now (joined and not yet gone). */
@@ -226,12 +229,15 @@ export class BatchDecoder {
     // Rows whose step picks their greedy tokens: no sampler after their model steps.
     const picks = rows.map((row, b) => (steps > 0 && row.seq.greedy ? greedyRecordsOf(step, b) : undefined));
     const encoder = this.device.createCommandEncoder({ label: `batch round ${this.rounds}` });
-    // A row that moved to another row carries its next token there.
-    rows.forEach((row, b) => {
+    // A row that moved to another row carries its next token there, through the scratch buffer
+    // (a copy within one buffer is not allowed, and a move may overwrite another's source).
+    const moves = rows.flatMap((_, b) => {
       const from = oldTokens[b];
       const to = step.rowToken(b);
-      if (from && !sameRegion(from, to)) encoder.copyBufferToBuffer(from.buffer, from.offset, to.buffer, to.offset, 4);
+      return from && !sameRegion(from, to) ? [{ from, to, b }] : [];
     });
+    for (const { from, b } of moves) encoder.copyBufferToBuffer(from.buffer, from.offset, this.moveScratch, 4 * b, 4);
+    for (const { to, b } of moves) encoder.copyBufferToBuffer(this.moveScratch, 4 * b, to.buffer, to.offset, 4);
     const inPass = step.encodeInPass;
     if (inPass && steps > 0) step.beginPass?.(encoder, steps);
     const pass = inPass ? encoder.beginComputePass({ label: 'batch steps' }) : undefined;
@@ -288,7 +294,7 @@ export class BatchDecoder {
   }
 
   destroy(): void {
-    for (const b of this.staging) b.destroy();
+    for (const b of [...this.staging, this.moveScratch]) b.destroy();
   }
 }
 

@@ -70,6 +70,12 @@ export interface LlamaGeneratorOptions {
    * (the least memory: no slots, no copies).
    */
   maxConcurrentSequences?: number;
+  /**
+   * Which step runs the batch: 'auto' (LlamaModel.createBatchStep: the batched kernel the model
+   * and device take, else separate steps), 'fused' (the fused kernels' batched step wherever it
+   * runs), 'separate' (each row its own DecodeStep). For tests and measurements; default 'auto'.
+   */
+  batchStep?: 'auto' | 'fused' | 'separate';
 }
 
 /** Bytes of logits one prefill pass may return when every position's logits are read back. */
@@ -100,6 +106,7 @@ export class LlamaGenerator implements TextGenerator {
   private destroyed = false;
   /** Sequences that decode at once; 1: in the working cache, the session keeping the lane. */
   readonly maxConcurrentSequences: number;
+  private readonly batchStepKind: NonNullable<LlamaGeneratorOptions['batchStep']>;
   /** Decode slots that could not be made (out of memory) cap the batch here. */
   private slotLimit: number;
   /** The decode slots and the step that runs them, made by prepare(). */
@@ -130,6 +137,7 @@ export class LlamaGenerator implements TextGenerator {
     const concurrent = options.maxConcurrentSequences ?? DEFAULT_MAX_CONCURRENT_SEQUENCES;
     if (!(Number.isInteger(concurrent) && concurrent >= 1)) throw new RangeError(`maxConcurrentSequences must be an integer >= 1, got ${concurrent}`);
     this.maxConcurrentSequences = concurrent;
+    this.batchStepKind = options.batchStep ?? 'auto';
     this.slotLimit = concurrent;
     this.lane = new Scheduler(options.maxQueued);
     this.prefillChunkTokens = options.prefillChunkTokens;
@@ -282,20 +290,30 @@ export class LlamaGenerator implements TextGenerator {
       return step;
     };
     const N = this.maxConcurrentSequences;
+    const kind = this.batchStepKind;
+    const stepFor = (cache: KvCache, maxRows: number) =>
+      kind === 'separate' ? 'separate steps asked for' : kind === 'fused' ? model.createFusedBatchStep(cache, { maxRows, vocabRows }) : model.createBatchStep(cache, { maxRows, vocabRows });
     if (this.serial) {
+      // The one slot is the working cache: the same kernel as with slots, so a request gives the same either way.
+      const one = stepFor(c, 1);
+      if (typeof one !== 'string') {
+        const solo = soloDecodeStep(one, 0);
+        return { step: one, batched: true, made: () => 1, make: () => true, solo: () => solo, steps: new Map([[0, solo]]), caches: [] };
+      }
       const step = new PerSequenceBatchStep(1, () => c, (s) => ownStep(c, s), 1);
       return { step, batched: false, made: () => 1, make: () => true, solo: (s) => ownStep(c, s), steps: own, caches: [] };
     }
     const passTokens = c.ringed ? c.maxPassTokens : undefined;
     const slotted = model.createKvCache(c.capacity, c.kvDType, passTokens, N);
-    const batched = model.createBatchStep(slotted, { maxRows: N, vocabRows });
+    const create = (maxRows: number) => stepFor(slotted, maxRows);
+    const batched = create(N);
     if (typeof batched !== 'string') {
       for (let slot = 0; slot < N; slot++) this.freeSlots.push(slot);
       const solos = new Map<number, DecodeStep>();
       const solo = (slot: number): DecodeStep => {
         let step = solos.get(slot);
         if (!step) {
-          const one = model.createBatchStep(slotted, { maxRows: 1, vocabRows });
+          const one = create(1);
           if (typeof one === 'string') throw new Error(`no step of one row: ${one}`);
           solos.set(slot, (step = soloDecodeStep(one, slot)));
         }
@@ -816,6 +834,8 @@ class LlamaSession implements GenerationSession {
         promptHeld = false;
         await generator.restoreInPlace(promptTokens, this.keep, signal);
         promptHeld = true;
+        // Its steps write positions up to P + maxSteps - 2 (the rings' history: a batched step keeps no count).
+        cache.noteWritten(P + maxSteps - 1);
       } else {
         // A sequence before this one in the slot may have overwritten ring rows of the prompt.
         await generator.restorePrompt(slot, promptTokens, this.keep, signal);

@@ -15,7 +15,8 @@ import { IdTokenizer } from '../helpers/id-tokenizer.ts';
 import { ScriptedConstraint, type ConstraintScript } from '../helpers/scripted-constraint.ts';
 
 const CAPACITY = 64;
-const config: LlamaConfig = tinyConfig({ vocabSize: 97, contextLength: 64 });
+/** FFN a multiple of 4: the decode layer kernel takes it (its rows variant runs the batch on this CPU adapter). */
+const config: LlamaConfig = tinyConfig({ vocabSize: 97, contextLength: 64, intermediateSize: 64 });
 const V = config.vocabSize;
 const info: ModelInfo = { id: 'random', aliases: [], architecture: 'llama', contextLength: CAPACITY, vocabSize: V, format: 'gguf', created: 0 };
 
@@ -83,14 +84,23 @@ const JOBS: Job[] = [
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-describe.each(['f32', 'f16'] as KvDType[])('many requests at once (%s KV)', (kvDType) => {
+type BatchKind = 'auto' | 'fused' | 'separate';
+/** The batch's step: the decode layer kernel's rows (auto, here), the fused kernels' batched step, a DecodeStep a row. */
+const KINDS: [KvDType, BatchKind][] = [
+  ['f32', 'auto'],
+  ['f16', 'auto'],
+  ['f16', 'fused'],
+  ['f32', 'separate'],
+];
+
+describe.each(KINDS)('many requests at once (%s KV, %s batch step)', (kvDType, batchStep) => {
   let model: LlamaModel;
   let g: LlamaGenerator;
   const made: LlamaGenerator[] = [];
   let alone: Run[];
 
   function generator(options: ConstructorParameters<typeof LlamaGenerator>[4] = {}): LlamaGenerator {
-    const made1 = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY, kvDType), { maxQueued: 16, ...options });
+    const made1 = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY, kvDType), { maxQueued: 16, batchStep, ...options });
     made.push(made1);
     return made1;
   }
@@ -108,6 +118,8 @@ describe.each(['f32', 'f16'] as KvDType[])('many requests at once (%s KV)', (kvD
   });
 
   it('each request gives alone, bit for bit, what it gives beside 1..7 others, at any place in the batch', async () => {
+    // One kernel runs every row, or each row its own step.
+    expect(g.slotStats.batched).toBe(batchStep !== 'separate');
     for (const size of [2, 5, 8]) {
       const together = await Promise.all(JOBS.slice(0, size).map((job) => run(g, job)));
       together.forEach((r, i) => expectSame(r, alone[i]!, `batch of ${size}, request ${i}`));
