@@ -75,8 +75,8 @@ describe('a lost GPU device', () => {
     });
     await expect(loadGenerator({ ...ctx, device }, filesFromPath(STORIES_GGUF))).rejects.toThrow(/ran out of memory loading stories260K.*fake: allocation failed/);
     expect(made.length).toBeGreaterThan(0);
-    // The decode step's, the sampler's and the read-back buffers too: made by the load, inside its scopes.
-    expect(made.map((b) => b.label)).toEqual(expect.arrayContaining(['decode_positions', 'decode_records_readback']));
+    // The batch's step and read-back buffers, the sampler's too: made by the load, inside its scopes.
+    expect(made.map((b) => b.label)).toEqual(expect.arrayContaining(['batch_tokens', 'batch_records_readback', 'decode_records_readback']));
     expect(made.filter((b) => !freed.has(b)).map((b) => b.label)).toEqual([]);
   });
 
