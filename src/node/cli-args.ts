@@ -12,6 +12,7 @@ export const OPTIONS = {
   id: { type: 'string', multiple: true },
   'weight-storage': { type: 'string' },
   'max-model-len': { type: 'string' },
+  'max-num-seqs': { type: 'string' },
   'prefix-cache-mib': { type: 'string' },
   'no-prefix-cache': { type: 'boolean' },
   'chat-template': { type: 'string', multiple: true },
@@ -98,6 +99,16 @@ export function numberOption(name: string, value: string | undefined, integer: b
   if (value === undefined) return undefined;
   const n = parseDecimal(value, integer);
   if (n === undefined) throw new UsageError(`--${name} must be ${integer ? 'an integer' : 'a number'}, got '${value}'`);
+  return n;
+}
+
+/** --max-num-seqs N (vLLM's name): sequences that decode at once, a positive integer; undefined when not given. */
+export function maxNumSeqsOption(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = parseDecimal(value, true);
+  if (n === undefined || n < 1 || n > 1024) {
+    throw new UsageError(`--max-num-seqs must be an integer in 1..1024 (sequences that decode at once), got '${value}'`);
+  }
   return n;
 }
 

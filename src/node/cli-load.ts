@@ -19,6 +19,8 @@ export interface CliLoadOptions {
   weightStorage?: WeightStorage;
   /** --max-model-len: the context length (positions of the KV cache) the model is loaded with. */
   contextLength?: number;
+  /** --max-num-seqs: sequences that decode at once (LoadOptions.maxConcurrentSequences). */
+  maxConcurrentSequences?: number;
   /** The text of --chat-template's file. */
   chatTemplate?: string;
   toolCallFormat?: ToolCallFormat;

@@ -12,7 +12,7 @@ import { validateChatRequest } from '../api/chat-schema.ts';
 import { validateCompletionRequest } from '../api/schema.ts';
 import { TOOL_CALL_FORMATS, type ToolCallFormat } from '../api/tool-parsers.ts';
 import { WEIGHT_STORAGES, type WeightStorage } from '../model/weights.ts';
-import { given, maxModelLenOption, numberOption, parseCommandLine, perModel, refuseFlags, SAMPLING_FLAGS, samplingParams, UsageError, type Values } from './cli-args.ts';
+import { given, maxModelLenOption, maxNumSeqsOption, numberOption, parseCommandLine, perModel, refuseFlags, SAMPLING_FLAGS, samplingParams, UsageError, type Values } from './cli-args.ts';
 import { chat } from './cli-chat.ts';
 import {
   accessTokenFor,
@@ -39,7 +39,8 @@ const SAMPLING_USAGE = `[--max-tokens N] [--temperature T] [--top-p P] [--seed S
 
 export const USAGE = `Usage:
   webgpu-llama serve --model PATH [--model PATH]... [--id NAME]... [--weight-storage TYPE]
-                     [--max-model-len N] [--chat-template FILE]... [--tool-call-format FORMAT]...
+                     [--max-model-len N] [--max-num-seqs N]
+                     [--chat-template FILE]... [--tool-call-format FORMAT]...
                      [--no-reasoning]
                      [--prefix-cache-mib N | --no-prefix-cache]
                      [--host HOST] [--port PORT] [--api-key KEY]...
@@ -103,6 +104,9 @@ used in place of the model's own (for a model that has none, or to change it).
 --max-model-len N (vLLM's name) is the context length each model is loaded with: the positions its
 KV cache holds, prompt and completion together (default: the model's own, at most 4096). GET
 /v1/models shows it as max_model_len; a longer context costs more GPU memory (the KV cache).
+--max-num-seqs N (vLLM's name, serve) is how many sequences decode at once, each model: requests
+(and the n choices of one) run together as rows of one batch, each in a KV cache of its own beside
+the working one (default 8; 1: one request at a time, with no extra KV cache). More wait in turn.
 --prefix-cache-mib N is the GPU memory (MiB, each model) for the K/V of earlier conversations kept
 for reuse (the prefix cache: a request whose tokens begin with cached ones prefills only the rest;
 the last request's K/V is reused in any case). Default: the KV cache's size. --no-prefix-cache
@@ -191,7 +195,7 @@ function checkFlagsOf(command: Command, values: Values): void {
     refuseFlags(values, SAMPLING_FLAGS, command, () => "for 'complete' and 'chat'");
     return;
   }
-  refuseFlags(values, ['host', 'port', 'allow-origin', 'allow-host', 'api-key', 'tool-call-format'], command, forServe);
+  refuseFlags(values, ['host', 'port', 'allow-origin', 'allow-host', 'api-key', 'tool-call-format', 'max-num-seqs'], command, forServe);
   if (command === 'complete') {
     refuseFlags(values, ['system'], command, () => "for 'chat'");
     refuseFlags(values, ['chat-template', 'no-reasoning'], command, () => "for 'serve' and 'chat' (complete sends no messages)");
@@ -260,6 +264,7 @@ async function modelLoadOptions(values: Values, models: readonly CliModelSource[
   const formats = perModel('tool-call-format', values['tool-call-format'], count);
   const prefixCache = prefixCacheOptions(values);
   const contextLength = maxModelLenOption(values['max-model-len']);
+  const maxConcurrentSequences = maxNumSeqsOption(values['max-num-seqs']);
   return models.map((model, i) => {
     const accessToken = accessTokenFor(model, env);
     const chatTemplate = templateFiles[i] === undefined ? undefined : texts.get(templateFiles[i]!);
@@ -267,6 +272,7 @@ async function modelLoadOptions(values: Values, models: readonly CliModelSource[
       ...(ids === undefined ? {} : { id: ids[i]! }),
       ...(weightStorage === undefined ? {} : { weightStorage: weightStorage as WeightStorage }),
       ...(contextLength === undefined ? {} : { contextLength }),
+      ...(maxConcurrentSequences === undefined ? {} : { maxConcurrentSequences }),
       ...(chatTemplate === undefined ? {} : { chatTemplate }),
       ...(formats[i] === undefined ? {} : { toolCallFormat: formats[i] as ToolCallFormat }),
       ...(values['no-reasoning'] ? { reasoning: false } : {}),

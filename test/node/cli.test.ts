@@ -322,6 +322,22 @@ describe('serve, several models', () => {
     }
   });
 
+  it('loads every model with --max-num-seqs as its sequences at once; refuses it outside serve and what is not an integer in 1..1024', async () => {
+    const served = await serveModels(['--model', 'x/a.gguf', '--model', 'y/b', '--max-num-seqs', '4']);
+    await vi.waitFor(() => expect(served.out.join('')).toContain("serving 'a', 'b'"));
+    expect(served.loads).toEqual([['x/a.gguf', { maxConcurrentSequences: 4 }], ['y/b', { maxConcurrentSequences: 4 }]]);
+    await served.stop();
+    const t = io();
+    expect(await runCli(['complete', '--model', 'a.gguf', '--prompt', PROMPT, '--max-num-seqs', '2'], t.io)).toBe(1);
+    expect(t.err.join('')).toContain('--max-num-seqs');
+    for (const bad of ['0', '1.5', '2000', 'many']) {
+      const b = io();
+      expect(await runCli(['serve', '--model', 'a.gguf', '--max-num-seqs', bad], b.io), bad).toBe(1);
+      expect(b.err.join('')).toContain(`--max-num-seqs must be an integer in 1..1024 (sequences that decode at once), got '${bad}'`);
+      expect(b.loads).toEqual([]);
+    }
+  });
+
   it('takes the ids from the file names without --id, and --chat-template once for all or once each', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'webgpu-llama-cli-'));
     try {
