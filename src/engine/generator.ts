@@ -87,6 +87,11 @@ const MAX_ALL_LOGITS_BYTES = 64 * 1024 * 1024;
  * matmul is as efficient in one pass as in chunks.
  */
 export const DEFAULT_PREFILL_CHUNK_TOKENS = 512;
+/**
+ * Prompt tokens a prefill pass takes at most while other sequences decode (after its first pass,
+ * which takes DEFAULT_PREFILL_CHUNK_TOKENS): measured in docs/performance.md#many-requests-at-once.
+ */
+export const BUSY_PREFILL_CHUNK_TOKENS = 128;
 /** Sequences decoding at once by default (LlamaGeneratorOptions.maxConcurrentSequences). */
 export const DEFAULT_MAX_CONCURRENT_SEQUENCES = 8;
 
@@ -100,6 +105,8 @@ export class LlamaGenerator implements TextGenerator {
   /** The working cache and the prefill: one request at a time, the others in a bounded queue. */
   private readonly lane: Scheduler;
   private readonly prefillChunkTokens: number | undefined;
+  /** BUSY_PREFILL_CHUNK_TOKENS, or less where prefillChunkTokens asks (measurements may set it). */
+  private busyPrefillChunkTokens = BUSY_PREFILL_CHUNK_TOKENS;
   /** The last prompt position's logits, left on the GPU by the prefill, copied to the session's own buffer. */
   private readonly prefillLogits: GPUBuffer;
   private readonly prefixCache: PrefixCache;
@@ -546,11 +553,19 @@ export class LlamaGenerator implements TextGenerator {
     const P = tokens.length;
     const vocab = this.model.config.vocabSize;
     const allLogits = request.promptLogprobs === true;
-    const chunk = this.prefillChunk(allLogits);
     const promptLogprobs: (GeneratedToken | null)[] | undefined = allLogits ? [null] : undefined;
-    for (let start = from; start < P; start += chunk) {
-      if (start > from) this.checkLive(signal);
-      const part = tokens.slice(start, start + chunk);
+    const chunk = this.prefillChunk(allLogits);
+    for (let start = from; start < P; ) {
+      // While other sequences decode, passes are shorter and each waits for the GPU to finish the
+      // one before: the batch's rounds run between them, so a long prompt stalls the streams a
+      // pass at a time, never for its whole length (a prompt gives the same K/V and logits however
+      // it is split).
+      const busy = this.decoding > 0;
+      if (start > from) {
+        this.checkLive(signal);
+        if (busy) await this.model.ctx.device.queue.onSubmittedWorkDone();
+      }
+      const part = tokens.slice(start, start + (busy ? Math.min(chunk, this.busyPrefillChunkTokens) : chunk));
       const last = start + part.length === P;
       const logits = await this.model.forward(part, start, this.cache, {
         allLogits,
@@ -558,13 +573,15 @@ export class LlamaGenerator implements TextGenerator {
         ...(last ? { lastLogitsTo: this.prefillLogits } : {}),
       });
       if (keep) this.prefixCache.holds(tokens, start + part.length);
-      if (!allLogits || !logits) continue;
-      for (let r = 0; r < part.length; r++) {
-        const position = start + r;
-        if (position + 1 >= P) break;
-        const row = logits.subarray(r * vocab, r * vocab + this.sampledVocab);
-        promptLogprobs!.push(scoreToken(row, tokens[position + 1], request.logprobs, logSumExp(row)));
+      if (allLogits && logits) {
+        for (let r = 0; r < part.length; r++) {
+          const position = start + r;
+          if (position + 1 >= P) break;
+          const row = logits.subarray(r * vocab, r * vocab + this.sampledVocab);
+          promptLogprobs!.push(scoreToken(row, tokens[position + 1], request.logprobs, logSumExp(row)));
+        }
       }
+      start += part.length;
     }
     return promptLogprobs;
   }
