@@ -240,26 +240,11 @@ async function decodeStepLogits(model: LlamaModel, cache: KvCache, prompt: numbe
   }
 }
 
-/** referenceLogits' results by config and weights (objects) and by cache type and tokens. */
-const referenceMemo = new WeakMap<LlamaConfig, WeakMap<CpuLlamaWeights, Map<string, Float32Array[]>>>();
-
-/**
- * The CPU reference's logits of `prompt` then of each decode token, from a fresh cache. Each decode
- * path of a test runs the same tokens: computed once per config, weights, cache type and tokens
- * (float64 over Gemma 3's 262144-row head, it took a good part of the test).
- */
+/** The CPU reference's logits of `prompt` then of each decode token, from a fresh cache. */
 function referenceLogits(config: LlamaConfig, weights: CpuLlamaWeights, kvDType: 'f16' | 'f32', prompt: number[], tokens: number[]): Float32Array[] {
-  if (!referenceMemo.has(config)) referenceMemo.set(config, new WeakMap());
-  const byWeights = referenceMemo.get(config)!;
-  if (!byWeights.has(weights)) byWeights.set(weights, new Map());
-  const memo = byWeights.get(weights)!;
-  const key = `${kvDType} ${prompt.join(',')} / ${tokens.join(',')}`;
-  const known = memo.get(key);
-  if (known) return known;
   const cpu = new CpuLlama(config, weights, 64, kvDType);
   const out = [cpu.forward(prompt, 0)];
   tokens.forEach((t, i) => out.push(cpu.forward([t], prompt.length + i)));
-  memo.set(key, out);
   return out;
 }
 
