@@ -12,14 +12,8 @@ import { tempModels } from '../helpers/temp-models.ts';
 
 const models = tempModels();
 
-
-// Qwen3's model (the real Qwen3 vocabulary) reuses 2 tokens fewer than it holds on turn 4 with an
-// f32 cache (73 of 75, after a turn ended by a stop string): outputs still equal the uncached
-// requests, but the reuse is short. An open bug, left out here until it is fixed.
-const MULTI_TURN_FAMILIES = FAMILIES.filter((family) => family !== 'qwen3');
-
 describe.each(['f32', 'f16'] as KvDType[])('multi-turn conversations, %s KV cache', (kvCacheDType) => {
-  for (const family of MULTI_TURN_FAMILIES) {
+  for (const family of FAMILIES) {
     it(`${family}: chat turns reuse the conversation and equal the uncached requests`, async () => {
       const dir = models.dir(`webgpu-llama-prefix-${family}-`);
       generateModel({ family, shape: 'tiny', out: dir, seed: 8, dtype: 'f32' });

@@ -1,8 +1,8 @@
 // The structured-output guarantee, proven on real decoding: for every structure in
 // test/fixtures/structured-cases.ts (22 JSON schemas, 5 regexes, 3 choice lists, 2 grammars), on a
 // random-weight model (llama-2-tiny-random: Llama 2's 32,000-token vocabulary, gibberish weights)
-// and on stories260K (a trained model with a 512-token byte-fallback vocabulary), 25 sequences
-// (n = 25, one random stream each) at temperature 1: every output that ends with finish_reason
+// and on stories260K (a trained model with a 512-token byte-fallback vocabulary), 12 sequences
+// (n = 12, one random stream each) at temperature 1: every output that ends with finish_reason
 // "stop" is valid, checked independently of XGrammar (ajv with formats for the schemas, RegExp,
 // the choice list, a parser per grammar). Outputs cut by max_tokens ("length") may be incomplete,
 // as in OpenAI's API; a share of them must stop, or the check would prove nothing.
@@ -14,7 +14,7 @@ import { loadModelFromPath } from '../../src/node/index.ts';
 import { STRUCTURED_CASES } from '../fixtures/structured-cases.ts';
 import { STORIES_GGUF, TINY_GGUF } from '../helpers/model-files.ts';
 
-const SEQUENCES = 25;
+const SEQUENCES = 12;
 const MAX_TOKENS = 48;
 
 const ajv = new Ajv2020({ strict: false, allErrors: true });
@@ -70,6 +70,7 @@ for (const [label, path, prompt] of MODELS) {
       const cases = [...stoppedPerCase.values()];
       expect(cases).toHaveLength(STRUCTURED_CASES.length);
       const total = cases.reduce((a, b) => a + b, 0);
+      console.log(`${label}: ${total} of ${cases.length * SEQUENCES} outputs stopped; per structure ${JSON.stringify(Object.fromEntries(stoppedPerCase))}`);
       // Choices, enums, numbers and short regexes end within a few tokens on any model.
       expect(cases.filter((n) => n > 0).length, JSON.stringify(Object.fromEntries(stoppedPerCase))).toBeGreaterThanOrEqual(10);
       expect(total).toBeGreaterThanOrEqual(100);

@@ -44,8 +44,7 @@ test.describe.serial('prefix cache in the page', () => {
     });
 
     test(`every family, ${kvCacheDType} KV: chat turns reuse the conversation and equal the uncached requests`, async () => {
-      // Qwen3 is left out as in test/api/prefix-cache.test.ts (its reuse is 2 tokens short on one turn: an open bug).
-      for (const family of FAMILIES.filter((f) => f !== 'qwen3')) {
+      for (const family of FAMILIES) {
         const turns = await run({ url: `/@fs${join(modelsDir, family)}/`, kvCacheDType, endpoint: 'chat', turns: 3, chatTemplate: CHATML_TEMPLATE });
         expect(turnProblems(turns), family).toEqual([]);
       }

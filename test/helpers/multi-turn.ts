@@ -57,12 +57,26 @@ function recording(generator: TextGenerator): { generator: TextGenerator; sessio
   return { generator: wrapped, sessions };
 }
 
+/**
+ * Records each id `tokens` yields. Stopped early (the API's `tokens.return()` after a stop string),
+ * it ends `tokens` too: a generator that drives another by next() does not close it on return(),
+ * and the engine's sequence learns what it wrote to the KV cache only as it ends, so left
+ * suspended it would hold the prompt alone, shorter than what held() expects.
+ */
 async function* tap(tokens: AsyncGenerator<GeneratedToken, FinishReason, void>, ids: number[]): AsyncGenerator<GeneratedToken, FinishReason, void> {
-  for (;;) {
-    const step = await tokens.next();
-    if (step.done) return step.value;
-    ids.push(step.value.id);
-    yield step.value;
+  let done = false;
+  try {
+    for (;;) {
+      const step = await tokens.next();
+      if (step.done) {
+        done = true;
+        return step.value;
+      }
+      ids.push(step.value.id);
+      yield step.value;
+    }
+  } finally {
+    if (!done) await tokens.return('stop');
   }
 }
 

@@ -106,6 +106,17 @@ describe('KvCache rings', () => {
 });
 
 /**
+ * `got` equal to `want` bit for bit. Compared as words first: toEqual over Gemma 3's 262144 logits a
+ * position took seconds a test; it runs only to report a difference.
+ */
+function expectBitEqual(got: Float32Array, want: Float32Array, what: string): void {
+  const [a, b] = [got, want].map((x) => new Uint32Array(x.buffer, x.byteOffset, x.length));
+  if (a!.length === b!.length && a!.every((v, i) => v === b![i])) return;
+  expect(Array.from(got), what).toEqual(Array.from(want));
+  expect.unreachable(`${what}: bits differ (a -0 against 0, or NaNs)`);
+}
+
+/**
  * Runs a prompt of `promptLength` random tokens and decodes to `capacity` on caches with rings
  * (passes of passTokens) and without: forward() in passes (the ring's split by forward itself),
  * then forward() a token at a time, the reusable decode step (decode_layer.wgsl where the tuning
@@ -129,7 +140,7 @@ async function expectRingEqualsFull(model: LlamaModel, kvDType: KvDType, passTok
   const ringLogits = await model.forward(prompt, 0, ring, { allLogits: true });
   const joined = new Float32Array(fullLogits.reduce((n, l) => n + l.length, 0));
   fullLogits.reduce((at, l) => (joined.set(l, at), at + l.length), 0);
-  expect(Array.from(ringLogits)).toEqual(Array.from(joined));
+  expectBitEqual(ringLogits, joined, 'prefill');
   // A pass longer than the ring takes is refused by the kernels, not run wrong.
   const l0 = ring.rings.findIndex((r) => r);
   const [window, rows] = [ring.windows[l0]!, ring.rows[l0]!];
@@ -169,7 +180,7 @@ async function expectRingEqualsFull(model: LlamaModel, kvDType: KvDType, passTok
         got[kind].push(await readF32(device, step.logits, config.vocabSize));
       }
     }
-    for (let i = 0; i < 3; i++) expect(Array.from(got.ring[i]!), `${kvDType}, position ${pos}, path ${i}`).toEqual(Array.from(got.full[i]!));
+    for (let i = 0; i < 3; i++) expectBitEqual(got.ring[i]!, got.full[i]!, `${kvDType}, position ${pos}, path ${i}`);
   }
   for (const st of [...steps.ring, ...steps.full]) st.destroy();
   for (const c of [...caches.ring, ...caches.full]) c.destroy();
