@@ -212,18 +212,26 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
  * within memoryBudgetBytes, what the model leaves of it (an explicit size that does not fit is an
  * error). 0 when the prefix cache is off.
  */
+/** GPU memory the decode slots take at most when maxConcurrentSequences is not given. */
+const DEFAULT_SLOTS_BYTES = 512 * 2 ** 20;
+
 /**
- * Sequences that decode at once: the option (default DEFAULT_MAX_CONCURRENT_SEQUENCES), and with a
- * memory budget at most as many KV slots as fit in what the model and the prefix cache leave (one
- * fitting or none: 1, decoding in the working cache).
+ * Sequences that decode at once: the option, else DEFAULT_MAX_CONCURRENT_SEQUENCES as far as their
+ * KV slots fit in DEFAULT_SLOTS_BYTES; with a memory budget, at most as many slots as fit in what
+ * the model and the prefix cache leave. Fewer than 2 unasked (or none fitting): 1, decoding in the
+ * working cache with no slots.
  */
 function concurrencyBudget(options: LoadOptions, estimate: MemoryEstimate, prefixCacheBytes: number): number {
-  const wanted = options.maxConcurrentSequences ?? DEFAULT_MAX_CONCURRENT_SEQUENCES;
-  if (!(Number.isInteger(wanted) && wanted >= 1 && wanted <= 1024)) throw new Error(`maxConcurrentSequences must be an integer in 1..1024, got ${wanted}`);
-  if (options.memoryBudgetBytes === undefined || wanted === 1) return wanted;
-  const left = options.memoryBudgetBytes - estimate.totalBytes - prefixCacheBytes;
-  const slots = Math.floor(left / Math.max(1, estimate.kvCacheBytes));
-  return slots >= 2 ? Math.min(wanted, slots) : 1;
+  const asked = options.maxConcurrentSequences;
+  if (asked !== undefined && !(Number.isInteger(asked) && asked >= 1 && asked <= 1024)) throw new Error(`maxConcurrentSequences must be an integer in 1..1024, got ${asked}`);
+  const slotBytes = Math.max(1, estimate.kvCacheBytes);
+  // Unasked, the slots take at most DEFAULT_SLOTS_BYTES: a long context gets fewer of them.
+  let wanted = asked ?? Math.min(DEFAULT_MAX_CONCURRENT_SEQUENCES, Math.floor(DEFAULT_SLOTS_BYTES / slotBytes));
+  if (options.memoryBudgetBytes !== undefined) {
+    const left = options.memoryBudgetBytes - estimate.totalBytes - prefixCacheBytes;
+    wanted = Math.min(wanted, Math.floor(left / slotBytes));
+  }
+  return wanted >= 2 ? wanted : 1;
 }
 
 function prefixCacheBudget(options: LoadOptions, estimate: MemoryEstimate): number {

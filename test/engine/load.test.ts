@@ -311,6 +311,32 @@ describe('the prefix cache options', () => {
   });
 });
 
+describe('sequences at once', () => {
+  it('8 by default (their slots within 512 MiB), as asked, within the memory budget (1 where fewer than 2 slots fit); bad values refused', async () => {
+    const ctx = await testGpu();
+    const load = (options: LoadOptions) => loadGenerator(ctx, filesFromPath(STORIES_GGUF), { contextLength: 64, ...options });
+    const loaded = async (options: LoadOptions) => {
+      const g = await load(options);
+      const result = { storage: g.info.storage!, concurrent: g.maxConcurrentSequences, slots: g.slotStats };
+      g.destroy();
+      return result;
+    };
+    const byDefault = await loaded({});
+    expect([byDefault.storage.maxConcurrentSequences, byDefault.concurrent, byDefault.slots.made]).toEqual([8, 8, 8]);
+    expect((await loaded({ maxConcurrentSequences: 3 })).concurrent).toBe(3);
+    const serial = await loaded({ maxConcurrentSequences: 1 });
+    expect([serial.concurrent, serial.slots.bytes]).toEqual([1, 0]);
+    // A budget with room for the prefix cache and three slots beside the model.
+    const { totalBytes, kvCacheBytes, prefixCacheBytes } = byDefault.storage;
+    const three = totalBytes + prefixCacheBytes + 3 * kvCacheBytes + 10;
+    expect((await loaded({ memoryBudgetBytes: three, prefixCacheBytes })).concurrent).toBe(3);
+    expect((await loaded({ memoryBudgetBytes: totalBytes + prefixCacheBytes + kvCacheBytes, prefixCacheBytes })).concurrent).toBe(1);
+    for (const bad of [0, 1.5, 2000, NaN]) {
+      await expect(load({ maxConcurrentSequences: bad })).rejects.toThrow(/maxConcurrentSequences must be an integer in 1..1024/);
+    }
+  });
+});
+
 describe('matrices over the buffer limits, split into buffers of whole rows', () => {
   let ctx: GpuContext;
   beforeAll(async () => {
