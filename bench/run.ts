@@ -58,6 +58,7 @@ import { openWllama, type WllamaContestant, type WllamaFigures } from './wllama.
 import { measureStructured, structuredTable, type StructuredFigures } from './structured.ts';
 import { measureMultiTurn, multiTurnTable, type MultiTurnFigures, type MultiTurnOptions } from './multi-turn.ts';
 import { buildPrompt, ROOT, smolCase, storiesCase, type BenchCase } from './workload.ts';
+import { concurrencyTable, measureConcurrency, type ConcurrencyFigures, type ConcurrencyOptions } from './concurrency.ts';
 
 const log = (message: string) => process.stderr.write(message + '\n');
 const WLLAMA_VERSION: string = JSON.parse(readFileSync(`${ROOT}node_modules/@wllama/wllama/package.json`, 'utf8')).version;
@@ -108,6 +109,14 @@ const { values } = parseArgs({
     'families-warmup-runs': { type: 'string', default: '1' },
     'families-prompt-tokens': { type: 'string', default: '32' },
     'families-decode-tokens': { type: 'string', default: '32' },
+    // --concurrency: many requests at once (bench/concurrency.ts)
+    concurrency: { type: 'boolean', default: false },
+    'concurrency-streams': { type: 'string', default: '8' },
+    'concurrency-tokens': { type: 'string', default: '48' },
+    'concurrency-runs': { type: 'string', default: '3' },
+    'concurrency-prompt-tokens': { type: 'string', default: '32' },
+    'smol-concurrency-tokens': { type: 'string', default: '6' },
+    'smol-concurrency-runs': { type: 'string', default: '1' },
   },
 });
 
@@ -163,6 +172,67 @@ async function families(): Promise<void> {
   console.log(familiesTable(results));
   console.log(JSON.stringify({
     families: options,
+    node: process.version,
+    chromium: chromiumVersion ?? null,
+    elapsed_s: Math.round((performance.now() - started) / 1000),
+    machine: { cpus: cpus().length, cpu_model: cpus()[0]?.model.trim() ?? null, load_average_start: loadBefore, load_average_end: loadavg()[0] },
+    results,
+  }));
+}
+
+async function concurrency(): Promise<void> {
+  const started = performance.now();
+  const loadBefore = loadavg()[0];
+  setRequestTimeout(int('request-timeout-s') * 1000);
+  const models = list(values.models).map((m) => m.toLowerCase());
+  const streams = int('concurrency-streams', 2);
+  const promptTokens = int('concurrency-prompt-tokens');
+  const cases: { c: BenchCase; options: ConcurrencyOptions }[] = [];
+  const counts = (decodeTokens: number, runs: number) => ({ promptTokens, decodeTokens, runs, warmupRuns: 0 });
+  if (models.includes('stories260k')) {
+    const o = { streams, tokens: int('concurrency-tokens'), runs: int('concurrency-runs') };
+    cases.push({ c: storiesCase(counts(o.tokens, o.runs)), options: o });
+  }
+  if (models.includes('smollm2')) {
+    const o = { streams, tokens: int('smol-concurrency-tokens'), runs: int('smol-concurrency-runs') };
+    cases.push({ c: smolCase(ensureGenerated('smollm2', 'real'), list(values.storages)[0] as WeightStorage, counts(o.tokens, o.runs)), options: o });
+  }
+  const results: ConcurrencyFigures[] = [];
+  const measureOn = async (host: Host) => {
+    for (const { c, options } of cases) {
+      await host.load(c);
+      const prompt = await buildPrompt((text) => host.countTokens(text), promptTokens);
+      results.push(await measureConcurrency(host, c, prompt.prompt, options));
+    }
+  };
+  let chromiumVersion: string | undefined;
+  if (!values['browser-only']) {
+    const host = await nodeHost();
+    try {
+      await measureOn(host);
+    } finally {
+      await host.close();
+    }
+  }
+  if (!values['node-only']) {
+    const session = await startBrowser();
+    chromiumVersion = session.version;
+    try {
+      const host = await chromiumHost(session);
+      try {
+        await measureOn(host);
+      } finally {
+        await host.close();
+      }
+    } finally {
+      await session.close();
+    }
+  }
+  console.log(`many requests at once: ${streams} streams of greedy requests (ignore_eos, cache_prompt false, ~${promptTokens}-token prompts) against one alone; ` +
+    `a newcomer's TTFT beside ${streams - 1} decoding streams against idle; n: ${streams} against n: 1 (seeded); ratios of medians, measured side by side`);
+  console.log(concurrencyTable(results));
+  console.log(JSON.stringify({
+    concurrency: { streams, promptTokens },
     node: process.version,
     chromium: chromiumVersion ?? null,
     elapsed_s: Math.round((performance.now() - started) / 1000),
@@ -289,6 +359,7 @@ async function runHost(host: Host, p: Plan, results: CaseFigures[], interleave?:
 async function main(): Promise<void> {
   if (values['real-shapes']) return realShapes();
   if (values.families) return families();
+  if (values.concurrency) return concurrency();
   setRequestTimeout(int('request-timeout-s') * 1000);
   const started = performance.now();
   // Other processes on a small machine move every figure: the load is recorded with them.

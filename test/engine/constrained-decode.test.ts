@@ -1,7 +1,8 @@
 // The constrained decode loop (structured output) on random-weight models, against the CPU
 // reference forward pass and the CPU sampler masked the same way: greedy and seeded sampling,
 // forced tokens (jump-forward), the ends of a sequence, several sequences of a session, aborts,
-// and both decode step shapes (a step encoded with its own position, and consecutive steps).
+// and both decode step shapes (a batched step's one row, set to its position, and a DecodeStep of
+// its own encoding consecutive steps).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LlamaGenerator } from '../../src/engine/generator.ts';
 import type { DecodeResources } from '../../src/engine/decode-pipeline.ts';
@@ -30,7 +31,7 @@ interface TestModel {
   reference: { config: LlamaConfig; weights: CpuLlamaWeights };
 }
 
-/** The decode step encoded with its own position (FFN 61: the fused matvec path) and consecutive steps (FFN 60: decode_layer.wgsl). */
+/** One row of the batched step (the default), and each sequence's DecodeStep of consecutive steps (batchStep 'separate', decode_layer.wgsl). */
 let plain: TestModel;
 let consecutive: TestModel;
 
@@ -39,7 +40,7 @@ async function testModel(intermediateSize: number, decodeLayer: boolean, seed: n
   const config = tinyConfig({ vocabSize: V, contextLength: 64, intermediateSize });
   const built = buildRandomModel(ctx, config, 'f32', seed);
   const model = await LlamaModel.create(ctx, config, built.gpu, decodeLayer ? { tuning: { decodeLayer: () => true } } : {});
-  const generator = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY));
+  const generator = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY), decodeLayer ? { batchStep: 'separate' } : {});
   return { generator, reference: { config, weights: built.cpu } };
 }
 
