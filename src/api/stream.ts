@@ -411,14 +411,23 @@ export async function* runPrompt(
 async function* interleave<T>(generators: AsyncGenerator<T, void, void>[]): AsyncGenerator<T, void, void> {
   const pull = (i: number) => generators[i]!.next().then((result) => ({ result, i }));
   const pending = new Map(generators.map((_, i) => [i, pull(i)]));
-  while (pending.size > 0) {
-    const { result, i } = await Promise.race(pending.values());
-    if (result.done) {
-      pending.delete(i);
-      continue;
+  try {
+    while (pending.size > 0) {
+      const { result, i } = await Promise.race(pending.values());
+      if (result.done) {
+        pending.delete(i);
+        continue;
+      }
+      pending.set(i, pull(i));
+      yield result.value;
     }
-    pending.set(i, pull(i));
-    yield result.value;
+  } finally {
+    // Stopped early (the caller returned, or one sequence threw): the others' next tokens are
+    // awaited by no one, and they end once those come (or fail, as the closed session makes them).
+    for (const [i, next] of pending) {
+      next.catch(() => {});
+      generators[i]!.return(undefined).catch(() => {});
+    }
   }
 }
 

@@ -6,9 +6,10 @@
 // reads round i, round i + 1 runs. Sequences join and leave between rounds; a row that leaves while
 // a round it is in runs has that round's tokens discarded, and leaves once the GPU is done with it.
 //
-// k starts at 1 (the first tokens come back at once) and doubles up to MAX_BATCH_STEPS while a
-// round stays under TARGET_BATCH_MS (decode-pipeline.ts's batchSteps), and is at most what every
-// row may still produce. A row's tokens do not depend on the others: each runs at its own
+// k is the decoder's: 1 in its first round (the first tokens come back at once), doubling up to
+// MAX_BATCH_STEPS while a round stays under TARGET_BATCH_MS (decode-pipeline.ts's batchSteps), and
+// at most what every row may still produce. A row whose consumer has not taken MAX_PENDING_TOKENS
+// tokens sits rounds out until it does, so a slow reader does not run its slot far ahead. A row's tokens do not depend on the others: each runs at its own
 // position in its own slot, and the step gives each row what it gives it alone (batch-step.ts).
 import type { BatchDecodeStep, RowRegion } from '../model/batch-step.ts';
 import { readRecord, RECORD_BYTES, type GpuSampler } from '../sampling/gpu-sampler.ts';
@@ -31,7 +32,12 @@ export interface BatchSequence {
   greedy: boolean;
   /** Runs before each round it would be in; a throw (an abort) ends the sequence with that error. */
   check(): void;
+  /** Told the tokens submitted so far (the first included) after each round it is in: its steps wrote positions up to promptLength + submitted - 1. */
+  submitted?(count: number): void;
 }
+
+/** Tokens a row may have read back and not taken before it sits rounds out. */
+const MAX_PENDING_TOKENS = 2 * MAX_BATCH_STEPS;
 
 interface Row {
   readonly seq: BatchSequence;
@@ -122,6 +128,11 @@ export class BatchDecoder {
         if (token) {
           taken++;
           yield token;
+          // A row that sat rounds out for its reader rejoins them.
+          if (this.inFlight.length < 2 && row.tokens.length < MAX_PENDING_TOKENS) {
+            this.fill();
+            void this.pump();
+          }
           continue;
         }
         if (row.error !== undefined) throw row.error;
@@ -138,7 +149,12 @@ export class BatchDecoder {
 
   /** Submits rounds until two are in flight or no row can take a step. */
   private fill(): void {
-    while (this.inFlight.length < 2 && this.failure === undefined && this.submitRound());
+    try {
+      while (this.inFlight.length < 2 && this.failure === undefined && this.submitRound());
+    } catch (err) {
+      // A round that could not be built or submitted (a step's or sampler's refusal, a lost device) ends every row.
+      this.fail(err);
+    }
   }
 
   private async pump(): Promise<void> {
@@ -204,7 +220,9 @@ export class BatchDecoder {
 
   /** Builds and submits one round; false when no row can take a step. */
   private submitRound(): boolean {
-    const candidates = this.rows.filter((row) => !row.leaving && row.error === undefined && row.submitted < row.seq.maxSteps);
+    const candidates = this.rows.filter(
+      (row) => !row.leaving && row.error === undefined && row.submitted < row.seq.maxSteps && row.tokens.length < MAX_PENDING_TOKENS,
+    );
     const rows: Row[] = [];
     for (const row of candidates) {
       try {
@@ -228,6 +246,8 @@ export class BatchDecoder {
     step.setRows(rows.map((row) => ({ slot: row.seq.slot, position: row.seq.promptLength + Math.max(row.submitted, 1) - 1, greedy: row.seq.greedy })));
     // Rows whose step picks their greedy tokens: no sampler after their model steps.
     const picks = rows.map((row, b) => (steps > 0 && row.seq.greedy ? greedyRecordsOf(step, b) : undefined));
+    // A round's picks wrap around a row's record slots at most once.
+    for (const pick of picks) if (pick) steps = Math.min(steps, pick.slots);
     const encoder = this.device.createCommandEncoder({ label: `batch round ${this.rounds}` });
     // A row that moved to another row carries its next token there, through the scratch buffer
     // (a copy within one buffer is not allowed, and a move may overwrite another's source).
@@ -286,6 +306,7 @@ export class BatchDecoder {
       row.submitted += count;
       row.inFlight++;
       row.index = index;
+      row.seq.submitted?.(row.submitted);
     }
     for (const row of this.rows) if (!rows.includes(row)) row.index = -1;
     this.inFlight.push({ entries, steps, staging, mapped: staging.mapAsync(GPUMapMode.READ, 0, bytes), bytes });

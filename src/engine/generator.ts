@@ -1,24 +1,28 @@
 // The generation loop on the GPU, for many requests at once (continuous batching).
 //
 // Slots: the working KV cache (slot 0) is where every prompt is prefilled, one request at a time
-// (the lane: a bounded FIFO, scheduler.ts), with the prefix cache (prefix-cache.ts) knowing which
+// (admission: a bounded FIFO, scheduler.ts), with the prefix cache (prefix-cache.ts) knowing which
 // tokens' K/V it holds, so a prompt that begins with them is prefilled from the first token it
-// does not share. Sequences decode in slots of their own (1 .. maxConcurrentSequences, each a KV
-// cache of the full context, made on first use): a session holding the lane takes a slot for each
-// sequence it runs at once (waiting, in the queue, while none is free), copies the prompt's K/V
-// and last logits there (copyBufferToBuffer) and frees the lane. Its sequences then decode as rows
+// does not share. Sequences decode in slots of their own (1 .. maxConcurrentSequences, each the
+// K/V of the full context): the admitted request takes a slot for each sequence it runs at once
+// (at least one, waiting while none is free), then the lane (the working cache), prefills, copies
+// the prompt's K/V and last logits to its slots (copyBufferToBuffer) and frees both. Slots are
+// always taken before the lane, and whoever holds the lane never waits for a slot, so a sequence
+// holding a slot may wait for the lane. Its sequences then decode as rows
 // of one batch (batch-decode.ts) beside every other request's, while the next prompt is prefilled;
 // a sequence with a constraint (structured output) runs its own loop on its slot
 // (constrained-decode.ts). When a sequence ends and the working cache still holds its prompt, its
 // answer's K/V is copied back there, so the next turn of a chat reuses it as before.
-// With maxConcurrentSequences 1 nothing is copied: the session keeps the lane and decodes in slot 0.
+// With maxConcurrentSequences 1 nothing is copied: the session keeps admission and the lane and
+// decodes in slot 0.
 //
 // Sampling runs on the GPU (src/sampling/gpu-sampler.ts), so decode steps follow each other
 // without waiting for the CPU. Sequences of one session share its prompt's K/V: positions 0..P-1
 // of their slots, decode steps writing only past P. Sliding-window layers' rings (KvCache.rings)
 // are the exception: a sequence that decodes past R - W tokens overwrites the ring rows of the
 // prompt's last positions; a later sequence in that slot then takes the prompt through the lane
-// again (the prefix cache makes that one token's prefill when slot 0 still holds it).
+// again (the prefix cache makes that one token's prefill when slot 0 still holds it), as does a
+// sequence of the session that runs in a slot taken after the others.
 import type { LlamaModel } from '../model/llama.ts';
 import type { KvCache } from '../model/kv-cache.ts';
 import { maxBufferBytes } from '../gpu/device.ts';
@@ -102,8 +106,10 @@ interface SequenceKit {
 }
 
 export class LlamaGenerator implements TextGenerator {
-  /** The working cache and the prefill: one request at a time, the others in a bounded queue. */
-  private readonly lane: Scheduler;
+  /** New requests, one at a time (taking slots, then the lane), the others in a bounded queue. */
+  private readonly admission: Scheduler;
+  /** The working cache: one prefill (or copy back) at a time. Its holder never waits for a slot. */
+  private readonly lane = new Scheduler(Infinity);
   private readonly prefillChunkTokens: number | undefined;
   /** BUSY_PREFILL_CHUNK_TOKENS, or less where prefillChunkTokens asks (measurements may set it). */
   private busyPrefillChunkTokens = BUSY_PREFILL_CHUNK_TOKENS;
@@ -122,8 +128,12 @@ export class LlamaGenerator implements TextGenerator {
   private readonly slotWritten = new Map<number, number>();
   /** Decode slots made and free. */
   private readonly freeSlots: number[] = [];
-  /** The lane holder waiting for slots, woken when one is freed. */
-  private slotWaiter: (() => void) | undefined;
+  /** Who waits for a free slot (the admitted request, sessions' sequences), all woken when one is freed. */
+  private readonly slotFreed = new Set<() => void>();
+  /** Sessions keeping idle slots for their next sequence: they give them back when someone waits for one. */
+  private readonly idleHolders = new Set<{ giveBackIdle(): void }>();
+  /** Constrained sequences decoding now (beside the batch's rows). */
+  private constrainedDecoding = 0;
   private readonly freeKits: SequenceKit[] = [];
   private readonly kits: SequenceKit[] = [];
   private readonly freeLogits: GPUBuffer[] = [];
@@ -146,7 +156,7 @@ export class LlamaGenerator implements TextGenerator {
     this.maxConcurrentSequences = concurrent;
     this.batchStepKind = options.batchStep ?? 'auto';
     this.slotLimit = concurrent;
-    this.lane = new Scheduler(options.maxQueued);
+    this.admission = new Scheduler(options.maxQueued);
     this.prefillChunkTokens = options.prefillChunkTokens;
     this.prefillLogits = model.ctx.device.createBuffer({
       label: 'prefill_logits',
@@ -167,7 +177,7 @@ export class LlamaGenerator implements TextGenerator {
 
   /** Requests waiting for the GPU. */
   get queued(): number {
-    return this.lane.queued;
+    return this.admission.queued;
   }
 
   /** Sequences decoding now as rows of the batch (constrained ones run beside it). */
@@ -186,15 +196,17 @@ export class LlamaGenerator implements TextGenerator {
   }
 
   /**
-   * Validates the request (before queueing: a bad request never waits), waits for the lane (a
-   * waiting request whose signal aborts leaves the queue with an AbortError) and for slots for
-   * the sequences it will run at once, prefills the prompt once, copies it to those slots and
-   * returns the session. If anything fails, what it took is given back before the error is thrown.
+   * Validates the request (before queueing: a bad request never waits), waits for admission (a
+   * waiting request whose signal aborts leaves the queue with an AbortError), for slots for the
+   * sequences it will run at once (as many as are free, at least one) and for the lane, prefills
+   * the prompt once, copies it to those slots and returns the session. If anything fails, what it
+   * took is given back before the error is thrown.
    */
   async openSession(request: SessionRequest): Promise<GenerationSession> {
     checkSessionRequest(request, this.sampledVocab, this.cache.capacity);
     const { signal } = request;
-    const release = await this.lane.acquire(signal);
+    const admitted = await this.admission.acquire(signal);
+    let release: (() => void) | undefined;
     let slots: number[] = [];
     let logits: GPUBuffer | undefined;
     let keepLane = false;
@@ -205,6 +217,8 @@ export class LlamaGenerator implements TextGenerator {
       const tokens = request.promptTokens.slice();
       const keep = request.cachePrompt !== false;
       if (!this.serial) slots = await this.takeSlots(Math.min(request.sequences ?? 1, this.slotLimit), signal);
+      release = await this.lane.acquire(signal);
+      this.checkLive(signal);
       // Scoring the prompt needs every position's logits: it runs the whole prompt.
       const cached = await this.prefixCache.prepare(tokens, keep && request.promptLogprobs !== true);
       const promptLogprobs = await this.prefill(request, tokens, cached, keep);
@@ -214,7 +228,12 @@ export class LlamaGenerator implements TextGenerator {
       encoder.copyBufferToBuffer(this.prefillLogits, 0, logits, 0, this.model.config.vocabSize * 4);
       for (const slot of slots) this.copyPrompt(encoder, slot, tokens.length);
       this.model.ctx.device.queue.submit([encoder.finish()]);
-      const session: LlamaSession = new LlamaSession(this, { ...request, promptTokens: tokens }, promptLogprobs, cached, keep, logits, this.serial ? [0] : slots, this.serial ? release : undefined);
+      const lane = release;
+      const both = () => {
+        lane();
+        admitted();
+      };
+      const session: LlamaSession = new LlamaSession(this, { ...request, promptTokens: tokens }, promptLogprobs, cached, keep, logits, this.serial ? [0] : slots, this.serial ? both : undefined);
       keepLane = this.serial;
       slots = [];
       logits = undefined;
@@ -222,7 +241,10 @@ export class LlamaGenerator implements TextGenerator {
     } finally {
       for (const slot of slots) this.releaseSlot(slot);
       if (logits) this.freeLogits.push(logits);
-      if (!keepLane) release();
+      if (!keepLane) {
+        release?.();
+        admitted();
+      }
     }
   }
 
@@ -296,7 +318,10 @@ export class LlamaGenerator implements TextGenerator {
       if (!step) own.set(slot, (step = model.createDecodeStep(cache, { vocabRows })));
       return step;
     };
-    const N = this.maxConcurrentSequences;
+    // Every slot of a layer lives in one buffer: no more slots than the device's largest holds.
+    const layerBytes = Math.max(...c.keys.map((_, l) => c.slotBytes(l)));
+    const N = Math.max(1, Math.min(this.maxConcurrentSequences, Math.floor(maxBufferBytes(model.ctx.limits) / layerBytes)));
+    this.slotLimit = Math.min(this.slotLimit, N);
     const kind = this.batchStepKind;
     const stepFor = (cache: KvCache, maxRows: number) =>
       kind === 'separate' ? 'separate steps asked for' : kind === 'fused' ? model.createFusedBatchStep(cache, { maxRows, vocabRows }) : model.createBatchStep(cache, { maxRows, vocabRows });
@@ -304,8 +329,18 @@ export class LlamaGenerator implements TextGenerator {
       // The one slot is the working cache: the same kernel as with slots, so a request gives the same either way.
       const one = stepFor(c, 1);
       if (typeof one !== 'string') {
-        const solo = soloDecodeStep(one, 0);
-        return { step: one, batched: true, made: () => 1, make: () => true, solo: () => solo, steps: new Map([[0, solo]]), caches: [] };
+        // A constrained sequence's step is another one: the batch's sets its rows every round.
+        const solos = new Map<number, DecodeStep>();
+        const solo = () => {
+          let step = solos.get(0);
+          if (!step) {
+            const own = stepFor(c, 1);
+            if (typeof own === 'string') throw new Error(`no step of one row: ${own}`);
+            solos.set(0, (step = soloDecodeStep(own, 0)));
+          }
+          return step;
+        };
+        return { step: one, batched: true, made: () => 1, make: () => true, solo, steps: solos, caches: [] };
       }
       const step = new PerSequenceBatchStep(1, () => c, (s) => ownStep(c, s), 1);
       return { step, batched: false, made: () => 1, make: () => true, solo: (s) => ownStep(c, s), steps: own, caches: [] };
@@ -407,9 +442,10 @@ export class LlamaGenerator implements TextGenerator {
   }
 
   /**
-   * `count` decode slots for the lane holder, waiting (in the queue: the lane is held) until that
-   * many are free. A slot is made when none is free and fewer than slotLimit exist; one the GPU
-   * cannot allocate lowers the limit (then the request waits for one of those made).
+   * Up to `count` decode slots for the admitted request: as many as are free once one is (a
+   * request does not wait for others to free all it could use; its other sequences take slots as
+   * they free). A slot is made when too few are free and fewer than slotLimit exist; one the GPU
+   * cannot allocate lowers the limit.
    */
   private async takeSlots(count: number, signal: AbortSignal | undefined): Promise<number[]> {
     for (;;) {
@@ -417,19 +453,43 @@ export class LlamaGenerator implements TextGenerator {
       while (this.freeSlots.length < count && this.slots!.made() < this.slotLimit) {
         if (!(await this.makeSlot())) break;
       }
-      count = Math.min(count, this.slotLimit);
-      if (count < 1) throw new Error('no memory for a decode slot');
-      if (this.freeSlots.length >= count) return this.freeSlots.splice(0, count);
-      await new Promise<void>((resolve) => {
-        const onAbort = () => resolve();
-        signal?.addEventListener('abort', onAbort, { once: true });
-        this.slotWaiter = () => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve();
-        };
-      });
-      this.slotWaiter = undefined;
+      if (this.slotLimit < 1) throw new Error('no memory for a decode slot');
+      if (this.freeSlots.length > 0) return this.freeSlots.splice(0, Math.min(count, this.freeSlots.length));
+      await this.slotFreedOrAborted(signal);
     }
+  }
+
+  /** @internal A free decode slot now (made if none is free and the limit allows), or undefined. */
+  async takeFreeSlot(): Promise<number | undefined> {
+    if (this.serial || this.destroyed) return undefined;
+    if (this.freeSlots.length === 0 && this.slots!.made() < this.slotLimit) await this.makeSlot();
+    return this.freeSlots.shift();
+  }
+
+  /** @internal Resolves once a slot is freed, the signal aborts or the generator is unloaded. Sessions keeping idle slots give them back. */
+  slotFreedOrAborted(signal: AbortSignal | undefined): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        signal?.removeEventListener('abort', done);
+        this.slotFreed.delete(done);
+        resolve();
+      };
+      signal?.addEventListener('abort', done, { once: true });
+      this.slotFreed.add(done);
+      if (this.destroyed) done();
+      for (const holder of [...this.idleHolders]) holder.giveBackIdle();
+    });
+  }
+
+  /** @internal Whether someone waits for a slot. */
+  get slotWanted(): boolean {
+    return this.slotFreed.size > 0;
+  }
+
+  /** @internal A session keeps idle slots (true) or no longer does (false). */
+  holdsIdle(holder: { giveBackIdle(): void }, holds: boolean): void {
+    if (holds) this.idleHolders.add(holder);
+    else this.idleHolders.delete(holder);
   }
 
   /** Makes another decode slot; false (and the limit lowered) when there is none to make or the GPU cannot allocate it. */
@@ -440,8 +500,12 @@ export class LlamaGenerator implements TextGenerator {
     const ok = this.slots!.make();
     const error = await device.popErrorScope();
     if (!ok || error) {
-      if (error) this.slots!.caches.pop()?.destroy();
-      if (error) this.freeSlots.pop();
+      if (error) {
+        // The slot made last is `made` (slots are numbered in the order they are made).
+        this.slots!.caches.pop()?.destroy();
+        const i = this.freeSlots.indexOf(made);
+        if (i >= 0) this.freeSlots.splice(i, 1);
+      }
       this.slotLimit = made;
       return false;
     }
@@ -452,10 +516,10 @@ export class LlamaGenerator implements TextGenerator {
   releaseSlot(slot: number): void {
     if (this.serial) return;
     this.freeSlots.push(slot);
-    this.slotWaiter?.();
+    for (const wake of [...this.slotFreed]) wake();
   }
 
-  /** @internal Notes that a sequence in decode slot `slot` may have written positions up to `end` (exclusive). */
+  /** @internal Notes that a sequence in decode slot `slot` wrote positions up to `end` (exclusive) at most. */
   noteSlotWritten(slot: number, end: number): void {
     this.slotWritten.set(slot, Math.max(this.slotWritten.get(slot) ?? 0, end));
   }
@@ -505,13 +569,14 @@ export class LlamaGenerator implements TextGenerator {
   }
 
   /**
-   * @internal Brings the prompt back into decode slot `slot` for another sequence, when its rings
-   * lost the window before P (a sequence there decoded past R - W tokens): through the lane, the
-   * prefix cache making it a short prefill while the working cache still holds the prompt.
+   * @internal Brings the prompt into decode slot `slot` for another sequence when the slot does not
+   * hold it (`held` false: a slot the session took after its start) or its rings lost the window
+   * before P (a sequence there decoded past R - W tokens): through the lane, the prefix cache
+   * making it a short prefill while the working cache still holds the prompt.
    */
-  async restorePrompt(slot: number, tokens: readonly number[], keep: boolean, signal: AbortSignal | undefined): Promise<void> {
+  async restorePrompt(slot: number, tokens: readonly number[], keep: boolean, held: boolean, signal: AbortSignal | undefined): Promise<void> {
     const P = tokens.length;
-    if (!this.cache.ringed || ringsHoldPrompt(this.cache, P, this.slotWritten.get(slot) ?? 0)) return;
+    if (held && (!this.cache.ringed || ringsHoldPrompt(this.cache, P, this.slotWritten.get(slot) ?? 0))) return;
     const release = await this.lane.acquire(signal);
     try {
       this.checkLive(signal);
@@ -536,9 +601,20 @@ export class LlamaGenerator implements TextGenerator {
     return this.prefixCache;
   }
 
-  private checkLive(signal: AbortSignal | undefined): void {
+  /** @internal Throws once the model is unloaded or the signal aborts. */
+  checkLive(signal: AbortSignal | undefined): void {
     if (this.destroyed) throw new Error('the model was unloaded');
     if (signal?.aborted) throw abortError(signal);
+  }
+
+  /** @internal Counts a constrained sequence decoding beside the batch (prefill passes shorten while any decodes). */
+  constrainedStarted(): () => void {
+    this.constrainedDecoding++;
+    let ended = false;
+    return () => {
+      if (!ended) this.constrainedDecoding--;
+      ended = true;
+    };
   }
 
   /**
@@ -560,7 +636,7 @@ export class LlamaGenerator implements TextGenerator {
       // one before: the batch's rounds run between them, so a long prompt stalls the streams a
       // pass at a time, never for its whole length (a prompt gives the same K/V and logits however
       // it is split).
-      const busy = this.decoding > 0;
+      const busy = this.decoding + this.constrainedDecoding > 0;
       if (start > from) {
         this.checkLive(signal);
         if (busy) await this.model.ctx.device.queue.onSubmittedWorkDone();
@@ -654,7 +730,7 @@ export class LlamaGenerator implements TextGenerator {
   destroy(): void {
     if (this.destroyed) return;
     this.destroyed = true;
-    this.slotWaiter?.();
+    for (const wake of [...this.slotFreed]) wake();
     const steps = this.slots ? [...this.slots.steps.values()] : [];
     const caches = [this.cache, ...(this.slots?.caches ?? [])];
     const batchStep = this.slots?.batched ? this.slots.step : undefined;
@@ -731,8 +807,10 @@ class LlamaSession implements GenerationSession {
   private closed = false;
   private running = 0;
   private released = false;
-  /** Its slots not decoding now. */
+  /** Its slots not decoding now (given back to the generator when no sequence of it waits for one). */
   private readonly idleSlots: number[];
+  /** Its slots that hold its prompt's K/V (copied at its start). */
+  private readonly promptSlots: Set<number>;
   private slotWaiters: (() => void)[] = [];
   /** Running sequences suspended at a yield, with what ends them: close() ends them. */
   private readonly suspended = new Map<AsyncGenerator<GeneratedToken, void, void>, () => void>();
@@ -755,6 +833,7 @@ class LlamaSession implements GenerationSession {
   ) {
     this.seed = request.sampling.seed ?? randomSeed();
     this.idleSlots = [...slots];
+    this.promptSlots = new Set(slots);
   }
 
   /**
@@ -773,17 +852,63 @@ class LlamaSession implements GenerationSession {
   private releaseIfIdle(): void {
     if (!this.closed || this.running > 0 || this.released) return;
     this.released = true;
+    this.generator.holdsIdle(this, false);
     for (const slot of this.idleSlots.splice(0)) this.generator.releaseSlot(slot);
     this.generator.returnLogits(this.logits);
     if (this.lane) this.generator.releaseAfterSettling(this.lane);
   }
 
+  /** A slot for a sequence: one of its own that is idle, else any free one, else the first of those to free. */
   private async takeSlot(signal: AbortSignal | undefined): Promise<number> {
     for (;;) {
       this.checkLive(signal);
       const slot = this.idleSlots.shift();
       if (slot !== undefined) return slot;
-      await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+      if (!this.lane) {
+        const other = await this.generator.takeFreeSlot();
+        if (other !== undefined) return other;
+      }
+      await new Promise<void>((resolve) => {
+        let woken = false;
+        const wake = () => {
+          if (woken) return;
+          woken = true;
+          const i = this.slotWaiters.indexOf(wake);
+          if (i >= 0) this.slotWaiters.splice(i, 1);
+          resolve();
+        };
+        this.slotWaiters.push(wake);
+        if (!this.lane) void this.generator.slotFreedOrAborted(signal).then(wake);
+      });
+    }
+  }
+
+  /**
+   * Keeps a slot a sequence ended in for the session's next sequence (it holds the prompt), and
+   * wakes one waiting for it; with none waiting, the slot goes back to the generator as soon as
+   * someone else waits for one (giveBackIdle), so an idle session never holds up another request.
+   */
+  private freeSlot(slot: number): void {
+    this.idleSlots.push(slot);
+    if (this.lane) {
+      this.slotWaiters[0]?.();
+      return;
+    }
+    if (this.slotWaiters.length > 0 && !this.closed) {
+      this.slotWaiters[0]!();
+      return;
+    }
+    this.generator.holdsIdle(this, true);
+    if (this.generator.slotWanted) this.giveBackIdle();
+  }
+
+  /** @internal Gives the session's idle slots back to the generator. */
+  giveBackIdle(): void {
+    this.generator.holdsIdle(this, false);
+    if (this.lane) return;
+    for (const slot of this.idleSlots.splice(0)) {
+      this.promptSlots.delete(slot);
+      this.generator.releaseSlot(slot);
     }
   }
 
@@ -813,7 +938,9 @@ class LlamaSession implements GenerationSession {
     // In place: false while the prompt's K/V is being rewritten (the prefix cache then knows what is held).
     let promptHeld = true;
     let finished = false;
-    let stepsAllowed = 0;
+    /** Positions its steps wrote up to (exclusive), at most. */
+    let writtenEnd = 0;
+    let constrainedEnded: (() => void) | undefined;
     // Gives back what the sequence took, once: from its own end, or from close() while it is suspended at a token.
     const finish = () => {
       if (finished) return;
@@ -821,6 +948,8 @@ class LlamaSession implements GenerationSession {
       // Token i's K/V is written by the step that samples token i + 1: every yielded token's when
       // a stop id was sampled after them, all but the last one's otherwise.
       const written = stopSampled ? yielded.length : Math.max(0, yielded.length - 1);
+      constrainedEnded?.();
+      if (slot !== undefined && !inPlace && writtenEnd > 0) generator.noteSlotWritten(slot, writtenEnd);
       if (slot !== undefined && this.keep) {
         if (inPlace) {
           if (promptHeld) generator.prefix.holds(promptTokens.concat(yielded.slice(0, written)), undefined, P);
@@ -829,12 +958,7 @@ class LlamaSession implements GenerationSession {
         }
       }
       if (kit) generator.returnKit(kit);
-      // Its steps ran at positions P .. P + maxSteps - 2 at most (the last token is not run).
-      if (slot !== undefined && !inPlace && stepsAllowed > 0) generator.noteSlotWritten(slot, P + stepsAllowed - 1);
-      if (slot !== undefined) {
-        this.idleSlots.push(slot);
-        this.slotWaiters.shift()?.();
-      }
+      if (slot !== undefined) this.freeSlot(slot);
       this.running--;
       this.releaseIfIdle();
     };
@@ -842,9 +966,10 @@ class LlamaSession implements GenerationSession {
       const cache = generator.workingCache;
       // Token s needs the model run at position P + s - 1 < capacity (s >= 1).
       const maxSteps = Math.min(options.maxTokens, cache.capacity - P);
-      stepsAllowed = maxSteps;
       if (maxSteps <= 0) return 'length';
       slot = await this.takeSlot(signal);
+      // Its steps run at positions P .. P + maxSteps - 2 at most (the last token is not run); a batch row reports what it ran.
+      writtenEnd = P + maxSteps - 1;
       if (inPlace) {
         // The sequence overwrites the positions past the prompt; it holds its tokens' K/V as it goes.
         if (this.keep) generator.prefix.holds(promptTokens);
@@ -854,8 +979,10 @@ class LlamaSession implements GenerationSession {
         // Its steps write positions up to P + maxSteps - 2 (the rings' history: a batched step keeps no count).
         cache.noteWritten(P + maxSteps - 1);
       } else {
-        // A sequence before this one in the slot may have overwritten ring rows of the prompt.
-        await generator.restorePrompt(slot, promptTokens, this.keep, signal);
+        // A slot taken after the start holds another prompt; a sequence before this one in the slot
+        // may have overwritten ring rows of the prompt.
+        await generator.restorePrompt(slot, promptTokens, this.keep, this.promptSlots.has(slot), signal);
+        this.promptSlots.add(slot);
       }
       this.checkLive(signal);
       kit = await generator.takeKit();
@@ -877,9 +1004,12 @@ class LlamaSession implements GenerationSession {
       if (constraint) {
         const plan: DecodePlan = { promptLength: P, maxSteps, prefillLogits: this.logits, logprobs };
         const resources: DecodeResources = { device: generator.model.ctx.device, decodeStep: generator.stepOf(slot), sampler, staging: kit.staging };
+        constrainedEnded = generator.constrainedStarted();
         tokens = decodeConstrained(resources, { ...plan, constraint, stopTokenIds: options.stopTokenIds }, check);
       } else {
-        tokens = generator.batch.run({ slot, promptLength: P, maxSteps, firstLogits: this.logits, sampler, logprobs, greedy: sampler.plainGreedy, check });
+        writtenEnd = P;
+        const submitted = (count: number) => (writtenEnd = P + Math.max(0, count - 1));
+        tokens = generator.batch.run({ slot, promptLength: P, maxSteps, firstLogits: this.logits, sampler, logprobs, greedy: sampler.plainGreedy, check, submitted });
       }
       for await (const token of tokens) {
         this.checkLive(signal);
@@ -910,7 +1040,7 @@ class LlamaSession implements GenerationSession {
   }
 
   private checkLive(signal: AbortSignal | undefined): void {
-    if (signal?.aborted) throw abortError(signal);
+    this.generator.checkLive(signal);
     if (this.closed) throw new Error('the session was closed during a sequence');
   }
 }

@@ -1,9 +1,9 @@
 // From model files to a ready generator: open (headers, config, tokenizer), plan the weights' GPU
 // storage and check what the model needs against the device (before allocating anything), upload
 // the weights, allocate the KV cache.
-import { isCpuAdapter, type GpuContext } from '../gpu/device.ts';
+import { isCpuAdapter, maxBufferBytes, type GpuContext } from '../gpu/device.ts';
 import type { ModelFiles } from '../io/files.ts';
-import type { KvDType } from '../model/kv-cache.ts';
+import { KvCache, type KvDType } from '../model/kv-cache.ts';
 import { LlamaModel } from '../model/llama.ts';
 import { openModel, uploadLlamaWeights, type LoadProgress } from './open-model.ts';
 import { checkChatTemplate } from '../tokenizer/chat-template.ts';
@@ -29,9 +29,10 @@ export interface LoadOptions {
   maxQueued?: number;
   /**
    * Sequences that decode at once, as rows of one batch (continuous batching; vLLM's
-   * `max_num_seqs`). Each takes a KV cache of the whole context beside the working one, made the
-   * first time that many run at once; with memoryBudgetBytes, no more than fit in what the model
-   * and the prefix cache leave. Default 8; 1: one request at a time, with no extra KV cache.
+   * `max_num_seqs`). Each takes a KV slot of the whole context beside the working cache, allocated
+   * with the model; with memoryBudgetBytes, no more than fit in what the model and the prefix
+   * cache leave, and no more than one of the device's buffers holds. Default: 8 as far as their
+   * slots fit in 512 MiB; 1: one request at a time, with no slots.
    * `info.storage.maxConcurrentSequences` reports it.
    */
   maxConcurrentSequences?: number;
@@ -135,7 +136,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   const id = options.id ?? files.id;
   checkMemory(estimate, plan, ctx.limits, options.memoryBudgetBytes, { modelId: id, storage, contextLength: capacity });
   const prefixCacheBytes = prefixCacheBudget(options, estimate);
-  const maxConcurrentSequences = concurrencyBudget(options, estimate, prefixCacheBytes);
+  const maxConcurrentSequences = concurrencyBudget(options, estimate, prefixCacheBytes, capacity * KvCache.rowBytesOf(config, kvDType), maxBufferBytes(ctx.limits));
   for (const notice of opened.notices) (options.onWarning ?? console.warn)(notice);
   const info: ModelInfo = {
     id,
@@ -207,21 +208,17 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   });
 }
 
-/**
- * The bytes saved prefixes may take: LoadOptions.prefixCacheBytes, by default the KV cache's size;
- * within memoryBudgetBytes, what the model leaves of it (an explicit size that does not fit is an
- * error). 0 when the prefix cache is off.
- */
 /** GPU memory the decode slots take at most when maxConcurrentSequences is not given. */
 const DEFAULT_SLOTS_BYTES = 512 * 2 ** 20;
 
 /**
  * Sequences that decode at once: the option, else DEFAULT_MAX_CONCURRENT_SEQUENCES as far as their
  * KV slots fit in DEFAULT_SLOTS_BYTES; with a memory budget, at most as many slots as fit in what
- * the model and the prefix cache leave. Fewer than 2 unasked (or none fitting): 1, decoding in the
- * working cache with no slots.
+ * the model and the prefix cache leave; and at most as many as one of the device's buffers holds
+ * (a layer's slots share one). Fewer than 2 (or none fitting): 1, decoding in the working cache
+ * with no slots.
  */
-function concurrencyBudget(options: LoadOptions, estimate: MemoryEstimate, prefixCacheBytes: number): number {
+function concurrencyBudget(options: LoadOptions, estimate: MemoryEstimate, prefixCacheBytes: number, layerSlotBytes: number, maxBuffer: number): number {
   const asked = options.maxConcurrentSequences;
   if (asked !== undefined && !(Number.isInteger(asked) && asked >= 1 && asked <= 1024)) throw new Error(`maxConcurrentSequences must be an integer in 1..1024, got ${asked}`);
   const slotBytes = Math.max(1, estimate.kvCacheBytes);
@@ -231,9 +228,16 @@ function concurrencyBudget(options: LoadOptions, estimate: MemoryEstimate, prefi
     const left = options.memoryBudgetBytes - estimate.totalBytes - prefixCacheBytes;
     wanted = Math.min(wanted, Math.floor(left / slotBytes));
   }
+  // Every slot of a layer's K (and V) lives in one buffer.
+  wanted = Math.min(wanted, Math.floor(maxBuffer / Math.max(1, layerSlotBytes)));
   return wanted >= 2 ? wanted : 1;
 }
 
+/**
+ * The bytes saved prefixes may take: LoadOptions.prefixCacheBytes, by default the KV cache's size;
+ * within memoryBudgetBytes, what the model leaves of it (an explicit size that does not fit is an
+ * error). 0 when the prefix cache is off.
+ */
 function prefixCacheBudget(options: LoadOptions, estimate: MemoryEstimate): number {
   const { prefixCache, prefixCacheBytes, memoryBudgetBytes } = options;
   if (prefixCache !== undefined && typeof prefixCache !== 'boolean') throw new Error(`prefixCache must be true or false, got ${JSON.stringify(prefixCache)}`);

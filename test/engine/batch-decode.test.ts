@@ -13,6 +13,7 @@ import { testGpu } from '../helpers/gpu.ts';
 import { buildRandomModel, tinyConfig } from '../helpers/random-model.ts';
 import { IdTokenizer } from '../helpers/id-tokenizer.ts';
 import { ScriptedConstraint, type ConstraintScript } from '../helpers/scripted-constraint.ts';
+import { createCompletion, type CompletionChunk } from '../../src/api/completions.ts';
 
 const CAPACITY = 64;
 /** FFN a multiple of 4: the decode layer kernel takes it (its rows variant runs the batch on this CPU adapter). */
@@ -216,5 +217,112 @@ describe.each(KINDS)('many requests at once (%s KV, %s batch step)', (kvDType, b
     expectSame(together[3]!, wantC, 'constrained, second');
     expectSame(together[1]!, alone[1]!, 'free, beside it');
     expectSame(together[2]!, alone[4]!, 'free, beside it');
+  });
+});
+
+describe('slots shared between sessions (f32 KV)', () => {
+  let model: LlamaModel;
+  const made: LlamaGenerator[] = [];
+  const generator = (options: ConstructorParameters<typeof LlamaGenerator>[4] = {}) => {
+    const g = new LlamaGenerator(model, new IdTokenizer(V), info, model.createKvCache(CAPACITY, 'f32'), { maxQueued: 16, ...options });
+    made.push(g);
+    return g;
+  };
+  const request: SessionRequest = { promptTokens: prompt(9, 60), sampling: { temperature: 1, topP: 0.9, seed: 6 }, logprobs: 1 };
+  const collect = async (session: Awaited<ReturnType<LlamaGenerator['openSession']>>, index: number, maxTokens = 8) => {
+    const tokens: GeneratedToken[] = [];
+    for await (const t of session.sequence({ index, maxTokens, stopTokenIds: [] })) tokens.push(t);
+    return tokens;
+  };
+  /** Sequence j of `request`, each alone in a generator of one slot. */
+  let want: GeneratedToken[][];
+  const within = <T>(p: Promise<T>, ms: number, what: string) =>
+    Promise.race([p, sleep(ms).then(() => Promise.reject(new Error(`${what}: still waiting after ${ms} ms`)))]);
+
+  beforeAll(async () => {
+    const ctx = await testGpu();
+    model = await LlamaModel.create(ctx, config, buildRandomModel(ctx, config, 'f32', 22).gpu);
+    const serial = generator({ maxConcurrentSequences: 1 });
+    want = [];
+    for (let j = 0; j < 4; j++) {
+      const session = await serial.openSession(request);
+      try {
+        want.push(await collect(session, j));
+      } finally {
+        session.close();
+      }
+    }
+  });
+
+  afterAll(() => {
+    made[0]?.destroy();
+  });
+
+  it('an open session keeps its idle slots for its next sequence only until another request waits for one', async () => {
+    const two = generator({ maxConcurrentSequences: 2 });
+    const session = await two.openSession({ ...request, sequences: 2 });
+    try {
+      expect(await Promise.all([0, 1].map((j) => collect(session, j)))).toEqual(want.slice(0, 2));
+      // Both slots idle in the open session: a newcomer gets them, and runs as it does alone.
+      const job = JOBS[2]!;
+      const aloneRun = await run(generator({ maxConcurrentSequences: 1 }), job);
+      expectSame(await within(run(two, job), 10_000, 'the newcomer'), aloneRun, 'the newcomer');
+      // The session's next sequence runs in a slot it takes again, its prompt brought back.
+      expect(await collect(session, 2)).toEqual(want[2]);
+    } finally {
+      session.close();
+    }
+    expect(two.slotStats.free).toBe(2);
+  });
+
+  it('a request for n sequences starts with the slots that are free; its others take slots as they free', async () => {
+    const two = generator({ maxConcurrentSequences: 2 });
+    let started!: () => void;
+    const decoding = new Promise<void>((resolve) => (started = resolve));
+    const long = run(two, { request: { promptTokens: prompt(7, 61), sampling: greedy, cachePrompt: false }, maxTokens: 40 }, (n) => n === 1 && started());
+    await decoding;
+    const session = await two.openSession({ ...request, sequences: 4 });
+    const opened = performance.now();
+    try {
+      expect(await Promise.all([0, 1, 2, 3].map((j) => collect(session, j)))).toEqual(want);
+    } finally {
+      session.close();
+    }
+    // It did not wait for the long request to end.
+    expect((await long).endAt).toBeGreaterThan(opened);
+  });
+
+  it('a streamed request for n sequences that its reader stops early ends them all, with nothing left unhandled', async () => {
+    const g = generator();
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const body = { model: 'random', prompt: prompt(6, 62), n: 3, max_tokens: 30, temperature: 1, seed: 5, stream: true };
+      const chunks = (await createCompletion(g, body)) as AsyncIterable<CompletionChunk>;
+      for await (const _ of chunks) break; // the client disconnects after its first chunk
+      await sleep(300);
+      expect(g.decoding).toBe(0);
+      expect(g.slotStats.free).toBe(g.slotStats.made);
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
+  it('one at a time: a constrained sequence after others runs at its own positions', async () => {
+    const window: ConstraintScript = { allowed: (tokens) => Array.from({ length: 12 }, (_, i) => (((tokens.at(-1) ?? 7) + i) % (V - 1)) + 1) };
+    const constrained = (promptTokens: number[]): Job => ({
+      request: { promptTokens, sampling: { temperature: 0.9, topP: 1, seed: 8 }, cachePrompt: false },
+      maxTokens: 10,
+      constraint: () => new ScriptedConstraint(V, window),
+    });
+    // The first ends after its step at position 6 + 8; the third's first step is at position 15.
+    const third = constrained(prompt(15, 64));
+    const want = await run(generator({ maxConcurrentSequences: 1 }), third);
+    const serial = generator({ maxConcurrentSequences: 1 });
+    await run(serial, constrained(prompt(6, 63)));
+    await run(serial, { request: { promptTokens: prompt(4, 65), sampling: greedy, cachePrompt: false }, maxTokens: 20 });
+    expectSame(await run(serial, third), want, 'the third');
   });
 });
