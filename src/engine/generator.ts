@@ -210,9 +210,11 @@ export class LlamaGenerator implements TextGenerator {
     let slots: number[] = [];
     let logits: GPUBuffer | undefined;
     let keepLane = false;
+    let joined: (() => void) | undefined;
     try {
       this.checkLive(signal);
       await this.prepare();
+      joined = this.batch.expectJoin();
       // The session's own copy: what the prefix cache records must not change under it.
       const tokens = request.promptTokens.slice();
       const keep = request.cachePrompt !== false;
@@ -239,6 +241,7 @@ export class LlamaGenerator implements TextGenerator {
       logits = undefined;
       return session;
     } finally {
+      joined?.();
       for (const slot of slots) this.releaseSlot(slot);
       if (logits) this.freeLogits.push(logits);
       if (!keepLane) {
