@@ -7,15 +7,15 @@
 // a round it is in runs has that round's tokens discarded, and leaves once the GPU is done with it.
 //
 // k is the decoder's: 1 in its first round (the first tokens come back at once), doubling up to
-// MAX_BATCH_STEPS while a round stays under TARGET_BATCH_MS, TARGET_SHARED_BATCH_MS for several
-// rows (decode-pipeline.ts's batchSteps), and
+// MAX_BATCH_STEPS while a round stays under TARGET_BATCH_MS (decode-pipeline.ts's batchSteps), and
 // at most what every row may still produce; while a request is on its way in (expectJoin), rounds
-// take one step, so its prefill waits behind little and it joins at the next round. A row whose consumer has not taken MAX_PENDING_TOKENS
-// tokens sits rounds out until it does, so a slow reader does not run its slot far ahead. A row's tokens do not depend on the others: each runs at its own
-// position in its own slot, and the step gives each row what it gives it alone (batch-step.ts).
+// take one step, so that it joins at the round after its prefill. A row whose reader has not taken
+// MAX_PENDING_TOKENS tokens sits rounds out until it does, so a slow reader does not run its slot
+// far ahead. A row's tokens do not depend on the others: each runs at its own position in its own
+// slot, and the step gives each row what it gives it alone (batch-step.ts).
 import type { BatchDecodeStep, RowRegion } from '../model/batch-step.ts';
 import { readRecord, RECORD_BYTES, type GpuSampler } from '../sampling/gpu-sampler.ts';
-import { batchSteps, MAX_BATCH_STEPS, TARGET_BATCH_MS, TARGET_SHARED_BATCH_MS } from './decode-pipeline.ts';
+import { batchSteps, MAX_BATCH_STEPS } from './decode-pipeline.ts';
 import type { GeneratedToken } from './types.ts';
 
 /** A sequence that joins the batch: its prefill is done and its sampler begun. */
@@ -83,9 +83,7 @@ export class BatchDecoder {
   /** Rows' tokens on their way to other rows (submitRound). */
   private readonly moveScratch: GPUBuffer;
   private rounds = 0;
-  /** A step's time measured lately, and the rows it ran: a round of more rows is expected to take proportionally longer until measured. */
   private stepMs: number | undefined;
-  private stepRows = 1;
   /** Requests being admitted that will join (expectJoin). */
   private joining = 0;
   private lastResolved: number | undefined;
@@ -191,9 +189,7 @@ export class BatchDecoder {
         const now = performance.now();
         if (this.lastResolved !== undefined && round.steps > 0) {
           const measured = (now - this.lastResolved) / round.steps;
-          const rows = Math.max(1, round.entries.length);
-          this.stepMs = this.stepMs === undefined || rows !== this.stepRows ? measured : 0.5 * this.stepMs + 0.5 * measured;
-          this.stepRows = rows;
+          this.stepMs = this.stepMs === undefined ? measured : 0.5 * this.stepMs + 0.5 * measured;
         }
         this.lastResolved = now;
         // Queue the next round before handing tokens on: the consumers' work overlaps the GPU's.
@@ -255,10 +251,7 @@ export class BatchDecoder {
     // Rows keep their order; those that joined go last.
     rows.sort((a, b) => (a.index < 0 ? Infinity : a.index) - (b.index < 0 ? Infinity : b.index));
     const fresh = (row: Row) => row.submitted === 0;
-    // A step of more rows than measured is expected to take proportionally longer (on a GPU it takes
-    // less, and the next measurement says so).
-    const expectedMs = this.stepMs === undefined ? undefined : this.stepMs * Math.max(1, rows.length / this.stepRows);
-    let steps = this.joining > 0 ? 1 : batchSteps(this.rounds, expectedMs, rows.length > 1 ? TARGET_SHARED_BATCH_MS : TARGET_BATCH_MS);
+    let steps = this.joining > 0 ? 1 : batchSteps(this.rounds, this.stepMs);
     for (const row of rows) steps = Math.min(steps, row.seq.maxSteps - row.submitted - (fresh(row) ? 1 : 0), this.recordSlots - (fresh(row) ? 1 : 0));
     steps = Math.max(0, steps);
 

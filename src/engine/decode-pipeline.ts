@@ -28,21 +28,16 @@ import type { GeneratedToken } from './types.ts';
 export const MAX_BATCH_STEPS = 32;
 /** How long one batch of steps should take on the GPU, once the step time is known. */
 export const TARGET_BATCH_MS = 20;
-/**
- * How long a round of several rows should take (batch-decode.ts): a request that arrives waits for
- * the rounds in flight before its prefill runs, so they are shorter than one sequence's batches.
- */
-export const TARGET_SHARED_BATCH_MS = 10;
 
 /**
  * Steps in batch number `index` (0, 1, 2, ...) of a sequence: 1, 2, 4, ... up to MAX_BATCH_STEPS,
  * so the first tokens come back at once, and once the time of one step is known (`stepMs`), no
  * more than fit in TARGET_BATCH_MS (at least 1): a slow model streams token by token, with the
- * next step always queued behind the one being read (`targetMs` in place of TARGET_BATCH_MS where asked).
+ * next step always queued behind the one being read.
  */
-export function batchSteps(index: number, stepMs: number | undefined, targetMs = TARGET_BATCH_MS): number {
+export function batchSteps(index: number, stepMs: number | undefined): number {
   let size = Math.min(MAX_BATCH_STEPS, 2 ** Math.min(index, 30));
-  if (stepMs !== undefined && stepMs > 0) size = Math.min(size, Math.max(1, Math.floor(targetMs / stepMs)));
+  if (stepMs !== undefined && stepMs > 0) size = Math.min(size, Math.max(1, Math.floor(TARGET_BATCH_MS / stepMs)));
   return size;
 }
 
