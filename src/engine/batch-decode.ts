@@ -9,7 +9,8 @@
 // k is the decoder's: 1 in its first round (the first tokens come back at once), doubling up to
 // MAX_BATCH_STEPS while a round stays under TARGET_BATCH_MS (decode-pipeline.ts's batchSteps), and
 // at most what every row may still produce; while a request is on its way in (expectJoin), rounds
-// take one step, so that it joins at the round after its prefill. A row whose reader has not taken
+// take one step, and the round it joins in samples the first tokens alone, so that its first token
+// waits for its prefill and the rounds in flight only. A row whose reader has not taken
 // MAX_PENDING_TOKENS tokens sits rounds out until it does, so a slow reader does not run its slot
 // far ahead. A row's tokens do not depend on the others: each runs at its own position in its own
 // slot, and the step gives each row what it gives it alone (batch-step.ts).
@@ -251,7 +252,9 @@ export class BatchDecoder {
     // Rows keep their order; those that joined go last.
     rows.sort((a, b) => (a.index < 0 ? Infinity : a.index) - (b.index < 0 ? Infinity : b.index));
     const fresh = (row: Row) => row.submitted === 0;
-    let steps = this.joining > 0 ? 1 : batchSteps(this.rounds, this.stepMs);
+    // A round with rows that just joined samples their first tokens alone (no step): they come
+    // back after the rounds in flight, not after another step of the whole batch.
+    let steps = rows.some(fresh) ? 0 : this.joining > 0 ? 1 : batchSteps(this.rounds, this.stepMs);
     for (const row of rows) steps = Math.min(steps, row.seq.maxSteps - row.submitted - (fresh(row) ? 1 : 0), this.recordSlots - (fresh(row) ? 1 : 0));
     steps = Math.max(0, steps);
 
