@@ -92,8 +92,9 @@ const MAX_ALL_LOGITS_BYTES = 64 * 1024 * 1024;
  */
 export const DEFAULT_PREFILL_CHUNK_TOKENS = 512;
 /**
- * Prompt tokens a prefill pass takes at most while other sequences decode (after its first pass,
- * which takes DEFAULT_PREFILL_CHUNK_TOKENS): measured in docs/performance.md#many-requests-at-once.
+ * Prompt tokens a prefill pass takes at most while other sequences decode, each pass after the GPU
+ * finished the one before (the streams' rounds run between): a newcomer's time to first token
+ * against the streams' longest wait (docs/performance.md#many-requests-at-once).
  */
 export const BUSY_PREFILL_CHUNK_TOKENS = 128;
 /** Sequences decoding at once by default (LlamaGeneratorOptions.maxConcurrentSequences). */
