@@ -17,7 +17,7 @@ import type { BatchDecodeStep } from '../src/model/batch-step.ts';
 
 const { values } = parseArgs({
   options: {
-    model: { type: 'string', default: '/work/shared/models/stories260K/hf' },
+    model: { type: 'string', default: 'public/models/stories260K/hf' },
     steps: { type: 'string', default: '32' },
     repeats: { type: 'string', default: '3' },
     rows: { type: 'string', default: '8' },
