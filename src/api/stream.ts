@@ -409,11 +409,20 @@ export async function* runPrompt(
 
 /** The items of several generators as each comes, each generator's in order; the first error ends it. */
 async function* interleave<T>(generators: AsyncGenerator<T, void, void>[]): AsyncGenerator<T, void, void> {
-  const pull = (i: number) => generators[i]!.next().then((result) => ({ result, i }));
+  // A pull never rejects: one that fails while the caller is paused at a yield is not left unhandled.
+  const pull = (i: number) =>
+    generators[i]!.next().then(
+      (result) => ({ result, i, error: undefined }),
+      (error: unknown) => ({ result: undefined, i, error: error ?? new Error('a sequence failed') }),
+    );
   const pending = new Map(generators.map((_, i) => [i, pull(i)]));
   try {
     while (pending.size > 0) {
-      const { result, i } = await Promise.race(pending.values());
+      const { result, i, error } = await Promise.race(pending.values());
+      if (!result) {
+        pending.delete(i);
+        throw error;
+      }
       if (result.done) {
         pending.delete(i);
         continue;
@@ -424,10 +433,7 @@ async function* interleave<T>(generators: AsyncGenerator<T, void, void>[]): Asyn
   } finally {
     // Stopped early (the caller returned, or one sequence threw): the others' next tokens are
     // awaited by no one, and they end once those come (or fail, as the closed session makes them).
-    for (const [i, next] of pending) {
-      next.catch(() => {});
-      generators[i]!.return(undefined).catch(() => {});
-    }
+    for (const i of pending.keys()) generators[i]!.return(undefined).catch(() => {});
   }
 }
 

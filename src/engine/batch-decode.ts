@@ -10,10 +10,10 @@
 // MAX_BATCH_STEPS while a round stays under TARGET_BATCH_MS (decode-pipeline.ts's batchSteps), and
 // at most what every row may still produce; while a request is on its way in (expectJoin), rounds
 // take one step, and the round it joins in samples the first tokens alone, so that its first token
-// waits for its prefill and the rounds in flight only. A row whose reader has not taken
-// MAX_PENDING_TOKENS tokens sits rounds out until it does, so a slow reader does not run its slot
-// far ahead. A row's tokens do not depend on the others: each runs at its own position in its own
-// slot, and the step gives each row what it gives it alone (batch-step.ts).
+// waits for its prefill and the rounds in flight only. A row's tokens do not depend on the others:
+// each runs at its own position in its own slot, and the step gives each row what it gives it
+// alone (batch-step.ts). A row is in every round until it ends: its next input token lives at its
+// place in the step's token buffer, carried along as rows come and go.
 import type { BatchDecodeStep, RowRegion } from '../model/batch-step.ts';
 import { readRecord, RECORD_BYTES, type GpuSampler } from '../sampling/gpu-sampler.ts';
 import { batchSteps, MAX_BATCH_STEPS } from './decode-pipeline.ts';
@@ -39,8 +39,6 @@ export interface BatchSequence {
   submitted?(count: number): void;
 }
 
-/** Tokens a row may have read back and not taken before it sits rounds out. */
-const MAX_PENDING_TOKENS = 2 * MAX_BATCH_STEPS;
 
 interface Row {
   readonly seq: BatchSequence;
@@ -143,11 +141,6 @@ export class BatchDecoder {
         if (token) {
           taken++;
           yield token;
-          // A row that sat rounds out for its reader rejoins them.
-          if (this.inFlight.length < 2 && row.tokens.length < MAX_PENDING_TOKENS) {
-            this.fill();
-            void this.pump();
-          }
           continue;
         }
         if (row.error !== undefined) throw row.error;
@@ -235,9 +228,7 @@ export class BatchDecoder {
 
   /** Builds and submits one round; false when no row can take a step. */
   private submitRound(): boolean {
-    const candidates = this.rows.filter(
-      (row) => !row.leaving && row.error === undefined && row.submitted < row.seq.maxSteps && row.tokens.length < MAX_PENDING_TOKENS,
-    );
+    const candidates = this.rows.filter((row) => !row.leaving && row.error === undefined && row.submitted < row.seq.maxSteps);
     const rows: Row[] = [];
     for (const row of candidates) {
       try {
@@ -319,6 +310,15 @@ export class BatchDecoder {
     });
     this.device.queue.submit([encoder.finish()]);
     const bytes = rows.length * rowBytes;
+    // Queued before anything else can throw: the pump settles its rows however the read-back ends.
+    let mapped: Promise<void>;
+    try {
+      mapped = staging.mapAsync(GPUMapMode.READ, 0, bytes);
+    } catch (err) {
+      mapped = Promise.reject(err);
+    }
+    this.inFlight.push({ entries, steps, staging, mapped, bytes });
+    this.rounds++;
     for (const { row, count, index } of entries) {
       row.submitted += count;
       row.inFlight++;
@@ -326,8 +326,6 @@ export class BatchDecoder {
       row.seq.submitted?.(row.submitted);
     }
     for (const row of this.rows) if (!rows.includes(row)) row.index = -1;
-    this.inFlight.push({ entries, steps, staging, mapped: staging.mapAsync(GPUMapMode.READ, 0, bytes), bytes });
-    this.rounds++;
     return true;
   }
 

@@ -133,6 +133,8 @@ export class LlamaGenerator implements TextGenerator {
   private readonly slotFreed = new Set<() => void>();
   /** Sessions keeping idle slots for their next sequence: they give them back when someone waits for one. */
   private readonly idleHolders = new Set<{ giveBackIdle(): void }>();
+  /** The slot being made (makeSlot): one at a time, so an out-of-memory error names its own. */
+  private making: Promise<unknown> = Promise.resolve();
   /** Constrained sequences decoding now (beside the batch's rows). */
   private constrainedDecoding = 0;
   private readonly freeKits: SequenceKit[] = [];
@@ -215,11 +217,12 @@ export class LlamaGenerator implements TextGenerator {
     try {
       this.checkLive(signal);
       await this.prepare();
-      joined = this.batch.expectJoin();
       // The session's own copy: what the prefix cache records must not change under it.
       const tokens = request.promptTokens.slice();
       const keep = request.cachePrompt !== false;
       if (!this.serial) slots = await this.takeSlots(Math.min(request.sequences ?? 1, this.slotLimit), signal);
+      // From here to the copies, rounds take one step: it joins at the round after its prefill.
+      joined = this.batch.expectJoin();
       release = await this.lane.acquire(signal);
       this.checkLive(signal);
       // Scoring the prompt needs every position's logits: it runs the whole prompt.
@@ -459,7 +462,7 @@ export class LlamaGenerator implements TextGenerator {
       }
       if (this.slotLimit < 1) throw new Error('no memory for a decode slot');
       if (this.freeSlots.length > 0) return this.freeSlots.splice(0, Math.min(count, this.freeSlots.length));
-      await this.slotFreedOrAborted(signal);
+      await this.slotFreedOrAborted(signal).freed;
     }
   }
 
@@ -470,19 +473,25 @@ export class LlamaGenerator implements TextGenerator {
     return this.freeSlots.shift();
   }
 
-  /** @internal Resolves once a slot is freed, the signal aborts or the generator is unloaded. Sessions keeping idle slots give them back. */
-  slotFreedOrAborted(signal: AbortSignal | undefined): Promise<void> {
-    return new Promise<void>((resolve) => {
+  /**
+   * @internal `freed` resolves once a slot is free (at once if one is), the signal aborts or the
+   * generator is unloaded; `cancel` stops waiting. Sessions keeping idle slots give them back.
+   */
+  slotFreedOrAborted(signal: AbortSignal | undefined): { freed: Promise<void>; cancel: () => void } {
+    let cancel!: () => void;
+    const freed = new Promise<void>((resolve) => {
       const done = () => {
         signal?.removeEventListener('abort', done);
         this.slotFreed.delete(done);
         resolve();
       };
+      cancel = done;
       signal?.addEventListener('abort', done, { once: true });
       this.slotFreed.add(done);
-      if (this.destroyed) done();
+      if (this.destroyed || this.freeSlots.length > 0) done();
       for (const holder of [...this.idleHolders]) holder.giveBackIdle();
     });
+    return { freed, cancel };
   }
 
   /** @internal Whether someone waits for a slot. */
@@ -496,8 +505,15 @@ export class LlamaGenerator implements TextGenerator {
     else this.idleHolders.delete(holder);
   }
 
-  /** Makes another decode slot; false (and the limit lowered) when there is none to make or the GPU cannot allocate it. */
-  private async makeSlot(): Promise<boolean> {
+  /** Makes another decode slot, one call after another; false (and the limit lowered) when there is none to make or the GPU cannot allocate it. */
+  private makeSlot(): Promise<boolean> {
+    const made = this.making.then(() => this.makeSlotNow());
+    this.making = made.catch(() => {});
+    return made;
+  }
+
+  private async makeSlotNow(): Promise<boolean> {
+    if (this.slots!.made() >= this.slotLimit) return false;
     const { device } = this.model.ctx;
     const made = this.slots!.made();
     device.pushErrorScope('out-of-memory');
@@ -874,15 +890,21 @@ class LlamaSession implements GenerationSession {
       }
       await new Promise<void>((resolve) => {
         let woken = false;
+        let cancelWait: (() => void) | undefined;
         const wake = () => {
           if (woken) return;
           woken = true;
           const i = this.slotWaiters.indexOf(wake);
           if (i >= 0) this.slotWaiters.splice(i, 1);
+          cancelWait?.();
           resolve();
         };
         this.slotWaiters.push(wake);
-        if (!this.lane) void this.generator.slotFreedOrAborted(signal).then(wake);
+        if (!this.lane) {
+          const wait = this.generator.slotFreedOrAborted(signal);
+          void wait.freed.then(wake);
+          cancelWait = wait.cancel;
+        }
       });
     }
   }

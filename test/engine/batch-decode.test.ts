@@ -325,4 +325,39 @@ describe('slots shared between sessions (f32 KV)', () => {
     await run(serial, { request: { promptTokens: prompt(4, 65), sampling: greedy, cachePrompt: false }, maxTokens: 20 });
     expectSame(await run(serial, third), want, 'the third');
   });
+
+  it('a reader that lags far behind while others come and go still gets its own tokens', async () => {
+    const g = generator();
+    const slow: Job = { request: { promptTokens: prompt(5, 66), sampling: { temperature: 0.8, topP: 1, seed: 12 }, logprobs: 1, cachePrompt: false }, maxTokens: 55 };
+    const want = await run(generator({ maxConcurrentSequences: 1 }), slow);
+    const others = [JOBS[0]!, JOBS[3]!, JOBS[5]!];
+    const wantOthers = await Promise.all(others.map((job) => run(generator({ maxConcurrentSequences: 1 }), job)));
+    let paused!: () => void;
+    const pausedAt = new Promise<void>((resolve) => (paused = resolve));
+    let resume!: () => void;
+    const resumed = new Promise<void>((resolve) => (resume = resolve));
+    const slowRun = (async () => {
+      const session = await g.openSession(slow.request);
+      try {
+        const tokens: GeneratedToken[] = [];
+        for await (const t of session.sequence({ index: 0, maxTokens: slow.maxTokens, stopTokenIds: [] })) {
+          tokens.push(t);
+          if (tokens.length === 1) {
+            paused();
+            await resumed; // the batch runs on without this reader
+          }
+        }
+        return tokens;
+      } finally {
+        session.close();
+      }
+    })();
+    await pausedAt;
+    // Rows join after it, and leave, while it reads nothing.
+    const got = [];
+    for (const job of others) got.push(await run(g, job));
+    got.forEach((r, i) => expectSame(r, wantOthers[i]!, `beside the slow reader, request ${i}`));
+    resume();
+    expect(await slowRun).toEqual(want.tokens);
+  });
 });
