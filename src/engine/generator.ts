@@ -27,17 +27,18 @@ import type { LlamaModel } from '../model/llama.ts';
 import type { KvCache } from '../model/kv-cache.ts';
 import { maxBufferBytes } from '../gpu/device.ts';
 import { logSumExp, scoreToken } from '../sampling/logprobs.ts';
-import { randomSeed } from '../sampling/random.ts';
 import { GpuSampler, RECORD_BYTES } from '../sampling/gpu-sampler.ts';
-import { MAX_BATCH_STEPS, type DecodePlan, type DecodeResources } from './decode-pipeline.ts';
-import { decodeConstrained } from './constrained-decode.ts';
+import { MAX_BATCH_STEPS, type DecodeResources } from './decode-pipeline.ts';
 import { BatchDecoder } from './batch-decode.ts';
-import { PerSequenceBatchStep } from '../model/batch-step-each.ts';
 import type { BatchDecodeStep } from '../model/batch-step.ts';
 import type { DecodeStep } from '../model/decode-step.ts';
 import type { TextTokenizer } from '../tokenizer/types.ts';
 import { Scheduler, abortError } from './scheduler.ts';
 import { PrefixCache } from './prefix-cache.ts';
+import { makeDecodeSlots, ringsHoldPrompt, type DecodeSlots } from './decode-slots.ts';
+import { checkSessionRequest } from './request-checks.ts';
+import { SlotPool } from './slot-pool.ts';
+import { LlamaSession } from './session.ts';
 import {
   usableVocabSize,
   type FinishReason,
@@ -45,8 +46,6 @@ import {
   type GenerationRequest,
   type GenerationSession,
   type ModelInfo,
-  type SamplingParams,
-  type SequenceOptions,
   type SessionRequest,
   type TextGenerator,
 } from './types.ts';
@@ -121,20 +120,12 @@ export class LlamaGenerator implements TextGenerator {
   /** Sequences that decode at once; 1: in the working cache, the session keeping the lane. */
   readonly maxConcurrentSequences: number;
   private readonly batchStepKind: NonNullable<LlamaGeneratorOptions['batchStep']>;
-  /** Decode slots that could not be made (out of memory) cap the batch here. */
-  private slotLimit: number;
   /** The decode slots and the step that runs them, made by prepare(). */
   private slots: DecodeSlots | undefined;
   /** Each decode slot's written positions, a high-water mark since the prompt was copied there (its rings' history). */
   private readonly slotWritten = new Map<number, number>();
-  /** Decode slots made and free. */
-  private readonly freeSlots: number[] = [];
-  /** Who waits for a free slot (the admitted request, sessions' sequences), all woken when one is freed. */
-  private readonly slotFreed = new Set<() => void>();
-  /** Sessions keeping idle slots for their next sequence: they give them back when someone waits for one. */
-  private readonly idleHolders = new Set<{ giveBackIdle(): void }>();
-  /** The slot being made (makeSlot): one at a time, so an out-of-memory error names its own. */
-  private making: Promise<unknown> = Promise.resolve();
+  /** Which slots are free, who waits for one, and the slots' limit. */
+  private readonly pool: SlotPool;
   /** Constrained sequences decoding now (beside the batch's rows). */
   private constrainedDecoding = 0;
   private readonly freeKits: SequenceKit[] = [];
@@ -158,7 +149,7 @@ export class LlamaGenerator implements TextGenerator {
     if (!(Number.isInteger(concurrent) && concurrent >= 1)) throw new RangeError(`maxConcurrentSequences must be an integer >= 1, got ${concurrent}`);
     this.maxConcurrentSequences = concurrent;
     this.batchStepKind = options.batchStep ?? 'auto';
-    this.slotLimit = concurrent;
+    this.pool = new SlotPool(model.ctx.device, concurrent);
     this.admission = new Scheduler(options.maxQueued);
     this.prefillChunkTokens = options.prefillChunkTokens;
     this.prefillLogits = model.ctx.device.createBuffer({
@@ -191,7 +182,7 @@ export class LlamaGenerator implements TextGenerator {
   /** Decode slots made so far (each a KV cache of the context), the bytes they take, and whether one batched kernel runs them. */
   get slotStats(): { made: number; free: number; bytes: number; batched: boolean } {
     const made = this.slots?.made() ?? 0;
-    return { made, free: this.freeSlots.length, bytes: this.serial ? 0 : made * this.cache.byteSize, batched: this.slots?.batched ?? false };
+    return { made, free: this.pool.free, bytes: this.serial ? 0 : made * this.cache.byteSize, batched: this.slots?.batched ?? false };
   }
 
   private get serial(): boolean {
@@ -220,7 +211,7 @@ export class LlamaGenerator implements TextGenerator {
       // The session's own copy: what the prefix cache records must not change under it.
       const tokens = request.promptTokens.slice();
       const keep = request.cachePrompt !== false;
-      if (!this.serial) slots = await this.takeSlots(Math.min(request.sequences ?? 1, this.slotLimit), signal);
+      if (!this.serial) slots = await this.pool.take(Math.min(request.sequences ?? 1, this.pool.limit), signal, () => this.checkLive(signal));
       // From here to the copies, rounds take one step: it joins at the round after its prefill.
       joined = this.batch.expectJoin();
       release = await this.lane.acquire(signal);
@@ -310,82 +301,16 @@ export class LlamaGenerator implements TextGenerator {
     return { device: this.model.ctx.device, decodeStep: this.stepOf(0), sampler: kit.sampler, staging: kit.staging };
   }
 
-  /**
-   * The decode slots: with maxConcurrentSequences 1, the working cache itself; else N slots of one
-   * KvCache run by one batched kernel (LlamaModel.createBatchStep), or where none runs the model,
-   * N caches of their own (made on first use) each with its own DecodeStep.
-   */
+  /** The decode slots (makeDecodeSlots), their limit lowered to what the device's buffers hold. */
   private makeSlots(): DecodeSlots {
-    const model = this.model;
-    const c = this.cache;
-    const vocabRows = this.sampledVocab;
-    const own = new Map<number, DecodeStep>();
-    const ownStep = (cache: KvCache, slot: number) => {
-      let step = own.get(slot);
-      if (!step) own.set(slot, (step = model.createDecodeStep(cache, { vocabRows })));
-      return step;
-    };
-    // Every slot of a layer lives in one buffer: no more slots than the device's largest holds.
-    const layerBytes = Math.max(...c.keys.map((_, l) => c.slotBytes(l)));
-    const N = Math.max(1, Math.min(this.maxConcurrentSequences, Math.floor(maxBufferBytes(model.ctx.limits) / layerBytes)));
-    this.slotLimit = Math.min(this.slotLimit, N);
-    const kind = this.batchStepKind;
-    const stepFor = (cache: KvCache, maxRows: number) =>
-      kind === 'separate' ? 'separate steps asked for' : kind === 'fused' ? model.createFusedBatchStep(cache, { maxRows, vocabRows }) : model.createBatchStep(cache, { maxRows, vocabRows });
-    if (this.serial) {
-      // The one slot is the working cache: the same kernel as with slots, so a request gives the same either way.
-      const one = stepFor(c, 1);
-      if (typeof one !== 'string') {
-        // A constrained sequence's step is another one: the batch's sets its rows every round.
-        const solos = new Map<number, DecodeStep>();
-        const solo = () => {
-          let step = solos.get(0);
-          if (!step) {
-            const own = stepFor(c, 1);
-            if (typeof own === 'string') throw new Error(`no step of one row: ${own}`);
-            solos.set(0, (step = soloDecodeStep(own, 0)));
-          }
-          return step;
-        };
-        return { step: one, batched: true, made: () => 1, make: () => true, solo, steps: solos, caches: [] };
-      }
-      const step = new PerSequenceBatchStep(1, () => c, (s) => ownStep(c, s), 1);
-      return { step, batched: false, made: () => 1, make: () => true, solo: (s) => ownStep(c, s), steps: own, caches: [] };
-    }
-    const passTokens = c.ringed ? c.maxPassTokens : undefined;
-    const slotted = model.createKvCache(c.capacity, c.kvDType, passTokens, N);
-    const create = (maxRows: number) => stepFor(slotted, maxRows);
-    const batched = create(N);
-    if (typeof batched !== 'string') {
-      for (let slot = 0; slot < N; slot++) this.freeSlots.push(slot);
-      const solos = new Map<number, DecodeStep>();
-      const solo = (slot: number): DecodeStep => {
-        let step = solos.get(slot);
-        if (!step) {
-          const one = create(1);
-          if (typeof one === 'string') throw new Error(`no step of one row: ${one}`);
-          solos.set(slot, (step = soloDecodeStep(one, slot)));
-        }
-        return step;
-      };
-      return { step: batched, batched: true, made: () => N, make: () => true, solo, steps: solos, caches: [slotted] };
-    }
-    slotted.destroy();
-    const caches: KvCache[] = [];
-    const cacheOf = (slot: number) => {
-      const cache = caches[slot];
-      if (!cache) throw new Error(`slot ${slot} is not made`);
-      return cache;
-    };
-    const make = () => {
-      if (caches.length >= N) return false;
-      caches.push(model.createKvCache(c.capacity, c.kvDType, passTokens));
-      this.freeSlots.push(caches.length - 1);
-      return true;
-    };
-    make(); // the first sequence's slot, and the step that tells whether steps share a pass
-    const step = new PerSequenceBatchStep(N, cacheOf, (s) => ownStep(cacheOf(s), s), N);
-    return { step, batched: false, made: () => caches.length, make, solo: (s) => ownStep(cacheOf(s), s), steps: own, caches };
+    const slots = makeDecodeSlots(this.model, this.cache, {
+      sequences: this.maxConcurrentSequences,
+      kind: this.batchStepKind,
+      vocabRows: this.sampledVocab,
+      free: (slot) => this.pool.add(slot),
+    });
+    this.pool.attach(slots);
+    return slots;
   }
 
   private async makeKit(): Promise<SequenceKit> {
@@ -448,95 +373,14 @@ export class LlamaGenerator implements TextGenerator {
     return this.cache;
   }
 
-  /**
-   * Up to `count` decode slots for the admitted request: as many as are free once one is (a
-   * request does not wait for others to free all it could use; its other sequences take slots as
-   * they free). A slot is made when too few are free and fewer than slotLimit exist; one the GPU
-   * cannot allocate lowers the limit.
-   */
-  private async takeSlots(count: number, signal: AbortSignal | undefined): Promise<number[]> {
-    for (;;) {
-      this.checkLive(signal);
-      while (this.freeSlots.length < count && this.slots!.made() < this.slotLimit) {
-        if (!(await this.makeSlot())) break;
-      }
-      if (this.slotLimit < 1) throw new Error('no memory for a decode slot');
-      if (this.freeSlots.length > 0) return this.freeSlots.splice(0, Math.min(count, this.freeSlots.length));
-      await this.slotFreedOrAborted(signal).freed;
-    }
-  }
-
-  /** @internal A free decode slot now (made if none is free and the limit allows), or undefined. */
-  async takeFreeSlot(): Promise<number | undefined> {
-    if (this.serial || this.destroyed) return undefined;
-    if (this.freeSlots.length === 0 && this.slots!.made() < this.slotLimit) await this.makeSlot();
-    return this.freeSlots.shift();
-  }
-
-  /**
-   * @internal `freed` resolves once a slot is free (at once if one is), the signal aborts or the
-   * generator is unloaded; `cancel` stops waiting. Sessions keeping idle slots give them back.
-   */
-  slotFreedOrAborted(signal: AbortSignal | undefined): { freed: Promise<void>; cancel: () => void } {
-    let cancel!: () => void;
-    const freed = new Promise<void>((resolve) => {
-      const done = () => {
-        signal?.removeEventListener('abort', done);
-        this.slotFreed.delete(done);
-        resolve();
-      };
-      cancel = done;
-      signal?.addEventListener('abort', done, { once: true });
-      this.slotFreed.add(done);
-      if (this.destroyed || this.freeSlots.length > 0) done();
-      for (const holder of [...this.idleHolders]) holder.giveBackIdle();
-    });
-    return { freed, cancel };
-  }
-
-  /** @internal Whether someone waits for a slot. */
-  get slotWanted(): boolean {
-    return this.slotFreed.size > 0;
-  }
-
-  /** @internal A session keeps idle slots (true) or no longer does (false). */
-  holdsIdle(holder: { giveBackIdle(): void }, holds: boolean): void {
-    if (holds) this.idleHolders.add(holder);
-    else this.idleHolders.delete(holder);
-  }
-
-  /** Makes another decode slot, one call after another; false (and the limit lowered) when there is none to make or the GPU cannot allocate it. */
-  private makeSlot(): Promise<boolean> {
-    const made = this.making.then(() => this.makeSlotNow());
-    this.making = made.catch(() => {});
-    return made;
-  }
-
-  private async makeSlotNow(): Promise<boolean> {
-    if (this.slots!.made() >= this.slotLimit) return false;
-    const { device } = this.model.ctx;
-    const made = this.slots!.made();
-    device.pushErrorScope('out-of-memory');
-    const ok = this.slots!.make();
-    const error = await device.popErrorScope();
-    if (!ok || error) {
-      if (error) {
-        // The slot made last is `made` (slots are numbered in the order they are made).
-        this.slots!.caches.pop()?.destroy();
-        const i = this.freeSlots.indexOf(made);
-        if (i >= 0) this.freeSlots.splice(i, 1);
-      }
-      this.slotLimit = made;
-      return false;
-    }
-    return true;
+  /** @internal The decode slots' free list and waiters. */
+  get slotPool(): SlotPool {
+    return this.pool;
   }
 
   /** @internal Gives a decode slot back (its GPU work is done or queued ahead of any later use). */
   releaseSlot(slot: number): void {
-    if (this.serial) return;
-    this.freeSlots.push(slot);
-    for (const wake of [...this.slotFreed]) wake();
+    if (!this.serial) this.pool.release(slot);
   }
 
   /** @internal Notes that a sequence in decode slot `slot` wrote positions up to `end` (exclusive) at most. */
@@ -750,7 +594,7 @@ export class LlamaGenerator implements TextGenerator {
   destroy(): void {
     if (this.destroyed) return;
     this.destroyed = true;
-    for (const wake of [...this.slotFreed]) wake();
+    this.pool.close();
     const steps = this.slots ? [...this.slots.steps.values()] : [];
     const caches = [this.cache, ...(this.slots?.caches ?? [])];
     const batchStep = this.slots?.batched ? this.slots.step : undefined;
@@ -772,346 +616,5 @@ export class LlamaGenerator implements TextGenerator {
     this.prefixCache.clear();
     for (const c of caches) c.destroy();
     this.model.destroy();
-  }
-}
-
-/** Whether every ring layer of a slot (laid out as `cache`) whose positions are written up to `written` still holds the window before position P (the next sequence's first step reads it). */
-function ringsHoldPrompt(cache: KvCache, P: number, written: number): boolean {
-  return cache.rings.every((ring, l) => !ring || Math.max(0, P - cache.windows[l]! + 1) >= written - ring.rows);
-}
-
-/** The decode slots and the step that runs them (LlamaGenerator.makeSlots). */
-interface DecodeSlots {
-  readonly step: BatchDecodeStep;
-  /** Whether one batched kernel runs every row (else each row its own DecodeStep). */
-  readonly batched: boolean;
-  made(): number;
-  /** Makes another slot where slots are made on first use; false when there is none to make. */
-  make(): boolean;
-  /** A step of slot s alone, for a constrained sequence. */
-  solo(slot: number): DecodeStep;
-  /** The steps made for single slots, and the caches the slots live in (destroyed with the generator). */
-  readonly steps: Map<number, DecodeStep>;
-  readonly caches: KvCache[];
-}
-
-/**
- * A DecodeStep over one row of a batched step (maxRows 1) in slot `slot`: what a constrained
- * sequence decodes with. The step keeps its position on the GPU; a step at another position than
- * the one after the last sets it first (a queue write, before the submit of the encoder).
- */
-function soloDecodeStep(step: BatchDecodeStep, slot: number): DecodeStep {
-  let next = -1;
-  const logits = step.rowLogits(0);
-  const token = step.rowToken(0);
-  if (logits.offset !== 0 || token.offset !== 0) throw new Error('row 0 of a batched step is not at offset 0');
-  return {
-    tokenIn: token.buffer,
-    logits: logits.buffer,
-    dispatchCount: step.dispatchCount,
-    encodeStep(encoder: GPUCommandEncoder, position: number): void {
-      if (position !== next) step.setRows([{ slot, position }]);
-      step.encode(encoder);
-      next = position + 1;
-    },
-    destroy: () => step.destroy(),
-  };
-}
-
-/**
- * A session: its prompt's K/V in its slots, its prefill's last logits (every sequence's first
- * step samples them) and its prompt logprobs. Sequences may run at once, as many as it has slots;
- * more wait for one of them.
- */
-class LlamaSession implements GenerationSession {
-  private closed = false;
-  private running = 0;
-  private released = false;
-  /** Its slots not decoding now (given back to the generator when no sequence of it waits for one). */
-  private readonly idleSlots: number[];
-  /** Its slots that hold its prompt's K/V (copied at its start). */
-  private readonly promptSlots: Set<number>;
-  private slotWaiters: (() => void)[] = [];
-  /** Running sequences suspended at a yield, with what ends them: close() ends them. */
-  private readonly suspended = new Map<AsyncGenerator<GeneratedToken, void, void>, () => void>();
-  /** The base of the sequences' random streams: the request's seed, or one random seed per session. */
-  private readonly seed: number;
-
-  constructor(
-    private readonly generator: LlamaGenerator,
-    private readonly request: SessionRequest,
-    readonly promptLogprobs: readonly (GeneratedToken | null)[] | undefined,
-    /** Prompt tokens whose K/V came from the prefix cache. */
-    readonly cachedTokens: number,
-    /** Whether the prompt (and answers) may be kept for later requests (cachePrompt). */
-    private readonly keep: boolean,
-    /** The prefill's last logits, this session's copy. */
-    private readonly logits: GPUBuffer,
-    slots: readonly number[],
-    /** With maxConcurrentSequences 1: the lane, kept until close (sequences decode in slot 0). */
-    private readonly lane: (() => void) | undefined,
-  ) {
-    this.seed = request.sampling.seed ?? randomSeed();
-    this.idleSlots = [...slots];
-    this.promptSlots = new Set(slots);
-  }
-
-  /**
-   * Ends the session, once. Its sequences suspended at a token (their callers have not asked for
-   * the next one) are ended: their work in flight is awaited, then their slots are freed, and they
-   * throw if resumed. A sequence waiting for the GPU fails at its next token.
-   */
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    for (const w of this.slotWaiters.splice(0)) w();
-    for (const [tokens, finish] of this.suspended) void tokens.return().catch(() => {}).finally(finish);
-    this.releaseIfIdle();
-  }
-
-  private releaseIfIdle(): void {
-    if (!this.closed || this.running > 0 || this.released) return;
-    this.released = true;
-    this.generator.holdsIdle(this, false);
-    for (const slot of this.idleSlots.splice(0)) this.generator.releaseSlot(slot);
-    this.generator.returnLogits(this.logits);
-    if (this.lane) this.generator.releaseAfterSettling(this.lane);
-  }
-
-  /** A slot for a sequence: one of its own that is idle, else any free one, else the first of those to free. */
-  private async takeSlot(signal: AbortSignal | undefined): Promise<number> {
-    for (;;) {
-      this.checkLive(signal);
-      const slot = this.idleSlots.shift();
-      if (slot !== undefined) return slot;
-      if (!this.lane) {
-        const other = await this.generator.takeFreeSlot();
-        if (other !== undefined) return other;
-      }
-      await new Promise<void>((resolve) => {
-        let woken = false;
-        let cancelWait: (() => void) | undefined;
-        const wake = () => {
-          if (woken) return;
-          woken = true;
-          const i = this.slotWaiters.indexOf(wake);
-          if (i >= 0) this.slotWaiters.splice(i, 1);
-          cancelWait?.();
-          resolve();
-        };
-        this.slotWaiters.push(wake);
-        if (!this.lane) {
-          const wait = this.generator.slotFreedOrAborted(signal);
-          void wait.freed.then(wake);
-          cancelWait = wait.cancel;
-        }
-      });
-    }
-  }
-
-  /**
-   * Keeps a slot a sequence ended in for the session's next sequence (it holds the prompt), and
-   * wakes one waiting for it; with none waiting, the slot goes back to the generator as soon as
-   * someone else waits for one (giveBackIdle), so an idle session never holds up another request.
-   */
-  private freeSlot(slot: number): void {
-    this.idleSlots.push(slot);
-    if (this.lane) {
-      this.slotWaiters[0]?.();
-      return;
-    }
-    if (this.slotWaiters.length > 0 && !this.closed) {
-      this.slotWaiters[0]!();
-      return;
-    }
-    this.generator.holdsIdle(this, true);
-    if (this.generator.slotWanted) this.giveBackIdle();
-  }
-
-  /** @internal Gives the session's idle slots back to the generator. */
-  giveBackIdle(): void {
-    this.generator.holdsIdle(this, false);
-    if (this.lane) return;
-    for (const slot of this.idleSlots.splice(0)) {
-      this.promptSlots.delete(slot);
-      this.generator.releaseSlot(slot);
-    }
-  }
-
-  /**
-   * Decodes sequence `index`: random stream `index` of the session's seed (Philox counters
-   * (index, step), the same on every adapter), its own penalty history, starting from the
-   * prefill's logits. Yields each generated token with its logprob (always) and its top
-   * alternatives (when the session asked for logprobs; [] for logprobs 0). Returns 'stop' when a
-   * stop id is sampled (not yielded) or the constraint allows nothing but stop ids; 'length' after
-   * maxTokens tokens or when prompt + generated fills the context. A constraint's forced tokens are
-   * yielded with `forced: true` and count as generated tokens. Throws an AbortError at the next
-   * token once the session's signal aborts. Sequences may run at once (as many as the session
-   * has slots; more wait); misuse (a closed session, bad options) throws from the first next().
-   */
-  async *sequence(options: SequenceOptions): AsyncGenerator<GeneratedToken, FinishReason, void> {
-    if (this.closed) throw new Error('the session is closed');
-    checkSequenceOptions(options);
-    this.running++;
-    const { promptTokens, sampling, signal, logprobs } = this.request;
-    const P = promptTokens.length;
-    const generator = this.generator;
-    const inPlace = this.lane !== undefined;
-    const yielded: number[] = [];
-    let stopSampled = false;
-    let slot: number | undefined;
-    let kit: Awaited<ReturnType<LlamaGenerator['takeKit']>> | undefined;
-    // In place: false while the prompt's K/V is being rewritten (the prefix cache then knows what is held).
-    let promptHeld = true;
-    let finished = false;
-    /** Positions its steps wrote up to (exclusive), at most. */
-    let writtenEnd = 0;
-    let constrainedEnded: (() => void) | undefined;
-    // Gives back what the sequence took, once: from its own end, or from close() while it is suspended at a token.
-    const finish = () => {
-      if (finished) return;
-      finished = true;
-      // Token i's K/V is written by the step that samples token i + 1: every yielded token's when
-      // a stop id was sampled after them, all but the last one's otherwise.
-      const written = stopSampled ? yielded.length : Math.max(0, yielded.length - 1);
-      constrainedEnded?.();
-      if (slot !== undefined && !inPlace && writtenEnd > 0) generator.noteSlotWritten(slot, writtenEnd);
-      if (slot !== undefined && this.keep) {
-        if (inPlace) {
-          if (promptHeld) generator.prefix.holds(promptTokens.concat(yielded.slice(0, written)), undefined, P);
-        } else {
-          generator.keepAnswer(slot, promptTokens, yielded.slice(0, written));
-        }
-      }
-      if (kit) generator.returnKit(kit);
-      if (slot !== undefined) this.freeSlot(slot);
-      this.running--;
-      this.releaseIfIdle();
-    };
-    try {
-      const cache = generator.workingCache;
-      // Token s needs the model run at position P + s - 1 < capacity (s >= 1).
-      const maxSteps = Math.min(options.maxTokens, cache.capacity - P);
-      if (maxSteps <= 0) return 'length';
-      slot = await this.takeSlot(signal);
-      // Its steps run at positions P .. P + maxSteps - 2 at most (the last token is not run); a batch row reports what it ran.
-      writtenEnd = P + maxSteps - 1;
-      if (inPlace) {
-        // The sequence overwrites the positions past the prompt; it holds its tokens' K/V as it goes.
-        if (this.keep) generator.prefix.holds(promptTokens);
-        promptHeld = false;
-        await generator.restoreInPlace(promptTokens, this.keep, signal);
-        promptHeld = true;
-        // Its steps write positions up to P + maxSteps - 2 (the rings' history: a batched step keeps no count).
-        cache.noteWritten(P + maxSteps - 1);
-      } else {
-        // A slot taken after the start holds another prompt; a sequence before this one in the slot
-        // may have overwritten ring rows of the prompt.
-        await generator.restorePrompt(slot, promptTokens, this.keep, this.promptSlots.has(slot), signal);
-        this.promptSlots.add(slot);
-      }
-      this.checkLive(signal);
-      kit = await generator.takeKit();
-      const { sampler } = kit;
-      const stops = new Set(options.stopTokenIds);
-      const { constraint } = options;
-      sampler.beginSequence({
-        params: sampling,
-        promptTokens,
-        seed: this.seed,
-        stream: options.index,
-        banned: options.stopTokenIds,
-        minTokens: options.minTokens ?? 0,
-        ...(logprobs !== undefined ? { logprobs } : {}),
-        ...(constraint ? { constrained: true } : {}),
-      });
-      const check = () => this.checkLive(signal);
-      let tokens: AsyncGenerator<GeneratedToken, void, void>;
-      if (constraint) {
-        const plan: DecodePlan = { promptLength: P, maxSteps, prefillLogits: this.logits, logprobs };
-        const resources: DecodeResources = { device: generator.model.ctx.device, decodeStep: generator.stepOf(slot), sampler, staging: kit.staging };
-        constrainedEnded = generator.constrainedStarted();
-        tokens = decodeConstrained(resources, { ...plan, constraint, stopTokenIds: options.stopTokenIds }, check);
-      } else {
-        writtenEnd = P;
-        const submitted = (count: number) => (writtenEnd = P + Math.max(0, count - 1));
-        tokens = generator.batch.run({ slot, promptLength: P, maxSteps, firstLogits: this.logits, sampler, logprobs, greedy: sampler.plainGreedy, check, submitted });
-      }
-      for await (const token of tokens) {
-        this.checkLive(signal);
-        if (stops.has(token.id)) {
-          stopSampled = true;
-          return 'stop';
-        }
-        yielded.push(token.id);
-        this.suspended.set(tokens, finish);
-        try {
-          yield token;
-        } finally {
-          this.suspended.delete(tokens);
-        }
-        this.checkLive(signal);
-      }
-      this.checkLive(signal);
-      if (yielded.length < maxSteps) {
-        // The constraint allows nothing more but stop ids: a whole structure stops; a dead end did
-        // not finish it, so it ends as cut short.
-        if (constraint) return constraint.isComplete() ? 'stop' : 'length';
-        throw new Error('the decode loop ended early'); // never: it runs maxSteps steps
-      }
-      return 'length';
-    } finally {
-      finish();
-    }
-  }
-
-  private checkLive(signal: AbortSignal | undefined): void {
-    this.generator.checkLive(signal);
-    if (this.closed) throw new Error('the session was closed during a sequence');
-  }
-}
-
-function checkSessionRequest(request: SessionRequest, vocabSize: number, capacity: number): void {
-  const { promptTokens, sampling, logprobs } = request;
-  if (promptTokens.length === 0) throw new RangeError('the prompt has no tokens');
-  if (promptTokens.length > capacity) {
-    throw new RangeError(`the prompt has ${promptTokens.length} tokens; the context holds ${capacity}`);
-  }
-  for (const id of promptTokens) {
-    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
-      throw new RangeError(`prompt token id ${id} is outside the vocabulary (0..${vocabSize - 1})`);
-    }
-  }
-  if (logprobs !== undefined && !(Number.isInteger(logprobs) && logprobs >= 0)) {
-    throw new RangeError(`logprobs must be a non-negative integer, got ${logprobs}`);
-  }
-  checkSampling(sampling, vocabSize);
-}
-
-function checkSampling(s: SamplingParams, vocabSize: number): void {
-  const bad = (name: string, value: unknown, want: string) => new RangeError(`sampling ${name} must be ${want}, got ${value}`);
-  if (!(Number.isFinite(s.temperature) && s.temperature >= 0)) throw bad('temperature', s.temperature, 'a finite number >= 0');
-  if (!(s.topP >= 0 && s.topP <= 1)) throw bad('topP', s.topP, 'in [0, 1]');
-  if (s.seed !== undefined && !Number.isFinite(s.seed)) throw bad('seed', s.seed, 'a finite number');
-  if (s.topK !== undefined && !(Number.isInteger(s.topK) && s.topK >= 0)) throw bad('topK', s.topK, 'an integer >= 0');
-  if (s.minP !== undefined && !(s.minP >= 0 && s.minP <= 1)) throw bad('minP', s.minP, 'in [0, 1]');
-  if (s.repetitionPenalty !== undefined && !(Number.isFinite(s.repetitionPenalty) && s.repetitionPenalty > 0)) {
-    throw bad('repetitionPenalty', s.repetitionPenalty, 'a finite number > 0');
-  }
-  if (s.presencePenalty !== undefined && !Number.isFinite(s.presencePenalty)) throw bad('presencePenalty', s.presencePenalty, 'finite');
-  if (s.frequencyPenalty !== undefined && !Number.isFinite(s.frequencyPenalty)) throw bad('frequencyPenalty', s.frequencyPenalty, 'finite');
-  for (const [id, bias] of s.logitBias ?? []) {
-    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw bad('logitBias id', id, `a token id in 0..${vocabSize - 1}`);
-    if (!Number.isFinite(bias)) throw bad(`logitBias[${id}]`, bias, 'finite');
-  }
-}
-
-function checkSequenceOptions(o: SequenceOptions): void {
-  if (!(Number.isInteger(o.index) && o.index >= 0)) throw new RangeError(`sequence index must be an integer >= 0, got ${o.index}`);
-  if (!(o.maxTokens >= 0) || (!Number.isInteger(o.maxTokens) && o.maxTokens !== Infinity)) {
-    throw new RangeError(`maxTokens must be an integer >= 0 (or Infinity), got ${o.maxTokens}`);
-  }
-  if (o.minTokens !== undefined && !(Number.isInteger(o.minTokens) && o.minTokens >= 0)) {
-    throw new RangeError(`minTokens must be an integer >= 0, got ${o.minTokens}`);
   }
 }
