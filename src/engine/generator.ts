@@ -38,7 +38,7 @@ import { PrefixCache } from './prefix-cache.ts';
 import { makeDecodeSlots, ringsHoldPrompt, type DecodeSlots } from './decode-slots.ts';
 import { checkSessionRequest } from './request-checks.ts';
 import { SlotPool } from './slot-pool.ts';
-import { LlamaSession } from './session.ts';
+import { LlamaSession, type SequenceKit, type SessionHost } from './session.ts';
 import {
   usableVocabSize,
   type FinishReason,
@@ -99,13 +99,7 @@ export const BUSY_PREFILL_CHUNK_TOKENS = 128;
 /** Sequences decoding at once by default (LlamaGeneratorOptions.maxConcurrentSequences). */
 export const DEFAULT_MAX_CONCURRENT_SEQUENCES = 8;
 
-/** What one running sequence uses besides its slot: its sampler and two read-back buffers (the constrained loop's). */
-interface SequenceKit {
-  readonly sampler: GpuSampler;
-  readonly staging: readonly [GPUBuffer, GPUBuffer];
-}
-
-export class LlamaGenerator implements TextGenerator {
+export class LlamaGenerator implements TextGenerator, SessionHost {
   /** New requests, one at a time (taking slots, then the lane), the others in a bounded queue. */
   private readonly admission: Scheduler;
   /** The working cache: one prefill (or copy back) at a time. Its holder never waits for a slot. */
@@ -371,6 +365,11 @@ export class LlamaGenerator implements TextGenerator {
   /** @internal The working cache: its capacity and layout are every slot's. */
   get workingCache(): KvCache {
     return this.cache;
+  }
+
+  /** @internal The model's device. */
+  get device(): GPUDevice {
+    return this.model.ctx.device;
   }
 
   /** @internal The decode slots' free list and waiters. */

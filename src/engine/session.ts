@@ -1,11 +1,43 @@
 // A generation session of LlamaGenerator (generator.ts): the prompt prefilled once, then its
 // sequences, each in a decode slot, as rows of the batch (batch-decode.ts) or, with a constraint,
 // in a loop of its own (constrained-decode.ts).
-import type { LlamaGenerator } from './generator.ts';
+import type { KvCache } from '../model/kv-cache.ts';
+import type { DecodeStep } from '../model/decode-step.ts';
+import type { GpuSampler } from '../sampling/gpu-sampler.ts';
 import { randomSeed } from '../sampling/random.ts';
+import type { BatchDecoder } from './batch-decode.ts';
 import type { DecodePlan, DecodeResources } from './decode-pipeline.ts';
 import { decodeConstrained } from './constrained-decode.ts';
+import type { PrefixCache } from './prefix-cache.ts';
+import type { SlotPool } from './slot-pool.ts';
 import type { FinishReason, GeneratedToken, GenerationSession, SequenceOptions, SessionRequest } from './types.ts';
+
+/** What one running sequence uses besides its slot: its sampler and two read-back buffers (the constrained loop's). */
+export interface SequenceKit {
+  readonly sampler: GpuSampler;
+  readonly staging: readonly [GPUBuffer, GPUBuffer];
+}
+
+/** What a session asks of its generator (LlamaGenerator's @internal members). */
+export interface SessionHost {
+  readonly device: GPUDevice;
+  readonly prefix: PrefixCache;
+  readonly batch: BatchDecoder;
+  readonly slotPool: SlotPool;
+  readonly workingCache: KvCache;
+  checkLive(signal: AbortSignal | undefined): void;
+  takeKit(): Promise<SequenceKit>;
+  returnKit(kit: SequenceKit): void;
+  returnLogits(buffer: GPUBuffer): void;
+  stepOf(slot: number): DecodeStep;
+  releaseSlot(slot: number): void;
+  noteSlotWritten(slot: number, end: number): void;
+  keepAnswer(slot: number, prompt: readonly number[], answer: readonly number[]): void;
+  restorePrompt(slot: number, tokens: readonly number[], keep: boolean, held: boolean, signal: AbortSignal | undefined): Promise<void>;
+  restoreInPlace(tokens: readonly number[], keep: boolean, signal: AbortSignal | undefined): Promise<void>;
+  releaseAfterSettling(release: () => void): void;
+  constrainedStarted(): () => void;
+}
 
 /**
  * A session: its prompt's K/V in its slots, its prefill's last logits (every sequence's first
@@ -16,7 +48,7 @@ export class LlamaSession implements GenerationSession {
   private closed = false;
   private running = 0;
   private released = false;
-  /** Its slots not decoding now (given back to the generator when no sequence of it waits for one). */
+  /** Its slots not decoding now (given back to the generator once another request waits for one: freeSlot). */
   private readonly idleSlots: number[];
   /** Its slots that hold its prompt's K/V (copied at its start). */
   private readonly promptSlots: Set<number>;
@@ -27,7 +59,7 @@ export class LlamaSession implements GenerationSession {
   private readonly seed: number;
 
   constructor(
-    private readonly generator: LlamaGenerator,
+    private readonly generator: SessionHost,
     private readonly request: SessionRequest,
     readonly promptLogprobs: readonly (GeneratedToken | null)[] | undefined,
     /** Prompt tokens whose K/V came from the prefix cache. */
@@ -149,7 +181,7 @@ export class LlamaSession implements GenerationSession {
     const yielded: number[] = [];
     let stopSampled = false;
     let slot: number | undefined;
-    let kit: Awaited<ReturnType<LlamaGenerator['takeKit']>> | undefined;
+    let kit: SequenceKit | undefined;
     // In place: false while the prompt's K/V is being rewritten (the prefix cache then knows what is held).
     let promptHeld = true;
     let finished = false;
@@ -218,7 +250,7 @@ export class LlamaSession implements GenerationSession {
       let tokens: AsyncGenerator<GeneratedToken, void, void>;
       if (constraint) {
         const plan: DecodePlan = { promptLength: P, maxSteps, prefillLogits: this.logits, logprobs };
-        const resources: DecodeResources = { device: generator.model.ctx.device, decodeStep: generator.stepOf(slot), sampler, staging: kit.staging };
+        const resources: DecodeResources = { device: generator.device, decodeStep: generator.stepOf(slot), sampler, staging: kit.staging };
         constrainedEnded = generator.constrainedStarted();
         tokens = decodeConstrained(resources, { ...plan, constraint, stopTokenIds: options.stopTokenIds }, check);
       } else {
