@@ -1,6 +1,8 @@
-// The sampling chain on the GPU (src/sampling/gpu-sampler.ts drives it; test/reference/sampler.ts
-// is its CPU reference and documents the chain). One step of a sequence is a fixed series of
-// dispatches, chosen at encode time from the sequence's parameters:
+// The sampling chain on the GPU (src/sampling/sampler-bank.ts drives it; test/reference/sampler.ts
+// is its CPU reference and documents the chain). A dispatch samples one step of each of its rows
+// (workgroup_id.y), every row a sequence of the bank with its own parameters and regions, each
+// with the arithmetic it has alone. One step is a fixed series of dispatches, chosen at encode
+// time from the rows' parameters:
 //
 //   prepare        (chunks)  z = processed logits (the mask, bias, penalties, min_tokens ban),
 //                            stored as order-preserving u32 keys; per chunk: raw max and sum of exp
@@ -33,7 +35,8 @@
 // MAX_TOP, the history flags SEEN, BANNED and COUNT_MASK, STATE_WORDS, CHUNK_STRIDE, the sequence
 // flags HAS_BIAS, USES_HISTORY and CONSTRAINED, DIGIT_ROUNDS, RECORD_WORDS) and WG, the
 // invocations of the single-workgroup passes, come from src/sampling/sample-layout.ts, prepended
-// as a prelude. WG is set from the vocabulary alone, so every adapter sums in the same order.
+// as a prelude, with ROWS, the bank's states (and the most rows of a dispatch). WG is set from
+// the vocabulary alone, so every adapter sums in the same order.
 
 // work[]: the state words, then CHUNK_STRIDE words per chunk, then the top-N merge lists.
 const S_MAX_RAW: u32 = 0u;      // f32
@@ -77,14 +80,32 @@ struct Sequence {
   flags: u32,        // HAS_BIAS | USES_HISTORY: skip the loads a sequence does not need; CONSTRAINED: the masks apply
 }
 
-struct Step {
+/** One row of a dispatch: the sequence state it samples with, its step, and where its data lies (element offsets). */
+struct RowStep {
+  state: u32,        // its Sequence in seqs[], and its regions of the state buffers below
   step: u32,         // token index in the sequence: Philox counter word 1, min_tokens
-  slot: u32,         // record slot
+  logits: u32,       // its logits in logits[]
+  token: u32,        // its token in token_out[]
+  hist: u32,         // its quads in history[] and bias[]
+  vals: u32,         // its quads in vals[]
+  work: u32,         // its words in work[]
+  record: u32,       // its record slot's words in records[]
+  mask: u32,         // its record slot's mask words in masks[]
   _pad0: u32,
   _pad1: u32,
+  _pad2: u32,
 }
 
-@group(0) @binding(0) var<uniform> seq: Sequence;
+/** A dispatch's rows: workgroup_id.y is the row; rows past `rows` do nothing. */
+struct Step {
+  rows: u32,
+  _pad0: u32,
+  _pad1: u32,
+  _pad2: u32,
+  row: array<RowStep, ROWS>,
+}
+
+@group(0) @binding(0) var<uniform> seqs: array<Sequence, ROWS>;
 @group(0) @binding(1) var<uniform> stp: Step;
 // Per-id arrays are read four ids a load (SwiftShader pays per load, with Dawn's bounds checks).
 @group(0) @binding(2) var<storage, read_write> history: array<vec4<u32>>;
@@ -98,6 +119,38 @@ struct Step {
 @group(0) @binding(7) var<storage, read> masks: array<u32>;
 @group(1) @binding(0) var<storage, read> logits: array<f32>;
 @group(1) @binding(1) var<storage, read_write> token_out: array<u32>;
+
+// The row this workgroup samples (enter_row): its sequence, its step and its regions.
+var<private> seq: Sequence;
+var<private> row_step: u32;
+var<private> row_logits: u32;
+var<private> row_token: u32;
+var<private> row_hist: u32;
+var<private> row_vals: u32;
+var<private> row_work: u32;
+var<private> row_record: u32;
+var<private> row_mask: u32;
+
+/**
+ * Points this workgroup at row r of the dispatch; false when the row does not take part (past the
+ * dispatch's rows, or `sampling_only` and the row is greedy). Uniform: every invocation of the
+ * workgroup gets the same answer, so an entry point may return on it before its barriers.
+ */
+fn enter_row(r: u32, sampling_only: bool) -> bool {
+  if (r >= stp.rows) { return false; }
+  let rs = stp.row[r];
+  if (sampling_only && seqs[rs.state].temperature == 0.0) { return false; }
+  seq = seqs[rs.state];
+  row_step = rs.step;
+  row_logits = rs.logits;
+  row_token = rs.token;
+  row_hist = rs.hist;
+  row_vals = rs.vals;
+  row_work = rs.work;
+  row_record = rs.record;
+  row_mask = rs.mask;
+  return true;
+}
 
 // ---- keys: u32 in the order of the floats; 0 = not a candidate ----
 
@@ -144,11 +197,11 @@ fn weight(k: u32, max_key: u32) -> f32 {
 }
 
 fn getf(i: u32) -> f32 {
-  return bitcast<f32>(work[i]);
+  return bitcast<f32>(work[row_work + i]);
 }
 
 fn setf(i: u32, x: f32) {
-  work[i] = bitcast<u32>(x);
+  work[row_work + i] = bitcast<u32>(x);
 }
 
 fn chunk_base(c: u32) -> u32 {
@@ -212,24 +265,19 @@ fn philox(counter: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
 
 /** u in [0, 1) for this step: the top 24 bits of the first word, exactly. */
 fn uniform01() -> f32 {
-  let w = philox(vec4<u32>(seq.stream, stp.step, 0u, 0u), vec2<u32>(seq.key0, seq.key1)).x;
+  let w = philox(vec4<u32>(seq.stream, row_step, 0u, 0u), vec2<u32>(seq.key0, seq.key1)).x;
   return f32(w >> 8u) * (1.0 / 16777216.0);
 }
 
 
-fn record_base() -> u32 {
-  return stp.slot * RECORD_WORDS;
-}
-
 /** Ends the step: the token where the next step reads it, its record, and its count. */
 fn finish(token: u32, lse: f32) {
-  token_out[0] = token;
-  work[S_TOKEN] = token;
-  let r = record_base();
-  records[r] = token;
-  records[r + 1u] = bitcast<u32>(logits[token] - lse);
-  let h = history[token >> 2u][token & 3u];
-  history[token >> 2u][token & 3u] = ((h & COUNT_MASK) + 1u) | (h & BANNED) | SEEN;
+  token_out[row_token] = token;
+  work[row_work + S_TOKEN] = token;
+  records[row_record] = token;
+  records[row_record + 1u] = bitcast<u32>(logits[row_logits + token] - lse);
+  let h = history[row_hist + (token >> 2u)][token & 3u];
+  history[row_hist + (token >> 2u)][token & 3u] = ((h & COUNT_MASK) + 1u) | (h & BANNED) | SEEN;
 }
 
 // ---- prepare / reduce ----
@@ -252,11 +300,10 @@ fn processed4(raw: vec4<f32>, b: vec4<f32>, h: vec4<u32>) -> vec4<f32> {
 fn prepare_chunk(c: u32) {
   let start = c * CHUNK;
   let end = chunk_end(c);
-  let banned_now = stp.step < seq.min_tokens;
+  let banned_now = row_step < seq.min_tokens;
   let use_bias = (seq.flags & HAS_BIAS) != 0u;
   let use_history = (seq.flags & USES_HISTORY) != 0u;
   let constrained = (seq.flags & CONSTRAINED) != 0u;
-  let mask_base = stp.slot * ((seq.vocab + 31u) / 32u);
   let n_top = seq.n_top;
   let lane = vec4<u32>(0u, 1u, 2u, 3u);
   let last = seq.vocab - 1u;
@@ -272,16 +319,16 @@ fn prepare_chunk(c: u32) {
   var top_n = 0u;
   for (var q = start >> 2u; q < quad_end(c); q++) {
     var h = vec4<u32>(0u);
-    if (use_history) { h = history[q]; }
+    if (use_history) { h = history[row_hist + q]; }
     var b = vec4<f32>(0.0);
-    if (use_bias) { b = bias[q]; }
+    if (use_bias) { b = bias[row_hist + q]; }
     let ids = vec4<u32>(q * 4u) + lane;
     let valid = ids < vec4<u32>(end); // ids past the vocabulary keep key 0: never candidates
-    let raw = vec4<f32>(logits[ids.x], logits[min(ids.y, last)], logits[min(ids.z, last)], logits[min(ids.w, last)]);
+    let raw = vec4<f32>(logits[row_logits + ids.x], logits[row_logits + (min(ids.y, last))], logits[row_logits + (min(ids.z, last))], logits[row_logits + (min(ids.w, last))]);
     var banned = !valid;
     if (constrained) {
       // The quad's four bits sit in one word: bits 4 (q & 7) .. 4 (q & 7) + 3 of word q >> 3.
-      let bits = vec4<u32>(masks[mask_base + (q >> 3u)] >> ((q & 7u) * 4u)) >> lane;
+      let bits = vec4<u32>(masks[row_mask + (q >> 3u)] >> ((q & 7u) * 4u)) >> lane;
       let allowed = valid & ((bits & vec4<u32>(1u)) != vec4<u32>(0u));
       banned = !allowed;
       first_allowed = min(first_allowed, select(vec4<u32>(NO_ID), ids, allowed));
@@ -301,7 +348,7 @@ fn prepare_chunk(c: u32) {
     let rescaled = select(s * exp(select(m - m_new, vec4<f32>(0.0), m == m_new)), vec4<f32>(0.0), s == vec4<f32>(0.0));
     s = rescaled + select(vec4<f32>(0.0), term, finite);
     m = m_new;
-    vals[q] = keys;
+    vals[row_vals + q] = keys;
     // The chunk's top-N raw logits: ids come in ascending order, so a tie never displaces.
     if (n_top > 0u) {
       for (var j = 0u; j < 4u; j++) {
@@ -344,10 +391,10 @@ fn prepare_chunk(c: u32) {
   let base = chunk_base(c);
   setf(base, mc);
   setf(base + 1u, sc);
-  work[base + 2u] = key;
-  work[base + 3u] = id;
-  work[base + 4u] = top_n;
-  for (var j = 0u; j < top_n; j++) { work[base + 8u + j] = top_ids[j]; }
+  work[row_work + base + 2u] = key;
+  work[row_work + base + 3u] = id;
+  work[row_work + base + 4u] = top_n;
+  for (var j = 0u; j < top_n; j++) { work[row_work + base + 8u + j] = top_ids[j]; }
 }
 
 var<workgroup> sh_m: array<f32, WG>;
@@ -358,20 +405,20 @@ var<workgroup> sh_id: array<u32, WG>;
 /** Inserts raw logit `id` into the sorted list at `base` of `n` (capacity n_top); returns the new n. */
 fn top_insert(base: u32, n: u32, id: u32) -> u32 {
   let n_top = seq.n_top;
-  let rk = raw_key(logits[id]);
+  let rk = raw_key(logits[row_logits + id]);
   if (rk == 0u) { return n; }
   if (n == n_top) {
-    let last = work[base + n_top - 1u];
-    if (!before(rk, id, raw_key(logits[last]), last)) { return n; }
+    let last = work[row_work + base + n_top - 1u];
+    if (!before(rk, id, raw_key(logits[row_logits + last]), last)) { return n; }
   }
   var at = select(n_top - 1u, n, n < n_top);
   while (at > 0u) {
-    let prev = work[base + at - 1u];
-    if (!before(rk, id, raw_key(logits[prev]), prev)) { break; }
-    work[base + at] = prev;
+    let prev = work[row_work + base + at - 1u];
+    if (!before(rk, id, raw_key(logits[row_logits + prev]), prev)) { break; }
+    work[row_work + base + at] = prev;
     at--;
   }
-  work[base + at] = id;
+  work[row_work + base + at] = id;
   return min(n + 1u, n_top);
 }
 
@@ -385,8 +432,8 @@ fn reduce_part(t: u32) {
   for (var c = c0; c < c1; c++) {
     let b = chunk_base(c);
     m = max(m, getf(b));
-    let k = work[b + 2u];
-    let id = work[b + 3u];
+    let k = work[row_work + b + 2u];
+    let id = work[row_work + b + 3u];
     if (before(k, id, best_key, best_id)) {
       best_key = k;
       best_id = id;
@@ -406,8 +453,8 @@ fn reduce_part(t: u32) {
     let mb = merge_base(t);
     for (var c = c0; c < c1; c++) {
       let b = chunk_base(c);
-      let cn = work[b + 4u];
-      for (var j = 0u; j < cn; j++) { n = top_insert(mb, n, work[b + 8u + j]); }
+      let cn = work[row_work + b + 4u];
+      for (var j = 0u; j < cn; j++) { n = top_insert(mb, n, work[row_work + b + 8u + j]); }
     }
   }
   sh_m[t] = m;
@@ -440,11 +487,10 @@ fn reduce_final() {
   let lse = select(neg_inf(), gm + log(gs), gm > neg_inf());
   setf(S_MAX_RAW, gm);
   setf(S_LSE, lse);
-  work[S_MAX_KEY] = gkey;
-  work[S_ARGMAX] = gid;
+  work[row_work + S_MAX_KEY] = gkey;
+  work[row_work + S_ARGMAX] = gid;
 
   // The alternatives: merge the 256 lists (their heads walk down; each list is sorted).
-  let r = record_base();
   var count = 0u;
   if (seq.n_top > 0u) {
     let heads = &sh_heads;
@@ -455,8 +501,8 @@ fn reduce_final() {
       var pid = 0xffffffffu;
       for (var i = 0u; i < WG; i++) {
         if ((*heads)[i] < sh_top_n[i]) {
-          let id = work[merge_base(i) + (*heads)[i]];
-          let k = raw_key(logits[id]);
+          let id = work[row_work + (merge_base(i) + (*heads)[i])];
+          let k = raw_key(logits[row_logits + id]);
           if (before(k, id, pk, pid)) {
             pick = i;
             pk = k;
@@ -466,12 +512,12 @@ fn reduce_final() {
       }
       if (pick == WG) { break; }
       (*heads)[pick]++;
-      records[r + 4u + 2u * count] = pid;
-      records[r + 5u + 2u * count] = bitcast<u32>(logits[pid] - lse);
+      records[row_record + 4u + 2u * count] = pid;
+      records[row_record + 5u + 2u * count] = bitcast<u32>(logits[row_logits + pid] - lse);
     }
   }
-  records[r + 2u] = count;
-  records[r + 3u] = 0u;
+  records[row_record + 2u] = count;
+  records[row_record + 3u] = 0u;
   if (seq.temperature == 0.0) { finish(gid, lse); }
 }
 
@@ -480,11 +526,11 @@ var<workgroup> sh_top_n: array<u32, WG>;
 // ---- weigh / reduce_weights ----
 
 fn weigh_chunk(c: u32) {
-  let max_key = work[S_MAX_KEY];
+  let max_key = work[row_work + S_MAX_KEY];
   var count = 0u;
   var mass = 0.0;
   for (var q = c * QUADS_PER_CHUNK; q < quad_end(c); q++) {
-    let k4 = vals[q];
+    let k4 = vals[row_vals + q];
     var e4 = vec4<f32>(0.0);
     for (var j = 0u; j < 4u; j++) {
       if (k4[j] == 0u) { continue; }
@@ -495,10 +541,10 @@ fn weigh_chunk(c: u32) {
         mass += e;
       }
     }
-    vals[seq.quads + q] = bitcast<vec4<u32>>(e4);
+    vals[row_vals + seq.quads + q] = bitcast<vec4<u32>>(e4);
   }
   let b = chunk_base(c);
-  work[b] = count;
+  work[row_work + b] = count;
   setf(b + 1u, mass);
 }
 
@@ -506,13 +552,13 @@ var<workgroup> sh_u: array<u32, WG>;
 
 /** Starts the top_p selection over keys >= low_key (with `low_ties` of the ties at low_key). */
 fn start_top_p(mass: f32, low_key: u32, low_ties: u32) {
-  work[S_MODE] = 2u;
+  work[row_work + S_MODE] = 2u;
   setf(S_WANT_MASS, seq.top_p * mass);
-  work[S_LOW_KEY] = low_key;
-  work[S_LOW_TIES] = low_ties;
-  work[S_SHIFT] = 28u;
-  work[S_PREFIX] = 0u;
-  work[S_COUNT_ABOVE] = 0u;
+  work[row_work + S_LOW_KEY] = low_key;
+  work[row_work + S_LOW_TIES] = low_ties;
+  work[row_work + S_SHIFT] = 28u;
+  work[row_work + S_PREFIX] = 0u;
+  work[row_work + S_COUNT_ABOVE] = 0u;
   setf(S_MASS_ABOVE, 0.0);
 }
 
@@ -523,7 +569,7 @@ fn reduce_weights_part(t: u32) {
   var count = 0u;
   var mass = 0.0;
   for (var c = c0; c < c1; c++) {
-    count += work[chunk_base(c)];
+    count += work[row_work + (chunk_base(c))];
     mass += getf(chunk_base(c) + 1u);
   }
   sh_u[t] = count;
@@ -537,20 +583,20 @@ fn reduce_weights_final() {
     n += sh_u[i];
     total += sh_s[i];
   }
-  work[S_NPOS] = n;
+  work[row_work + S_NPOS] = n;
   setf(S_MASS, total);
   // Everything survives unless a selection below moves the cut.
-  work[S_CUT_KEY] = 1u;
-  work[S_CUT_LAST] = 0xffffffffu;
-  work[S_MODE] = 0u;
+  work[row_work + S_CUT_KEY] = 1u;
+  work[row_work + S_CUT_LAST] = 0xffffffffu;
+  work[row_work + S_MODE] = 0u;
   if (seq.top_k > 0u && seq.top_k < n) {
-    work[S_MODE] = 1u;
-    work[S_WANT_RANK] = seq.top_k;
-    work[S_LOW_KEY] = 1u;
-    work[S_LOW_TIES] = 0xffffffffu;
-    work[S_SHIFT] = 28u;
-    work[S_PREFIX] = 0u;
-    work[S_COUNT_ABOVE] = 0u;
+    work[row_work + S_MODE] = 1u;
+    work[row_work + S_WANT_RANK] = seq.top_k;
+    work[row_work + S_LOW_KEY] = 1u;
+    work[row_work + S_LOW_TIES] = 0xffffffffu;
+    work[row_work + S_SHIFT] = 28u;
+    work[row_work + S_PREFIX] = 0u;
+    work[row_work + S_COUNT_ABOVE] = 0u;
     setf(S_MASS_ABOVE, 0.0);
   } else if (seq.top_p < 1.0 && n > 1u) {
     start_top_p(total, 1u, 0xffffffffu);
@@ -560,11 +606,11 @@ fn reduce_weights_final() {
 // ---- the radix select: histogram / select_digit ----
 
 fn key_at(i: u32) -> u32 {
-  return vals[i >> 2u][i & 3u];
+  return vals[row_vals + (i >> 2u)][i & 3u];
 }
 
 fn e_at(i: u32) -> f32 {
-  return bitcast<f32>(vals[seq.quads + (i >> 2u)][i & 3u]);
+  return bitcast<f32>(vals[row_vals + (seq.quads + (i >> 2u))][i & 3u]);
 }
 
 /** The key bits above the current digit must equal the prefix's. */
@@ -574,10 +620,10 @@ fn high_mask(shift: u32) -> u32 {
 }
 
 fn histogram_chunk(c: u32) {
-  if (work[S_MODE] == 0u) { return; }
-  let shift = work[S_SHIFT];
-  let prefix = work[S_PREFIX];
-  let low_key = work[S_LOW_KEY];
+  if (work[row_work + S_MODE] == 0u) { return; }
+  let shift = work[row_work + S_SHIFT];
+  let prefix = work[row_work + S_PREFIX];
+  let low_key = work[row_work + S_LOW_KEY];
   let mask = high_mask(shift);
   var counts: array<u32, 16>;
   var masses: array<f32, 16>;
@@ -586,10 +632,10 @@ fn histogram_chunk(c: u32) {
     masses[j] = 0.0;
   }
   for (var q = c * QUADS_PER_CHUNK; q < quad_end(c); q++) {
-    let k4 = vals[q];
+    let k4 = vals[row_vals + q];
     let hit = (k4 >= vec4<u32>(low_key)) & (((k4 ^ vec4<u32>(prefix)) & vec4<u32>(mask)) == vec4<u32>(0u));
     if (!any(hit)) { continue; }
-    let e4 = bitcast<vec4<f32>>(vals[seq.quads + q]);
+    let e4 = bitcast<vec4<f32>>(vals[row_vals + seq.quads + q]);
     for (var j = 0u; j < 4u; j++) {
       if (!hit[j] || !(e4[j] > 0.0)) { continue; }
       let d = (k4[j] >> shift) & 15u;
@@ -599,7 +645,7 @@ fn histogram_chunk(c: u32) {
   }
   let b = chunk_base(c);
   for (var j = 0u; j < 16u; j++) {
-    work[b + j] = counts[j];
+    work[row_work + b + j] = counts[j];
     setf(b + 16u + j, masses[j]);
   }
 }
@@ -608,7 +654,7 @@ fn histogram_chunk(c: u32) {
 fn nth_tie(k: u32, d: u32, t: u32) -> u32 {
   var left = t;
   for (var c = 0u; c < seq.num_chunks; c++) {
-    let n = work[chunk_base(c) + d];
+    let n = work[row_work + (chunk_base(c) + d)];
     if (n < left) {
       left -= n;
       continue;
@@ -636,7 +682,7 @@ fn select_part(t: u32) {
     var count = 0u;
     var mass = 0.0;
     for (var c = lane; c < seq.num_chunks; c += 16u) {
-      count += work[chunk_base(c) + d];
+      count += work[row_work + (chunk_base(c) + d)];
       mass += getf(chunk_base(c) + 16u + d);
     }
     sh_pair_u[pair] = count;
@@ -658,13 +704,13 @@ fn digit_mass(j: u32) -> f32 {
 }
 
 fn select_final() {
-  let mode = work[S_MODE];
+  let mode = work[row_work + S_MODE];
   if (mode == 0u) { return; }
 
   // Walk the digits from the highest: the cut is in the first digit that reaches the goal.
-  var count_above = work[S_COUNT_ABOVE];
+  var count_above = work[row_work + S_COUNT_ABOVE];
   var mass_above = getf(S_MASS_ABOVE);
-  let want_rank = work[S_WANT_RANK];
+  let want_rank = work[row_work + S_WANT_RANK];
   let want_mass = getf(S_WANT_MASS);
   var pick = 16u;
   var lowest = 16u;
@@ -684,25 +730,25 @@ fn select_final() {
   }
   if (pick == 16u) {
     // Never reached (top_p's mass, by rounding): take everything, down to the lowest key.
-    if (lowest == 16u) { work[S_MODE] = 0u; return; }
+    if (lowest == 16u) { work[row_work + S_MODE] = 0u; return; }
     pick = lowest;
     count_above -= digit_count(lowest);
     mass_above -= digit_mass(lowest);
     setf(S_WANT_MASS, pos_inf());
   }
-  let shift = work[S_SHIFT];
-  let prefix = work[S_PREFIX] | (pick << shift);
-  work[S_PREFIX] = prefix;
-  work[S_COUNT_ABOVE] = count_above;
+  let shift = work[row_work + S_SHIFT];
+  let prefix = work[row_work + S_PREFIX] | (pick << shift);
+  work[row_work + S_PREFIX] = prefix;
+  work[row_work + S_COUNT_ABOVE] = count_above;
   setf(S_MASS_ABOVE, mass_above);
   if (shift > 0u) {
-    work[S_SHIFT] = shift - 4u;
+    work[row_work + S_SHIFT] = shift - 4u;
     return;
   }
 
   // The cut key is found; `ties` candidates have it. How many of them are in:
   let ties = digit_count(pick);
-  let e = weight(prefix, work[S_MAX_KEY]);
+  let e = weight(prefix, work[row_work + S_MAX_KEY]);
   var take = ties;
   if (mode == 1u) {
     take = want_rank - count_above;
@@ -714,7 +760,7 @@ fn select_final() {
       while (take > 1u && mass_above + f32(take - 1u) * e >= want) { take--; }
       while (take < ties && mass_above + f32(take) * e < want) { take++; }
     }
-    if (prefix == work[S_LOW_KEY]) { take = min(take, work[S_LOW_TIES]); }
+    if (prefix == work[row_work + S_LOW_KEY]) { take = min(take, work[row_work + S_LOW_TIES]); }
   }
   take = max(take, 1u);
 
@@ -722,12 +768,12 @@ fn select_final() {
     start_top_p(mass_above + f32(take) * e, prefix, take);
     return;
   }
-  work[S_MODE] = 0u;
-  work[S_CUT_KEY] = prefix;
+  work[row_work + S_MODE] = 0u;
+  work[row_work + S_CUT_KEY] = prefix;
   if (take < ties) {
-    work[S_CUT_LAST] = nth_tie(prefix, pick, take);
+    work[row_work + S_CUT_LAST] = nth_tie(prefix, pick, take);
   } else {
-    work[S_CUT_LAST] = 0xffffffffu;
+    work[row_work + S_CUT_LAST] = 0xffffffffu;
   }
 }
 
@@ -741,14 +787,14 @@ fn survives(i: u32, k: u32, e: f32, cut_key: u32, cut_last: u32, max_key: u32) -
 }
 
 fn draw_mass_chunk(c: u32) {
-  let cut_key = work[S_CUT_KEY];
-  let cut_last = work[S_CUT_LAST];
-  let max_key = work[S_MAX_KEY];
+  let cut_key = work[row_work + S_CUT_KEY];
+  let cut_last = work[row_work + S_CUT_LAST];
+  let max_key = work[row_work + S_MAX_KEY];
   var mass = 0.0;
   for (var q = c * QUADS_PER_CHUNK; q < quad_end(c); q++) {
-    let k4 = vals[q];
+    let k4 = vals[row_vals + q];
     if (all(k4 < vec4<u32>(cut_key))) { continue; }
-    let e4 = bitcast<vec4<f32>>(vals[seq.quads + q]);
+    let e4 = bitcast<vec4<f32>>(vals[row_vals + seq.quads + q]);
     for (var j = 0u; j < 4u; j++) {
       if (survives(q * 4u + j, k4[j], e4[j], cut_key, cut_last, max_key)) { mass += e4[j]; }
     }
@@ -772,7 +818,7 @@ fn draw_final() {
   for (var i = 0u; i < WG; i++) { total += sh_f[i]; }
   let u = uniform01(); // drawn even when nothing can be: step s always uses number s
   if (!(total > 0.0)) {
-    finish(work[S_ARGMAX], lse);
+    finish(work[row_work + S_ARGMAX], lse);
     return;
   }
   let goal = u * total;
@@ -802,10 +848,10 @@ fn draw_final() {
     if (acc + m > goal) { break; }
     acc += m;
   }
-  let cut_key = work[S_CUT_KEY];
-  let cut_last = work[S_CUT_LAST];
-  let max_key = work[S_MAX_KEY];
-  var token = work[S_ARGMAX];
+  let cut_key = work[row_work + S_CUT_KEY];
+  let cut_last = work[row_work + S_CUT_LAST];
+  let max_key = work[row_work + S_MAX_KEY];
+  var token = work[row_work + S_ARGMAX];
   var local = 0.0;
   for (var i = chunk * CHUNK; i < chunk_end(chunk); i++) {
     let e = e_at(i);
@@ -818,14 +864,21 @@ fn draw_final() {
 }
 
 // ---- entry points: one dispatch per pass (large vocabularies), or all passes in one ----
+//
+// Every dispatch samples the rows of its Step, one a workgroup row (workgroup_id.y); the passes
+// only a sampled step runs (after `reduce`) skip greedy rows, and a row whose selections are done
+// runs the remaining histogram / select_digit rounds as no-ops (S_MODE 0): a dispatch may serve
+// rows of different shapes, each with exactly the arithmetic it would have alone.
 
 @compute @workgroup_size(CHUNK_WORKGROUP)
 fn prepare(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (!enter_row(gid.y, false)) { return; }
   if (gid.x < seq.num_chunks) { prepare_chunk(gid.x); }
 }
 
 @compute @workgroup_size(WG)
-fn reduce(@builtin(local_invocation_index) t: u32) {
+fn reduce(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+  if (!enter_row(wid.y, false)) { return; }
   reduce_part(t);
   phase();
   if (t == 0u) { reduce_final(); }
@@ -833,11 +886,13 @@ fn reduce(@builtin(local_invocation_index) t: u32) {
 
 @compute @workgroup_size(CHUNK_WORKGROUP)
 fn weigh(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (!enter_row(gid.y, true)) { return; }
   if (gid.x < seq.num_chunks) { weigh_chunk(gid.x); }
 }
 
 @compute @workgroup_size(WG)
-fn reduce_weights(@builtin(local_invocation_index) t: u32) {
+fn reduce_weights(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+  if (!enter_row(wid.y, true)) { return; }
   reduce_weights_part(t);
   phase();
   if (t == 0u) { reduce_weights_final(); }
@@ -845,11 +900,13 @@ fn reduce_weights(@builtin(local_invocation_index) t: u32) {
 
 @compute @workgroup_size(CHUNK_WORKGROUP)
 fn histogram(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (!enter_row(gid.y, true)) { return; }
   if (gid.x < seq.num_chunks) { histogram_chunk(gid.x); }
 }
 
 @compute @workgroup_size(WG)
-fn select_digit(@builtin(local_invocation_index) t: u32) {
+fn select_digit(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+  if (!enter_row(wid.y, true)) { return; }
   select_part(t);
   phase();
   if (t == 0u) { select_final(); }
@@ -857,11 +914,13 @@ fn select_digit(@builtin(local_invocation_index) t: u32) {
 
 @compute @workgroup_size(CHUNK_WORKGROUP)
 fn draw_mass(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (!enter_row(gid.y, true)) { return; }
   if (gid.x < seq.num_chunks) { draw_mass_chunk(gid.x); }
 }
 
 @compute @workgroup_size(WG)
-fn draw(@builtin(local_invocation_index) t: u32) {
+fn draw(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+  if (!enter_row(wid.y, true)) { return; }
   draw_part(t);
   phase();
   if (t == 0u) { draw_final(); }
@@ -878,14 +937,17 @@ fn phase() {
  * work: the same functions in the same order, the chunks shared out among the invocations.
  */
 @compute @workgroup_size(WG)
-fn fused(@builtin(local_invocation_index) t: u32) {
+fn fused(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+  if (!enter_row(wid.y, false)) { return; }
+  // Read from the uniform, not the private copy: the early return and the rounds stay uniform.
+  let own = seqs[stp.row[wid.y].state];
   let chunks = seq.num_chunks;
   for (var c = t; c < chunks; c += WG) { prepare_chunk(c); }
   phase();
   reduce_part(t);
   phase();
   if (t == 0u) { reduce_final(); }
-  if (seq.temperature == 0.0) { return; }
+  if (own.temperature == 0.0) { return; }
   phase();
   for (var c = t; c < chunks; c += WG) { weigh_chunk(c); }
   phase();
@@ -893,7 +955,7 @@ fn fused(@builtin(local_invocation_index) t: u32) {
   phase();
   if (t == 0u) { reduce_weights_final(); }
   phase();
-  let rounds = DIGIT_ROUNDS * (select(0u, 1u, seq.top_k > 0u) + select(0u, 1u, seq.top_p < 1.0));
+  let rounds = DIGIT_ROUNDS * (select(0u, 1u, own.top_k > 0u) + select(0u, 1u, own.top_p < 1.0));
   for (var r = 0u; r < rounds; r++) {
     for (var c = t; c < chunks; c += WG) { histogram_chunk(c); }
     phase();

@@ -16,6 +16,7 @@
 // place in the step's token buffer, carried along as rows come and go.
 import type { BatchDecodeStep, RowRegion } from '../model/batch-step.ts';
 import { readRecord, RECORD_BYTES, type GpuSampler } from '../sampling/gpu-sampler.ts';
+import type { SampleRow, SamplerBank } from '../sampling/sampler-bank.ts';
 import { batchSteps, MAX_BATCH_STEPS } from './decode-pipeline.ts';
 import type { GeneratedToken } from './types.ts';
 
@@ -275,6 +276,36 @@ export class BatchDecoder {
     };
     const next = rows.map((row) => (fresh(row) ? 0 : row.submitted));
     const sampled = rows.map(() => 0);
+    // A step's rows that sample: rows whose samplers share a bank and whose logits and tokens
+    // share buffers are sampled by one set of dispatches, in the bank's uniform slot j (the
+    // round's step: one such set per bank and step); any other row alone.
+    const sampleStep = (j: number, wanted: { row: Row; b: number }[]) => {
+      const groups: { bank: SamplerBank; rows: Row[]; samples: SampleRow[] }[] = [];
+      for (const { row, b } of wanted) {
+        const { sampler } = row.seq;
+        const logits = step.rowLogits(b);
+        const token = step.rowToken(b);
+        const sampleRow: SampleRow = { state: sampler.state, step: next[b]!, slot: sampled[b]!++, logits, token };
+        const group = groups.find(
+          (g) => g.bank === sampler.bank && (g.samples[0]!.logits as RowRegion).buffer === logits.buffer && (g.samples[0]!.token as RowRegion).buffer === token.buffer,
+        );
+        if (group) {
+          group.rows.push(row);
+          group.samples.push(sampleRow);
+        } else groups.push({ bank: sampler.bank, rows: [row], samples: [sampleRow] });
+      }
+      const banked = new Set<SamplerBank>();
+      for (const { bank, rows: groupRows, samples } of groups) {
+        if (samples.length > 1 && !banked.has(bank)) {
+          banked.add(bank);
+          const own = pass ?? encoder.beginComputePass({ label: 'batch sample' });
+          bank.encodeRows(own, samples, j);
+          if (!pass) own.end();
+          continue;
+        }
+        samples.forEach((r, i) => sample(groupRows[i]!, r.logits, r.step, r.token as RowRegion, r.slot));
+      }
+    };
     rows.forEach((row, b) => {
       if (!fresh(row)) return;
       sample(row, row.seq.firstLogits, 0, step.rowToken(b), sampled[b]!++);
@@ -283,10 +314,7 @@ export class BatchDecoder {
     for (let j = 0; j < steps; j++) {
       if (pass) inPass!(pass);
       else step.encode(encoder);
-      rows.forEach((row, b) => {
-        if (picks[b]) return;
-        sample(row, step.rowLogits(b), next[b]!, step.rowToken(b), sampled[b]!++);
-      });
+      sampleStep(j, rows.flatMap((row, b) => (picks[b] ? [] : [{ row, b }])));
       rows.forEach((_, b) => next[b]!++);
     }
     pass?.end();
@@ -294,7 +322,7 @@ export class BatchDecoder {
     const rowBytes = this.recordSlots * RECORD_BYTES;
     const entries: RoundEntry[] = rows.map((row, b) => {
       const at = b * rowBytes;
-      if (sampled[b]! > 0) encoder.copyBufferToBuffer(row.seq.sampler.records, 0, staging, at, sampled[b]! * RECORD_BYTES);
+      if (sampled[b]! > 0) encoder.copyBufferToBuffer(row.seq.sampler.records, row.seq.sampler.recordsOffset, staging, at, sampled[b]! * RECORD_BYTES);
       const pick = picks[b];
       let greedyBytes = 0;
       if (pick) {

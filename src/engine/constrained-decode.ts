@@ -135,7 +135,7 @@ export async function* decodeConstrained(
     const first = next;
     const encoder = device.createCommandEncoder({ label: `constrained steps ${first}..${first + count - 1}` });
     encodeSteps(encoder, first, count);
-    encoder.copyBufferToBuffer(sampler.records, 0, staging, 0, count * RECORD_BYTES);
+    encoder.copyBufferToBuffer(sampler.records, sampler.recordsOffset, staging, 0, count * RECORD_BYTES);
     device.queue.submit([encoder.finish()]);
     inFlight = { first, forced, sampled, mapped: staging.mapAsync(GPUMapMode.READ, 0, count * RECORD_BYTES) };
     next += count;

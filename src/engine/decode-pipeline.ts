@@ -142,7 +142,7 @@ export async function* decodeTokens(
   /** Copies the records of the `count` steps from `submitted` on to `staging`: the sampler's, or those the greedy steps wrote. */
   const copyRecords = (encoder: GPUCommandEncoder, staging: GPUBuffer, count: number): Pick<Batch, 'recordBytes' | 'read'> => {
     if (!greedy || submitted === 0) {
-      encoder.copyBufferToBuffer(sampler.records, 0, staging, 0, count * RECORD_BYTES);
+      encoder.copyBufferToBuffer(sampler.records, sampler.recordsOffset, staging, 0, count * RECORD_BYTES);
       return { recordBytes: RECORD_BYTES, read: (bytes, j) => readRecord(bytes, j, plan.logprobs) };
     }
     // The step at position p wrote record slot p mod slots: the batch's slots, wrapping at most once.

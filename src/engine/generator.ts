@@ -28,6 +28,7 @@ import type { KvCache } from '../model/kv-cache.ts';
 import { maxBufferBytes } from '../gpu/device.ts';
 import { logSumExp, scoreToken } from '../sampling/logprobs.ts';
 import { GpuSampler, RECORD_BYTES } from '../sampling/gpu-sampler.ts';
+import { SamplerBank } from '../sampling/sampler-bank.ts';
 import { MAX_BATCH_STEPS, type DecodeResources } from './decode-pipeline.ts';
 import { BatchDecoder } from './batch-decode.ts';
 import type { BatchDecodeStep } from '../model/batch-step.ts';
@@ -127,6 +128,8 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
   private readonly freeLogits: GPUBuffer[] = [];
   private readonly logitBuffers: GPUBuffer[] = [];
   private batchDecoder: BatchDecoder | undefined;
+  /** The sequences' sampler states (kits' samplers), made by prepare(). */
+  private bank: SamplerBank | undefined;
   private ready: Promise<void> | undefined;
 
   constructor(
@@ -273,14 +276,19 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
   }
 
   /**
-   * Makes the first sequence's sampler and the working cache's decode step now rather than at the
+   * Makes the sequences' samplers, the decode slots and their step now rather than at the
    * first request: the loader calls it inside its GPU error scopes, so that running out of memory
    * for them fails the load with a clear error.
    */
   prepare(): Promise<void> {
     this.ready ??= (async () => {
-      this.freeKits.push(await this.makeKit());
       this.slots ??= this.makeSlots();
+      if (!this.bank) {
+        // A sampler state for every sequence that may decode at once: the batch samples them together.
+        const bank = await SamplerBank.create(this.model.ctx, this.sampledVocab, { states: this.slots.limit, recordSlots: MAX_BATCH_STEPS });
+        this.bank = bank;
+        for (let state = bank.states - 1; state >= 0; state--) this.freeKits.push(this.makeKit(new GpuSampler(bank, state)));
+      }
       this.batchDecoder ??= new BatchDecoder(this.model.ctx.device, this.slots.step, MAX_BATCH_STEPS);
     })();
     // A failed creation is retried by the next request rather than remembered.
@@ -307,9 +315,8 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
     return slots;
   }
 
-  private async makeKit(): Promise<SequenceKit> {
+  private makeKit(sampler: GpuSampler): SequenceKit {
     const { device } = this.model.ctx;
-    const sampler = await GpuSampler.create(this.model.ctx, this.sampledVocab, { recordSlots: MAX_BATCH_STEPS });
     const staging = () =>
       device.createBuffer({ label: 'decode_records_readback', size: MAX_BATCH_STEPS * RECORD_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
     const kit: SequenceKit = { sampler, staging: [staging(), staging()] };
@@ -319,7 +326,8 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
 
   /** @internal A sequence's sampler and buffers, made when every one made is in use. */
   async takeKit(): Promise<SequenceKit> {
-    return this.freeKits.pop() ?? (await this.makeKit());
+    // Beyond the bank's states (never, as long as kits are taken with slots): a sampler of its own, sampled alone.
+    return this.freeKits.pop() ?? this.makeKit(await GpuSampler.create(this.model.ctx, this.sampledVocab, { recordSlots: MAX_BATCH_STEPS }));
   }
 
   /** @internal */
@@ -599,6 +607,7 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
     const batchStep = this.slots?.batched ? this.slots.step : undefined;
     const kits = [...this.kits];
     const batch = this.batchDecoder;
+    const bank = this.bank;
     void Promise.resolve(this.ready)
       .catch(() => {})
       .then(() => {
@@ -607,6 +616,7 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
           kit.sampler.destroy();
           for (const b of kit.staging) b.destroy();
         }
+        bank?.destroy();
         batch?.destroy();
         batchStep?.destroy();
       });

@@ -50,10 +50,11 @@ export function sampleWorkgroup(chunks: number): number {
   return Math.min(MAX_WG, 2 ** Math.ceil(Math.log2(chunks)));
 }
 
-/** The WGSL that precedes sample.wgsl: every shared constant, and the workgroup `wg`. */
-export function sampleWgslPrelude(wg: number): string {
+/** The WGSL that precedes sample.wgsl: every shared constant, the workgroup `wg`, and `rows`, the most rows (and sequence states) a dispatch addresses. */
+export function sampleWgslPrelude(wg: number, rows: number): string {
   const lines = Object.entries(SAMPLE_CONSTANTS).map(([name, value]) => `const ${name}: u32 = ${value}u;`);
   lines.push(`const WG: u32 = ${wg}u;`);
+  lines.push(`const ROWS: u32 = ${rows}u;`);
   return `// Composed by src/sampling/sample-layout.ts.\n${lines.join('\n')}\n`;
 }
 
@@ -77,5 +78,29 @@ export const SAMPLE_SEQUENCE_PARAMS = paramStruct({
   flags: 'u32',
 });
 
-/** sample.wgsl's `struct Step`: one step's parameters, in its record slot's uniform. */
-export const SAMPLE_STEP_PARAMS = paramStruct({ step: 'u32', slot: 'u32', _pad0: 'u32', _pad1: 'u32' });
+/**
+ * sample.wgsl's `struct Step`: a dispatch's rows, in a uniform slot of its own. `row` holds `rows`
+ * RowSteps (SAMPLE_ROW_PARAMS) of ROW_STEP_WORDS words each; written whole by the sampler (it may
+ * exceed one 256-byte slot), with this layout.
+ */
+export const SAMPLE_STEP_PARAMS = paramStruct({ rows: 'u32', _pad0: 'u32', _pad1: 'u32', _pad2: 'u32', row: 'u32[]' });
+
+/** sample.wgsl's `struct RowStep`: one row of a dispatch, its offsets in elements of each buffer. */
+export const SAMPLE_ROW_PARAMS = paramStruct({
+  state: 'u32',
+  step: 'u32',
+  logits: 'u32',
+  token: 'u32',
+  hist: 'u32',
+  vals: 'u32',
+  work: 'u32',
+  record: 'u32',
+  mask: 'u32',
+  _pad0: 'u32',
+  _pad1: 'u32',
+  _pad2: 'u32',
+});
+
+/** Words of one RowStep, and of the Step header before the rows. */
+export const ROW_STEP_WORDS = SAMPLE_ROW_PARAMS.fields.length;
+export const STEP_HEADER_WORDS = 4;

@@ -10,7 +10,7 @@ import { FUSED_MATVEC_PARAMS } from '../../../src/gpu/kernels/fused-matvec.ts';
 import { BATCH_GREEDY_PARAMS } from '../../../src/gpu/kernels/batch-rows.ts';
 import { paramStruct, type ParamStruct, type ParamType } from '../../../src/gpu/uniforms.ts';
 import { EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS } from '../../../src/gpu/kernels/weights.ts';
-import { SAMPLE_SEQUENCE_PARAMS, SAMPLE_STEP_PARAMS } from '../../../src/sampling/sample-layout.ts';
+import { SAMPLE_ROW_PARAMS, SAMPLE_SEQUENCE_PARAMS, SAMPLE_STEP_PARAMS } from '../../../src/sampling/sample-layout.ts';
 
 type AnyStruct = ParamStruct<Record<string, ParamType>>;
 
@@ -33,6 +33,7 @@ const PACKERS: [string, AnyStruct, string, string?][] = [
   ['decode layer', DECODE_LAYER_PARAMS, 'decode_layer.wgsl'],
   ['sampler sequence', SAMPLE_SEQUENCE_PARAMS, 'sample.wgsl', 'Sequence'],
   ['sampler step', SAMPLE_STEP_PARAMS, 'sample.wgsl', 'Step'],
+  ['sampler row', SAMPLE_ROW_PARAMS, 'sample.wgsl', 'RowStep'],
 ];
 
 const shader = (file: string) => readFileSync(new URL(`../../../shaders/${file}`, import.meta.url), 'utf8');
@@ -120,7 +121,8 @@ describe('kernel parameter packers match their shaders', () => {
   it('every uniform struct of every shader has a packer here', () => {
     const declared = readdirSync(new URL('../../../shaders/', import.meta.url))
       .filter((file) => file.endsWith('.wgsl'))
-      .flatMap((file) => [...shader(file).matchAll(/var<uniform>\s+\w+\s*:\s*(\w+)/g)].map((m) => `${file} ${m[1]}`));
+      .flatMap((file) => [...shader(file).matchAll(/var<uniform>\s+\w+\s*:\s*(?:array<\s*)?(\w+)/g)].map((m) => `${file} ${m[1]}`));
+    // A uniform array of structs (sample.wgsl's seqs) is checked as its element struct.
     const checked = PACKERS.map(([, , file, struct]) => `${file} ${struct ?? 'Params'}`);
     expect(declared.length).toBeGreaterThanOrEqual(14);
     expect(declared.filter((d) => !checked.includes(d))).toEqual([]);
