@@ -1,7 +1,8 @@
 // Continuous batching: every sequence that decodes without a constraint is a row of one loop of
 // rounds. A round is one command buffer and one submit: the first token of rows that just joined
 // (sampled from their prefill's logits), then k steps of the BatchDecodeStep, each followed by every
-// row's sampling (its own GpuSampler: parameters, seed, penalties, logprobs), then a copy of every
+// row's sampling (one dispatch set for all rows whose samplers share a bank, each row with its own
+// parameters, seed, penalties and logprobs), then a copy of every
 // row's token records to a staging buffer that is mapped. Two rounds are in flight: while the CPU
 // reads round i, round i + 1 runs. Sequences join and leave between rounds; a row that leaves while
 // a round it is in runs has that round's tokens discarded, and leaves once the GPU is done with it.

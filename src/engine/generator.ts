@@ -129,7 +129,7 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
   private readonly logitBuffers: GPUBuffer[] = [];
   private batchDecoder: BatchDecoder | undefined;
   /** The sequences' sampler states (kits' samplers), made by prepare(). */
-  private bank: SamplerBank | undefined;
+  private readonly banks: SamplerBank[] = [];
   private ready: Promise<void> | undefined;
 
   constructor(
@@ -282,14 +282,20 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
    */
   prepare(): Promise<void> {
     this.ready ??= (async () => {
-      this.slots ??= this.makeSlots();
-      if (!this.bank) {
-        // A sampler state for every sequence that may decode at once: the batch samples them together.
-        const bank = await SamplerBank.create(this.model.ctx, this.sampledVocab, { states: this.slots.limit, recordSlots: MAX_BATCH_STEPS });
-        this.bank = bank;
-        for (let state = bank.states - 1; state >= 0; state--) this.freeKits.push(this.makeKit(new GpuSampler(bank, state)));
+      const slots = (this.slots ??= this.makeSlots());
+      // A sampler state for every sequence that may decode at once, in as few banks as the
+      // device's buffers allow: the batch samples each bank's rows together.
+      const perBank = SamplerBank.maxStates(this.model.ctx.limits, this.sampledVocab, MAX_BATCH_STEPS);
+      for (let made = this.banks.reduce((n, bank) => n + bank.states, 0); made < slots.limit; ) {
+        const bank = await SamplerBank.create(this.model.ctx, this.sampledVocab, { states: Math.min(perBank, slots.limit - made), recordSlots: MAX_BATCH_STEPS });
+        this.banks.push(bank);
+        made += bank.states;
+        for (let state = 0; state < bank.states; state++) this.freeKits.push(this.makeKit(new GpuSampler(bank, state)));
       }
-      this.batchDecoder ??= new BatchDecoder(this.model.ctx.device, this.slots.step, MAX_BATCH_STEPS);
+      // Taken (popped) in order: the first bank's first state first.
+      const order = (kit: SequenceKit) => this.banks.indexOf(kit.sampler.bank) * slots.limit + kit.sampler.state;
+      this.freeKits.sort((a, b) => order(b) - order(a));
+      this.batchDecoder ??= new BatchDecoder(this.model.ctx.device, slots.step, MAX_BATCH_STEPS);
     })();
     // A failed creation is retried by the next request rather than remembered.
     this.ready.catch(() => (this.ready = undefined));
@@ -607,7 +613,7 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
     const batchStep = this.slots?.batched ? this.slots.step : undefined;
     const kits = [...this.kits];
     const batch = this.batchDecoder;
-    const bank = this.bank;
+    const banks = [...this.banks];
     void Promise.resolve(this.ready)
       .catch(() => {})
       .then(() => {
@@ -616,7 +622,7 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
           kit.sampler.destroy();
           for (const b of kit.staging) b.destroy();
         }
-        bank?.destroy();
+        for (const bank of banks) bank.destroy();
         batch?.destroy();
         batchStep?.destroy();
       });

@@ -96,7 +96,10 @@ const { CHUNK, CHUNK_WORKGROUP, STATE_WORDS, CHUNK_STRIDE, SEEN, BANNED, HAS_BIA
 
 /** Bytes of one record: u32 id, f32 logprob, u32 count, u32 0, then count x (u32 id, f32 logprob). */
 export const RECORD_BYTES = RECORD_WORDS * 4;
-const SEQUENCE_BYTES = SAMPLE_SEQUENCE_PARAMS.fields.length * 4;
+/** A Sequence's stride in the uniform array: its size rounded up to 16 bytes, as WGSL lays arrays out in uniforms. */
+const SEQUENCE_BYTES = Math.ceil((SAMPLE_SEQUENCE_PARAMS.fields.length * 4) / 16) * 16;
+/** The uniform limits every device has (maxUniformBufferBindingSize): the sequences' array and a dispatch's Step fit in them. */
+const MAX_UNIFORM_BINDING_BYTES = 65536;
 
 /**
  * Vocabularies of at most this many chunks run the whole step as one dispatch of one workgroup
@@ -147,9 +150,14 @@ export class SamplerBank {
   private readonly quads: number;
   private readonly workWords: number;
   private readonly sequences: GPUBuffer;
-  /** Uniform slots of stepSlotBytes: state s's own steps at s * recordSlots + slot, batched dispatches after them. */
+  /**
+   * The dispatches' Steps: recordSlots slots of stepSlotBytes for batched dispatches, then a
+   * 256-byte slot for each state's record slot (a dispatch of that state alone, one row), then
+   * room for the binding's whole window after the last.
+   */
   private readonly steps: GPUBuffer;
   private readonly stepSlotBytes: number;
+  private readonly stepBytes: number;
   private readonly history: GPUBuffer;
   private readonly bias: GPUBuffer;
   private readonly values: GPUBuffer;
@@ -186,12 +194,13 @@ export class SamplerBank {
     const storage = (label: string, bytes: number, extra = 0) =>
       device.createBuffer({ label, size: Math.max(16, bytes), usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | extra });
     const stepBytes = (STEP_HEADER_WORDS + states * ROW_STEP_WORDS) * 4;
+    this.stepBytes = stepBytes;
     this.stepSlotBytes = Math.ceil(stepBytes / UNIFORM_SLOT_BYTES) * UNIFORM_SLOT_BYTES;
     this.stepHost = new DataView(new ArrayBuffer(stepBytes));
     this.sequences = device.createBuffer({ label: 'sampler_sequences', size: states * SEQUENCE_BYTES, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
     this.steps = device.createBuffer({
       label: 'sampler_steps',
-      size: (states + 1) * recordSlots * this.stepSlotBytes,
+      size: this.soloStepOffset(states, 0) + stepBytes,
       usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
     });
     this.history = storage('sampler_history', states * this.quads * 16);
@@ -207,7 +216,7 @@ export class SamplerBank {
       layout: anyPipeline.getBindGroupLayout(0),
       entries: [
         { binding: 0, resource: { buffer: this.sequences } },
-        { binding: 1, resource: { buffer: this.steps, size: stepBytes } },
+        { binding: 1, resource: { buffer: this.steps, size: this.stepBytes } },
         { binding: 2, resource: { buffer: this.history } },
         { binding: 3, resource: { buffer: this.bias } },
         { binding: 4, resource: { buffer: this.values } },
@@ -216,6 +225,23 @@ export class SamplerBank {
         { binding: 7, resource: { buffer: this.masks } },
       ],
     });
+  }
+
+  /**
+   * The most states one bank of this vocabulary holds on a device with these limits: every
+   * buffer of the bank is bound whole, so each must fit a storage binding, and the sequences'
+   * array and a dispatch's rows a uniform one.
+   */
+  static maxStates(limits: { maxStorageBufferBindingSize: number; maxBufferSize: number }, vocabSize: number, recordSlots: number): number {
+    const quads = Math.ceil(vocabSize / 4);
+    const workWords = STATE_WORDS + Math.ceil(vocabSize / CHUNK) * CHUNK_STRIDE + MAX_WG * MAX_TOP;
+    const largest = Math.max(2 * quads * 16, workWords * 4, recordSlots * RECORD_BYTES, recordSlots * maskWordsFor(vocabSize) * 4);
+    const storage = Math.floor(Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize) / largest);
+    const uniform = Math.min(
+      Math.floor(MAX_UNIFORM_BINDING_BYTES / SEQUENCE_BYTES),
+      Math.floor((MAX_UNIFORM_BINDING_BYTES - STEP_HEADER_WORDS * 4) / (ROW_STEP_WORDS * 4)),
+    );
+    return Math.max(1, Math.min(storage, uniform));
   }
 
   /** Compiles the pipelines up front (a compile error rejects with the compiler's messages). */
@@ -341,12 +367,19 @@ export class SamplerBank {
     if (rows.length === 0) return;
     if (rows.length > this.states) throw new RangeError(`a dispatch samples at most ${this.states} rows, got ${rows.length}`);
     this.checkSlot(dispatch);
-    this.encode(pass, rows, this.states * this.recordSlots + dispatch);
+    this.encode(pass, rows, dispatch * this.stepSlotBytes);
   }
 
   /** One row on its own, in the state's own uniform slot for its record slot (GpuSampler.encodeInPass). */
   encodeOne(pass: GPUComputePassEncoder, row: SampleRow): void {
-    this.encode(pass, [row], row.state * this.recordSlots + row.slot);
+    this.checkState(row.state);
+    this.checkSlot(row.slot);
+    this.encode(pass, [row], this.soloStepOffset(row.state, row.slot));
+  }
+
+  /** Where a dispatch of state `state` alone, recording at `slot`, keeps its Step (after the batched slots). */
+  private soloStepOffset(state: number, slot: number): number {
+    return this.recordSlots * this.stepSlotBytes + (state * this.recordSlots + slot) * UNIFORM_SLOT_BYTES;
   }
 
   /** Checks what a step of state `state` at `step` into record slot `slot` needs, before a pass opens. */
@@ -364,7 +397,7 @@ export class SamplerBank {
     return shape;
   }
 
-  private encode(pass: GPUComputePassEncoder, rows: readonly SampleRow[], uniformSlot: number): void {
+  private encode(pass: GPUComputePassEncoder, rows: readonly SampleRow[], stepOffset: number): void {
     const first = rows.map((row) => this.checkStep(row.state, row.step, row.slot));
     const logits = regionOf(rows[0]!.logits).buffer;
     const tokens = regionOf(rows[0]!.token).buffer;
@@ -399,10 +432,10 @@ export class SamplerBank {
       values.forEach((v, i) => view.setUint32(at + i * 4, v as number, true));
     });
     const bytes = (STEP_HEADER_WORDS + rows.length * ROW_STEP_WORDS) * 4;
-    this.device.queue.writeBuffer(this.steps, uniformSlot * this.stepSlotBytes, view.buffer, 0, bytes);
+    this.device.queue.writeBuffer(this.steps, stepOffset, view.buffer, 0, bytes);
 
     const n = rows.length;
-    pass.setBindGroup(0, this.stateGroup, [uniformSlot * this.stepSlotBytes]);
+    pass.setBindGroup(0, this.stateGroup, [stepOffset]);
     pass.setBindGroup(1, alone ? this.ioGroup(rows[0]!.logits, rows[0]!.token) : this.ioGroup(logits, tokens));
     const run = (entry: EntryPoint, workgroups: number) => {
       pass.setPipeline(this.pipelines[entry]!);

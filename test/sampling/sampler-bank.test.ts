@@ -37,57 +37,74 @@ function setups(V: number): GpuSequenceSetup[] {
   ].map((s) => ({ ...s, promptTokens: s.promptTokens.filter((id) => id < V) }));
 }
 
-/** Per step, every row's records and tokens: sampled `together` (one dispatch set) or each alone. */
-async function run(V: number, fused: boolean, order: number[], together: boolean): Promise<Map<number, { records: Uint8Array; tokens: number[] }>> {
+/**
+ * How a run samples: 'alone', each row by its own dispatches; 'together', all rows in one
+ * dispatch set a step; 'standalone', each sequence by a sampler of its own bank (state 0 of one);
+ * 'mixed', every step in one encoder and one submit, half the rows together and half alone.
+ */
+type Mode = 'alone' | 'together' | 'standalone' | 'mixed';
+
+/** Per sequence, its records and tokens over STEPS steps. */
+async function run(V: number, fused: boolean, order: number[], mode: Mode): Promise<Map<number, { records: Uint8Array; tokens: number[] }>> {
   const all = setups(V);
-  const bank = await SamplerBank.create(ctx, V, { states: all.length, recordSlots: STEPS, fused });
-  const samplers = all.map((_, s) => new GpuSampler(bank, s));
-  const rows = order.length;
   const device = ctx.device;
-  const logits = device.createBuffer({ size: rows * ROW_BYTES(V), usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
-  const tokens = device.createBuffer({ size: rows * 256, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
-  const staging = device.createBuffer({ size: all.length * STEPS * RECORD_BYTES + rows * 256 * STEPS, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  const bank = await SamplerBank.create(ctx, V, { states: all.length, recordSlots: STEPS, fused });
+  const samplers =
+    mode === 'standalone'
+      ? await Promise.all(all.map(() => GpuSampler.create(ctx, V, { recordSlots: STEPS, fused })))
+      : all.map((_, s) => new GpuSampler(bank, s));
+  const rows = order.length;
+  // Every (step, row) has its own logits and token: a submit may hold all the steps.
+  const logits = device.createBuffer({ size: STEPS * rows * ROW_BYTES(V), usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
+  const tokens = device.createBuffer({ size: STEPS * rows * 256, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
+  const recordBytes = STEPS * RECORD_BYTES;
+  const staging = device.createBuffer({ size: all.length * recordBytes + STEPS * rows * 256, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  const tokensAt = all.length * recordBytes;
   order.forEach((s) => samplers[s]!.beginSequence(all[s]!));
   // The constrained sequence's masks: a different allowed set each step.
   order.forEach((s) => {
     if (!all[s]!.constrained) return;
     for (let j = 0; j < STEPS; j++) samplers[s]!.setMask(j, maskOf(V, Array.from({ length: V }, (_, id) => id).filter((id) => (id * 7 + j) % 5 === 0)));
   });
-  const tokenBytes = all.length * STEPS * RECORD_BYTES;
+  // Each sequence's logits are its own whatever its row: seeded by (state, step).
+  for (let j = 0; j < STEPS; j++) order.forEach((s, r) => device.queue.writeBuffer(logits, (j * rows + r) * ROW_BYTES(V), new Float32Array(randomF32(V, 1000 * s + j, 6))));
+  let encoder = device.createCommandEncoder();
   for (let j = 0; j < STEPS; j++) {
-    // Each sequence's logits are its own whatever its row: seeded by (state, step).
-    order.forEach((s, r) => device.queue.writeBuffer(logits, r * ROW_BYTES(V), randomF32(V, 1000 * s + j, 6)));
-    const encoder = device.createCommandEncoder();
     const pass = encoder.beginComputePass();
     const sampleRows: SampleRow[] = order.map((s, r) => ({
       state: s,
       // Rows at different steps of their sequences (Philox counters, min_tokens).
       step: j + 3 * s,
       slot: j,
-      logits: { buffer: logits, offset: r * ROW_BYTES(V) },
-      token: { buffer: tokens, offset: r * 256 },
+      logits: { buffer: logits, offset: (j * rows + r) * ROW_BYTES(V) },
+      token: { buffer: tokens, offset: (j * rows + r) * 256 },
     }));
-    if (together) bank.encodeRows(pass, sampleRows, j);
-    else sampleRows.forEach((row) => samplers[row.state]!.encodeInPass(pass, row.logits, row.step, row.token, row.slot));
+    const alone = (row: SampleRow) => samplers[row.state]!.encodeInPass(pass, row.logits, row.step, row.token, row.slot);
+    if (mode === 'together') bank.encodeRows(pass, sampleRows, j);
+    else if (mode === 'mixed') {
+      bank.encodeRows(pass, sampleRows.filter((_, r) => r % 2 === 0), j);
+      sampleRows.filter((_, r) => r % 2 === 1).forEach(alone);
+    } else sampleRows.forEach(alone);
     pass.end();
-    order.forEach((_, r) => encoder.copyBufferToBuffer(tokens, r * 256, staging, tokenBytes + (j * rows + r) * 256, 4));
-    device.queue.submit([encoder.finish()]);
-    await device.queue.onSubmittedWorkDone();
+    order.forEach((_, r) => encoder.copyBufferToBuffer(tokens, (j * rows + r) * 256, staging, tokensAt + (j * rows + r) * 256, 4));
+    if (mode !== 'mixed') {
+      device.queue.submit([encoder.finish()]);
+      encoder = device.createCommandEncoder();
+    }
   }
-  const encoder = device.createCommandEncoder();
-  encoder.copyBufferToBuffer(bank.records, 0, staging, 0, tokenBytes);
+  order.forEach((s) => encoder.copyBufferToBuffer(samplers[s]!.records, samplers[s]!.recordsOffset, staging, s * recordBytes, recordBytes));
   device.queue.submit([encoder.finish()]);
   await staging.mapAsync(GPUMapMode.READ);
   const bytes = new Uint8Array(staging.getMappedRange().slice(0));
   staging.unmap();
   const out = new Map<number, { records: Uint8Array; tokens: number[] }>();
+  const words = new DataView(bytes.buffer);
   order.forEach((s, r) => {
-    const at = bank.recordsOffset(s);
-    const words = new DataView(bytes.buffer);
-    const tokensOf = Array.from({ length: STEPS }, (_, j) => words.getUint32(tokenBytes + (j * rows + r) * 256, true));
-    out.set(s, { records: bytes.slice(at, at + STEPS * RECORD_BYTES), tokens: tokensOf });
+    const tokensOf = Array.from({ length: STEPS }, (_, j) => words.getUint32(tokensAt + (j * rows + r) * 256, true));
+    out.set(s, { records: bytes.slice(s * recordBytes, (s + 1) * recordBytes), tokens: tokensOf });
   });
   for (const b of [logits, tokens, staging]) b.destroy();
+  if (mode === 'standalone') for (const sampler of samplers) sampler.destroy();
   bank.destroy();
   return out;
 }
@@ -96,20 +113,23 @@ describe('a sampler bank samples many rows in one dispatch as each alone', () =>
   for (const [V, fused] of [[700, true], [1500, false]] as const) {
     it(`every shape side by side, in either order, vocabulary ${V} (${fused ? 'one dispatch' : 'one dispatch per pass'})`, async () => {
       const all = [0, 1, 2, 3, 4, 5, 6];
-      const alone = await run(V, fused, all, false);
-      const together = await run(V, fused, all, true);
-      const reversed = await run(V, fused, [...all].reverse(), true);
-      const some = await run(V, fused, [5, 0, 3], true);
+      // A sampler of its own bank (every offset 0) is the reference for every state of a shared one.
+      const want = await run(V, fused, all, 'standalone');
+      const runs = [
+        await run(V, fused, all, 'alone'),
+        await run(V, fused, all, 'together'),
+        await run(V, fused, [...all].reverse(), 'together'),
+        await run(V, fused, [5, 0, 3], 'together'),
+        await run(V, fused, [...all].reverse(), 'mixed'),
+      ];
       for (const s of all) {
-        const want = alone.get(s)!;
+        const { records, tokens } = want.get(s)!;
         // Each record's token is the token written where the next step reads it.
-        want.tokens.forEach((id, j) => expect(new DataView(want.records.buffer).getUint32(j * RECORD_BYTES, true)).toBe(id));
-        expect(together.get(s)).toEqual(want);
-        expect(reversed.get(s)).toEqual(want);
-        if (some.has(s)) expect(some.get(s)).toEqual(want);
+        tokens.forEach((id, j) => expect(new DataView(records.buffer).getUint32(j * RECORD_BYTES, true)).toBe(id));
+        for (const got of runs) if (got.has(s)) expect(got.get(s)).toEqual(want.get(s));
       }
-      // The steps differ from one another (the comparison is not of empty records).
-      expect(new Set(all.map((s) => alone.get(s)!.tokens.join())).size).toBeGreaterThan(4);
+      // The sequences' tokens differ from one another (the comparison is not of empty records).
+      expect(new Set(all.map((s) => want.get(s)!.tokens.join())).size).toBeGreaterThan(4);
     });
   }
 
