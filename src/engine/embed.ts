@@ -3,7 +3,9 @@
 // and never through the LM head; the hidden states the pooling needs are read back (the last
 // token's, the first's, or every token's for the mean) and pooled and normalised on the CPU in
 // float64. Many inputs' passes go into one command buffer with one read-back (a group of at most
-// EMBED_GROUP_TOKENS tokens; fewer while other sequences decode, so their rounds run between).
+// EMBED_GROUP_TOKENS tokens), the next group recorded and submitted while the GPU runs the one
+// before; while other sequences decode, groups are smaller and each waits for the one before, so
+// the decode rounds run between them.
 //
 // Attention never crosses inputs: every input starts at position 0 and sees only the positions it
 // wrote itself. What the working cache held for chat requests is saved first by the prefix cache
@@ -16,8 +18,10 @@ import type { KvCache } from '../model/kv-cache.ts';
 import type { PrefixCache } from './prefix-cache.ts';
 import type { EmbeddingInfo } from './types.ts';
 
-/** Tokens whose passes one command buffer takes at most (its read-back waits for all of them). */
-export const EMBED_GROUP_TOKENS = 2048;
+/** Tokens whose passes one command buffer takes at most (measured: docs/performance.md#embeddings). */
+export const EMBED_GROUP_TOKENS = 256;
+/** Groups submitted and not yet read back, while no sequence decodes (then: one at a time, each awaited). */
+const MAX_GROUPS_IN_FLIGHT = 2;
 /** Bytes of hidden states one group reads back at most (mean pooling reads every token's). */
 const MAX_GROUP_READBACK_BYTES = 64 * 1024 * 1024;
 
@@ -32,6 +36,8 @@ export interface EmbedHost {
   passTokens(): number;
   /** Tokens a command buffer takes: EMBED_GROUP_TOKENS, fewer while sequences decode. */
   groupTokens(): number;
+  /** Whether sequences decode now: then each group is awaited before the next is recorded, so their rounds run between. */
+  busy(): boolean;
 }
 
 /** Checks embed() inputs (RangeErrors naming the input): non-empty, ids in the vocabulary, within the context. */
@@ -90,6 +96,17 @@ export async function embedInputs(
   // The chat's K/V is saved before the working cache is written (when worth it); then it holds nothing.
   await host.prefix.prepare([], false);
   const cache = host.workingCache;
+  const accumulate = (group: readonly PlannedPass[], hidden: Float32Array) => {
+    let at = 0;
+    for (const pass of group) {
+      const sum = sums[pass.input]!;
+      for (let r = 0; r < pass.rowCount; r++, at += dim) {
+        for (let i = 0; i < dim; i++) sum[i] += hidden[at + i]!;
+      }
+      counts[pass.input]! += pass.rowCount;
+    }
+  };
+  const inFlight: Promise<void>[] = [];
   let next = 0; // the next input to plan
   let pending: PlannedPass[] = [];
   while (next < inputs.length || pending.length > 0) {
@@ -110,16 +127,13 @@ export async function embedInputs(
       tokens += pass.tokens.length;
       rows += pass.rowCount;
     }
-    const hidden = await host.model.hiddenStates(group, cache);
-    let at = 0;
-    for (const pass of group) {
-      const sum = sums[pass.input]!;
-      for (let r = 0; r < pass.rowCount; r++, at += dim) {
-        for (let i = 0; i < dim; i++) sum[i] += hidden[at + i]!;
-      }
-      counts[pass.input]! += pass.rowCount;
-    }
+    // Submitted now; read once the next group is queued behind it (the CPU records one while the GPU runs the other).
+    const read = host.model.hiddenStates(group, cache).then((hidden) => accumulate(group, hidden));
+    inFlight.push(read);
+    read.catch(() => {}); // awaited below; a failure must not go unhandled meanwhile
+    while (inFlight.length > (host.busy() ? 0 : MAX_GROUPS_IN_FLIGHT - 1)) await inFlight.shift();
   }
+  await Promise.all(inFlight);
   return sums.map((sum, i) => {
     const n = counts[i]!;
     for (let k = 0; k < dim; k++) sum[k] /= n;

@@ -300,6 +300,7 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
       checkLive: (signal) => this.checkLive(signal),
       passTokens: () => (busy() ? Math.min(this.prefillChunk(false), this.busyPrefillChunkTokens) : this.prefillChunk(false)),
       groupTokens: () => (busy() ? this.busyPrefillChunkTokens : EMBED_GROUP_TOKENS),
+      busy,
     };
   }
 

@@ -186,6 +186,30 @@ describe('beside chat requests', () => {
     });
   }
 
+  it('an embed while a chat decodes (short groups, each awaited): both as alone', async () => {
+    const alone = makeGenerator({ pooling: 'mean', normalize: true });
+    const busy = makeGenerator({ pooling: 'mean', normalize: true }, { prefillChunkTokens: 5 });
+    const prompt = randomInputs(1, 60, () => 12)[0]!;
+    const want = await chat(alone, prompt, 24);
+    const batch = randomInputs(8, 61, (i) => 10 + i * 3);
+    const session = await busy.openSession({ promptTokens: prompt, sampling: greedy });
+    let vectors: Float32Array[] | undefined;
+    try {
+      const tokens: number[] = [];
+      for await (const t of session.sequence({ index: 0, maxTokens: 24, stopTokenIds: [] })) {
+        tokens.push(t.id);
+        if (tokens.length === 2) {
+          expect(busy.decoding).toBe(1);
+          vectors = await busy.embed(batch);
+        }
+      }
+      expect(tokens).toEqual(want.tokens);
+    } finally {
+      session.close();
+    }
+    batch.forEach((tokens, i) => expect(cosineDistance(vectors![i]!, reference(tokens, 'mean', true))).toBeLessThan(1e-4));
+  });
+
   it('embeds wait their turn: many at once beside a chat all finish, each with its own vectors', async () => {
     const g = makeGenerator({ pooling: 'last', normalize: true });
     const sets = [randomInputs(3, 50, (i) => 4 + i), randomInputs(2, 51, (i) => 9 - i), randomInputs(4, 52, () => 6)];
