@@ -14,7 +14,8 @@
 // (constrained-decode.ts). When a sequence ends and the working cache still holds its prompt, its
 // answer's K/V is copied back there, so the next turn of a chat reuses it as before.
 // With maxConcurrentSequences 1 nothing is copied: the session keeps admission and the lane and
-// decodes in slot 0.
+// decodes in slot 0. Embeddings (embed.ts) take admission and the lane as a prompt does and run in
+// the working cache, which the prefix cache then holds nothing of.
 //
 // Sampling runs on the GPU (src/sampling/gpu-sampler.ts), so decode steps follow each other
 // without waiting for the CPU. Sequences of one session share its prompt's K/V: positions 0..P-1
