@@ -22,6 +22,12 @@
 //                    [--no-multi-turn | --multi-turn-only] [--multi-turn-runs 3] [--multi-turn-turns 8]
 //                    [--multi-turn-tokens 1000] [--multi-turn-answer-tokens 32]
 //                    [--smol-multi-turn-runs 1] [--smol-multi-turn-tokens 128] [--smol-multi-turn-answer-tokens 4]
+//                    [--no-embeddings | --embeddings-only] [--embeddings-inputs 32] [--embeddings-runs 5]
+//                    [--embeddings-min-tokens 4] [--embeddings-max-tokens 60]
+//
+// Embeddings (bench/embeddings.ts): Node only, on the engine, stories260K: inputs/s and tokens/s
+// of embedding --embeddings-inputs inputs in one call, one by one, and a chat prefill of the same
+// tokens (a session per input; all of them as one prompt), the parts alternating in each run.
 //
 // Structured output (bench/structured.ts): on stories260K, per host, decoding free, under a grammar
 // every text matches, and under a JSON schema, side by side: the cost of a constrained token.
@@ -57,7 +63,8 @@ import { bestOf, casesTable, countersTable, familiesTable, probesTable, ratios, 
 import { openWllama, type WllamaContestant, type WllamaFigures } from './wllama.ts';
 import { measureStructured, structuredTable, type StructuredFigures } from './structured.ts';
 import { measureMultiTurn, multiTurnTable, type MultiTurnFigures, type MultiTurnOptions } from './multi-turn.ts';
-import { buildPrompt, ROOT, smolCase, storiesCase, type BenchCase } from './workload.ts';
+import { buildPrompt, ROOT, smolCase, STORY, storiesCase, type BenchCase } from './workload.ts';
+import { embeddingsTable, measureEmbeddings, type EmbeddingsFigures } from './embeddings.ts';
 import { concurrencyTable, measureConcurrency, type ConcurrencyFigures, type ConcurrencyOptions } from './concurrency.ts';
 
 const log = (message: string) => process.stderr.write(message + '\n');
@@ -109,6 +116,13 @@ const { values } = parseArgs({
     'families-warmup-runs': { type: 'string', default: '1' },
     'families-prompt-tokens': { type: 'string', default: '32' },
     'families-decode-tokens': { type: 'string', default: '32' },
+    // Embeddings beside a chat prefill (bench/embeddings.ts)
+    'no-embeddings': { type: 'boolean', default: false },
+    'embeddings-only': { type: 'boolean', default: false },
+    'embeddings-inputs': { type: 'string', default: '32' },
+    'embeddings-runs': { type: 'string', default: '5' },
+    'embeddings-min-tokens': { type: 'string', default: '4' },
+    'embeddings-max-tokens': { type: 'string', default: '60' },
     // --concurrency: many requests at once (bench/concurrency.ts)
     concurrency: { type: 'boolean', default: false },
     'concurrency-streams': { type: 'string', default: '8' },
@@ -356,7 +370,45 @@ async function runHost(host: Host, p: Plan, results: CaseFigures[], interleave?:
   }
 }
 
+/** The embeddings figures (Node, stories260K), or why they are missing. */
+async function embeddings(): Promise<EmbeddingsFigures | { error: string }> {
+  const o = {
+    inputs: int('embeddings-inputs'),
+    runs: int('embeddings-runs'),
+    minTokens: int('embeddings-min-tokens'),
+    maxTokens: int('embeddings-max-tokens'),
+  };
+  if (o.maxTokens < o.minTokens) throw new Error('--embeddings-max-tokens must be at least --embeddings-min-tokens');
+  try {
+    return await measureEmbeddings(Array.from({ length: 8 }, () => STORY).join(' '), o);
+  } catch (error) {
+    log(`node embeddings: ERROR ${(error as Error).stack ?? error}`);
+    return { error: String((error as Error).message ?? error) };
+  }
+}
+
+function printEmbeddings(f: EmbeddingsFigures | { error: string }): void {
+  console.log();
+  if ('error' in f && !('parts' in f)) {
+    console.log(`Embeddings: ERROR ${f.error}`);
+    return;
+  }
+  const e = f as EmbeddingsFigures;
+  console.log(
+    `Embeddings on stories260K in Node (${e.adapter}), on the engine: ${e.inputs} inputs, ${e.tokens} tokens in all, ${e.runs} run(s), medians (min-max); ` +
+      'embed in one call, one input a call, and a chat prefill of the same tokens (a session per input, cache_prompt false; all as one prompt):',
+  );
+  console.log(embeddingsTable(e));
+  console.log(`Embed (one call) over prefill (sessions), tokens/s: ${e.embed_over_sessions}x`);
+}
+
 async function main(): Promise<void> {
+  if (values['embeddings-only']) {
+    const f = await embeddings();
+    printEmbeddings(f);
+    console.log(JSON.stringify({ bench: 'webgpu-llama', date: new Date().toISOString(), node: process.version, embeddings: f }));
+    return;
+  }
   if (values['real-shapes']) return realShapes();
   if (values.families) return families();
   if (values.concurrency) return concurrency();
@@ -379,6 +431,7 @@ async function main(): Promise<void> {
       await host.close();
     }
   }
+  const embedded = p.hosts.includes('node') && !values['no-embeddings'] && !values['multi-turn-only'] && p.cases.some((c) => c.model === 'stories260K') ? await embeddings() : null;
   if (p.hosts.includes('chromium')) {
     const session: BrowserSession = await startBrowser();
     chromiumVersion = session.version;
@@ -478,6 +531,7 @@ async function main(): Promise<void> {
     const headline = multiTurn.filter((f) => !f.error).map((f) => `${f.host} ${f.model}: ${f.last_turn_ratio.toFixed(1)}x`);
     if (headline.length) console.log(`Last turn, cold / warm TTFT: ${headline.join('; ')}`);
   }
+  if (embedded) printEmbeddings(embedded);
   if (wllama.length) {
     console.log();
     console.log(`wllama ${WLLAMA_VERSION} (llama.cpp in WebAssembly, CPU, n_gpu_layers 0) on the same stories260K GGUF in the same Chromium, same prompt and decode length; ratios are ours / wllama (tok/s: above 1 we are faster; ms: below 1 we are faster):`);
@@ -503,6 +557,7 @@ async function main(): Promise<void> {
         results: multiTurn,
       },
       probes,
+      embeddings: embedded,
       wllama: {
         version: WLLAMA_VERSION,
         settings: wllama,

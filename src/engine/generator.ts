@@ -14,7 +14,8 @@
 // (constrained-decode.ts). When a sequence ends and the working cache still holds its prompt, its
 // answer's K/V is copied back there, so the next turn of a chat reuses it as before.
 // With maxConcurrentSequences 1 nothing is copied: the session keeps admission and the lane and
-// decodes in slot 0.
+// decodes in slot 0. Embeddings (embed.ts) take admission and the lane as a prompt does and run in
+// the working cache, which the prefix cache then holds nothing of.
 //
 // Sampling runs on the GPU (src/sampling/gpu-sampler.ts), so decode steps follow each other
 // without waiting for the CPU. Sequences of one session share its prompt's K/V: positions 0..P-1
@@ -40,12 +41,14 @@ import { makeDecodeSlots, ringsHoldPrompt, type DecodeSlots } from './decode-slo
 import { checkSessionRequest } from './request-checks.ts';
 import { SlotPool } from './slot-pool.ts';
 import { LlamaSession, type SequenceKit, type SessionHost } from './session.ts';
+import { checkEmbedInputs, embedInputs, EMBED_GROUP_TOKENS, type EmbedHost } from './embed.ts';
 import {
   usableVocabSize,
   type FinishReason,
   type GeneratedToken,
   type GenerationRequest,
   type GenerationSession,
+  type EmbeddingInfo,
   type ModelInfo,
   type SessionRequest,
   type TextGenerator,
@@ -268,6 +271,41 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
       if (!done) await tokens.return('length').catch(() => {});
       session.close();
     }
+  }
+
+  /**
+   * One pooled vector per input (embed.ts): waits for admission and the lane like a prompt, runs
+   * each input in the working cache without the LM head, and leaves the prefix cache holding
+   * nothing of it. `info.embedding` says how (absent: the last token, normalised).
+   */
+  async embed(inputs: readonly (readonly number[])[], options: { signal?: AbortSignal } = {}): Promise<Float32Array[]> {
+    checkEmbedInputs(inputs, this.sampledVocab, this.cache.capacity);
+    const { signal } = options;
+    const admitted = await this.admission.acquire(signal);
+    let release: (() => void) | undefined;
+    try {
+      this.checkLive(signal);
+      release = await this.lane.acquire(signal);
+      const embedding: Pick<EmbeddingInfo, 'pooling' | 'normalize'> = this.info.embedding ?? { pooling: 'last', normalize: true };
+      return await embedInputs(this.embedHost, embedding, inputs, signal);
+    } finally {
+      release?.();
+      admitted();
+    }
+  }
+
+  /** What embed.ts asks of the generator: shorter passes and groups while sequences decode, as a prefill's. */
+  private get embedHost(): EmbedHost {
+    const busy = () => this.decoding + this.constrainedDecoding > 0;
+    return {
+      model: this.model,
+      workingCache: this.cache,
+      prefix: this.prefixCache,
+      checkLive: (signal) => this.checkLive(signal),
+      passTokens: () => (busy() ? Math.min(this.prefillChunk(false), this.busyPrefillChunkTokens) : this.prefillChunk(false)),
+      groupTokens: () => (busy() ? this.busyPrefillChunkTokens : EMBED_GROUP_TOKENS),
+      busy,
+    };
   }
 
   /** The ids tokens are sampled and scored among, and requests may use (usableVocabSize). */

@@ -10,6 +10,7 @@ import { checkChatTemplate } from '../tokenizer/chat-template.ts';
 import { planWeightStorage, type LlamaWeights, type WeightStorage } from '../model/weights.ts';
 import { DEFAULT_MAX_CONCURRENT_SEQUENCES, LlamaGenerator } from './generator.ts';
 import { checkMemory, estimateMemory, MiB, type MemoryEstimate } from './memory.ts';
+import { checkEmbeddingOptions, readEmbeddingInfo, type EmbeddingOptions } from './embedding-config.ts';
 import { TOOL_CALL_FORMATS, type ModelInfo, type ToolCallFormat } from './types.ts';
 
 export interface LoadOptions {
@@ -85,6 +86,14 @@ export interface LoadOptions {
    * Default true; false leaves the whole output in `content`. `info.reasoning` is false then.
    */
   reasoning?: boolean;
+  /**
+   * How embed() makes vectors, over what the model's files say (sentence-transformers modules.json
+   * and 1_Pooling/config.json; a GGUF's `<arch>.pooling_type`): `pooling` 'last' | 'mean' | 'cls',
+   * `normalize` (L2), `matryoshka` (trained for truncated `dimensions`; default false: no file
+   * says so). Without files or option: the last token, normalised (a generative model's).
+   * `info.embedding` reports the result (src/engine/embedding-config.ts).
+   */
+  embedding?: EmbeddingOptions;
   onProgress?: (progress: LoadProgress) => void;
   /** Load warnings (such as weights clamped to the f16 range); default console.warn. */
   onWarning?: (message: string) => void;
@@ -121,8 +130,10 @@ function defaultKvCacheDType(ctx: GpuContext): KvDType {
 
 export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options: LoadOptions = {}): Promise<LlamaGenerator> {
   await checkChatOptions(options);
+  checkEmbeddingOptions(options.embedding);
   const opened = await openModel(files, { chatTemplate: options.chatTemplate });
   const config = opened.config;
+  const embedding = await readEmbeddingInfo({ files, ggufMetadata: opened.ggufMetadata, hiddenSize: config.hiddenSize }, options.embedding);
   const capacity = options.contextLength ?? Math.min(config.contextLength, DEFAULT_MAX_CONTEXT);
   if (!Number.isInteger(capacity) || capacity < 1) throw new Error(`contextLength must be a positive integer, got ${capacity}`);
   // The RoPE tables are chosen for the loaded context (LongRoPE's long factors past its original context).
@@ -149,6 +160,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
     ...(options.toolCallFormat !== undefined ? { toolCallFormat: options.toolCallFormat } : {}),
     ...(options.reasoning === false ? { reasoning: false as const } : {}),
     ...(opened.notices.length > 0 ? { notices: [...opened.notices] } : {}),
+    embedding,
     storage: {
       weightStorage: storage,
       kvCacheDType: kvDType,

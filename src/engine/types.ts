@@ -47,6 +47,25 @@ export interface ModelInfo {
   reasoning?: false;
   /** What the load left out of the files, said once (e.g. the vision tower of an image-text checkpoint: the model takes text only). */
   notices?: readonly string[];
+  /**
+   * How embed() makes vectors (set for every loaded model: an embedding model's from its files or
+   * the load option; a generative model's the last token, normalised, source 'generative').
+   */
+  embedding?: EmbeddingInfo;
+}
+
+/** How a model's hidden states become one vector per input (sentence-transformers' pooling modes). */
+export type EmbeddingPooling = 'last' | 'mean' | 'cls';
+export interface EmbeddingInfo {
+  pooling: EmbeddingPooling;
+  /** Vectors are L2-normalised (a sentence-transformers Normalize module, or the load option). */
+  normalize: boolean;
+  /** Length of the vectors (the model's hidden size). */
+  dimensions: number;
+  /** The model is trained for Matryoshka truncation (`dimensions` in a request may ask for fewer). */
+  matryoshka: boolean;
+  /** Where the pooling came from: the model's files, a load option, or a generative model's default (last token). */
+  source: 'sentence-transformers' | 'gguf' | 'option' | 'generative';
 }
 
 export interface ModelStorageInfo {
@@ -101,6 +120,13 @@ export interface TextGenerator {
    * decoded. The caller must close() it (also on errors and aborts).
    */
   openSession(request: SessionRequest): Promise<GenerationSession>;
+  /**
+   * One pooled vector per input (token ids: each non-empty and within the context), at full
+   * `info.embedding.dimensions`, L2-normalised when `info.embedding.normalize`. Waits its turn on
+   * the GPU like any request; throws an AbortError when `signal` aborts. The LM head does not run,
+   * and no request's cached K/V is reused or changed. Optional: test fakes need not embed.
+   */
+  embed?(inputs: readonly (readonly number[])[], options?: { signal?: AbortSignal }): Promise<Float32Array[]>;
 }
 
 // ---- Sessions: one prefill shared by several sequences (n, best_of), with logprobs ----

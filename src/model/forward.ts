@@ -134,6 +134,8 @@ export interface ForwardPass {
   readonly cache: KvCache;
   /** A u32 on the GPU added to every position (the reusable decode step's position). */
   readonly position?: GPUBuffer;
+  /** Stop after the final norm (act.xb holds the T hidden states): no LM head (embeddings). */
+  readonly hiddenOnly?: boolean;
 }
 
 /**
@@ -148,7 +150,7 @@ export function cacheRuns(start: number, T: number, ringRows?: number): { from: 
   return first === T ? [{ from: 0, row, count: T }] : [{ from: 0, row, count: first }, { from: first, row: 0, count: T - first }];
 }
 
-/** Records the forward pass of the tokens in act.tokenIds, at their positions, up to act.logits. */
+/** Records the forward pass of the tokens in act.tokenIds, at their positions, up to act.logits (or act.xb: ForwardPass.hiddenOnly). */
 export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activations, pass: ForwardPass): void {
   const { shape: s, weights: w, invFreqs } = model;
   const family = s.family;
@@ -216,6 +218,7 @@ export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activ
   }
 
   rec.rmsNorm(act.xb, act.x, w.outputNorm, T, s.dim, s.eps); // xb: [T, dim]
+  if (pass.hiddenOnly) return;
   // One row of logits takes the matrix-vector kernel even in a prefill pass: the last token's
   // logits are computed so however the prompt was split.
   const rows = act.allLogits || T === 1 ? T : 1;

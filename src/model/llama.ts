@@ -13,6 +13,7 @@ import type { BatchDecodeStep } from './batch-step.ts';
 import { createDecodeStep, type DecodeStep, type DecodeStepOptions } from './decode-step.ts';
 import { Activations, activationFloatsPerToken, recordForward, type LlamaParts } from './forward.ts';
 import { KvCache, type KvDType } from './kv-cache.ts';
+import { runHiddenPasses, type HiddenPass } from './hidden-states.ts';
 import { ropeInverseFrequencies } from './rope-frequencies.ts';
 import { llamaShape, ropeTables } from './shape.ts';
 import type { LlamaWeights } from './weights.ts';
@@ -20,6 +21,7 @@ import type { LlamaWeights } from './weights.ts';
 export { ropeInverseFrequencies } from './rope-frequencies.ts';
 export { activationFloatsPerToken } from './forward.ts';
 export type { DecodeStep, DecodeStepOptions } from './decode-step.ts';
+export type { HiddenPass } from './hidden-states.ts';
 
 /**
  * Prefill activations are kept between prefills up to this size; larger ones (long prompts on
@@ -147,6 +149,25 @@ export class LlamaModel {
       // Legal right after submit: the buffers are freed once the submitted work is done with them.
       if (!kept) act.destroy();
       ownReadback?.destroy();
+    }
+  }
+
+  /**
+   * The final hidden states (after the final norm, no LM head) of the rows each pass asks for,
+   * [rows, hiddenSize]: the passes run in order over `cache` (writing their K/V like a prefill), in
+   * one command buffer with one read-back (hidden-states.ts). Each pass takes at most
+   * cache.maxPassTokens tokens.
+   */
+  async hiddenStates(passes: readonly HiddenPass[], cache: KvCache): Promise<Float32Array> {
+    const longest = passes.reduce((n, p) => Math.max(n, p.tokens.length), 0);
+    if (longest === 0) throw new Error('hiddenStates() needs at least one token');
+    // Never the one-token activations: their logits' read-back may still be mapped by forward().
+    const act = this.activationsFor(Math.max(2, longest), false, cache.capacity);
+    const kept = act === this.prefillActivations;
+    try {
+      return await runHiddenPasses(this.parts, act, passes, cache);
+    } finally {
+      if (!kept) act.destroy();
     }
   }
 

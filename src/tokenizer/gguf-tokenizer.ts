@@ -31,6 +31,8 @@ export interface GgufTokenizerParts {
   bosId: number | null;
   eosIds: number[];
   addBos: boolean;
+  /** The EOS when tokenizer.ggml.add_eos_token (TextTokenizer.suffixIds). */
+  suffixIds: number[];
   /** UNUSED tokens (converters' filler, e.g. Qwen2's [PADn]): llama.cpp decodes them to nothing. */
   unusedIds: number[];
   /** Ids of a piece listed again later: they decode as its last id. */
@@ -323,7 +325,8 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
   const chatTemplates = ggufChatTemplates(metadata);
   if (chatTemplates.length > 0) tokenizerConfig.chat_template = chatTemplates;
   const unusedIds = types.flatMap((t, i) => (t === TokenType.UNUSED ? [i] : []));
-  return { tokenizerJson, tokenizerConfig, bosId, eosIds: [...new Set(eosIds)], addBos, unusedIds, aliasIds };
+  const suffixIds = optionalBool(metadata, 'tokenizer.ggml.add_eos_token') === true && eosId !== null ? [eosId] : [];
+  return { tokenizerJson, tokenizerConfig, bosId, eosIds: [...new Set(eosIds)], addBos, suffixIds, unusedIds, aliasIds };
 }
 
 const CHAT_TEMPLATE_KEY = 'tokenizer.chat_template';
@@ -365,6 +368,7 @@ export function tokenizerFromGguf(metadata: GgufMetadata, options: { chatTemplat
       eosIds: parts.eosIds,
       silentIds: parts.unusedIds,
       aliasIds: parts.aliasIds,
+      suffixIds: parts.suffixIds,
       chatTemplate: options.chatTemplate,
     },
   );

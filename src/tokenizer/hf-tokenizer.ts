@@ -53,6 +53,8 @@ export interface HfTokenizerOverrides {
   aliasIds?: ReadonlyMap<number, number>;
   /** A Jinja chat template used instead of the model's own (chatTemplates becomes {default: it}). */
   chatTemplate?: string;
+  /** TextTokenizer.suffixIds (a GGUF's EOS when tokenizer.ggml.add_eos_token). */
+  suffixIds?: readonly number[];
 }
 
 /**
@@ -112,6 +114,7 @@ export class HfTokenizer implements TextTokenizer {
   readonly bosId: number | null;
   readonly eosIds: readonly number[];
   readonly addBos: boolean;
+  readonly suffixIds: readonly number[];
   readonly chatTemplates: Readonly<Record<string, string>>;
   readonly templateVariables: Readonly<Record<string, unknown>>;
   private readonly tokenizer: Tokenizer;
@@ -147,8 +150,8 @@ export class HfTokenizer implements TextTokenizer {
     const toId = (content: string | undefined): number | undefined =>
       content === undefined ? undefined : this.tokenizer.token_to_id(content);
 
-    // What the post_processor puts before a prompt (normally [BOS] or nothing).
-    const prefix = this.templatePrefix();
+    // What the post_processor puts before and after a text (normally [BOS] or nothing, and nothing).
+    const { prefix, suffix } = this.templateParts();
 
     let bosId: number | null | undefined = overrides.bosId;
     if (bosId === undefined) {
@@ -180,6 +183,8 @@ export class HfTokenizer implements TextTokenizer {
       .map((t) => t.id)
       .sort((a, b) => a - b);
     this.eosIds = [...new Set([...eosIds, ...named])];
+    const configEos = tokenizerConfig.add_eos_token === true ? toId(tokenContent(tokenizerConfig.eos_token)) : undefined;
+    this.suffixIds = overrides.suffixIds ? [...overrides.suffixIds] : suffix.length > 0 ? suffix : configEos !== undefined ? [configEos] : [];
     for (const id of this.eosIds) this.specialIds.add(id);
     if (this.bosId !== null) this.specialIds.add(this.bosId);
 
@@ -188,18 +193,18 @@ export class HfTokenizer implements TextTokenizer {
     this.templateVariables = specialTokensMap(tokenizerConfig);
   }
 
-  /** Ids the tokenizer.json post_processor adds before the text of a single sequence. */
-  private templatePrefix(): number[] {
+  /** Ids the tokenizer.json post_processor adds before and after the text of a single sequence. */
+  private templateParts(): { prefix: number[]; suffix: number[] } {
     try {
       const withSpecial = this.tokenizer.encode('a', { add_special_tokens: true }).ids;
       const without = this.tokenizer.encode('a', { add_special_tokens: false }).ids;
       for (let start = 0; start + without.length <= withSpecial.length; start++) {
-        if (without.every((id, i) => withSpecial[start + i] === id)) return withSpecial.slice(0, start);
+        if (without.every((id, i) => withSpecial[start + i] === id)) return { prefix: withSpecial.slice(0, start), suffix: withSpecial.slice(start + without.length) };
       }
     } catch {
-      // No usable post_processor: no prefix.
+      // No usable post_processor: nothing around the text.
     }
-    return [];
+    return { prefix: [], suffix: [] };
   }
 
   encode(text: string, options: { addBos?: boolean } = {}): number[] {

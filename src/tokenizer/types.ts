@@ -8,6 +8,14 @@ export interface TextTokenizer {
   readonly eosIds: readonly number[];
   /** Whether prompts get BOS prepended (tokenizer_config `add_bos_token` / GGUF `tokenizer.ggml.add_bos_token`). */
   readonly addBos: boolean;
+  /**
+   * Ids the tokenizer appends after a single text when it adds its special tokens: tokenizer.json's
+   * TemplateProcessing after the sequence (Qwen3-Embedding's `<|endoftext|>`), else the EOS when
+   * tokenizer_config `add_eos_token` / GGUF `tokenizer.ggml.add_eos_token` says so. encode() never
+   * appends them (a chat prompt must not end); an embedding of a text takes them (transformers'
+   * and sentence-transformers' encoding, and llama.cpp's, do). Absent or empty: none.
+   */
+  readonly suffixIds?: readonly number[];
   /** Text -> ids. BOS is prepended when `addBos` (overridable per call); special tokens in `text` are parsed. */
   encode(text: string, options?: { addBos?: boolean }): number[];
   /** Ids -> text, byte tokens fused into UTF-8. Incomplete UTF-8 at the end decodes to U+FFFD. */

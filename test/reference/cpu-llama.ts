@@ -110,6 +110,16 @@ export class CpuLlama {
   forward(tokens: number[], startPos: number): Float32Array {
     const c = this.config;
     const f = familyOf(c);
+    const xn = this.hiddenStates(tokens, startPos);
+    const logits = matmul(xn, this.weights.lmHead, tokens.length, c.vocabSize, c.hiddenSize);
+    if (f.finalLogitSoftcap !== undefined) for (let i = 0; i < logits.length; i++) logits[i] = f.finalLogitSoftcap * Math.tanh(logits[i] / f.finalLogitSoftcap);
+    return Float32Array.from(logits);
+  }
+
+  /** The final norm's output of every input token, [T, hiddenSize] in float64: what the LM head reads (embeddings pool it). */
+  hiddenStates(tokens: readonly number[], startPos: number): Float64Array {
+    const c = this.config;
+    const f = familyOf(c);
     const w = this.weights;
     const T = tokens.length;
     const d = c.hiddenSize;
@@ -188,9 +198,6 @@ export class CpuLlama {
       if (f.postFeedForwardNorm) ffnOut = rmsNorm(ffnOut, layer.postFfnNorm!, T, d, eps, off);
       for (let i = 0; i < x.length; i++) x[i] += ffnOut[i];
     }
-    const xn = rmsNorm(x, w.outputNorm, T, d, eps, off);
-    const logits = matmul(xn, w.lmHead, T, c.vocabSize, d);
-    if (f.finalLogitSoftcap !== undefined) for (let i = 0; i < logits.length; i++) logits[i] = f.finalLogitSoftcap * Math.tanh(logits[i] / f.finalLogitSoftcap);
-    return Float32Array.from(logits);
+    return rmsNorm(x, w.outputNorm, T, d, eps, off);
   }
 }
