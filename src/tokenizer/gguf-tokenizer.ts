@@ -234,6 +234,9 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
 
   const bosToken = bosId !== null ? tokens[bosId] : null;
   const eosToken = eosId !== null ? tokens[eosId] : null;
+  const bos = bosId !== null && bosToken !== null ? { token: bosToken, id: bosId } : null;
+  const eos = eosId !== null && eosToken !== null ? { token: eosToken, id: eosId } : null;
+  const addEos = optionalBool(metadata, 'tokenizer.ggml.add_eos_token') ?? false;
 
   let tokenizerJson: Record<string, unknown>;
   let addBos: boolean;
@@ -260,7 +263,7 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
       added_tokens: addedTokens,
       normalizer: { type: 'Sequence', normalizers },
       pre_tokenizer: null,
-      post_processor: bosTemplate(addBos ? bosToken : null, bosId),
+      post_processor: affixTemplate(addBos ? bos : null, addEos ? eos : null),
       decoder: { type: 'Sequence', decoders },
       model: {
         type: 'BPE',
@@ -292,7 +295,7 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
       added_tokens: addedTokens,
       normalizer,
       pre_tokenizer: preTokenizer,
-      post_processor: bosTemplate(addBos ? bosToken : null, bosId),
+      post_processor: affixTemplate(addBos ? bos : null, addEos ? eos : null),
       decoder,
       model: {
         type: 'BPE',
@@ -312,7 +315,7 @@ export function ggufTokenizerParts(metadata: GgufMetadata): GgufTokenizerParts {
   }
   const tokenizerConfig: Record<string, unknown> = {
     add_bos_token: addBos,
-    add_eos_token: false,
+    add_eos_token: addEos && eos !== null,
     bos_token: bosToken,
     eos_token: eosToken,
     unk_token: unkId !== null ? tokens[unkId] : null,
@@ -339,18 +342,24 @@ function ggufChatTemplates(metadata: GgufMetadata): { name: string; template: st
   return out;
 }
 
-function bosTemplate(bosToken: string | null, bosId: number | null): unknown {
-  if (bosToken === null || bosId === null) return null;
+/**
+ * The post_processor of a GGUF's tokenizer.json: BOS before a text when the file adds one, and
+ * EOS after it when it says `tokenizer.ggml.add_eos_token` (llama.cpp appends it then; embedding
+ * models such as Qwen3-Embedding's GGUFs ask for it). null: neither.
+ */
+function affixTemplate(bos: { token: string; id: number } | null, eos: { token: string; id: number } | null): unknown {
+  if (bos === null && eos === null) return null;
+  const around = (typeId: number, id: string) => [
+    ...(bos ? [{ SpecialToken: { id: bos.token, type_id: typeId } }] : []),
+    { Sequence: { id, type_id: typeId } },
+    ...(eos ? [{ SpecialToken: { id: eos.token, type_id: typeId } }] : []),
+  ];
+  const special = (t: { token: string; id: number }) => ({ [t.token]: { id: t.token, ids: [t.id], tokens: [t.token] } });
   return {
     type: 'TemplateProcessing',
-    single: [{ SpecialToken: { id: bosToken, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
-    pair: [
-      { SpecialToken: { id: bosToken, type_id: 0 } },
-      { Sequence: { id: 'A', type_id: 0 } },
-      { SpecialToken: { id: bosToken, type_id: 1 } },
-      { Sequence: { id: 'B', type_id: 1 } },
-    ],
-    special_tokens: { [bosToken]: { id: bosToken, ids: [bosId], tokens: [bosToken] } },
+    single: around(0, 'A'),
+    pair: [...around(0, 'A'), ...around(1, 'B')],
+    special_tokens: { ...(bos ? special(bos) : {}), ...(eos ? special(eos) : {}) },
   };
 }
 

@@ -4,7 +4,8 @@
 // BOS is handled here, not by the tokenizer.json post_processor: we always encode with
 // add_special_tokens: false and prepend BOS ourselves when `addBos`. The post_processor is only
 // consulted (when tokenizer_config has no add_bos_token) to learn whether the model's own
-// template starts prompts with a BOS (Llama 3 does, Qwen2 does not).
+// template starts prompts with a BOS (Llama 3 does, Qwen2 does not), and what it appends after a
+// text (`suffixIds`: Qwen3-Embedding's <|endoftext|>), which embeddings add and generation does not.
 //
 // EOS list: the caller's (GGUF: eos and eot ids), else generation_config eos_token_id (a number or
 // a list), plus tokenizer_config eos_token, else config.json eos_token_id; then, whatever the source,
@@ -112,6 +113,7 @@ export class HfTokenizer implements TextTokenizer {
   readonly bosId: number | null;
   readonly eosIds: readonly number[];
   readonly addBos: boolean;
+  readonly suffixIds: readonly number[];
   readonly chatTemplates: Readonly<Record<string, string>>;
   readonly templateVariables: Readonly<Record<string, unknown>>;
   private readonly tokenizer: Tokenizer;
@@ -147,8 +149,9 @@ export class HfTokenizer implements TextTokenizer {
     const toId = (content: string | undefined): number | undefined =>
       content === undefined ? undefined : this.tokenizer.token_to_id(content);
 
-    // What the post_processor puts before a prompt (normally [BOS] or nothing).
-    const prefix = this.templatePrefix();
+    // What the post_processor puts before a prompt (normally [BOS] or nothing) and after it.
+    const { prefix, suffix } = this.templateAffixes();
+    this.suffixIds = suffix;
 
     let bosId: number | null | undefined = overrides.bosId;
     if (bosId === undefined) {
@@ -188,18 +191,20 @@ export class HfTokenizer implements TextTokenizer {
     this.templateVariables = specialTokensMap(tokenizerConfig);
   }
 
-  /** Ids the tokenizer.json post_processor adds before the text of a single sequence. */
-  private templatePrefix(): number[] {
+  /** Ids the tokenizer.json post_processor adds before and after the text of a single sequence. */
+  private templateAffixes(): { prefix: number[]; suffix: number[] } {
     try {
       const withSpecial = this.tokenizer.encode('a', { add_special_tokens: true }).ids;
       const without = this.tokenizer.encode('a', { add_special_tokens: false }).ids;
       for (let start = 0; start + without.length <= withSpecial.length; start++) {
-        if (without.every((id, i) => withSpecial[start + i] === id)) return withSpecial.slice(0, start);
+        if (without.every((id, i) => withSpecial[start + i] === id)) {
+          return { prefix: withSpecial.slice(0, start), suffix: withSpecial.slice(start + without.length) };
+        }
       }
     } catch {
-      // No usable post_processor: no prefix.
+      // No usable post_processor: nothing around the text.
     }
-    return [];
+    return { prefix: [], suffix: [] };
   }
 
   encode(text: string, options: { addBos?: boolean } = {}): number[] {

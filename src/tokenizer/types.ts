@@ -8,6 +8,12 @@ export interface TextTokenizer {
   readonly eosIds: readonly number[];
   /** Whether prompts get BOS prepended (tokenizer_config `add_bos_token` / GGUF `tokenizer.ggml.add_bos_token`). */
   readonly addBos: boolean;
+  /**
+   * Ids the tokenizer appends after a text when it adds its special tokens (a tokenizer.json
+   * post_processor's suffix: Qwen3-Embedding's <|endoftext|>). Generation never appends them;
+   * embeddings do, as the model was trained. Absent or empty: none.
+   */
+  readonly suffixIds?: readonly number[];
   /** Text -> ids. BOS is prepended when `addBos` (overridable per call); special tokens in `text` are parsed. */
   encode(text: string, options?: { addBos?: boolean }): number[];
   /** Ids -> text, byte tokens fused into UTF-8. Incomplete UTF-8 at the end decodes to U+FFFD. */
