@@ -22,6 +22,20 @@ export type FinishReason = 'stop' | 'length';
 export type ToolCallFormat = 'hermes' | 'llama3_json' | 'mistral';
 export const TOOL_CALL_FORMATS: readonly ToolCallFormat[] = ['hermes', 'llama3_json', 'mistral'];
 
+/** How a model's hidden states become one vector per input (sentence-transformers' pooling modes). */
+export type EmbeddingPooling = 'last' | 'mean' | 'cls';
+export interface EmbeddingInfo {
+  pooling: EmbeddingPooling;
+  /** Vectors are L2-normalised (a sentence-transformers Normalize module, or the load option). */
+  normalize: boolean;
+  /** Length of the vectors (the model's hidden size). */
+  dimensions: number;
+  /** The model is trained for Matryoshka truncation (`dimensions` in a request may ask for fewer). */
+  matryoshka: boolean;
+  /** Where the pooling came from: the model's files, a load option, or a generative model's default (last token). */
+  source: 'sentence-transformers' | 'gguf' | 'option' | 'generative';
+}
+
 export interface ModelInfo {
   id: string;
   /** Other names the model answers to in `model`. */
@@ -47,6 +61,8 @@ export interface ModelInfo {
   reasoning?: false;
   /** What the load left out of the files, said once (e.g. the vision tower of an image-text checkpoint: the model takes text only). */
   notices?: readonly string[];
+  /** How the model embeds text (POST /v1/embeddings); absent: it cannot, and that endpoint answers 400. */
+  embedding?: EmbeddingInfo;
 }
 
 export interface ModelStorageInfo {
@@ -101,6 +117,13 @@ export interface TextGenerator {
    * decoded. The caller must close() it (also on errors and aborts).
    */
   openSession(request: SessionRequest): Promise<GenerationSession>;
+  /**
+   * One pooled vector per input, each `info.embedding.dimensions` long and L2-normalised when
+   * `info.embedding.normalize`. Inputs are token ids the caller has checked (non-empty, within the
+   * vocabulary and the context). Absent: the generator cannot embed. Throws an AbortError when
+   * `signal` aborts.
+   */
+  embed?(inputs: readonly (readonly number[])[], options?: { signal?: AbortSignal }): Promise<Float32Array[]>;
 }
 
 // ---- Sessions: one prefill shared by several sequences (n, best_of), with logprobs ----
