@@ -202,6 +202,8 @@ export function embeddingTokens(generator: TextGenerator, params: EmbeddingParam
     } else {
       tokens = tokenizer.encode(input.text, params.add_special_tokens ? {} : { addBos: false });
       if (params.add_special_tokens && tokenizer.suffixIds) tokens.push(...tokenizer.suffixIds);
+      // A text the tokenizer turns into nothing (whitespace a normalizer strips, without special tokens).
+      if (tokens.length === 0) throw invalidRequest(`Invalid 'input': ${which} gives no tokens; give text to embed.`, 'input', 'invalid_value');
     }
     for (const id of tokens) {
       if (id >= vocabSize) {

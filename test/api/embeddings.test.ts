@@ -238,6 +238,13 @@ describe('errors: 400s in the OpenAI shape, before anything reaches the model', 
     expect(engine.generator.embedCalls.length).toBe(1);
   });
 
+  it('a text that gives no tokens (no special tokens, a tokenizer that drops it) is a 400', async () => {
+    const engine = embeddingEngine();
+    Object.assign(engine.generator.tokenizer, { encode: () => [] });
+    await expectError(embed(engine, { input: ['a', ' '], add_special_tokens: false }), 400, 'input', 'invalid_value');
+    expect(engine.generator.embedCalls).toEqual([]);
+  });
+
   it('a missing model is a 400, another model a 404', async () => {
     const engine = embeddingEngine();
     await expectError(post(engine, { input: 'a' }, URL), 400, 'model', 'missing_required_parameter');
