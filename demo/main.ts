@@ -1,12 +1,14 @@
 // The demo: load a model onto the GPU, install the fetch shim, then talk to it with plain
-// fetch('/v1/completions') (the Completions view) or fetch('/v1/chat/completions') (the Chat
-// view, chat.ts) and server-sent events, exactly as code written for a server would. The modules
-// beside this one each do one part: the parameter panel, the token view, the cached models list,
-// the snippets, the chat; this file loads the model both views share and wires the page.
+// fetch('/v1/completions') (the Completions view), fetch('/v1/chat/completions') (the Chat view,
+// chat.ts) and server-sent events, or fetch('/v1/embeddings') (the Search view, search.ts),
+// exactly as code written for a server would. The modules beside this one each do one part: the
+// parameter panel, the token view, the cached models list, the snippets, the chat, the search;
+// this file loads the model the views share and wires the page.
 import OpenAI from 'openai';
 import { acquireDevice, installFetchShim, loadModel, type CachedModel, type CompletionChunk, type Engine, type GpuContext, type ModelSource } from '../src/index.ts';
 import { CachedModelsList } from './cached-models.ts';
 import { ChatView } from './chat.ts';
+import { SearchView } from './search.ts';
 import { ApiRequestError, LiveStats, runCompletion } from './completion-run.ts';
 import { errorMessage, formatBytes } from './format.ts';
 import { parseModelSource } from './model-source.ts';
@@ -17,7 +19,7 @@ import { AlternativesPopover, ChoiceView } from './token-view.ts';
 
 // Page options: ?model=URL&id=NAME (the model loaded first), ?hub=HOST (a Hugging Face mirror for
 // repo ids: a host name or a URL), ?memoryBudgetMiB=N (the GPU memory a model may take); #chat
-// opens the Chat view.
+// opens the Chat view, #search the Search view.
 const query = new URLSearchParams(location.search);
 // Relative to the page: the built demo (npm run build:demo) may be served under any sub-path.
 const DEFAULT_MODEL = './models/stories260K/stories260K.gguf';
@@ -66,14 +68,16 @@ const chat = new ChatView({
   setState: (state, status) => setState(state, status),
   completionRunning: () => running !== undefined,
 });
+const search = new SearchView();
 const cachedModels = new CachedModelsList($('cached-models'), {
   load: (model: CachedModel) => void switchModel(model.url, model.id, model.id),
   error: (message) => showError(message, 'model'),
 });
 
-// ---- the two views: Completions and Chat, one model -------------------------------------------
+// ---- the views: Completions, Chat and Search, one model ----------------------------------------
 
-type View = 'completions' | 'chat';
+type View = 'completions' | 'chat' | 'search';
+const HASH_VIEWS: Record<string, View> = { '#chat': 'chat', '#search': 'search' };
 
 function showView(view: View): void {
   document.body.dataset.view = view;
@@ -87,11 +91,11 @@ for (const button of document.querySelectorAll<HTMLButtonElement>('nav.views but
   button.addEventListener('click', () => {
     const view = button.dataset.view as View;
     showView(view);
-    // The view is in the address (#chat), so that a reload or a shared link opens it.
-    history.replaceState(null, '', view === 'chat' ? '#chat' : location.pathname + location.search);
+    // The view is in the address (#chat, #search), so that a reload or a shared link opens it.
+    history.replaceState(null, '', view === 'completions' ? location.pathname + location.search : `#${view}`);
   });
 }
-showView(location.hash === '#chat' ? 'chat' : 'completions');
+showView(HASH_VIEWS[location.hash] ?? 'completions');
 
 // ---- page state and errors -------------------------------------------------------------------
 
@@ -212,6 +216,7 @@ function start(source: ModelSource, id: string | undefined, label: string): void
   modelLine.textContent = `Model: ${label}`;
   button.disabled = true;
   chat.modelLoading();
+  search.modelLoading();
   setLoadControlsDisabled(true);
   loadNote.hidden = true;
   progress.value = 0;
@@ -226,6 +231,7 @@ function start(source: ModelSource, id: string | undefined, label: string): void
         button.disabled = false;
         updateRequestView(engine.info.id);
         chat.modelReady(engine.info.id);
+        search.modelReady(engine.info.id);
       },
       (error) => {
         setState('error', 'Could not load the model.');
@@ -245,6 +251,8 @@ async function switchModel(source: ModelSource, id: string | undefined, label: s
   setLoadControlsDisabled(true);
   button.disabled = true;
   chat.modelLoading();
+  search.modelLoading();
+  search.stop();
   setState('loading', 'Unloading the current model…');
   // Let the requests in flight end (as 'aborted') before their engine goes away.
   running?.abort();

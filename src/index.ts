@@ -38,9 +38,17 @@ export type {
   ChatToolCallDelta,
 } from './api/chat.ts';
 export type { TokenizeResponse } from './api/tokenize.ts';
+export type {
+  EmbeddingRequest,
+  EmbeddingResponse,
+  EmbeddingObject,
+  EmbeddingUsage,
+  EmbeddingInputValue,
+  EmbeddingEncodingFormat,
+} from './api/embeddings.ts';
 export type { ToolCallFormat } from './api/tool-parsers.ts';
 export type { LoadOptions } from './engine/load.ts';
-export type { ModelInfo, ModelStorageInfo } from './engine/types.ts';
+export type { ModelInfo, ModelStorageInfo, EmbeddingInfo, EmbeddingPooling } from './engine/types.ts';
 export type { MemoryEstimate } from './engine/memory.ts';
 export type { LoadProgress, WeightStorage } from './model/weights.ts';
 export type { GpuContext } from './gpu/device.ts';

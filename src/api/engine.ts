@@ -1,13 +1,14 @@
-// The object users hold: a loaded model that answers completions and chat, in-process or through any host.
+// The object users hold: a loaded model that answers completions, chat and embeddings, in-process or through any host.
 //
 // unload() may be called while other callers' requests still run on the model's GPU buffers (a
 // stream another script is reading, say), so the engine counts the requests in flight and frees
 // the buffers only after the last one ends; from unload() on, new requests are refused with 503.
 // Hosts that take the engine as an ApiEngine (the fetch shim, the Node server) reach the model
-// through `engine.generator`, which counts each session and generation it opens the same way.
+// through `engine.generator`, which counts each session, generation and embed() it opens the same way.
 import type { FinishReason, GenerationRequest, GenerationSession, ModelInfo, SessionRequest, TextGenerator } from '../engine/types.ts';
 import { createChatCompletion, type ChatCompletion, type ChatCompletionChunk, type ChatCompletionRequest } from './chat.ts';
 import { createCompletion, type CompletionChunk, type CompletionRequest, type CompletionResponse } from './completions.ts';
+import { createEmbeddings, type EmbeddingRequest, type EmbeddingResponse } from './embeddings.ts';
 import { ApiError, NO_RETRY } from './errors.ts';
 import { errorResponse, handleApiRequest, type ApiEngine, type ApiHandlerOptions, type ApiRequest, type ApiResponse } from './handler.ts';
 
@@ -85,6 +86,14 @@ export class Engine implements ApiEngine {
   chat(request: ChatCompletionRequest, options?: { signal?: AbortSignal }): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>>;
   chat(request: ChatCompletionRequest, options: { signal?: AbortSignal } = {}): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>> {
     return this.run(createChatCompletion, request, options);
+  }
+
+  /**
+   * Embeddings, exactly as `POST /v1/embeddings` would answer them. Invalid requests (and a model
+   * that cannot embed) throw an `ApiError`; after unload(), a 503 one. `signal` aborts it.
+   */
+  embed(request: EmbeddingRequest, options: { signal?: AbortSignal } = {}): Promise<EmbeddingResponse> {
+    return this.run(createEmbeddings, request, options) as Promise<EmbeddingResponse>;
   }
 
   /** Runs one request counted in flight: until it returns, or, for a stream, until the stream ends. */
@@ -222,8 +231,8 @@ function releaseWhenDone<T>(source: AsyncIterable<T>, release: () => void): Asyn
 }
 
 /**
- * `generator` with each session (until close()) and each generate() stream (from its first next()
- * until it ends) counted through `admit`, which returns the release or throws to refuse. All else
+ * `generator` with each session (until close()), each generate() stream (from its first next()
+ * until it ends) and each embed() (until it settles) counted through `admit`, which returns the release or throws to refuse. All else
  * (info, tokenizer, and whatever the concrete generator has, such as `model`) passes through.
  */
 function countingGenerator<G extends TextGenerator>(generator: G, admit: () => () => void): G {
@@ -257,10 +266,19 @@ function countingGenerator<G extends TextGenerator>(generator: G, admit: () => (
       release();
     }
   }
+  async function embed(inputs: readonly (readonly number[])[], options?: { signal?: AbortSignal }): Promise<Float32Array[]> {
+    const release = admit();
+    try {
+      return await generator.embed!(inputs, options);
+    } finally {
+      release();
+    }
+  }
   return new Proxy(generator, {
     get(target, property) {
       if (property === 'openSession') return openSession;
       if (property === 'generate') return generate;
+      if (property === 'embed') return typeof target.embed === 'function' ? embed : undefined;
       const value: unknown = Reflect.get(target, property, target);
       return typeof value === 'function' ? value.bind(target) : value;
     },

@@ -4,6 +4,7 @@
 import type { ModelInfo, TextGenerator } from '../engine/types.ts';
 import { createChatCompletion } from './chat.ts';
 import { createCompletion, modelMatches, randomId, type RequestOptions } from './completions.ts';
+import { createEmbeddings } from './embeddings.ts';
 import {
   ApiError,
   errorMessage,
@@ -92,7 +93,8 @@ export function withoutTrailingSlashes(path: string): string {
 
 /**
  * Answers one API request. Routes under `basePath` (default '/v1'):
- * `POST /completions`, `GET /models`, `GET /models/{id}`; another path → 404, another method →
+ * `POST /completions`, `POST /chat/completions`, `POST /embeddings`, `GET /models`,
+ * `GET /models/{id}` (and vLLM's `/tokenize`, `/detokenize` beside the base); another path → 404, another method →
  * 405 (with `allow`). Query parameters (`ai_project_id`, ...) are accepted and ignored. The
  * engine may be a promise: requests wait for it, and get 503 if it rejects (load failed).
  * Never throws: every failure is an OpenAI error response (the engine's queue full: 429; JSON
@@ -324,6 +326,7 @@ type PostRoute = (generator: TextGenerator, body: unknown, options: RequestOptio
 const POST_ROUTES: Record<string, PostRoute | undefined> = {
   '/completions': createCompletion,
   '/chat/completions': createChatCompletion,
+  '/embeddings': createEmbeddings,
   '/tokenize': tokenize,
   '/detokenize': detokenize,
 };

@@ -22,6 +22,20 @@ export type FinishReason = 'stop' | 'length';
 export type ToolCallFormat = 'hermes' | 'llama3_json' | 'mistral';
 export const TOOL_CALL_FORMATS: readonly ToolCallFormat[] = ['hermes', 'llama3_json', 'mistral'];
 
+/** How a model's hidden states become one vector per input (sentence-transformers' pooling modes). */
+export type EmbeddingPooling = 'last' | 'mean' | 'cls';
+export interface EmbeddingInfo {
+  pooling: EmbeddingPooling;
+  /** Vectors are L2-normalised (a sentence-transformers Normalize module, or the load option). */
+  normalize: boolean;
+  /** Length of the vectors (the model's hidden size). */
+  dimensions: number;
+  /** The model is trained for Matryoshka truncation (`dimensions` in a request may ask for fewer). */
+  matryoshka: boolean;
+  /** Where the pooling came from: the model's files, a load option, or a generative model's default (last token). */
+  source: 'sentence-transformers' | 'gguf' | 'option' | 'generative';
+}
+
 export interface ModelInfo {
   id: string;
   /** Other names the model answers to in `model`. */
@@ -52,20 +66,6 @@ export interface ModelInfo {
    * the load option; a generative model's the last token, normalised, source 'generative').
    */
   embedding?: EmbeddingInfo;
-}
-
-/** How a model's hidden states become one vector per input (sentence-transformers' pooling modes). */
-export type EmbeddingPooling = 'last' | 'mean' | 'cls';
-export interface EmbeddingInfo {
-  pooling: EmbeddingPooling;
-  /** Vectors are L2-normalised (a sentence-transformers Normalize module, or the load option). */
-  normalize: boolean;
-  /** Length of the vectors (the model's hidden size). */
-  dimensions: number;
-  /** The model is trained for Matryoshka truncation (`dimensions` in a request may ask for fewer). */
-  matryoshka: boolean;
-  /** Where the pooling came from: the model's files, a load option, or a generative model's default (last token). */
-  source: 'sentence-transformers' | 'gguf' | 'option' | 'generative';
 }
 
 export interface ModelStorageInfo {

@@ -1,5 +1,5 @@
 // The CLI's flags: the parseArgs table, plain-decimal numbers, and the request parameters that
-// `complete` and `chat` build from the same sampling flags (and --json).
+// `complete` and `chat` build from the same sampling flags (and --json; `embed` takes --json too).
 import { parseArgs } from 'node:util';
 import { errorMessage } from '../api/errors.ts';
 
@@ -38,6 +38,7 @@ export const OPTIONS = {
   'logit-bias': { type: 'string', multiple: true },
   'ignore-eos': { type: 'boolean' },
   json: { type: 'string' },
+  dimensions: { type: 'string' },
 } as const;
 
 export type OptionName = keyof typeof OPTIONS;

@@ -1,8 +1,8 @@
 // The `webgpu-llama` command (bin/webgpu-llama.mjs runs this file, from source or from dist/cli.js):
-// `serve` (one model or several over HTTP), `chat` (a conversation in the terminal) and
-// `complete` (one completion to stdout). The flags are in cli-args.ts, model loading in
-// cli-load.ts, the streams and hooks it is given in cli-io.ts, and the commands with state of
-// their own in cli-serve.ts and cli-chat.ts.
+// `serve` (one model or several over HTTP), `chat` (a conversation in the terminal),
+// `complete` (one completion to stdout) and `embed` (a JSON line of a vector per text). The flags
+// are in cli-args.ts, model loading in cli-load.ts, the streams and hooks it is given in
+// cli-io.ts, and the commands with state of their own in cli-serve.ts, cli-chat.ts and cli-embed.ts.
 import { realpathSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +14,7 @@ import { TOOL_CALL_FORMATS, type ToolCallFormat } from '../api/tool-parsers.ts';
 import { WEIGHT_STORAGES, type WeightStorage } from '../model/weights.ts';
 import { given, maxModelLenOption, maxNumSeqsOption, numberOption, parseCommandLine, perModel, refuseFlags, SAMPLING_FLAGS, samplingParams, UsageError, type Values } from './cli-args.ts';
 import { chat } from './cli-chat.ts';
+import { embed, embedParams, embedTexts } from './cli-embed.ts';
 import {
   accessTokenFor,
   defaultLoader,
@@ -46,7 +47,8 @@ export const USAGE = `Usage:
                      [--host HOST] [--port PORT] [--api-key KEY]...
                      [--allow-origin ORIGIN]... [--allow-host NAME]...
       Load the models and serve the OpenAI-style API over HTTP: POST /v1/chat/completions,
-      POST /v1/completions, GET /v1/models, and vLLM's POST /tokenize and POST /detokenize;
+      POST /v1/completions, POST /v1/embeddings, GET /v1/models, and vLLM's POST /tokenize and
+      POST /detokenize;
       GET /health answers 200 once the models are loaded, 503 before. Each request is answered
       by the model its "model" names. With several --model, give --id once per model, or not at
       all (each model's id comes from its file or folder name; two models cannot share an id).
@@ -87,6 +89,14 @@ export const USAGE = `Usage:
       '{"n": 2, "min_tokens": 4}'); it wins over the flags. With n > 1 the choices are printed
       one after another. '{"stream": false}' prints the completion once it is done; so does
       best_of > n (the best are known only at the end).
+  webgpu-llama embed --model PATH [TEXT]... [--dimensions N] [--json BODY] [--id NAME]
+                     [--weight-storage TYPE] [--max-model-len N]
+      Embed each TEXT, or else each line of stdin (blank lines left out), with the model
+      (POST /v1/embeddings) and print one JSON line per text: {"index": i, "embedding": [...]},
+      in order. --dimensions N keeps the first N components of each vector, renormalised
+      (Matryoshka models only). --json takes further /v1/embeddings parameters (e.g.
+      '{"truncate_prompt_tokens": 512}'); not model, input or encoding_format. Texts go to the
+      model in batches of at most 2048 (a batch's errors name the input by its place in it).
   webgpu-llama --help
       Show this help.
 
@@ -120,7 +130,7 @@ writes it to stderr); --no-reasoning leaves it in the answer, for every model. N
 decimals (integers for --port, --max-tokens, --max-model-len, --seed, --top-k).
 `;
 
-const COMMANDS = ['serve', 'chat', 'complete'] as const;
+const COMMANDS = ['serve', 'chat', 'complete', 'embed'] as const;
 type Command = (typeof COMMANDS)[number];
 
 /** Runs the CLI on `argv` (without node and script); resolves to the exit code. */
@@ -136,9 +146,9 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
       return 0;
     }
     const [command, ...extra] = positionals;
-    if (!command) throw new UsageError('a command is required (serve, chat or complete)');
-    if (extra.length > 0) throw new UsageError(`unexpected argument '${extra[0]}'`);
+    if (!command) throw new UsageError('a command is required (serve, chat, complete or embed)');
     if (!(COMMANDS as readonly string[]).includes(command)) throw new UsageError(`unknown command '${command}'`);
+    if (extra.length > 0 && command !== 'embed') throw new UsageError(`unexpected argument '${extra[0]}'`);
     checkFlagsOf(command as Command, values);
     const models = values.model ?? [];
     if (models.length === 0) throw new UsageError('--model PATH is required');
@@ -168,6 +178,18 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
       }
     }
 
+    if (command === 'embed') {
+      const params = embedParams(values);
+      const texts = await embedTexts(extra, io.stdin ?? process.stdin);
+      if (texts.length === 0) throw new UsageError('no text to embed: give texts as arguments, or lines on stdin');
+      const engine = await load(loadModel, models[0]!, resolved[0]!, loadOptions[0]!);
+      try {
+        return await embed(engine, texts, params, stdout);
+      } finally {
+        await engine.unload?.();
+      }
+    }
+
     if (values.prompt === undefined) throw new UsageError('--prompt TEXT is required (--prompt - reads it from stdin)');
     const prompt = values.prompt === '-' ? await readPrompt(io.stdin ?? process.stdin) : values.prompt;
     const request: Record<string, unknown> = { prompt, ...samplingParams(values) };
@@ -189,6 +211,7 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
 /** Refuses the flags that belong to other commands, and more than one model outside serve. */
 function checkFlagsOf(command: Command, values: Values): void {
   const forServe = () => "for 'serve'";
+  if (command !== 'embed') refuseFlags(values, ['dimensions'], command, () => "for 'embed'");
   if (command === 'serve') {
     refuseFlags(values, ['prompt'], command, () => "for 'complete'");
     refuseFlags(values, ['system'], command, () => "for 'chat'");
@@ -196,7 +219,10 @@ function checkFlagsOf(command: Command, values: Values): void {
     return;
   }
   refuseFlags(values, ['host', 'port', 'allow-origin', 'allow-host', 'api-key', 'tool-call-format', 'max-num-seqs'], command, forServe);
-  if (command === 'complete') {
+  if (command === 'embed') {
+    refuseFlags(values, ['prompt', 'system', 'chat-template', 'no-reasoning'], command, () => "for 'complete' and 'chat'");
+    refuseFlags(values, SAMPLING_FLAGS.filter((flag) => flag !== 'json'), command, () => "for 'complete' and 'chat' (embed samples nothing)");
+  } else if (command === 'complete') {
     refuseFlags(values, ['system'], command, () => "for 'chat'");
     refuseFlags(values, ['chat-template', 'no-reasoning'], command, () => "for 'serve' and 'chat' (complete sends no messages)");
   } else {

@@ -4,7 +4,8 @@
 // BOS is handled here, not by the tokenizer.json post_processor: we always encode with
 // add_special_tokens: false and prepend BOS ourselves when `addBos`. The post_processor is only
 // consulted (when tokenizer_config has no add_bos_token) to learn whether the model's own
-// template starts prompts with a BOS (Llama 3 does, Qwen2 does not).
+// template starts prompts with a BOS (Llama 3 does, Qwen2 does not), and what it appends after a
+// text (`suffixIds`: Qwen3-Embedding's <|endoftext|>), which embeddings add and generation does not.
 //
 // EOS list: the caller's (GGUF: eos and eot ids), else generation_config eos_token_id (a number or
 // a list), plus tokenizer_config eos_token, else config.json eos_token_id; then, whatever the source,

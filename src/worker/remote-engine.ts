@@ -1,12 +1,13 @@
 // The page's handle on an engine that runs in another realm (a dedicated Web Worker, or the
-// service worker): the same surface as Engine — `info`, `complete()`, `chat()`, `handle()`, `unload()` —
-// over a transport that carries one HTTP-shaped request and brings its response back.
+// service worker): the same surface as Engine — `info`, `complete()`, `chat()`, `embed()`, `handle()`,
+// `unload()` — over a transport that carries one HTTP-shaped request and brings its response back.
 // installFetchShim accepts it (it has `handle` and no generator). complete() is handle() on
 // POST /v1/completions, read back into objects, so every placement validates, streams and fails
 // exactly as the handler does.
 // Browser code: nothing here may import Node modules.
 import type { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest } from '../api/chat.ts';
 import type { CompletionChunk, CompletionRequest, CompletionResponse } from '../api/completions.ts';
+import type { EmbeddingRequest, EmbeddingResponse } from '../api/embeddings.ts';
 import { ApiError, type ApiErrorBody } from '../api/errors.ts';
 import { modelUnloaded } from '../api/engine.ts';
 import { DEFAULT_BASE_PATH, errorResponse, sseData, type ApiHandlerOptions, type ApiRequest, type ApiResponse } from '../api/handler.ts';
@@ -54,6 +55,14 @@ export class RemoteEngine implements RequestHandlingEngine {
   chat(request: ChatCompletionRequest, options?: { signal?: AbortSignal }): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>>;
   chat(request: ChatCompletionRequest, options: { signal?: AbortSignal } = {}): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>> {
     return this.post('/chat/completions', request, options.signal);
+  }
+
+  /**
+   * Embeddings, exactly as `POST /v1/embeddings` would answer them; errors throw an `ApiError`.
+   * `signal` aborts the request in the worker.
+   */
+  embed(request: EmbeddingRequest, options: { signal?: AbortSignal } = {}): Promise<EmbeddingResponse> {
+    return this.post<EmbeddingResponse, never>('/embeddings', request, options.signal) as Promise<EmbeddingResponse>;
   }
 
   /**

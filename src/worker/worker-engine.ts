@@ -39,7 +39,7 @@ export type WorkerModelSource = string | URL | HubSource | Iterable<File>;
 /**
  * Loads a model in a dedicated Web Worker on the worker's own WebGPU device. The promise resolves
  * once the model is loaded (or rejects with the load error) with a RemoteEngine: `info`,
- * `complete()`, `handle()`, `unload()`, and installFetchShim accepts it (or its promise) as it
+ * `complete()`, `chat()`, `embed()`, `handle()`, `unload()`, and installFetchShim accepts it (or its promise) as it
  * accepts a main-thread Engine. `onProgress` and `onWarning` are called on the page.
  */
 export async function loadModelInWorker(source: WorkerModelSource, options: WorkerEngineOptions = {}): Promise<RemoteEngine> {

@@ -34,13 +34,13 @@ describe('routes', () => {
   });
 
   it('answers other paths with 404 and wrong methods with 405', async () => {
-    await expectError(get(engine, '/v1/embeddings'), 404, null, 'not_found');
+    await expectError(get(engine, '/v1/audio/speech'), 404, null, 'not_found');
     await expectError(get(engine, '/v1'), 404, null, 'not_found');
     await expectError(get(engine, '/v2/models'), 404, null, 'not_found');
     const r = await get(engine, '/v1/completions');
     await expectError(Promise.resolve(r), 405, null, 'method_not_allowed');
     expect(r.headers.allow).toBe('POST');
-    for (const path of ['/v1/chat/completions', '/tokenize', '/v1/detokenize']) {
+    for (const path of ['/v1/chat/completions', '/v1/embeddings', '/tokenize', '/v1/detokenize']) {
       const other = await get(engine, path);
       await expectError(Promise.resolve(other), 405, null, 'method_not_allowed');
       expect(other.headers.allow).toBe('POST');

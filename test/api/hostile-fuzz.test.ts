@@ -1,5 +1,5 @@
 // A seeded fuzz of the request handler every host calls (answerApiRequest: the fetch shim, the
-// workers and the Node server), with one engine or several: valid chat, completions, tokenize and
+// workers and the Node server), with one engine or several: valid chat, completions, embeddings, tokenize and
 // detokenize bodies, mutated with values nested thousands of levels deep, wrong types anywhere,
 // huge strings and keys, lone surrogates, __proto__ and constructor keys, NaN, and random tools,
 // tool_choice, response_format, guided_*, structured_outputs and chat_template shapes; structures
@@ -13,6 +13,7 @@ import { Engine } from '../../src/api/engine.ts';
 import { ApiError } from '../../src/api/errors.ts';
 import { answerApiRequest, sseData, type ApiEngine, type ApiResponse } from '../../src/api/handler.ts';
 import { CHATML, chatGenerator } from '../helpers/chat-fakes.ts';
+import { fakeVector } from '../helpers/embedding-fakes.ts';
 import type { FakeGenerator, FakeTokenizer } from '../helpers/fake-generator.ts';
 import { grammarTokenizer } from '../helpers/grammar-tokenizers.ts';
 import { baseBody, containers, hostileBody, int, MESSAGES, ODD_KEYS, pick, type Random } from '../helpers/hostile-bodies.ts';
@@ -38,6 +39,10 @@ function fakeChatGenerator(): FakeGenerator {
     return new TextEncoder().encode(tokenizer.vocab[id]!.replaceAll('▁', ' '));
   };
   Object.assign(tokenizer, { tokenBytes });
+  // It embeds too (Matryoshka, so that `dimensions` goes through): /v1/embeddings reaches the model.
+  const embedding = { pooling: 'last' as const, normalize: true, dimensions: 8, matryoshka: true, source: 'generative' as const };
+  Object.assign(generator.info, { embedding });
+  Object.assign(generator, { embed: async (inputs: readonly (readonly number[])[]) => inputs.map((ids) => fakeVector(ids, 8, true)) });
   return generator;
 }
 
@@ -125,7 +130,7 @@ describe('hostile requests, seeded', () => {
     const chat = { generator: fakeChatGenerator() };
     const tokenizing = storiesTokenizerEngine();
     const rand = mulberry32(SEED);
-    const urls = ['/v1/chat/completions', '/v1/chat/completions', '/v1/completions', '/tokenize', '/detokenize'];
+    const urls = ['/v1/chat/completions', '/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/tokenize', '/detokenize'];
     const failures: string[] = [];
     const statuses = new Map<number, number>();
     for (let i = 0; i < BODIES; i++) {
@@ -162,8 +167,10 @@ describe('hostile request objects given to the Engine, seeded', () => {
     const failures: string[] = [];
     let answered = 0;
     for (let i = 0; i < BODIES / 2; i++) {
-      const chat = rand() < 0.7;
-      const request = baseBody(rand, chat ? '/v1/chat/completions' : '/v1/completions');
+      const roll = rand();
+      const chat = roll < 0.6;
+      const embeds = roll >= 0.85;
+      const request = baseBody(rand, chat ? '/v1/chat/completions' : embeds ? '/v1/embeddings' : '/v1/completions');
       const spots = containers(request);
       const where: string[] = [];
       for (let change = pick(rand, [1, 1, 2]); change > 0; change--) {
@@ -173,7 +180,7 @@ describe('hostile request objects given to the Engine, seeded', () => {
         where.push([...path, key].join('.'));
       }
       try {
-        const result = await (chat ? engine.chat(request as never) : engine.complete(request as never));
+        const result = await (chat ? engine.chat(request as never) : embeds ? engine.embed(request as never) : engine.complete(request as never));
         if (Symbol.asyncIterator in result) for await (const _ of result as AsyncIterable<unknown>);
         answered++;
       } catch (err) {

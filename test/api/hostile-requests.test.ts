@@ -1,4 +1,4 @@
-// Hostile request values on every endpoint (chat, completions, tokenize, detokenize): values
+// Hostile request values on every endpoint (chat, completions, embeddings, tokenize, detokenize): values
 // nested thousands of levels deep are a 400 naming the parameter, not a 500 from a recursion
 // that ran out of stack; error messages show a bounded excerpt of a bad value, however large;
 // request objects given to the Engine directly (cyclic, with getters that throw, BigInts) are
@@ -65,6 +65,8 @@ describe('values nested too deeply: a 400 naming the parameter', () => {
     ['tokenize: an unknown field', '/tokenize', { prompt: 'Hi', other: raw('v') }, { v: deepArrayJson(DEEP) }, 'other', 'other'],
     ['detokenize: tokens', '/detokenize', { tokens: raw('v') }, { v: deepArrayJson(DEEP, '1') }, 'tokens', 'tokens[0]'],
     ['detokenize: model', '/detokenize', { model: raw('v'), tokens: [1] }, { v: deepObjectJson(DEEP) }, 'model', 'model.a'],
+    ['embeddings: input', '/v1/embeddings', { model: 'fake', input: raw('v') }, { v: deepArrayJson(DEEP, '1') }, 'input', 'input[0]'],
+    ['embeddings: truncate_prompt_tokens in extra_body', '/v1/embeddings', { model: 'fake', input: 'Hi', extra_body: { truncate_prompt_tokens: raw('v') } }, { v: deepObjectJson(DEEP) }, 'extra_body.truncate_prompt_tokens', 'extra_body.truncate_prompt_tokens.a'],
   ];
   it.each(cases)('%s', async (_name, url, body, texts, param, path) => {
     const error = errorOf(await send(url, bodyText(body, texts)), 400);
@@ -135,6 +137,11 @@ describe('error messages show a bounded excerpt of what was given', () => {
     ['tokenize: the model', '/tokenize', { model: big, prompt: 'Hi' }, 404, 'model'],
     ['detokenize: the model', '/detokenize', { model: big, tokens: [1] }, 404, 'model'],
     ['detokenize: a token', '/detokenize', { tokens: [1, big] }, 400, 'tokens'],
+    ['embeddings: the model', '/v1/embeddings', { model: big, input: 'Hi' }, 404, 'model'],
+    ['embeddings: a token', '/v1/embeddings', { model: 'fake', input: [1, big] }, 400, 'input'],
+    ['embeddings: a string among arrays', '/v1/embeddings', { model: 'fake', input: [[1], big] }, 400, 'input'],
+    ['embeddings: encoding_format', '/v1/embeddings', { model: 'fake', input: 'Hi', encoding_format: big }, 400, 'encoding_format'],
+    ['embeddings: an unknown parameter', '/v1/embeddings', { model: 'fake', input: 'Hi', [big]: 1 }, 400, null],
   ];
   it.each(cases)('%s', async (_name, url, body, status, param) => {
     const error = errorOf(await send(url, JSON.stringify(body)), status);

@@ -1,9 +1,10 @@
-// Seeded hostile request bodies for the API (chat, completions, tokenize, detokenize): a valid body
+// Seeded hostile request bodies for the API (chat, completions, embeddings, tokenize, detokenize): a valid body
 // with one to three hostile changes, values nested thousands of levels deep, wrong types anywhere,
 // huge strings and keys, lone surrogates, __proto__ and constructor keys, NaN, and random tools,
 // tool_choice, response_format, guided_*, structured_outputs and chat_template shapes. Used by
 // test/api/hostile-fuzz.test.ts and scripts/soak-memory.ts.
 import { CHAT_PARAMS } from '../../src/api/chat-schema.ts';
+import { EMBEDDING_PARAMS } from '../../src/api/embeddings.ts';
 import { COMPLETION_PARAMS } from '../../src/api/schema.ts';
 import { CHATML, WEATHER_TOOL } from './chat-fakes.ts';
 import { bodyText, deepArrayJson, deepObjectJson, raw } from './hostile-values.ts';
@@ -179,6 +180,16 @@ export function baseBody(rand: Random, url: string): Record<string, unknown> {
 }
 
 function validBody(rand: Random, url: string): Record<string, unknown> {
+  if (url === '/v1/embeddings') {
+    return pick<Record<string, unknown>>(rand, [
+      { model: 'fake', input: 'Hello world' },
+      { model: 'fake', input: ['Hello', 'world'], encoding_format: 'base64' },
+      { model: 'fake', input: [1, 270] },
+      { model: 'fake', input: [[1, 270], [1]], dimensions: 4, encoding_format: 'float' },
+      { model: 'fake', input: 'Once upon a time', extra_body: { truncate_prompt_tokens: 2 }, user: 'u' },
+      { model: 'fake', input: ['a', 'b'], add_special_tokens: false, truncate_prompt_tokens: -1 },
+    ]);
+  }
   const common = { model: 'fake', max_tokens: int(rand, 1, 8), ...(rand() < 0.3 ? { stream: true, stream_options: { include_usage: rand() < 0.5 } } : {}) };
   switch (url) {
     case '/v1/chat/completions':
@@ -232,6 +243,7 @@ const PARAMS: Record<string, readonly string[]> = {
   '/v1/completions': Object.keys(COMPLETION_PARAMS),
   '/tokenize': ['model', 'prompt', 'messages', 'tools', 'chat_template', 'chat_template_kwargs', 'add_generation_prompt', 'continue_final_message', 'add_special_tokens', 'return_token_strs'],
   '/detokenize': ['model', 'tokens'],
+  '/v1/embeddings': Object.keys(EMBEDDING_PARAMS),
 };
 
 /** A valid body of `url` with one to three hostile changes; `what` says where, for a failure's report. */

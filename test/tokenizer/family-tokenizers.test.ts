@@ -217,6 +217,16 @@ for (const family of FAMILIES) {
       }
     });
 
+    it("appends EOS after a text (suffixIds) only when the GGUF says add_eos_token, as llama.cpp's tokenizer does", () => {
+      expect(gguf.suffixIds).toEqual([]);
+      expect(hf.suffixIds).toEqual([]);
+      const withEos = tokenizerFromGguf({ ...metadata, 'tokenizer.ggml.add_eos_token': true });
+      const eosId = metadata['tokenizer.ggml.eos_token_id'] as number;
+      expect(withEos.suffixIds).toEqual([eosId]);
+      expect(withEos.addBos).toBe(family.addBos);
+      expect(withEos.encode('Hello world', { addBos: false })).toEqual(family.helloWorld);
+    });
+
     it('treats non-special added tokens as the converter does', () => {
       // tokenizer.json added tokens with special: false stay plain text for both, except those that
       // look special (<|fim_prefix|> ...), which llama.cpp's converter writes as CONTROL tokens.

@@ -338,3 +338,17 @@ describe('long-word BPE against the library merge loop', () => {
     expect(speedUpLongWords(null)).toBe(false);
   });
 });
+
+describe("the post-processor's suffix (suffixIds)", () => {
+  it('is what a TemplateProcessing appends after a single text (as Qwen3-Embedding appends <|endoftext|>); none for BOS-only templates', () => {
+    const tokenizerJson = json(`${STORIES_HF}/tokenizer.json`);
+    expect(createHfTokenizer({ tokenizerJson }).suffixIds).toEqual([]);
+    const withEos = structuredClone(tokenizerJson);
+    withEos.post_processor.single.push({ SpecialToken: { id: '</s>', type_id: 0 } });
+    withEos.post_processor.special_tokens['</s>'] = { id: '</s>', ids: [2], tokens: ['</s>'] };
+    const tokenizer = createHfTokenizer({ tokenizerJson: withEos });
+    expect(tokenizer.suffixIds).toEqual([2]);
+    // Encoding itself is unchanged: generation never appends it.
+    expect(tokenizer.encode('Once upon a time')).toEqual([1, 403, 407, 261, 378]);
+  });
+});

@@ -8,6 +8,7 @@ import { installFetchShim } from '../../src/api/shim.ts';
 import type { ModelInfo } from '../../src/engine/types.ts';
 import { RemoteEngine } from '../../src/worker/remote-engine.ts';
 import { chatGenerator } from '../helpers/chat-fakes.ts';
+import { EmbeddingFakeGenerator } from '../helpers/embedding-fakes.ts';
 
 const info: ModelInfo = { id: 'm', aliases: [], architecture: 'llama', contextLength: 64, vocabSize: 10, format: 'gguf', created: 0 };
 const stats = async () => ({ inFlight: 0, completed: 0, aborted: 0 });
@@ -149,5 +150,18 @@ describe('RemoteEngine.chat', () => {
     for await (const chunk of await remote.chat({ ...request, stream: true })) text += chunk.choices[0]?.delta.content ?? '';
     expect(text).toBe(' Sure.');
     await expect(remote.chat({ ...request, messages: [] })).rejects.toMatchObject({ status: 400, param: 'messages' });
+  });
+});
+
+describe('RemoteEngine.embed', () => {
+  it('answers embeddings as the engine in the other realm does, and throws its errors', async () => {
+    const engine = new Engine(new EmbeddingFakeGenerator());
+    const remote = new RemoteEngine(engine.info, { transport: (request) => engine.handle(request), unload: () => engine.unload(), stats });
+    const request = { model: 'fake-llama', input: ['Hello world', 'The cat'] };
+    const [local, far] = [await engine.embed(request), await remote.embed(request)];
+    expect(far).toEqual(local);
+    expect(far.data).toHaveLength(2);
+    await expect(remote.embed({ ...request, input: [] })).rejects.toMatchObject({ status: 400, param: 'input' });
+    await expect(remote.embed({ ...request, dimensions: 4 })).rejects.toMatchObject({ status: 400, param: 'dimensions' });
   });
 });
