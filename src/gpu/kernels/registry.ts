@@ -16,7 +16,8 @@ import {
   type BatchDecodeAttentionVariant,
   type DecodeAttentionVariant,
 } from './attention.ts';
-import { decodeLayerFits, decodeLayerKey, decodeLayerSpec, type DecodeLayerDims, type DecodeLayerVariant } from './decode-layer.ts';
+import { decodeLayerFits, decodeLayerKey, decodeLayerSpec, type DecodeLayerVariant } from './decode-layer.ts';
+import type { DecodeLayerDims } from './decode-layer-layout.ts';
 import {
   FIXED_KERNELS,
   POSITIONAL_KERNELS,
