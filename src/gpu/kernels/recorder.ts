@@ -14,13 +14,12 @@ import { checkWeightShape } from '../weight-formats.ts';
 import {
   checkRing,
   planAttention,
-  planBatchDecodeAttention,
   planDecodeAttention,
   type AttentionHeads,
   type AttentionShape,
-  type DecodeAttentionBatch,
   type KvRing,
 } from './attention.ts';
+import { planBatchDecodeAttention, type DecodeAttentionBatch } from './attention-batch.ts';
 import {
   ADVANCE_ROWS_PARAMS,
   ADVANCE_ROWS_SPEC,
