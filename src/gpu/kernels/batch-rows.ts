@@ -12,6 +12,7 @@ import { assertCount, assertFits } from './checks.ts';
 import { ELEMENTWISE_WORKGROUP } from './elementwise.ts';
 import { EMBEDDING_PARAMS, WEIGHT_BINDING, weightKernelSpec } from './weights.ts';
 import batchGreedyWgsl from '../../../shaders/batch_greedy.wgsl?raw';
+import greedyPickWgsl from '../../../shaders/greedy_pick.wgsl?raw';
 
 /** u32 words before the rows: the row count, then padding. */
 export const BATCH_ROWS_HEADER = 4;
@@ -67,8 +68,8 @@ export const batchEmbeddingKey = (dtype: WeightDType, tokenStride: number) => `e
 /** advance_rows's Params. */
 export const ADVANCE_ROWS_PARAMS = paramStruct({ max_rows: 'u32' });
 
-/** batch_greedy.wgsl: every row's greedy pick and its record (one workgroup a row). */
-export const BATCH_GREEDY_SPEC: ShaderSpec = { code: `${batchRowsWgsl(4)}\n${batchGreedyWgsl}`, entryPoint: 'main' };
+/** batch_greedy.wgsl: every row's greedy pick (greedy_pick.wgsl) and its record (one workgroup a row). */
+export const BATCH_GREEDY_SPEC: ShaderSpec = { code: `${batchRowsWgsl(4)}\n${greedyPickWgsl}\n${batchGreedyWgsl}`, entryPoint: 'main' };
 /** batch_greedy.wgsl's Params. */
 export const BATCH_GREEDY_PARAMS = paramStruct({ vocab: 'u32', stride: 'u32', token_stride: 'u32', slots: 'u32' });
 /** Bytes of one greedy record (u32 id, f32 logprob, zeros), as the decode layers' (DECODE_RECORD_BYTES). */

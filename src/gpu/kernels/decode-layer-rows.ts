@@ -5,6 +5,7 @@ import { assertCount } from './checks.ts';
 import { embeddingScaleWgsl, logitCapWgsl, replaceWgslFunctions, type DecodeLayerFeatures } from './decode-layer-family.ts';
 import { DECODE_LAYER_LOGITS_BINDING, DECODE_RECORD_BYTES, DECODE_RECORD_SLOTS, decodeLayerLayout, up4, type DecodeLayerDims } from './decode-layer-layout.ts';
 import decodeLayerRowsWgsl from '../../../shaders/decode_layer_rows.wgsl?raw';
+import greedyPickWgsl from '../../../shaders/greedy_pick.wgsl?raw';
 
 /** Bytes between rows' tokens (a u32 each) in the rows variant's token binding (BATCH_TOKEN_STRIDE_BYTES). */
 export const DECODE_ROWS_TOKEN_STRIDE = 64;
@@ -129,57 +130,27 @@ fn project_logits(lid: u32) {
 }
 
 /**
- * The rows variant's GREEDY phase: decodeGreedyWgsl's pick for each row: every thread's running
- * maximum and sum over its ids of every row, then thread r % WG merges row r's in thread order,
- * writes its token and its record (row r's records from RECORD0 + r * RECORD_SLOTS * 4).
+ * The rows variant's GREEDY phase: decodeGreedyWgsl's pick (greedy_pick.wgsl) for each row: every
+ * thread's part of every row's pick, then thread r % WG merges row r's and writes its token and its
+ * record (row r's records from RECORD0 + r * RECORD_SLOTS * 4).
  */
 export function decodeRowsGreedyWgsl(records: number): string {
-  return `const RECORD0: u32 = ${records}u;
+  return `${greedyPickWgsl}
+const GREEDY_PARTS: u32 = MAX_ROWS * WG;
+const RECORD0: u32 = ${records}u;
 const RECORD_SLOTS: u32 = ${DECODE_RECORD_SLOTS}u;
-var<workgroup> greedy_max: array<f32, MAX_ROWS * WG>;
-var<workgroup> greedy_sum: array<f32, MAX_ROWS * WG>;
-var<workgroup> greedy_id: array<u32, MAX_ROWS * WG>;
 fn pick_greedy(lid: u32) {
   let rows = group_rows(row_count());
   for (var j = 0u; j < rows; j++) {
-    let base = group_row(j) * LOGIT_STRIDE;
-    var m = -3.0e38; // not -inf: exp(l - m) stays 0 for l = -inf
-    var sum = 0.0;
-    var id = 0u;
-    for (var r = lid; r < LOGIT_ROWS; r += WG) {
-      let l = logits[base + r];
-      if (l > m) {
-        sum = sum * exp(m - l) + 1.0;
-        m = l;
-        id = r;
-      } else {
-        sum += exp(l - m);
-      }
-    }
-    greedy_max[j * WG + lid] = m;
-    greedy_sum[j * WG + lid] = sum;
-    greedy_id[j * WG + lid] = id;
+    greedy_parts[j * WG + lid] = greedy_scan(group_row(j) * LOGIT_STRIDE, LOGIT_ROWS, lid);
   }
   workgroupBarrier();
   for (var j = lid; j < rows; j += WG) {
     let row = group_row(j);
     set_row(row);
-    var m = greedy_max[j * WG];
-    var sum = greedy_sum[j * WG];
-    var id = greedy_id[j * WG];
-    for (var t = 1u; t < WG; t++) {
-      let mt = greedy_max[j * WG + t];
-      if (mt > m) {
-        sum = sum * exp(m - mt) + greedy_sum[j * WG + t];
-        m = mt;
-        id = greedy_id[j * WG + t];
-      } else {
-        sum += greedy_sum[j * WG + t] * exp(mt - m);
-        if (mt == m) { id = min(id, greedy_id[j * WG + t]); }
-      }
-    }
-    tokens[row * ${DECODE_ROWS_TOKEN_STRIDE}u] = id;
-    st[RECORD0 / 4u + row * RECORD_SLOTS + start_pos() % RECORD_SLOTS] = vec4<f32>(bitcast<f32>(id), -log(sum), 0.0, 0.0);
+    let g = greedy_merge(j * WG);
+    tokens[row * ${DECODE_ROWS_TOKEN_STRIDE}u] = g.id;
+    st[RECORD0 / 4u + row * RECORD_SLOTS + start_pos() % RECORD_SLOTS] = vec4<f32>(bitcast<f32>(g.id), -log(g.sum), 0.0, 0.0);
   }
 }
 `;

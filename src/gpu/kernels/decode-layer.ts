@@ -49,6 +49,7 @@ import {
 } from './decode-layer-rows.ts';
 import decodeAttentionWgsl from '../../../shaders/decode_attention.wgsl?raw';
 import decodeLayerWgsl from '../../../shaders/decode_layer.wgsl?raw';
+import greedyPickWgsl from '../../../shaders/greedy_pick.wgsl?raw';
 
 // ---- the decode layer in one dispatch (decode_layer.wgsl) ----
 
@@ -276,50 +277,22 @@ fn project_logits(lid: u32) {
 }
 
 /**
- * decode_layer.wgsl's GREEDY phase, after LOGITS: the next token as the GPU sampler picks it at
- * temperature 0 without bias, penalties or alternatives (sample.wgsl): the argmax of the logits,
- * the lowest id on ties, and its log-softmax log(exp(l_max) / Σ exp(l)) = -log Σ exp(l - l_max).
- * Each thread keeps a running maximum and sum over ids lid, lid + WG, ... (in ascending order, so
- * a strict > keeps the lowest id); thread 0 merges them in thread order.
+ * decode_layer.wgsl's GREEDY phase, after LOGITS: greedy_pick.wgsl's pick of the next token from
+ * the logits (each thread's part, then thread 0 merges them), written to the token binding (where
+ * the next step embeds it) and its record (id, logprob) to the state.
  */
 export function decodeGreedyWgsl(records: number): string {
-  return `const RECORD0: u32 = ${records}u;
+  return `${greedyPickWgsl}
+const GREEDY_PARTS: u32 = WG;
+const RECORD0: u32 = ${records}u;
 const RECORD_SLOTS: u32 = ${DECODE_RECORD_SLOTS}u;
-var<workgroup> greedy_max: array<f32, WG>;
-var<workgroup> greedy_sum: array<f32, WG>;
-var<workgroup> greedy_id: array<u32, WG>;
 fn pick_greedy(lid: u32) {
-  var m = -3.0e38; // not -inf: exp(l - m) stays 0 for l = -inf
-  var sum = 0.0;
-  var id = 0u;
-  for (var r = lid; r < LOGIT_ROWS; r += WG) {
-    let l = logits[r];
-    if (l > m) {
-      sum = sum * exp(m - l) + 1.0;
-      m = l;
-      id = r;
-    } else {
-      sum += exp(l - m);
-    }
-  }
-  greedy_max[lid] = m;
-  greedy_sum[lid] = sum;
-  greedy_id[lid] = id;
+  greedy_parts[lid] = greedy_scan(0u, LOGIT_ROWS, lid);
   workgroupBarrier();
   if (lid == 0u) {
-    for (var t = 1u; t < WG; t++) {
-      let mt = greedy_max[t];
-      if (mt > m) {
-        sum = sum * exp(m - mt) + greedy_sum[t];
-        m = mt;
-        id = greedy_id[t];
-      } else {
-        sum += greedy_sum[t] * exp(mt - m);
-        if (mt == m) { id = min(id, greedy_id[t]); }
-      }
-    }
-    tokens[0] = id;
-    st[RECORD0 / 4u + start_pos() % RECORD_SLOTS] = vec4<f32>(bitcast<f32>(id), -log(sum), 0.0, 0.0);
+    let g = greedy_merge(0u);
+    tokens[0] = g.id;
+    st[RECORD0 / 4u + start_pos() % RECORD_SLOTS] = vec4<f32>(bitcast<f32>(g.id), -log(g.sum), 0.0, 0.0);
   }
 }
 `;
