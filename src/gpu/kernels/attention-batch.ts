@@ -20,6 +20,8 @@ import { batchRowsWgsl } from './batch-rows.ts';
 import { assertCount, assertDistinct, assertFits } from './checks.ts';
 import { ropePairingCode, ropeParams, type KvDType } from './elementwise.ts';
 import { paramStruct, type PlannedDispatch } from '../uniforms.ts';
+import { takeWgslFunctions } from './wgsl.ts';
+import attentionWgsl from '../../../shaders/attention.wgsl?raw';
 import decodeAttentionWgsl from '../../../shaders/decode_attention.wgsl?raw';
 import decodeAttentionBatchWgsl from '../../../shaders/decode_attention_batch.wgsl?raw';
 import decodeAttentionBatchCombineWgsl from '../../../shaders/decode_attention_batch_combine.wgsl?raw';
@@ -55,7 +57,7 @@ export function batchDecodeAttentionSpec(v: BatchDecodeAttentionVariant): Shader
     code += 'fn store_partial(i: u32, v: H) {}\nfn store_ml(i: u32, m: f32, l: f32) {}\n';
   }
   let source = `${code}\n${decodeAttentionWgsl}\n${decodeAttentionBatchWgsl}`;
-  if (v.split) source += `\n${decodeAttentionBatchCombineWgsl}`;
+  if (v.split) source += `\n${takeWgslFunctions(attentionWgsl, ['combine_chunks']).taken}\n${decodeAttentionBatchCombineWgsl}`;
   return { code: unrollAttentionLoops(source, v.headDim, v.heads), entryPoint: v.entry };
 }
 
