@@ -44,7 +44,8 @@ import {
   type AttentionVariant,
   type DecodeAttentionVariant,
 } from '../src/gpu/kernels/attention.ts';
-import { DECODE_LAYER_STORAGE_BUFFERS, decodeLayerGroups } from '../src/gpu/kernels/decode-layer.ts';
+import { decodeLayerGroups } from '../src/gpu/kernels/decode-layer.ts';
+import { DECODE_LAYER_STORAGE_BUFFERS } from '../src/gpu/kernels/decode-layer-layout.ts';
 import type { ShaderSpec } from '../src/gpu/pipelines.ts';
 import { writeUniformValues, type PlannedDispatch } from '../src/gpu/uniforms.ts';
 import type { KvDType } from '../src/gpu/kernels/index.ts';

@@ -282,14 +282,20 @@ fn split_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
   if (i >= params.num_heads * HEAD_DIM) {
     return;
   }
-  let h = i / HEAD_DIM;
-  let d = i % HEAD_DIM;
-  let pos = start_pos();
+  out[i] = combine_chunks(i / HEAD_DIM, i % HEAD_DIM, start_pos(), 0u);
+}
+
+/**
+ * Element d of query head h's output at position pos from the chunks' partials (from element
+ * `base` of partials): split_combine's, and the batched decode attention's for each row
+ * (kernels/attention-batch.ts takes this function from here).
+ */
+fn combine_chunks(h: u32, d: u32, pos: u32, base: u32) -> f32 {
   // Only the chunks that hold keys of this query: first_key(pos) / chunk_keys ..= pos / chunk_keys.
   // (A ring's chunks sit in slots chunk_slot(c); the chunks past the position are only a full cache's.)
   let c_lo = first_key(pos) / params.chunk_keys;
   let c_hi = min(pos / params.chunk_keys, chunk_limit(c_lo));
-  let ml = params.num_heads * params.num_chunks * HEAD_DIM + 2u * h * params.num_chunks;
+  let ml = base + params.num_heads * params.num_chunks * HEAD_DIM + 2u * h * params.num_chunks;
   var m = NEG_LARGE;
   for (var c = c_lo; c <= c_hi; c++) {
     m = max(m, partials[ml + 2u * chunk_slot(c)]);
@@ -300,7 +306,7 @@ fn split_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
     let s = chunk_slot(c);
     let w = exp(partials[ml + 2u * s] - m);
     l += w * partials[ml + 2u * s + 1u];
-    a += w * partials[(h * params.num_chunks + s) * HEAD_DIM + d];
+    a += w * partials[base + (h * params.num_chunks + s) * HEAD_DIM + d];
   }
-  out[i] = a / l;
+  return a / l;
 }

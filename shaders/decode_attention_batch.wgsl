@@ -5,7 +5,7 @@
 // adds the slot's first cache row, kv_slot_base (kvRowWgsl with a slot base). Split over the
 // sequence, each row has its own partials (decode_attention_batch_combine.wgsl combines them).
 //
-// Composed in front (kernels/attention.ts, batchDecodeAttentionSpec): THREADS, decodeAttentionHelpersWgsl
+// Composed in front (kernels/attention-batch.ts, batchDecodeAttentionSpec): THREADS, decodeAttentionHelpersWgsl
 // (without store_out), store_out / store_partial / store_ml at the row's offsets, batchRowsWgsl at
 // binding 8, and decode_attention.wgsl.
 

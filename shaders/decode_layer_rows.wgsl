@@ -1,4 +1,4 @@
-// decode_layer.wgsl for a batch of rows (continuous batching; kernels/decode-layer.ts, the `rows`
+// decode_layer.wgsl for a batch of rows (continuous batching; kernels/decode-layer-rows.ts, the `rows`
 // variant): each row is one sequence, decoding one token at its own position in its own K/V slot.
 // Composed after decode_layer.wgsl (and decode_layer_family.wgsl), this file's run_layer and main
 // replace theirs; every other function is theirs, unchanged, and runs one row at a time.

@@ -1,6 +1,7 @@
 // A whole decode layer in one dispatch (decode_layer.wgsl), optionally several layers over an
-// f32 arena of matrices with the token embedding, the logits and a greedy pick folded in: its
-// layout of the state buffer, how layers group into dispatches, and its composition.
+// f32 arena of matrices with the token embedding, the logits and a greedy pick folded in: how
+// layers group into dispatches, its variants, its composition and its dispatch. Its bindings and
+// state layout are in decode-layer-layout.ts; its rows variant's parts in decode-layer-rows.ts.
 import type { GpuContext } from '../device.ts';
 import type { GpuMatrix, WeightDType } from '../tensor.ts';
 import type { ShaderSpec } from '../pipelines.ts';
@@ -16,156 +17,41 @@ import {
   anyDecodeLayerFeature,
   decodeLayerAttentionFeaturesWgsl,
   decodeLayerBodyWgsl,
-  decodeLayerFeatureLayout,
   decodeLayerFeaturesKey,
   embeddingScaleWgsl,
   logitCapWgsl,
-  needsModelConstants,
   replaceWgslFunctions,
-  type DecodeLayerFeatureLayout,
   type DecodeLayerFeatures,
 } from './decode-layer-family.ts';
+import {
+  DECODE_LAYER_ARENA_BINDING,
+  DECODE_LAYER_CACHE_BINDING,
+  DECODE_LAYER_LOGITS_BINDING,
+  DECODE_LAYER_MATRICES,
+  DECODE_LAYER_MAX_SLOTS,
+  DECODE_LAYER_STORAGE_BUFFERS,
+  DECODE_LAYER_TOKENS_BINDING,
+  DECODE_LAYER_WEIGHT_BINDING,
+  DECODE_RECORD_SLOTS,
+  decodeLayerLayout,
+  type DecodeLayerDims,
+} from './decode-layer-layout.ts';
+import {
+  DECODE_ROWS_TOKEN_STRIDE,
+  decodeLayerRowsBodyWgsl,
+  decodeLayerRowsLayout,
+  decodeRowsEmbeddingWgsl,
+  decodeRowsGreedyWgsl,
+  decodeRowsLogitsStride,
+  decodeRowsLogitsWgsl,
+  renameRowRegions,
+  rowsKvRowWgsl,
+} from './decode-layer-rows.ts';
 import decodeAttentionWgsl from '../../../shaders/decode_attention.wgsl?raw';
 import decodeLayerWgsl from '../../../shaders/decode_layer.wgsl?raw';
-import decodeLayerRowsWgsl from '../../../shaders/decode_layer_rows.wgsl?raw';
+import greedyPickWgsl from '../../../shaders/greedy_pick.wgsl?raw';
 
 // ---- the decode layer in one dispatch (decode_layer.wgsl) ----
-
-/** A layer's seven projections in decode_layer.wgsl's order: weight binding 10 + index, snippet suffix `s${name}`. */
-export const DECODE_LAYER_MATRICES = ['q', 'k', 'v', 'o', 'g', 'u', 'd'] as const;
-export const DECODE_LAYER_WEIGHT_BINDING = 10;
-/** decode_layer.wgsl's other bindings: the f32 arena, the first slot's K cache (V at + 1, the next slot's K at + 2), the token and the logits. */
-export const DECODE_LAYER_ARENA_BINDING = 2;
-export const DECODE_LAYER_CACHE_BINDING = 3;
-export const DECODE_LAYER_TOKENS_BINDING = 17;
-export const DECODE_LAYER_LOGITS_BINDING = 18;
-/** Storage buffers decode_layer.wgsl binds with a binding per matrix: st, the two caches, the seven weights. */
-export const DECODE_LAYER_STORAGE_BUFFERS = 10;
-/** Most layers one decode_layer.wgsl dispatch runs (its Params fit a 256-byte uniform slot up to 6). */
-export const DECODE_LAYER_MAX_SLOTS = 4;
-
-/** The sizes decode_layer.wgsl is compiled for. */
-export interface DecodeLayerDims {
-  dim: number;
-  qDim: number;
-  kvDim: number;
-  ffn: number;
-  headDim: number;
-  numLayers: number;
-}
-
-/** Where decode_layer.wgsl's state buffer keeps what (float indices, each a multiple of 4). */
-export interface DecodeLayerLayout {
-  x: number;
-  qkv: number;
-  att: number;
-  h: number;
-  pos: number;
-  freq: number;
-  /** γ_out, the final norm's weights (read where the logits join a decode layer dispatch). */
-  outNorm: number;
-  /**
-   * Layer l's [γ_attn | γ_ffn | bq | bk | bv], then its features' constants (`features`), start
-   * at consts + l * constsStride.
-   */
-  consts: number;
-  constsStride: number;
-  /** With family features (decodeLayerLayout's second argument): where their constants are. */
-  features?: DecodeLayerFeatureLayout;
-  /** With post-norms: a block's output before its norm, [dim]; -1 without. */
-  block?: number;
-  /**
-   * The greedy steps' records (decodeLayers `greedyTo`): DECODE_RECORD_SLOTS of 4 words each, u32
-   * id, f32 logprob, 0, 0; the step at position p writes slot p mod DECODE_RECORD_SLOTS.
-   */
-  records: number;
-  /** Floats in the buffer. */
-  floats: number;
-}
-
-/** Record slots in the decode layers' state: a batch of steps may take this many before the first is overwritten. */
-export const DECODE_RECORD_SLOTS = 32;
-/** Bytes of one greedy record in the decode layers' state. */
-export const DECODE_RECORD_BYTES = 16;
-
-export const up4 = (n: number) => Math.ceil(n / 4) * 4;
-
-export function decodeLayerLayout(d: DecodeLayerDims, f?: DecodeLayerFeatures): DecodeLayerLayout {
-  const qkvRows = d.qDim + 2 * d.kvDim;
-  const x = 0;
-  const qkv = x + up4(d.dim);
-  const att = qkv + up4(qkvRows);
-  const h = att + up4(d.qDim);
-  const pos = h + up4(d.ffn);
-  const freq = pos + 4;
-  const outNorm = freq + up4(d.headDim / 2);
-  const consts = outNorm + up4(d.dim);
-  const llamaStride = up4(2 * d.dim + qkvRows);
-  const recordFloats = (DECODE_RECORD_SLOTS * DECODE_RECORD_BYTES) / 4;
-  if (!f || !anyDecodeLayerFeature(f)) {
-    // The Llama block: exactly the layout it always had.
-    const records = consts + d.numLayers * llamaStride;
-    return { x, qkv, att, h, pos, freq, outNorm, consts, constsStride: llamaStride, records, floats: records + recordFloats };
-  }
-  const layer = decodeLayerFeatureLayout(f, llamaStride, d.dim, d.headDim);
-  const constsStride = llamaStride + layer.layerFloats;
-  const model = consts + d.numLayers * constsStride;
-  const records = model + (needsModelConstants(f) ? 4 : 0);
-  const block = records + recordFloats;
-  const floats = block + (f.postNorms ? up4(d.dim) : 0);
-  return {
-    x, qkv, att, h, pos, freq, outNorm, consts, constsStride, records, floats,
-    features: { ...layer, model: needsModelConstants(f) ? model : -1 },
-    block: f.postNorms ? block : -1,
-  };
-}
-
-/** Bytes between rows' tokens (a u32 each) in the rows variant's token binding (BATCH_TOKEN_STRIDE_BYTES). */
-export const DECODE_ROWS_TOKEN_STRIDE = 64;
-/** Floats between rows' logits in the rows variant: the vocabulary rounded up to 64 floats, so each row starts 256-byte aligned. */
-export const decodeRowsLogitsStride = (rows: number) => Math.ceil(rows / 64) * 64;
-
-/**
- * Where the rows variant of decode_layer.wgsl (decode_layer_rows.wgsl: a batch of sequences, up to
- * maxRows) keeps what, after decodeLayerLayout's layout of the same model (its constants, read by
- * every row; its x .. pos and block unused): float indices, each a multiple of 4.
- */
-export interface DecodeLayerRowsLayout {
-  maxRows: number;
-  /** u32: the rows a step runs (the first `count` of the rows below). */
-  count: number;
-  /** Row r's control vec4 at ctrl + 4r: u32 position, slot, the slot's first cache row in a layer of every position, 0. */
-  ctrl: number;
-  /** Row r's greedy records: DECODE_RECORD_SLOTS of 4 words from records + r * DECODE_RECORD_SLOTS * 4. */
-  records: number;
-  /** Row 0's activations (x, qkv, a, h, with post-norms a block's output); row r's at + r * rowStride. */
-  x: number;
-  qkv: number;
-  att: number;
-  h: number;
-  /** -1 without post-norms. */
-  block: number;
-  rowStride: number;
-  floats: number;
-}
-
-export function decodeLayerRowsLayout(d: DecodeLayerDims, f: DecodeLayerFeatures | undefined, maxRows: number): DecodeLayerRowsLayout {
-  assertCount(maxRows, 'decode layer rows');
-  const single = decodeLayerLayout(d, f);
-  const count = single.floats;
-  const ctrl = count + 4;
-  const records = ctrl + 4 * maxRows;
-  const rows0 = records + maxRows * ((DECODE_RECORD_SLOTS * DECODE_RECORD_BYTES) / 4);
-  const post = !!f?.postNorms;
-  const rowStride = single.pos + (post ? up4(d.dim) : 0);
-  return {
-    maxRows, count, ctrl, records,
-    x: rows0 + single.x, qkv: rows0 + single.qkv, att: rows0 + single.att, h: rows0 + single.h,
-    block: post ? rows0 + single.pos : -1,
-    rowStride,
-    floats: rows0 + maxRows * rowStride,
-  };
-}
 
 /**
  * Every matrix of a small model's decode step in one f32 buffer, so that one decode_layer.wgsl
@@ -354,139 +240,6 @@ export function decodeLayerSpec(v: DecodeLayerVariant): ShaderSpec {
   return { code: unrollConstLoops(source, unroll), entryPoint: 'main' };
 }
 
-// ---- the rows variant (decode_layer_rows.wgsl: a batch of sequences) ----
-
-/**
- * The rows variant's body: decode_layer.wgsl's (with its features) with decode_layer_rows.wgsl's
- * run_layer and main in place of its own, and its constants.
- */
-function decodeLayerRowsBodyWgsl(body: string, family: boolean, batch: DecodeLayerRowsLayout, groups: number): string {
-  const entry = '@compute @workgroup_size(WG)\n';
-  if (!body.includes(entry)) throw new Error('decode_layer.wgsl: its entry point no longer reads "@compute @workgroup_size(WG)"');
-  const consts =
-    `const MAX_ROWS: u32 = ${batch.maxRows}u;\nconst ROW_GROUPS: u32 = ${groups}u;\nconst ROW_STRIDE: u32 = ${batch.rowStride}u;\nconst COUNT0: u32 = ${batch.count}u;\n` +
-    // The plain block has no post-norms (the family body declares them): decode_layer_rows.wgsl's branches on them fold away.
-    (family ? '' : 'const POST_NORMS: bool = false;\nconst POST_ATTN: u32 = 0u;\nconst POST_FFN: u32 = 0u;\nfn add_post_normed(lid: u32, at: u32) {}\n');
-  return consts + replaceWgslFunctions(body.replace(entry, ''), decodeLayerRowsWgsl);
-}
-
-/** Reads of a row's regions made relative to the current row (decode_layer_rows.wgsl's row_x, row_ctrl); their declarations stay. */
-function renameRowRegions(code: string): string {
-  return code.replace(/(?<!const )\b(X0|QKV0|ATT0|H0|BLOCK0)\b/g, '(row_x + $1)').replace(/(?<!const )\bPOS0\b/g, '(row_ctrl + POS0)');
-}
-
-/** The rows variant's cache row of position j: in the row's slot (a ring's, with the ring feature, where the layer keeps one). */
-function rowsKvRowWgsl(ring: boolean): string {
-  const ringRow = ring
-    ? '  let rows = bitcast<u32>(st[(cur.consts + LAYER_EXT) >> 2u].w);\n  if (rows != 0u) {\n    return row_slot * rows + j % rows;\n  }\n'
-    : '';
-  return `fn kv_row(j: u32) -> u32 {\n${ringRow}  return row_first + j;\n}\n`;
-}
-
-/** The rows variant's EMBED phase: each row's x = E[its token] (decodeEmbeddingWgsl's, a row at a time). */
-function decodeRowsEmbeddingWgsl(f?: DecodeLayerFeatures): string {
-  return `fn embed_token(lid: u32) {
-  let m = group_rows(row_count());
-  for (var j = 0u; j < m; j++) {
-    let r = group_row(j);
-    set_row(r);
-    let token = tokens[r * ${DECODE_ROWS_TOKEN_STRIDE}u];
-    for (var k = lid * 4u; k < DIM; k += WG * 4u) {
-      var e = vec4<f32>(0.0);
-      if (token < params.emb_rows) { e = load_weight4(params.emb + token * DIM + k)${embeddingScaleWgsl(f)}; }
-      st[(X0 + k) >> 2u] = e;
-    }
-  }
-}
-`;
-}
-
-/** The rows variant's LOGITS phase: decodeLogitsWgsl's per row, each block of W_lm_head for every row in turn, row r's logits from float r * LOGIT_STRIDE. */
-function decodeRowsLogitsWgsl(rows: number, f?: DecodeLayerFeatures): string {
-  return `@group(0) @binding(${DECODE_LAYER_LOGITS_BINDING}) var<storage, read_write> logits: array<f32>;
-const LOGIT_ROWS: u32 = ${rows}u;
-const LOGIT_STRIDE: u32 = ${decodeRowsLogitsStride(rows)}u;
-fn project_logits(lid: u32) {
-  let m = group_rows(row_count());
-  set_scales(m);
-  for (var b = lid; b < (LOGIT_ROWS + ROWS_PER_BLOCK - 1u) / ROWS_PER_BLOCK; b += WG) {
-    let r0 = b * ROWS_PER_BLOCK;
-    for (var j = 0u; j < m; j++) {
-      let row = group_row(j);
-      set_row(row);
-      let s = row_scale[j];
-      let base = row * LOGIT_STRIDE;
-      let acc = block_dot_lm(params.lm, r0, LOGIT_ROWS - 1u, 0u);
-      for (var q = 0u; q < QUADS; q++) {
-        let r = r0 + 4u * q;
-        let y = ${logitCapWgsl(f, 'acc[q] * s')};
-        if (r < LOGIT_ROWS) { logits[base + r] = y.x; }
-        if (r + 1u < LOGIT_ROWS) { logits[base + r + 1u] = y.y; }
-        if (r + 2u < LOGIT_ROWS) { logits[base + r + 2u] = y.z; }
-        if (r + 3u < LOGIT_ROWS) { logits[base + r + 3u] = y.w; }
-      }
-    }
-  }
-}
-`;
-}
-
-/**
- * The rows variant's GREEDY phase: decodeGreedyWgsl's pick for each row: every thread's running
- * maximum and sum over its ids of every row, then thread r % WG merges row r's in thread order,
- * writes its token and its record (row r's records from RECORD0 + r * RECORD_SLOTS * 4).
- */
-function decodeRowsGreedyWgsl(records: number): string {
-  return `const RECORD0: u32 = ${records}u;
-const RECORD_SLOTS: u32 = ${DECODE_RECORD_SLOTS}u;
-var<workgroup> greedy_max: array<f32, MAX_ROWS * WG>;
-var<workgroup> greedy_sum: array<f32, MAX_ROWS * WG>;
-var<workgroup> greedy_id: array<u32, MAX_ROWS * WG>;
-fn pick_greedy(lid: u32) {
-  let rows = group_rows(row_count());
-  for (var j = 0u; j < rows; j++) {
-    let base = group_row(j) * LOGIT_STRIDE;
-    var m = -3.0e38; // not -inf: exp(l - m) stays 0 for l = -inf
-    var sum = 0.0;
-    var id = 0u;
-    for (var r = lid; r < LOGIT_ROWS; r += WG) {
-      let l = logits[base + r];
-      if (l > m) {
-        sum = sum * exp(m - l) + 1.0;
-        m = l;
-        id = r;
-      } else {
-        sum += exp(l - m);
-      }
-    }
-    greedy_max[j * WG + lid] = m;
-    greedy_sum[j * WG + lid] = sum;
-    greedy_id[j * WG + lid] = id;
-  }
-  workgroupBarrier();
-  for (var j = lid; j < rows; j += WG) {
-    let row = group_row(j);
-    set_row(row);
-    var m = greedy_max[j * WG];
-    var sum = greedy_sum[j * WG];
-    var id = greedy_id[j * WG];
-    for (var t = 1u; t < WG; t++) {
-      let mt = greedy_max[j * WG + t];
-      if (mt > m) {
-        sum = sum * exp(m - mt) + greedy_sum[j * WG + t];
-        m = mt;
-        id = greedy_id[j * WG + t];
-      } else {
-        sum += greedy_sum[j * WG + t] * exp(mt - m);
-        if (mt == m) { id = min(id, greedy_id[j * WG + t]); }
-      }
-    }
-    tokens[row * ${DECODE_ROWS_TOKEN_STRIDE}u] = id;
-    st[RECORD0 / 4u + row * RECORD_SLOTS + start_pos() % RECORD_SLOTS] = vec4<f32>(bitcast<f32>(id), -log(sum), 0.0, 0.0);
-  }
-}
-`;
-}
 
 /** decode_layer.wgsl's EMBED phase: x = E[token] from the arena (0 past its rows), as embedding.wgsl does (times the scale of the embeddingScale feature). */
 export function decodeEmbeddingWgsl(f?: DecodeLayerFeatures): string {
@@ -524,50 +277,22 @@ fn project_logits(lid: u32) {
 }
 
 /**
- * decode_layer.wgsl's GREEDY phase, after LOGITS: the next token as the GPU sampler picks it at
- * temperature 0 without bias, penalties or alternatives (sample.wgsl): the argmax of the logits,
- * the lowest id on ties, and its log-softmax log(exp(l_max) / Σ exp(l)) = -log Σ exp(l - l_max).
- * Each thread keeps a running maximum and sum over ids lid, lid + WG, ... (in ascending order, so
- * a strict > keeps the lowest id); thread 0 merges them in thread order.
+ * decode_layer.wgsl's GREEDY phase, after LOGITS: greedy_pick.wgsl's pick of the next token from
+ * the logits (each thread's part, then thread 0 merges them), written to the token binding (where
+ * the next step embeds it) and its record (id, logprob) to the state.
  */
 export function decodeGreedyWgsl(records: number): string {
-  return `const RECORD0: u32 = ${records}u;
+  return `${greedyPickWgsl}
+const GREEDY_PARTS: u32 = WG;
+const RECORD0: u32 = ${records}u;
 const RECORD_SLOTS: u32 = ${DECODE_RECORD_SLOTS}u;
-var<workgroup> greedy_max: array<f32, WG>;
-var<workgroup> greedy_sum: array<f32, WG>;
-var<workgroup> greedy_id: array<u32, WG>;
 fn pick_greedy(lid: u32) {
-  var m = -3.0e38; // not -inf: exp(l - m) stays 0 for l = -inf
-  var sum = 0.0;
-  var id = 0u;
-  for (var r = lid; r < LOGIT_ROWS; r += WG) {
-    let l = logits[r];
-    if (l > m) {
-      sum = sum * exp(m - l) + 1.0;
-      m = l;
-      id = r;
-    } else {
-      sum += exp(l - m);
-    }
-  }
-  greedy_max[lid] = m;
-  greedy_sum[lid] = sum;
-  greedy_id[lid] = id;
+  greedy_parts[lid] = greedy_scan(0u, LOGIT_ROWS, lid);
   workgroupBarrier();
   if (lid == 0u) {
-    for (var t = 1u; t < WG; t++) {
-      let mt = greedy_max[t];
-      if (mt > m) {
-        sum = sum * exp(m - mt) + greedy_sum[t];
-        m = mt;
-        id = greedy_id[t];
-      } else {
-        sum += greedy_sum[t] * exp(mt - m);
-        if (mt == m) { id = min(id, greedy_id[t]); }
-      }
-    }
-    tokens[0] = id;
-    st[RECORD0 / 4u + start_pos() % RECORD_SLOTS] = vec4<f32>(bitcast<f32>(id), -log(sum), 0.0, 0.0);
+    let g = greedy_merge(0u);
+    tokens[0] = g.id;
+    st[RECORD0 / 4u + start_pos() % RECORD_SLOTS] = vec4<f32>(bitcast<f32>(g.id), -log(g.sum), 0.0, 0.0);
   }
 }
 `;

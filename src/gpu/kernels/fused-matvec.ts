@@ -149,6 +149,34 @@ export function blockDotWgsl(
 }\n`;
 }
 
+/** Where fused_matvec.wgsl's main starts a row's work (its sums of x², dot products and writes). */
+const ROW_START = '  var acc: array<vec4<f32>, QUADS>;\n';
+/** Where its emit finds the output row. */
+const EMIT_ROW = 'let o = info.z + r;';
+/** Its entry point's attribute, left behind when main is taken out. */
+const ENTRY = '@compute @workgroup_size(WORKGROUP_SIZE)\n';
+
+/**
+ * fused_matvec.wgsl with its main's per-row part in a loop over the batch's rows (each at x_base
+ * and y_base, fused_matvec_batch.wgsl) and emit writing at y_base: the same code as one row's, so
+ * that a row's sums in a batch are the one-row kernel's.
+ */
+function batchFusedMatvecWgsl(): string {
+  const { rest: withEmit, taken: main } = takeWgslFunctions(fusedMatvecWgsl, ['main']);
+  const { rest, taken: emit } = takeWgslFunctions(withEmit, ['emit']);
+  const at = main.indexOf(ROW_START);
+  const end = main.lastIndexOf('}');
+  if (at < 0 || !emit.includes(EMIT_ROW) || !rest.includes(ENTRY)) {
+    throw new Error("fused_matvec.wgsl: its main or emit no longer reads as fusedMatvecSpec's batch expects");
+  }
+  const rowLoop = '  let rows = batch_count();\n  for (var b = 0u; b < rows; b++) {\n    x_base = b * X_STRIDE;\n    y_base = b * Y_STRIDE;\n';
+  return (
+    rest.replace(ENTRY, '') +
+    emit.replace(EMIT_ROW, 'let o = y_base + info.z + r;') +
+    `${ENTRY}${main.slice(0, at)}${rowLoop}${main.slice(at, end)}  }\n}\n`
+  );
+}
+
 export function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   const reduce = reduceTeamWgsl(v.plan);
   let code = `${reduce.directives}const MODE: u32 = ${FUSED_MODES[v.mode]}u;\nconst NORM: bool = ${v.norm};\n`;
@@ -181,9 +209,7 @@ export function fusedMatvecSpec(v: FusedVariant): ShaderSpec {
   code += `fn seg_bias(s: u32, r: u32) -> f32 {\n  switch (s) {\n${biasCases}    default: { return 0.0; }\n  }\n}\n`;
   if (v.batch) {
     code += `const X_STRIDE: u32 = ${v.batch.x}u;\nconst Y_STRIDE: u32 = ${v.batch.y}u;\n${batchRowsWgsl(FUSED_BATCH_ROWS_BINDING)}`;
-    // fused_matvec.wgsl without its main (and main's attribute) and emit: the batch file has its own.
-    const rest = takeWgslFunctions(fusedMatvecWgsl, ['main', 'emit']).rest.replace('@compute @workgroup_size(WORKGROUP_SIZE)', '');
-    return { code: unrollConstLoops(`${code}\n${rest}\n${fusedMatvecBatchWgsl}`, unroll), entryPoint: 'main' };
+    return { code: unrollConstLoops(`${code}\n${fusedMatvecBatchWgsl}\n${batchFusedMatvecWgsl()}`, unroll), entryPoint: 'main' };
   }
   return { code: unrollConstLoops(`${code}\n${fusedMatvecWgsl}`, unroll), entryPoint: 'main' };
 }

@@ -3,25 +3,24 @@
 export { ATTENTION_MAX_HEAD_DIM, type AttentionHeads, type AttentionShape, type KvRing } from './attention.ts';
 export { KernelBatch } from './batch.ts';
 export {
+  decodeLayerFits,
+  decodeLayerGroups,
+  decodeLayerUnsupported,
+  type DecodeArena,
+  type DecodeLayerShape,
+  type DecodeLayerWeights,
+} from './decode-layer.ts';
+export {
   DECODE_LAYER_MATRICES,
   DECODE_LAYER_MAX_SLOTS,
   DECODE_LAYER_STORAGE_BUFFERS,
   DECODE_RECORD_BYTES,
   DECODE_RECORD_SLOTS,
-  decodeLayerFits,
-  decodeLayerGroups,
-  decodeLayerUnsupported,
   decodeLayerLayout,
-  decodeLayerRowsLayout,
-  decodeRowsLogitsStride,
-  DECODE_ROWS_TOKEN_STRIDE,
-  type DecodeArena,
   type DecodeLayerDims,
   type DecodeLayerLayout,
-  type DecodeLayerRowsLayout,
-  type DecodeLayerShape,
-  type DecodeLayerWeights,
-} from './decode-layer.ts';
+} from './decode-layer-layout.ts';
+export { decodeLayerRowsLayout, decodeRowsLogitsStride, DECODE_ROWS_TOKEN_STRIDE, type DecodeLayerRowsLayout } from './decode-layer-rows.ts';
 export type { DecodeLayerFeatures, DecodeLayerFeatureLayout } from './decode-layer-family.ts';
 export type { GatedActivation, KvDType, RopePairing, RopeRotation, RopeShape } from './elementwise.ts';
 export type { FusedMatvecMode } from './fused-matvec.ts';

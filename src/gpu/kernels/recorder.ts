@@ -14,20 +14,13 @@ import { checkWeightShape } from '../weight-formats.ts';
 import {
   checkRing,
   planAttention,
-  planBatchDecodeAttention,
   planDecodeAttention,
   type AttentionHeads,
   type AttentionShape,
-  type DecodeAttentionBatch,
   type KvRing,
 } from './attention.ts';
-import {
-  ADVANCE_ROWS_PARAMS,
-  ADVANCE_ROWS_SPEC,
-  BATCH_GREEDY_PARAMS,
-  BATCH_GREEDY_SPEC,
-  BATCH_RECORD_BYTES,
-  batchEmbeddingKey, batchEmbeddingSpec, batchRowsBytes } from './batch-rows.ts';
+import { planBatchDecodeAttention, type DecodeAttentionBatch } from './attention-batch.ts';
+import { planAdvanceBatchRows, planBatchEmbedding, planBatchGreedy, type BatchGreedyBuffers, type BatchGreedyShape } from './batch-rows.ts';
 import { assertCount, assertDistinct, assertFits, checkParts, checkSecondPassWeights } from './checks.ts';
 import { planDecodeLayers, type DecodeLayerShape, type DecodeLayerWeights } from './decode-layer.ts';
 import {
@@ -48,7 +41,7 @@ import {
 import { planFusedMatvec, type FusedBatch, type FusedMatvecMode, type FusedSegment } from './fused-matvec.ts';
 import type { KernelRegistry } from './registry.ts';
 import { MATVEC_WORKGROUP, RMSNORM_ROWS_PER_WORKGROUP, type MatmulShape } from './tuning.ts';
-import { UniformArena, type UniformValue } from '../uniforms.ts';
+import { UniformArena, type PlannedDispatch, type UniformValue } from '../uniforms.ts';
 import { BIAS_BINDING, EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS, PAIR_BIAS_BINDING, PAIR_OUTPUT_BINDING, WEIGHT_BINDING, WEIGHT_UP_BINDING, type Projection } from './weights.ts';
 import { withPosition, type TokenSpan } from './wgsl.ts';
 
@@ -460,9 +453,7 @@ export abstract class KernelRecorder {
     activation: GatedActivation = 'silu',
     batch?: FusedBatch,
   ): void {
-    for (const d of planFusedMatvec(this.kernels, mode, y, x, cols, segments, norm, activation, batch)) {
-      this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
-    }
+    this.record(planFusedMatvec(this.kernels, mode, y, x, cols, segments, norm, activation, batch));
   }
 
   /**
@@ -488,7 +479,7 @@ export abstract class KernelRecorder {
     split?: { chunkKeys: number; partials: GPUBuffer },
     qkNorm?: { q: GPUBuffer; k: GPUBuffer; eps: number },
   ): void {
-    for (const d of planDecodeAttention(this.kernels, buffers, at, shape, kvDType, split, qkNorm)) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
+    this.record(planDecodeAttention(this.kernels, buffers, at, shape, kvDType, split, qkNorm));
   }
 
   /**
@@ -505,9 +496,7 @@ export abstract class KernelRecorder {
     split?: { chunkKeys: number; partials: GPUBuffer },
     qkNorm?: { q: GPUBuffer; k: GPUBuffer; eps: number },
   ): void {
-    for (const d of planBatchDecodeAttention(this.kernels, buffers, batch, shape, kvDType, split, qkNorm)) {
-      this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
-    }
+    this.record(planBatchDecodeAttention(this.kernels, buffers, batch, shape, kvDType, split, qkNorm));
   }
 
   /**
@@ -515,21 +504,7 @@ export abstract class KernelRecorder {
    * each token at its own binding offset): out [rows, table.cols]. A whole table only.
    */
   batchEmbedding(out: GPUBuffer, table: GpuMatrix, tokens: GPUBuffer, rows: number, tokenStride: number, scale = 1): void {
-    assertCount(rows, 'batchEmbedding rows');
-    assertCount(tokenStride, 'batchEmbedding tokenStride');
-    if (!Number.isFinite(scale)) throw new Error(`embedding scale must be a finite number, got ${scale}`);
-    if (table.parts) throw new Error('batchEmbedding takes a whole table');
-    checkWeightShape(table.dtype, table.rows, table.cols, 'embedding table');
-    assertFits(out, rows * table.cols * 4, 'batchEmbedding out');
-    assertFits(tokens, ((rows - 1) * tokenStride + 1) * 4, 'batchEmbedding tokens');
-    const pipeline = this.kernels.pipelines.get(batchEmbeddingKey(table.dtype, tokenStride), () => batchEmbeddingSpec(table.dtype, tokenStride));
-    const n = rows * table.cols;
-    this.dispatch(
-      pipeline,
-      EMBEDDING_PARAMS.pack({ T: rows, cols: table.cols, vocab: table.rows, first_row: 0, part_rows: table.rows, scale }),
-      { 1: out, 2: tokens, [WEIGHT_BINDING]: table.buffer },
-      Math.ceil(n / ELEMENTWISE_WORKGROUP),
-    );
+    this.record([planBatchEmbedding(this.kernels, out, table, tokens, rows, tokenStride, scale)]);
   }
 
   /**
@@ -538,28 +513,13 @@ export abstract class KernelRecorder {
    * `tokens`) and its record (u32 id, f32 logprob, zeros: BATCH_RECORD_BYTES) to record
    * r * slots + position mod slots of `records`. Up to maxRows rows, the count from `rows`.
    */
-  batchGreedy(
-    io: { logits: GPUBuffer; tokens: GPUBuffer; records: GPUBuffer; rows: GPUBuffer },
-    shape: { maxRows: number; vocab: number; stride: number; tokenStride: number; slots: number },
-  ): void {
-    const { maxRows, vocab, stride, tokenStride, slots } = shape;
-    for (const [n, what] of [[maxRows, 'maxRows'], [vocab, 'vocab'], [stride, 'stride'], [tokenStride, 'tokenStride'], [slots, 'slots']] as const) {
-      assertCount(n, `batchGreedy ${what}`);
-    }
-    assertFits(io.logits, ((maxRows - 1) * stride + vocab) * 4, 'batchGreedy logits');
-    assertFits(io.tokens, ((maxRows - 1) * tokenStride + 1) * 4, 'batchGreedy tokens');
-    assertFits(io.records, maxRows * slots * BATCH_RECORD_BYTES, 'batchGreedy records');
-    assertFits(io.rows, batchRowsBytes(maxRows), 'batchGreedy rows');
-    const pipeline = this.kernels.pipelines.get('batch_greedy', () => BATCH_GREEDY_SPEC);
-    const params = BATCH_GREEDY_PARAMS.pack({ vocab, stride, token_stride: tokenStride, slots });
-    this.dispatch(pipeline, params, { 1: io.logits, 2: io.tokens, 3: io.records, 4: io.rows }, [maxRows, 1]);
+  batchGreedy(io: BatchGreedyBuffers, shape: BatchGreedyShape): void {
+    this.record([planBatchGreedy(this.kernels, io, shape)]);
   }
 
   /** Moves every row of a batched step's rows buffer (batch-rows.ts) to its next position. */
   advanceBatchRows(rows: GPUBuffer, maxRows: number): void {
-    assertFits(rows, batchRowsBytes(maxRows), 'advanceBatchRows rows');
-    const pipeline = this.kernels.pipelines.get('advance_rows', () => ADVANCE_ROWS_SPEC);
-    this.dispatch(pipeline, ADVANCE_ROWS_PARAMS.pack({ max_rows: maxRows }), { 1: rows }, 1);
+    this.record([planAdvanceBatchRows(this.kernels, rows, maxRows)]);
   }
 
   /**
@@ -582,8 +542,7 @@ export abstract class KernelRecorder {
     shape: DecodeLayerShape,
     caches: { keys: readonly GPUBuffer[]; values: readonly GPUBuffer[]; kvDType: KvDType; rings?: readonly (KvRing | undefined)[]; slots?: number },
   ): void {
-    const d = planDecodeLayers(this.kernels, state, weights, layers, shape, caches);
-    this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
+    this.record([planDecodeLayers(this.kernels, state, weights, layers, shape, caches)]);
   }
 
   /** out[i] = act(gate[i]) * up[i] for i < n, act silu or `activation`. out must not be gate or up. */
@@ -645,6 +604,11 @@ export abstract class KernelRecorder {
     const bindGroup = this.bindGroup(pipeline, this.uniforms.alloc(params), buffers, this.label);
     const [x, y] = typeof workgroups === 'number' ? this.kernels.grid(workgroups) : workgroups;
     this.recordDispatch(pipeline, bindGroup, x, y);
+  }
+
+  /** Records the dispatches a kernel family's plan function made, in order. */
+  private record(planned: Iterable<PlannedDispatch>): void {
+    for (const d of planned) this.dispatch(d.pipeline, d.params, d.buffers, d.workgroups);
   }
 
   /** Throws when nothing more may be recorded (submitted, sealed). */

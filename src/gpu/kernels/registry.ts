@@ -8,15 +8,14 @@ import { isQuantized, weightRunLength } from '../weight-formats.ts';
 import {
   attentionKey,
   attentionSpec,
-  batchDecodeAttentionKey,
-  batchDecodeAttentionSpec,
   decodeAttentionKey,
   decodeAttentionSpec,
   type AttentionVariant,
-  type BatchDecodeAttentionVariant,
   type DecodeAttentionVariant,
 } from './attention.ts';
-import { decodeLayerFits, decodeLayerKey, decodeLayerSpec, type DecodeLayerDims, type DecodeLayerVariant } from './decode-layer.ts';
+import { batchDecodeAttentionKey, batchDecodeAttentionSpec, type BatchDecodeAttentionVariant } from './attention-batch.ts';
+import { decodeLayerFits, decodeLayerKey, decodeLayerSpec, type DecodeLayerVariant } from './decode-layer.ts';
+import type { DecodeLayerDims } from './decode-layer-layout.ts';
 import {
   FIXED_KERNELS,
   POSITIONAL_KERNELS,

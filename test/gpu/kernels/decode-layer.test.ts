@@ -4,7 +4,9 @@
 // plain block's (each defined once). The features' math is checked against the float64 reference
 // on the families' models (test/model/model-families.test.ts, gemma.test.ts).
 import { describe, expect, it } from 'vitest';
-import { decodeLayerKey, decodeLayerLayout, decodeLayerRowsLayout, decodeLayerSpec, type DecodeLayerVariant } from '../../../src/gpu/kernels/decode-layer.ts';
+import { decodeLayerKey, decodeLayerSpec, type DecodeLayerVariant } from '../../../src/gpu/kernels/decode-layer.ts';
+import { decodeLayerLayout } from '../../../src/gpu/kernels/decode-layer-layout.ts';
+import { decodeLayerRowsLayout } from '../../../src/gpu/kernels/decode-layer-rows.ts';
 import type { DecodeLayerFeatures } from '../../../src/gpu/kernels/index.ts';
 
 const dims = { dim: 64, qDim: 64, kvDim: 32, ffn: 96, headDim: 16, numLayers: 3 };

@@ -3,7 +3,8 @@
 // read from the .wgsl sources (no GPU needed).
 import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ATTENTION_PARAMS, BATCH_DECODE_ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from '../../../src/gpu/kernels/attention.ts';
+import { ATTENTION_PARAMS, DECODE_ATTENTION_PARAMS } from '../../../src/gpu/kernels/attention.ts';
+import { BATCH_DECODE_ATTENTION_PARAMS } from '../../../src/gpu/kernels/attention-batch.ts';
 import { DECODE_LAYER_PARAMS } from '../../../src/gpu/kernels/decode-layer.ts';
 import { KV_WRITE_PARAMS, RESIDUAL_PARAMS, RMSNORM_PARAMS, ROPE_PARAMS, SOFTCAP_PARAMS, SWIGLU_PARAMS } from '../../../src/gpu/kernels/elementwise.ts';
 import { FUSED_MATVEC_PARAMS } from '../../../src/gpu/kernels/fused-matvec.ts';
