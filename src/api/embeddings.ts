@@ -63,6 +63,8 @@ function parseInput(value: unknown, param: string): EmbeddingInput[] {
   }
   if (!Array.isArray(value)) wrongType(param, 'a string, an array of strings, or token ids', value);
   if (value.length === 0) throw invalidRequest(`Invalid '${param}': the array is empty.`, param, 'invalid_value');
+  // One array of token ids is one input, however long (the context bounds it).
+  if (value.every((v) => typeof v === 'number')) return [{ tokens: tokenIdArray(value, param, param) }];
   if (value.length > MAX_EMBEDDING_INPUTS) {
     throw invalidRequest(`Invalid '${param}': ${value.length} inputs were given; at most ${MAX_EMBEDDING_INPUTS} are embedded per request.`, param, 'array_above_max_length');
   }
@@ -72,7 +74,6 @@ function parseInput(value: unknown, param: string): EmbeddingInput[] {
       return { text };
     });
   }
-  if (value.every((v) => typeof v === 'number')) return [{ tokens: tokenIdArray(value, param, param) }];
   if (value.every((v) => Array.isArray(v))) {
     return value.map((ids: unknown[], i) => {
       if (ids.length === 0) throw invalidRequest(`Invalid '${param}': ${param}[${i}] is an empty array of token ids.`, param, 'invalid_value');
@@ -169,6 +170,14 @@ function embeddingOf(generator: TextGenerator, params: EmbeddingParams): Embeddi
         'value_above_maximum',
       );
     }
+    const sizes = info.matryoshkaDimensions;
+    if (sizes && params.dimensions !== info.dimensions && !sizes.includes(params.dimensions)) {
+      throw invalidRequest(
+        `Invalid 'dimensions': the model was trained for ${[...sizes, info.dimensions].filter((d, i, all) => all.indexOf(d) === i).join(', ')} dimensions, not ${params.dimensions}.`,
+        'dimensions',
+        'invalid_value',
+      );
+    }
   }
   return info;
 }
@@ -198,10 +207,19 @@ export function embeddingTokens(generator: TextGenerator, params: EmbeddingParam
     const which = batch ? `input ${i}` : 'the input';
     let tokens: number[];
     if ('tokens' in input) {
+      // Ids as given: truncation keeps the last ones.
       tokens = input.tokens;
+      if (keep !== null && tokens.length > keep) tokens = tokens.slice(tokens.length - keep);
     } else {
-      tokens = tokenizer.encode(input.text, params.add_special_tokens ? {} : { addBos: false });
-      if (params.add_special_tokens && tokenizer.suffixIds) tokens.push(...tokenizer.suffixIds);
+      // The tokenizer's special tokens around the text (BOS, Qwen3-Embedding's <|endoftext|>) stay
+      // through truncation, which cuts the text from its start (vLLM: the tokenizer's left truncation).
+      const text = tokenizer.encode(input.text, { addBos: false });
+      const prefix = params.add_special_tokens ? tokenizer.encode(input.text, {}).slice(0, -text.length || undefined) : [];
+      const suffix = params.add_special_tokens ? [...(tokenizer.suffixIds ?? [])] : [];
+      let body = text;
+      if (keep !== null && prefix.length + text.length + suffix.length > keep) body = text.slice(Math.min(text.length, text.length - (keep - prefix.length - suffix.length)));
+      tokens = [...prefix, ...body, ...suffix];
+      if (keep !== null && tokens.length > keep) tokens = tokens.slice(tokens.length - keep);
       // A text the tokenizer turns into nothing (whitespace a normalizer strips, without special tokens).
       if (tokens.length === 0) throw invalidRequest(`Invalid 'input': ${which} gives no tokens; give text to embed.`, 'input', 'invalid_value');
     }
@@ -214,7 +232,6 @@ export function embeddingTokens(generator: TextGenerator, params: EmbeddingParam
         );
       }
     }
-    if (keep !== null && tokens.length > keep) tokens = tokens.slice(tokens.length - keep);
     if (tokens.length > context) {
       throw new ApiError(
         400,

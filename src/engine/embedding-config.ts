@@ -4,14 +4,17 @@
 //   Pooling module's config (1_Pooling/config.json) names the mode (pooling_mode_lasttoken,
 //   pooling_mode_mean_tokens, pooling_mode_cls_token), and a Normalize module means L2-normalised
 //   vectors. Other modes (max, mean_sqrt_len, weightedmean, several at once) and modules that change
-//   the vector (Dense) are refused with an error naming them, never replaced by a guess.
+//   the vector (Dense) leave the model without embeddings (a load notice says why; chat and
+//   completions are unaffected), never replaced by a guess.
 // - A GGUF file: `<arch>.pooling_type`, llama.cpp's enum (0 none, 1 mean, 2 cls, 3 last, 4 rank);
-//   normalised, as llama.cpp's embeddings are by default (L2). 0 and absent: no pooling given.
+//   normalised, as llama.cpp's embeddings are by default (L2). 0 and absent: no pooling given;
+//   4 (rank, a reranker's classifier head) and unknown numbers: no embeddings, as above.
 // - Neither: a generative model; its vectors are the last token's hidden state, normalised.
 //
-// LoadOptions.embedding overrides the pooling and the normalisation. Matryoshka truncation comes
-// from the option alone: no file says in a standard, machine-readable way that a model was trained
-// for it (Qwen3-Embedding's model card does, in prose), so without the option it is false.
+// LoadOptions.embedding overrides the pooling and the normalisation (and gives embeddings to a
+// model whose files name a pooling mode it does not run). Matryoshka truncation: config.json's
+// `is_matryoshka` or `matryoshka_dimensions` (the sizes it was trained for), as vLLM reads them,
+// or the option; otherwise false (Qwen3-Embedding says it in its model card only: give the option).
 import { readJsonFile, type ModelFiles } from '../io/files.ts';
 import type { GgufMetadata } from '../io/formats/gguf.ts';
 import type { EmbeddingInfo, EmbeddingPooling } from './types.ts';
@@ -20,9 +23,12 @@ import type { EmbeddingInfo, EmbeddingPooling } from './types.ts';
 export interface EmbeddingOptions {
   pooling?: EmbeddingPooling;
   normalize?: boolean;
-  /** The model is trained for Matryoshka truncation (requests' `dimensions` may ask for fewer). Default false. */
+  /** The model is trained for Matryoshka truncation (requests' `dimensions` may ask for fewer). Default: what config.json says, else false. */
   matryoshka?: boolean;
 }
+
+/** Why a model's files give it no embeddings here (a load notice). */
+class NoEmbeddingsError extends Error {}
 
 const POOLINGS: readonly EmbeddingPooling[] = ['last', 'mean', 'cls'];
 
@@ -71,11 +77,11 @@ export async function poolingFromSentenceTransformers(
     if (name === 'Transformer' || name === 'models.Transformer') continue;
     if (name === 'Pooling') poolingPath = typeof path === 'string' ? path : '1_Pooling';
     else if (name === 'Normalize') normalize = true;
-    else throw new Error(`modules.json has a ${type} module, which this runtime does not run: its vectors would differ from the model's`);
+    else throw new NoEmbeddingsError(`modules.json has a ${type} module, which this runtime does not run: its vectors would differ from the model's`);
   }
   if (poolingPath === undefined) return undefined;
   const config = await readConfig(poolingPath);
-  if (typeof config !== 'object' || config === null) throw new Error(`modules.json names a Pooling module, but ${poolingPath}/config.json is missing`);
+  if (typeof config !== 'object' || config === null) throw new NoEmbeddingsError(`modules.json names a Pooling module, but ${poolingPath}/config.json is missing`);
   const on = Object.entries(config as Record<string, unknown>).filter(([key, value]) => key.startsWith('pooling_mode_') && value === true).map(([key]) => key);
   if (on.length !== 1) {
     throw new UnsupportedPoolingError(`${poolingPath}/config.json sets ${on.length === 0 ? 'no pooling mode' : `several pooling modes (${on.join(', ')})`}; give LoadOptions.embedding.pooling ('last', 'mean' or 'cls')`);
@@ -98,7 +104,7 @@ export function poolingFromGguf(metadata: GgufMetadata): FilePooling | undefined
   const value = metadata[`${String(arch)}.pooling_type`];
   if (value === undefined) return undefined;
   const kind = GGUF_POOLING[Number(value)];
-  if (kind === undefined) throw new Error(`${String(arch)}.pooling_type is ${String(value)}, not one of llama.cpp's pooling types (0..4)`);
+  if (kind === undefined) throw new NoEmbeddingsError(`${String(arch)}.pooling_type is ${String(value)}, not one of llama.cpp's pooling types (0..4)`);
   if (kind === 'none') return undefined;
   if (kind === 'rank') throw new UnsupportedPoolingError(`${String(arch)}.pooling_type is 4 (rank): a reranker, whose scores come from a classifier head this runtime does not run; give LoadOptions.embedding.pooling to embed with it anyway`);
   return { pooling: kind, normalize: true, source: 'gguf' };
@@ -116,33 +122,52 @@ export function checkEmbeddingOptions(options: EmbeddingOptions | undefined): vo
   }
 }
 
+/** config.json's Matryoshka fields (vLLM's): true, or the sizes the model was trained for; undefined: none. */
+export function matryoshkaFromConfig(config: unknown): true | number[] | undefined {
+  if (typeof config !== 'object' || config === null) return undefined;
+  const { is_matryoshka: is, matryoshka_dimensions: dims } = config as Record<string, unknown>;
+  if (Array.isArray(dims) && dims.length > 0 && dims.every((d) => Number.isInteger(d) && (d as number) > 0)) return [...(dims as number[])].sort((a, b) => a - b);
+  return is === true ? true : undefined;
+}
+
 /**
  * ModelInfo.embedding of a model: its files' pooling (a GGUF's metadata, else a folder's
- * sentence-transformers modules), the option over it. A pooling the files give that this runtime
- * does not take fails the load unless the option names one.
+ * sentence-transformers modules and config.json's Matryoshka fields), the option over them.
+ * Files whose pooling this runtime does not run give no embedding (unless the option names a
+ * pooling, where that is enough) and a notice saying why.
  */
 export async function readEmbeddingInfo(
   model: { files: ModelFiles; ggufMetadata?: GgufMetadata; hiddenSize: number },
   options: EmbeddingOptions = {},
-): Promise<EmbeddingInfo> {
+): Promise<{ embedding?: EmbeddingInfo; notice?: string }> {
   checkEmbeddingOptions(options);
   let fromFiles: FilePooling | undefined;
+  let matryoshka: true | number[] | undefined;
   try {
     if (model.ggufMetadata) fromFiles = poolingFromGguf(model.ggufMetadata);
     else if (model.files.ggufFile === undefined) {
       const modules = await readJsonFile(model.files, 'modules.json', { optional: true });
       fromFiles = await poolingFromSentenceTransformers(modules, (path) => readJsonFile(model.files, `${path.replace(/\/+$/, '')}/config.json`, { optional: true }));
+      matryoshka = matryoshkaFromConfig(await readJsonFile(model.files, 'config.json', { optional: true }));
     }
   } catch (err) {
-    if (!(err instanceof UnsupportedPoolingError) || options.pooling === undefined) throw err;
+    const rescued = err instanceof UnsupportedPoolingError && options.pooling !== undefined;
+    if (!rescued) {
+      if (!(err instanceof NoEmbeddingsError || err instanceof UnsupportedPoolingError)) throw err;
+      return { notice: `The model gives no embeddings here (/v1/embeddings answers 400): ${err.message}.` };
+    }
   }
   const pooling = options.pooling ?? fromFiles?.pooling ?? 'last';
   const source = options.pooling !== undefined ? 'option' : (fromFiles?.source ?? 'generative');
+  const sizes = Array.isArray(matryoshka) ? matryoshka.filter((d) => d <= model.hiddenSize) : undefined;
   return {
-    pooling,
-    normalize: options.normalize ?? fromFiles?.normalize ?? true,
-    dimensions: model.hiddenSize,
-    matryoshka: options.matryoshka ?? false,
-    source,
+    embedding: {
+      pooling,
+      normalize: options.normalize ?? fromFiles?.normalize ?? true,
+      dimensions: model.hiddenSize,
+      matryoshka: options.matryoshka ?? matryoshka !== undefined,
+      ...(options.matryoshka !== false && sizes && sizes.length > 0 ? { matryoshkaDimensions: sizes } : {}),
+      source,
+    },
   };
 }

@@ -133,7 +133,8 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
   checkEmbeddingOptions(options.embedding);
   const opened = await openModel(files, { chatTemplate: options.chatTemplate });
   const config = opened.config;
-  const embedding = await readEmbeddingInfo({ files, ggufMetadata: opened.ggufMetadata, hiddenSize: config.hiddenSize }, options.embedding);
+  const { embedding, notice: embeddingNotice } = await readEmbeddingInfo({ files, ggufMetadata: opened.ggufMetadata, hiddenSize: config.hiddenSize }, options.embedding);
+  if (embeddingNotice) opened.notices.push(embeddingNotice);
   const capacity = options.contextLength ?? Math.min(config.contextLength, DEFAULT_MAX_CONTEXT);
   if (!Number.isInteger(capacity) || capacity < 1) throw new Error(`contextLength must be a positive integer, got ${capacity}`);
   // The RoPE tables are chosen for the loaded context (LongRoPE's long factors past its original context).
@@ -160,7 +161,7 @@ export async function loadGenerator(ctx: GpuContext, files: ModelFiles, options:
     ...(options.toolCallFormat !== undefined ? { toolCallFormat: options.toolCallFormat } : {}),
     ...(options.reasoning === false ? { reasoning: false as const } : {}),
     ...(opened.notices.length > 0 ? { notices: [...opened.notices] } : {}),
-    embedding,
+    ...(embedding ? { embedding } : {}),
     storage: {
       weightStorage: storage,
       kvCacheDType: kvDType,

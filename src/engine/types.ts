@@ -32,6 +32,8 @@ export interface EmbeddingInfo {
   dimensions: number;
   /** The model is trained for Matryoshka truncation (`dimensions` in a request may ask for fewer). */
   matryoshka: boolean;
+  /** The sizes it was trained for, ascending (config.json `matryoshka_dimensions`); absent: any size up to `dimensions`. */
+  matryoshkaDimensions?: readonly number[];
   /** Where the pooling came from: the model's files, a load option, or a generative model's default (last token). */
   source: 'sentence-transformers' | 'gguf' | 'option' | 'generative';
 }

@@ -18,6 +18,8 @@ export const OPTIONS = {
   'chat-template': { type: 'string', multiple: true },
   'tool-call-format': { type: 'string', multiple: true },
   'no-reasoning': { type: 'boolean' },
+  pooling: { type: 'string' },
+  matryoshka: { type: 'boolean' },
   host: { type: 'string' },
   port: { type: 'string' },
   'allow-origin': { type: 'string', multiple: true },

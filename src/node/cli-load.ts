@@ -32,6 +32,8 @@ export interface CliLoadOptions {
   prefixCacheBytes?: number;
   /** HF_TOKEN, for a model on the hub. */
   accessToken?: string;
+  /** --pooling and --matryoshka (LoadOptions.embedding). */
+  embedding?: { pooling?: 'last' | 'mean' | 'cls'; matryoshka?: boolean };
 }
 
 /** How the CLI loads a model: `model` is --model as given (default: the loader below). */

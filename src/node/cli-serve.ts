@@ -21,7 +21,7 @@ export interface ListenOptions extends AccessOptions {
 }
 
 /** What the server answers (the startup line lists it). */
-export const ENDPOINTS = 'POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize, GET /health';
+export const ENDPOINTS = 'POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings, GET /v1/models, POST /tokenize, POST /detokenize, GET /health';
 
 /** The exit code for a stop: 128 + the signal's number when `reason` names one (SIGINT 130, SIGTERM 143), else 0. */
 export function exitCodeFor(reason: unknown): number {

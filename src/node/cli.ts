@@ -42,7 +42,7 @@ export const USAGE = `Usage:
   webgpu-llama serve --model PATH [--model PATH]... [--id NAME]... [--weight-storage TYPE]
                      [--max-model-len N] [--max-num-seqs N]
                      [--chat-template FILE]... [--tool-call-format FORMAT]...
-                     [--no-reasoning]
+                     [--no-reasoning] [--pooling MODE] [--matryoshka]
                      [--prefix-cache-mib N | --no-prefix-cache]
                      [--host HOST] [--port PORT] [--api-key KEY]...
                      [--allow-origin ORIGIN]... [--allow-host NAME]...
@@ -90,7 +90,7 @@ export const USAGE = `Usage:
       one after another. '{"stream": false}' prints the completion once it is done; so does
       best_of > n (the best are known only at the end).
   webgpu-llama embed --model PATH [TEXT]... [--dimensions N] [--json BODY] [--id NAME]
-                     [--weight-storage TYPE] [--max-model-len N]
+                     [--weight-storage TYPE] [--max-model-len N] [--pooling MODE] [--matryoshka]
       Embed each TEXT, or else each line of stdin (blank lines left out), with the model
       (POST /v1/embeddings) and print one JSON line per text: {"index": i, "embedding": [...]},
       in order. --dimensions N keeps the first N components of each vector, renormalised
@@ -114,6 +114,11 @@ used in place of the model's own (for a model that has none, or to change it).
 --max-model-len N (vLLM's name) is the context length each model is loaded with: the positions its
 KV cache holds, prompt and completion together (default: the model's own, at most 4096). GET
 /v1/models shows it as max_model_len; a longer context costs more GPU memory (the KV cache).
+--pooling last|mean|cls (serve, embed) is how a model's hidden states become its embedding (the
+last token's, their mean, or the first token's), over what its files say (sentence-transformers'
+modules.json, a GGUF's pooling_type; a model whose files say nothing: the last token).
+--matryoshka (serve, embed) says the model was trained for shortened vectors, so requests may ask
+for fewer 'dimensions' (config.json's is_matryoshka or matryoshka_dimensions say it too).
 --max-num-seqs N (vLLM's name, serve) is how many sequences decode at once, each model: requests
 (and the n choices of one) run together as rows of one batch, each in a KV cache of its own beside
 the working one (default 8; 1: one request at a time, with no extra KV cache). More wait in turn.
@@ -219,6 +224,7 @@ function checkFlagsOf(command: Command, values: Values): void {
     return;
   }
   refuseFlags(values, ['host', 'port', 'allow-origin', 'allow-host', 'api-key', 'tool-call-format', 'max-num-seqs'], command, forServe);
+  if (command !== 'embed') refuseFlags(values, ['pooling', 'matryoshka'], command, () => "for 'serve' and 'embed'");
   if (command === 'embed') {
     refuseFlags(values, ['prompt', 'system', 'chat-template', 'no-reasoning'], command, () => "for 'complete' and 'chat'");
     refuseFlags(values, SAMPLING_FLAGS.filter((flag) => flag !== 'json'), command, () => "for 'complete' and 'chat' (embed samples nothing)");
@@ -291,6 +297,12 @@ async function modelLoadOptions(values: Values, models: readonly CliModelSource[
   const prefixCache = prefixCacheOptions(values);
   const contextLength = maxModelLenOption(values['max-model-len']);
   const maxConcurrentSequences = maxNumSeqsOption(values['max-num-seqs']);
+  const pooling = values.pooling;
+  if (pooling !== undefined && !['last', 'mean', 'cls'].includes(pooling)) throw new UsageError(`--pooling must be one of last, mean, cls, got '${pooling}'`);
+  const embedding = {
+    ...(pooling === undefined ? {} : { pooling: pooling as 'last' | 'mean' | 'cls' }),
+    ...(values.matryoshka ? { matryoshka: true } : {}),
+  };
   return models.map((model, i) => {
     const accessToken = accessTokenFor(model, env);
     const chatTemplate = templateFiles[i] === undefined ? undefined : texts.get(templateFiles[i]!);
@@ -302,6 +314,7 @@ async function modelLoadOptions(values: Values, models: readonly CliModelSource[
       ...(chatTemplate === undefined ? {} : { chatTemplate }),
       ...(formats[i] === undefined ? {} : { toolCallFormat: formats[i] as ToolCallFormat }),
       ...(values['no-reasoning'] ? { reasoning: false } : {}),
+      ...(Object.keys(embedding).length > 0 ? { embedding } : {}),
       ...prefixCache,
       ...(accessToken === undefined ? {} : { accessToken }),
     };

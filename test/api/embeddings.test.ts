@@ -149,6 +149,13 @@ describe('dimensions (Matryoshka)', () => {
     expect(engine.generator.embedCalls).toEqual([]);
   });
 
+  it('a model trained for some sizes (config.json matryoshka_dimensions) takes those and its full size only', async () => {
+    const engine = embeddingEngine({ embedding: { matryoshka: true, dimensions: 8, matryoshkaDimensions: [2, 4] } });
+    for (const k of [2, 4, 8]) expect(json(await embed(engine, { input: [5, 6], dimensions: k })).data[0].embedding.length).toBe(k);
+    const error = await expectError(embed(engine, { input: [5, 6], dimensions: 3 }), 400, 'dimensions', 'invalid_value');
+    expect(error.message).toMatch(/trained for 2, 4, 8 dimensions, not 3/);
+  });
+
   it('a 400 for a size out of 1..dimensions, or not an integer', async () => {
     const engine = matryoshka();
     await expectError(embed(engine, { input: 'a', dimensions: 9 }), 400, 'dimensions', 'value_above_maximum');
@@ -170,9 +177,23 @@ describe('truncate_prompt_tokens (vLLM)', () => {
     expect(body.usage.prompt_tokens).toBe(5);
     body = json(await embed(engine, { input: long, extra_body: { truncate_prompt_tokens: -1 } }));
     expect(engine.generator.embedCalls.at(-1)).toEqual([long.slice(-16)]);
+    // A text keeps its special tokens (BOS) and loses its first words (the tokenizer's left truncation).
     const text = engine.generator.tokenizer.encode('Once upon a time there was');
-    await embed(engine, { input: 'Once upon a time there was', truncate_prompt_tokens: 2 });
-    expect(engine.generator.embedCalls.at(-1)).toEqual([text.slice(-2)]);
+    const bare = engine.generator.tokenizer.encode('Once upon a time there was', { addBos: false });
+    expect(text.length).toBe(bare.length + 1);
+    await embed(engine, { input: 'Once upon a time there was', truncate_prompt_tokens: 3 });
+    expect(engine.generator.embedCalls.at(-1)).toEqual([[text[0], ...bare.slice(-2)]]);
+    await embed(engine, { input: 'Once upon a time there was', truncate_prompt_tokens: 3, add_special_tokens: false });
+    expect(engine.generator.embedCalls.at(-1)).toEqual([bare.slice(-3)]);
+  });
+
+  it('one array of token ids is one input, however many ids (the context bounds it, not the inputs limit)', async () => {
+    const engine = embeddingEngine({ contextLength: 4096 });
+    const ids = Array.from({ length: 3000 }, (_, i) => 5 + (i % 200));
+    const body = json(await embed(engine, { input: ids }));
+    expect(body.data).toHaveLength(1);
+    expect(body.usage.prompt_tokens).toBe(3000);
+    await expectError(embed(engine, { input: Array.from({ length: 2049 }, () => [5]) }), 400, 'input', 'array_above_max_length');
   });
 
   it('0, a value above the context, or below -1 is a 400', async () => {

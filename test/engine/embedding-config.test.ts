@@ -74,8 +74,10 @@ describe('GGUF <arch>.pooling_type (llama.cpp: 0 none, 1 mean, 2 cls, 3 last, 4 
 });
 
 describe('readEmbeddingInfo: files, option, defaults', () => {
-  const folder = (extra: Record<string, string>) => filesFromMemory('st-model', { 'config.json': '{}', ...extra });
-  const read = (extra: Record<string, string>, options?: EmbeddingOptions) => readEmbeddingInfo({ files: folder(extra), hiddenSize: 24 }, options);
+  const folder = (extra: Record<string, string>, config = '{}') => filesFromMemory('st-model', { 'config.json': config, ...extra });
+  const read = async (extra: Record<string, string>, options?: EmbeddingOptions, config?: string) =>
+    (await readEmbeddingInfo({ files: folder(extra, config), hiddenSize: 24 }, options)).embedding;
+  const noticeOf = async (extra: Record<string, string>, options?: EmbeddingOptions) => readEmbeddingInfo({ files: folder(extra), hiddenSize: 24 }, options);
 
   it('a generative model: the last token, normalised, no Matryoshka', async () => {
     expect(await read({})).toEqual({ pooling: 'last', normalize: true, dimensions: 24, matryoshka: false, source: 'generative' });
@@ -87,18 +89,29 @@ describe('readEmbeddingInfo: files, option, defaults', () => {
     });
   });
 
-  it('the option overrides the files; matryoshka comes from the option only', async () => {
+  it('the option overrides the files', async () => {
     const files = stFiles([TRANSFORMER, POOLING], poolingConfig('pooling_mode_mean_tokens'));
     expect(await read(files, { normalize: true, matryoshka: true })).toEqual({ pooling: 'mean', normalize: true, dimensions: 24, matryoshka: true, source: 'sentence-transformers' });
     expect(await read(files, { pooling: 'last' })).toEqual({ pooling: 'last', normalize: false, dimensions: 24, matryoshka: false, source: 'option' });
   });
 
-  it('a mode it does not pool with fails unless the option names one; a Dense module fails whatever the option', async () => {
+  it("Matryoshka from config.json (vLLM's is_matryoshka, matryoshka_dimensions), the option over it", async () => {
+    expect(await read({}, undefined, '{"is_matryoshka": true}')).toMatchObject({ matryoshka: true });
+    expect(await read({}, undefined, '{"matryoshka_dimensions": [16, 8, 64]}')).toMatchObject({ matryoshka: true, matryoshkaDimensions: [8, 16] });
+    expect(await read({}, { matryoshka: false }, '{"matryoshka_dimensions": [16, 8]}')).toEqual({ pooling: 'last', normalize: true, dimensions: 24, matryoshka: false, source: 'generative' });
+    expect(await read({}, undefined, '{"is_matryoshka": "yes"}')).toMatchObject({ matryoshka: false });
+  });
+
+  it('a mode it does not pool with gives no embeddings and a notice, unless the option names one; a Dense module, whatever the option', async () => {
     const max = stFiles([TRANSFORMER, POOLING], poolingConfig('pooling_mode_max_tokens'));
-    await expect(read(max)).rejects.toThrow(/LoadOptions.embedding.pooling/);
+    const refused = await noticeOf(max);
+    expect(refused.embedding).toBeUndefined();
+    expect(refused.notice).toMatch(/no embeddings.*pooling_mode_max_tokens/);
     expect(await read(max, { pooling: 'mean' })).toMatchObject({ pooling: 'mean', source: 'option' });
     const dense = stFiles([TRANSFORMER, POOLING, { type: 'sentence_transformers.models.Dense', path: '2_Dense' }], poolingConfig('pooling_mode_mean_tokens'));
-    await expect(read(dense, { pooling: 'mean' })).rejects.toThrow(/Dense/);
+    const withDense = await noticeOf(dense, { pooling: 'mean' });
+    expect(withDense.embedding).toBeUndefined();
+    expect(withDense.notice).toMatch(/Dense/);
   });
 
   it('bad options: an error naming the value', async () => {
@@ -108,16 +121,19 @@ describe('readEmbeddingInfo: files, option, defaults', () => {
 
   it('real files: stories260K (GGUF and HF folder) say nothing: a generative model', async () => {
     const gguf = await openModel(filesFromPath(STORIES_GGUF));
-    expect(await readEmbeddingInfo({ files: gguf.files, ggufMetadata: gguf.ggufMetadata, hiddenSize: gguf.config.hiddenSize })).toMatchObject({ source: 'generative', pooling: 'last', dimensions: 64 });
+    expect((await readEmbeddingInfo({ files: gguf.files, ggufMetadata: gguf.ggufMetadata, hiddenSize: gguf.config.hiddenSize })).embedding).toMatchObject({ source: 'generative', pooling: 'last', dimensions: 64 });
     const hf = await openModel(filesFromPath(STORIES_HF));
-    expect(await readEmbeddingInfo({ files: hf.files, hiddenSize: hf.config.hiddenSize })).toMatchObject({ source: 'generative', dimensions: 64 });
+    expect((await readEmbeddingInfo({ files: hf.files, hiddenSize: hf.config.hiddenSize })).embedding).toMatchObject({ source: 'generative', dimensions: 64 });
   });
 
-  it('a GGUF whose metadata gives the pooling', async () => {
+  it('a GGUF whose metadata gives the pooling; a reranker\'s gives none', async () => {
     const files = filesFromMemory('x', {}, 'x.gguf');
-    expect(await readEmbeddingInfo({ files, ggufMetadata: { 'general.architecture': 'llama', 'llama.pooling_type': 3 }, hiddenSize: 8 })).toEqual({
+    expect((await readEmbeddingInfo({ files, ggufMetadata: { 'general.architecture': 'llama', 'llama.pooling_type': 3 }, hiddenSize: 8 })).embedding).toEqual({
       pooling: 'last', normalize: true, dimensions: 8, matryoshka: false, source: 'gguf',
     });
+    const rank = await readEmbeddingInfo({ files, ggufMetadata: { 'general.architecture': 'llama', 'llama.pooling_type': 4 }, hiddenSize: 8 });
+    expect(rank.embedding).toBeUndefined();
+    expect(rank.notice).toMatch(/rank/);
   });
 });
 

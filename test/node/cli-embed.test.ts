@@ -66,6 +66,26 @@ describe('embed', () => {
     }
   });
 
+  it('--pooling and --matryoshka go to the load (LoadOptions.embedding); other commands refuse them', async () => {
+    const loaded: unknown[] = [];
+    const t = io(embeddingEngine());
+    t.io.loadModel = async (_model, options) => {
+      loaded.push(options);
+      return embeddingEngine();
+    };
+    expect(await runCli(['embed', '--model', 'm', 'a', '--pooling', 'mean', '--matryoshka'], t.io)).toBe(0);
+    expect(loaded).toEqual([expect.objectContaining({ embedding: { pooling: 'mean', matryoshka: true } })]);
+    for (const [argv, message] of [
+      [['embed', '--model', 'm', 'a', '--pooling', 'max'], /--pooling must be one of last, mean, cls/],
+      [['complete', '--model', 'm', '--prompt', 'a', '--matryoshka'], /--matryoshka is for 'serve' and 'embed'/],
+    ] as const) {
+      const u = io(embeddingEngine());
+      expect(await runCli([...argv], u.io)).toBe(1);
+      expect(u.err.join('')).toMatch(message);
+      expect(u.loads()).toBe(0);
+    }
+  });
+
   it("a model that cannot embed, or an input the model refuses: the API's message, exit 1", async () => {
     let t = io(embeddingEngine({ embedding: null }));
     expect(await runCli(['embed', '--model', 'm', 'a'], t.io)).toBe(1);

@@ -243,7 +243,7 @@ describe('serve, several models', () => {
     await vi.waitFor(() => expect(s.out.join('')).toContain('serving'));
     expect(s.out.join('')).toBe(
       `webgpu-llama: serving 'alpha', 'beta' at ${s.server.url}/v1 ` +
-        '(POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize, GET /health)\n',
+        '(POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings, GET /v1/models, POST /tokenize, POST /detokenize, GET /health)\n',
     );
     const listed = await (await fetch(`${s.server.url}/v1/models`)).json();
     expect(listed.data.map((m: { id: string }) => m.id)).toEqual(['alpha', 'beta']);
