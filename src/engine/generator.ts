@@ -28,8 +28,6 @@ import type { LlamaModel } from '../model/llama.ts';
 import type { KvCache } from '../model/kv-cache.ts';
 import { maxBufferBytes } from '../gpu/device.ts';
 import { logSumExp, scoreToken } from '../sampling/logprobs.ts';
-import { GpuSampler, RECORD_BYTES } from '../sampling/gpu-sampler.ts';
-import { SamplerBank } from '../sampling/sampler-bank.ts';
 import { MAX_BATCH_STEPS, type DecodeResources } from './decode-pipeline.ts';
 import { BatchDecoder } from './batch-decode.ts';
 import type { BatchDecodeStep } from '../model/batch-step.ts';
@@ -41,6 +39,7 @@ import { makeDecodeSlots, ringsHoldPrompt, type DecodeSlots } from './decode-slo
 import { checkSessionRequest } from './request-checks.ts';
 import { SlotPool } from './slot-pool.ts';
 import { LlamaSession, type SequenceKit, type SessionHost } from './session.ts';
+import { SequenceKits } from './sequence-kits.ts';
 import { checkEmbedInputs, embedInputs, EMBED_GROUP_TOKENS, type EmbedHost } from './embed.ts';
 import {
   usableVocabSize,
@@ -126,13 +125,11 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
   private readonly pool: SlotPool;
   /** Constrained sequences decoding now (beside the batch's rows). */
   private constrainedDecoding = 0;
-  private readonly freeKits: SequenceKit[] = [];
-  private readonly kits: SequenceKit[] = [];
+  /** The sequences' samplers and read-back buffers, made by prepare(). */
+  private readonly kits: SequenceKits;
   private readonly freeLogits: GPUBuffer[] = [];
   private readonly logitBuffers: GPUBuffer[] = [];
   private batchDecoder: BatchDecoder | undefined;
-  /** The sequences' sampler states (kits' samplers), made by prepare(). */
-  private readonly banks: SamplerBank[] = [];
   private ready: Promise<void> | undefined;
 
   constructor(
@@ -162,6 +159,7 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
       maxBytes: options.prefixCache?.maxBytes ?? cache.byteSize,
       maxBufferBytes: maxBufferBytes(model.ctx.limits),
     });
+    this.kits = new SequenceKits(model.ctx, this.sampledVocab, MAX_BATCH_STEPS);
   }
 
   /** The prefix cache: saved prefixes' bytes and count (for tests and stats). */
@@ -321,18 +319,7 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
   prepare(): Promise<void> {
     this.ready ??= (async () => {
       const slots = (this.slots ??= this.makeSlots());
-      // A sampler state for every sequence that may decode at once, in as few banks as the
-      // device's buffers allow: the batch samples each bank's rows together.
-      const perBank = SamplerBank.maxStates(this.model.ctx.limits, this.sampledVocab, MAX_BATCH_STEPS);
-      for (let made = this.banks.reduce((n, bank) => n + bank.states, 0); made < slots.limit; ) {
-        const bank = await SamplerBank.create(this.model.ctx, this.sampledVocab, { states: Math.min(perBank, slots.limit - made), recordSlots: MAX_BATCH_STEPS });
-        this.banks.push(bank);
-        made += bank.states;
-        for (let state = 0; state < bank.states; state++) this.freeKits.push(this.makeKit(new GpuSampler(bank, state)));
-      }
-      // Taken (popped) in order: the first bank's first state first.
-      const order = (kit: SequenceKit) => this.banks.indexOf(kit.sampler.bank) * slots.limit + kit.sampler.state;
-      this.freeKits.sort((a, b) => order(b) - order(a));
+      await this.kits.fill(slots.limit);
       this.batchDecoder ??= new BatchDecoder(this.model.ctx.device, slots.step, MAX_BATCH_STEPS);
     })();
     // A failed creation is retried by the next request rather than remembered.
@@ -343,7 +330,7 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
   /** Slot 0's decode step of its own, the first sampler and its read-back buffers (tests and measurements). */
   async decodeResources(): Promise<DecodeResources> {
     await this.prepare();
-    const kit = this.kits[0]!;
+    const kit = this.kits.first;
     return { device: this.model.ctx.device, decodeStep: this.stepOf(0), sampler: kit.sampler, staging: kit.staging };
   }
 
@@ -359,24 +346,14 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
     return slots;
   }
 
-  private makeKit(sampler: GpuSampler): SequenceKit {
-    const { device } = this.model.ctx;
-    const staging = () =>
-      device.createBuffer({ label: 'decode_records_readback', size: MAX_BATCH_STEPS * RECORD_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-    const kit: SequenceKit = { sampler, staging: [staging(), staging()] };
-    this.kits.push(kit);
-    return kit;
-  }
-
-  /** @internal A sequence's sampler and buffers, made when every one made is in use. */
-  async takeKit(): Promise<SequenceKit> {
-    // Beyond the bank's states (never, as long as kits are taken with slots): a sampler of its own, sampled alone.
-    return this.freeKits.pop() ?? this.makeKit(await GpuSampler.create(this.model.ctx, this.sampledVocab, { recordSlots: MAX_BATCH_STEPS }));
+  /** @internal A sequence's sampler and read-back buffers (sequence-kits.ts). */
+  takeKit(): Promise<SequenceKit> {
+    return this.kits.take();
   }
 
   /** @internal */
   returnKit(kit: SequenceKit): void {
-    this.freeKits.push(kit);
+    this.kits.give(kit);
   }
 
   private takeLogits(): GPUBuffer {
@@ -649,18 +626,13 @@ export class LlamaGenerator implements TextGenerator, SessionHost {
     const steps = this.slots ? [...this.slots.steps.values()] : [];
     const caches = [this.cache, ...(this.slots?.caches ?? [])];
     const batchStep = this.slots?.batched ? this.slots.step : undefined;
-    const kits = [...this.kits];
+    const kits = this.kits;
     const batch = this.batchDecoder;
-    const banks = [...this.banks];
     void Promise.resolve(this.ready)
       .catch(() => {})
       .then(() => {
         for (const step of steps) step.destroy();
-        for (const kit of kits) {
-          kit.sampler.destroy();
-          for (const b of kit.staging) b.destroy();
-        }
-        for (const bank of banks) bank.destroy();
+        kits.destroy();
         batch?.destroy();
         batchStep?.destroy();
       });
