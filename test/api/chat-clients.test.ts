@@ -3,9 +3,9 @@
 // host, routed by `model`.
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ApiEngines } from '../../src/api/handler.ts';
 import { installFetchShim } from '../../src/api/shim.ts';
 import { startServer, type RunningServer } from '../../src/node/http.ts';
+import { clientHosts } from '../helpers/client-hosts.ts';
 import { chatGenerator, WEATHER_TOOL } from '../helpers/chat-fakes.ts';
 
 const SHIM_BASE = 'http://chat.test/v1';
@@ -20,24 +20,9 @@ afterEach(async () => {
   uninstall = undefined;
 });
 
-/** A client of each host, serving `engines`. */
-const HOSTS: [string, (engines: ApiEngines) => Promise<OpenAI>][] = [
-  [
-    'the Node server',
-    async (engines) => {
-      server = await startServer(engines, { port: 0, log: () => {} });
-      return new OpenAI({ apiKey: 'x', baseURL: `${server.url}/v1`, maxRetries: 0 });
-    },
-  ],
-  [
-    'the fetch shim',
-    async (engines) => {
-      const target = { fetch: () => Promise.reject(new Error('not for the shim')) } as unknown as typeof globalThis;
-      uninstall = installFetchShim(engines, { baseUrl: SHIM_BASE, target });
-      return new OpenAI({ apiKey: 'x', baseURL: SHIM_BASE, maxRetries: 0, dangerouslyAllowBrowser: true, fetch: (...args) => target.fetch(...args) });
-    },
-  ],
-];
+const clients = clientHosts(SHIM_BASE);
+afterEach(() => clients.close());
+const HOSTS = clients.hosts;
 
 const messages: OpenAI.ChatCompletionMessageParam[] = [
   { role: 'system', content: 'Be brief.' },

@@ -3,9 +3,8 @@
 // gives the float answer; its errors arrive as the client's error classes.
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ApiEngines } from '../../src/api/handler.ts';
-import { installFetchShim } from '../../src/api/shim.ts';
 import { startServer, type RunningServer } from '../../src/node/http.ts';
+import { clientHosts } from '../helpers/client-hosts.ts';
 import { embeddingEngine, fakeVector } from '../helpers/embedding-fakes.ts';
 
 const SHIM_BASE = 'http://embed.test/v1';
@@ -20,30 +19,9 @@ afterEach(async () => {
   uninstall = undefined;
 });
 
-const HOSTS: [string, (engines: ApiEngines) => Promise<OpenAI>][] = [
-  [
-    'the Node server',
-    async (engines) => {
-      server = await startServer(engines, { port: 0, log: () => {} });
-      return new OpenAI({ apiKey: 'x', baseURL: `${server.url}/v1`, maxRetries: 0 });
-    },
-  ],
-  [
-    'the Node server with an API key',
-    async (engines) => {
-      server = await startServer(engines, { port: 0, log: () => {}, apiKeys: [KEY] });
-      return new OpenAI({ apiKey: KEY, baseURL: `${server.url}/v1`, maxRetries: 0 });
-    },
-  ],
-  [
-    'the fetch shim',
-    async (engines) => {
-      const target = { fetch: () => Promise.reject(new Error('not for the shim')) } as unknown as typeof globalThis;
-      uninstall = installFetchShim(engines, { baseUrl: SHIM_BASE, target });
-      return new OpenAI({ apiKey: 'x', baseURL: SHIM_BASE, maxRetries: 0, dangerouslyAllowBrowser: true, fetch: (...args) => target.fetch(...args) });
-    },
-  ],
-];
+const clients = clientHosts(SHIM_BASE, { apiKey: KEY });
+afterEach(() => clients.close());
+const HOSTS = clients.hosts;
 
 for (const [host, connect] of HOSTS) {
   describe(`the openai client's embeddings.create against ${host}`, () => {

@@ -2,8 +2,7 @@
 // `info.embedding` and an embed() whose vector is a pure function of the token ids (fakeVector),
 // so tests compute what a request must return. It records every call and can wait or fail.
 import type { EmbeddingInfo } from '../../src/engine/types.ts';
-import { abortError } from '../../src/engine/scheduler.ts';
-import { FakeGenerator, type FakeGeneratorOptions } from './fake-generator.ts';
+import { FakeGenerator, sleep, type FakeGeneratorOptions } from './fake-generator.ts';
 
 export interface EmbeddingFakeOptions extends FakeGeneratorOptions {
   /** The model's embedding settings; null: the model cannot embed (no info, no embed()). */
@@ -47,26 +46,12 @@ export class EmbeddingFakeGenerator extends FakeGenerator {
     Object.assign(this.info, { embedding: info });
     this.embed = async (inputs, embedOptions = {}) => {
       this.embedCalls.push(inputs.map((ids) => [...ids]));
-      if (options.embedDelayMs) await delay(options.embedDelayMs, embedOptions.signal);
+      if (options.embedDelayMs) await sleep(options.embedDelayMs, embedOptions.signal);
       embedOptions.signal?.throwIfAborted();
       if (options.embedError) throw options.embedError;
       return inputs.map((ids) => fakeVector(ids, info.dimensions, info.normalize));
     };
   }
-}
-
-function delay(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(abortError(signal));
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 /** An embedding fake as the `{ generator }` engine the API handler takes. */

@@ -543,7 +543,8 @@ export class FakeGenerator implements TextGenerator {
   }
 }
 
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+/** Resolves after `ms`, or rejects with an AbortError when `signal` aborts first. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(abortError(signal));
     const timer = setTimeout(() => {
