@@ -1,19 +1,24 @@
-// Embeddings on the GPU: each input runs through the model in the working cache as a prefill of
-// its own (position 0 on, split into passes of at most the prefill's chunk), up to the final norm
-// and never through the LM head; the hidden states the pooling needs are read back (the last
-// token's, the first's, or every token's for the mean) and pooled and normalised on the CPU in
-// float64. Many inputs' passes go into one command buffer with one read-back (a group of at most
-// EMBED_GROUP_TOKENS tokens), the next group recorded and submitted while the GPU runs the one
-// before; while other sequences decode, groups are smaller and each waits for the one before, so
-// the decode rounds run between them.
+// Embeddings on the GPU: the inputs run through the model in the working cache as prefill passes
+// up to the final norm, never through the LM head; the hidden states the pooling needs are read
+// back (each input's last token's, first's, or every token's for the mean) and pooled and
+// normalised on the CPU in float64.
 //
-// Attention never crosses inputs: every input starts at position 0 and sees only the positions it
-// wrote itself. What the working cache held for chat requests is saved first by the prefix cache
-// when worth it (as a prompt that shares nothing with it would), and the prefix cache then holds
-// nothing of it, so no later request reuses an embedding's K/V.
+// Short inputs are packed: consecutive inputs that each fit a pass go back to back into one pass
+// of at most min(the prefill's chunk, the group's tokens, the cache) tokens (hidden-states.ts's packed
+// passes), each at positions from 0 and attending only to its own rows, so the weights are read
+// once for all of them. An input longer than a pass runs on its own from position 0, split into
+// passes of the chunk as a prompt is; so do all inputs where the working cache has rings (a
+// sliding-window layer's ring holds one sequence). Many passes go into one command buffer with one
+// read-back (a group of at most EMBED_GROUP_TOKENS tokens), the next group recorded and submitted
+// while the GPU runs the one before; while other sequences decode, passes and groups are smaller
+// and each group waits for the one before, so the decode rounds run between them.
+//
+// Attention never crosses inputs. What the working cache held for chat requests is saved first by
+// the prefix cache when worth it (as a prompt that shares nothing with it would), and the prefix
+// cache then holds nothing of it, so no later request reuses an embedding's K/V.
 //
 // The caller (LlamaGenerator.embed) holds admission and the lane, and has checked the inputs.
-import type { LlamaModel, HiddenPass } from '../model/llama.ts';
+import type { LlamaModel, HiddenPass, RowRun } from '../model/llama.ts';
 import type { KvCache } from '../model/kv-cache.ts';
 import type { PrefixCache } from './prefix-cache.ts';
 import type { EmbeddingInfo } from './types.ts';
@@ -52,27 +57,51 @@ export function checkEmbedInputs(inputs: readonly (readonly number[])[], vocabSi
   });
 }
 
-/** A planned pass and the input its rows belong to. */
+/** A planned pass and, for each of its runs of rows, the input the run belongs to. */
 interface PlannedPass extends HiddenPass {
-  readonly input: number;
+  readonly owners: readonly number[];
 }
 
-/** The passes of one input: chunks of `chunk` tokens from position 0, each with the rows the pooling reads. */
+/** The rows the pooling reads of an input's n tokens at row `at` of a pass (first, last: whether they hold its first and last token). */
+function pooledRows(pooling: EmbeddingInfo['pooling'], at: number, n: number, first: boolean, last: boolean): RowRun[] {
+  if (pooling === 'mean') return [{ from: at, count: n }];
+  if (pooling === 'cls') return first ? [{ from: at, count: 1 }] : [];
+  return last ? [{ from: at + n - 1, count: 1 }] : [];
+}
+
+/** The passes of one input on its own: chunks of `chunk` tokens from position 0. */
 function inputPasses(tokens: readonly number[], input: number, chunk: number, pooling: EmbeddingInfo['pooling']): PlannedPass[] {
   const passes: PlannedPass[] = [];
   const T = tokens.length;
   for (let start = 0; start < T; start += chunk) {
     const part = tokens.slice(start, start + chunk);
-    const n = part.length;
-    let rowFrom = 0;
-    let rowCount = 0;
-    if (pooling === 'mean') rowCount = n;
-    else if (pooling === 'cls' && start === 0) rowCount = 1;
-    else if (pooling === 'last' && start + n === T) [rowFrom, rowCount] = [n - 1, 1];
-    passes.push({ tokens: part, startPos: start, rowFrom, rowCount, input });
+    const rows = pooledRows(pooling, 0, part.length, start === 0, start + part.length === T);
+    passes.push({ tokens: part, startPos: start, rows, owners: rows.map(() => input) });
   }
   return passes;
 }
+
+/** One packed pass of the whole inputs from .. to - 1, back to back from row 0 (one input: its plain pass). */
+function packedPass(inputs: readonly (readonly number[])[], from: number, to: number, pooling: EmbeddingInfo['pooling']): PlannedPass {
+  if (to - from === 1) return inputPasses(inputs[from]!, from, Infinity, pooling)[0]!;
+  const tokens: number[] = [];
+  const rows: RowRun[] = [];
+  const owners: number[] = [];
+  const lengths: number[] = [];
+  for (let i = from; i < to; i++) {
+    const input = inputs[i]!;
+    for (const run of pooledRows(pooling, tokens.length, input.length, true, true)) {
+      rows.push(run);
+      owners.push(i);
+    }
+    tokens.push(...input);
+    lengths.push(input.length);
+  }
+  return { tokens, startPos: 0, rows, owners, inputs: lengths };
+}
+
+/** The rows a pass reads back. */
+const rowCount = (pass: HiddenPass) => pass.rows.reduce((n, r) => n + r.count, 0);
 
 /** Scales `v` to unit L2 length (a zero vector stays zero). */
 function normalized(v: Float64Array): Float64Array {
@@ -96,14 +125,19 @@ export async function embedInputs(
   // The chat's K/V is saved before the working cache is written (when worth it); then it holds nothing.
   await host.prefix.prepare([], false);
   const cache = host.workingCache;
+  // A ring holds one sequence's latest positions: packed inputs would evict each other's keys.
+  const pack = !cache.rings.some((r) => r);
   const accumulate = (group: readonly PlannedPass[], hidden: Float32Array) => {
     let at = 0;
     for (const pass of group) {
-      const sum = sums[pass.input]!;
-      for (let r = 0; r < pass.rowCount; r++, at += dim) {
-        for (let i = 0; i < dim; i++) sum[i] += hidden[at + i]!;
-      }
-      counts[pass.input]! += pass.rowCount;
+      pass.rows.forEach((run, k) => {
+        const input = pass.owners[k]!;
+        const sum = sums[input]!;
+        for (let r = 0; r < run.count; r++, at += dim) {
+          for (let i = 0; i < dim; i++) sum[i] += hidden[at + i]!;
+        }
+        counts[input]! += run.count;
+      });
     }
   };
   const inFlight: Promise<void>[] = [];
@@ -113,19 +147,27 @@ export async function embedInputs(
     host.checkLive(signal);
     const chunk = Math.max(1, Math.min(host.passTokens(), cache.maxPassTokens));
     const budget = Math.max(chunk, host.groupTokens());
+    // A packed pass takes at most this many tokens of whole inputs (its rows start at 0).
+    const packTokens = Math.min(chunk, host.groupTokens(), cache.capacity);
     // A group: whole passes, up to the token budget and the read-back limit.
     const group: PlannedPass[] = [];
     let tokens = 0;
     let rows = 0;
     for (;;) {
-      if (pending.length === 0 && next < inputs.length) pending = inputPasses(inputs[next]!, next++, chunk, embedding.pooling);
+      if (pending.length === 0 && next < inputs.length) {
+        let end = next;
+        for (let packed = 0; pack && end < inputs.length && packed + inputs[end]!.length <= packTokens; end++) packed += inputs[end]!.length;
+        pending = end > next ? [packedPass(inputs, next, end, embedding.pooling)] : inputPasses(inputs[next]!, next, chunk, embedding.pooling);
+        next = Math.max(end, next + 1);
+      }
       const pass = pending[0];
       if (!pass) break;
-      const fits = tokens + pass.tokens.length <= budget && (rows + pass.rowCount) * dim * 4 <= MAX_GROUP_READBACK_BYTES;
+      const passRows = rowCount(pass);
+      const fits = tokens + pass.tokens.length <= budget && (rows + passRows) * dim * 4 <= MAX_GROUP_READBACK_BYTES;
       if (group.length > 0 && !fits) break;
       group.push(pending.shift()!);
       tokens += pass.tokens.length;
-      rows += pass.rowCount;
+      rows += passRows;
     }
     // Submitted now; read once the next group is queued behind it (the CPU records one while the GPU runs the other).
     const read = host.model.hiddenStates(group, cache).then((hidden) => accumulate(group, hidden));

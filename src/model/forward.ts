@@ -28,12 +28,12 @@ import { llamaShape, type LlamaShape } from './shape.ts';
 import type { LlamaWeights } from './weights.ts';
 
 /**
- * f32 elements per token of the activation buffers (Activations' [T, ...] ones: token ids, x, xb,
- * q, k, v, attention out, gate, up, FFN hidden).
+ * f32 elements per token of the activation buffers (Activations' [T, ...] ones: token ids, segment
+ * starts, x, xb, q, k, v, attention out, gate, up, FFN hidden).
  */
 export function activationFloatsPerToken(c: LlamaConfig): number {
   const s = llamaShape(c);
-  return 1 + 2 * s.dim + 2 * s.qDim + 2 * s.kvDim + 3 * s.ffn + extraFloatsPerToken(s);
+  return 2 + 2 * s.dim + 2 * s.qDim + 2 * s.kvDim + 3 * s.ffn + extraFloatsPerToken(s);
 }
 
 /** The activation only some families use: a block's output before its post-norm. */
@@ -49,6 +49,8 @@ const optional = <T>(value: T | undefined, fallback: T): [] | [T] => (value === 
 export class Activations {
   readonly buffers: GPUBuffer[] = [];
   readonly tokenIds: GPUBuffer; // u32 [T]
+  /** A packed pass's segment starts (ForwardPass.segments), u32 [T]: kept here so that its bind groups stay the same. */
+  readonly segments: GPUBuffer;
   readonly x: GPUBuffer; // the residual stream [T, dim]
   readonly xb: GPUBuffer; // rmsnorm(x) [T, dim]
   readonly q: GPUBuffer; // [T, heads, headDim]
@@ -83,6 +85,7 @@ export class Activations {
     };
     const T = tokens;
     this.tokenIds = f32('tokens', T);
+    this.segments = f32('segments', T);
     this.x = f32('x', T * s.dim);
     this.xb = f32('xb', T * s.dim);
     this.q = f32('q', T * s.qDim);
@@ -136,6 +139,12 @@ export interface ForwardPass {
   readonly position?: GPUBuffer;
   /** Stop after the final norm (act.xb holds the T hidden states): no LM head (embeddings). */
   readonly hiddenOnly?: boolean;
+  /**
+   * A packed pass (startPos 0, a cache without rings, no `position`): u32 [T], each token's
+   * input's first row (TokenSpan.segments). Each input's tokens take positions from 0 and attend
+   * only to its own rows; the K/V rows are the tokens' rows as in any pass.
+   */
+  readonly segments?: GPUBuffer;
 }
 
 /**
@@ -154,8 +163,11 @@ export function cacheRuns(start: number, T: number, ringRows?: number): { from: 
 export function recordForward(rec: KernelRecorder, model: LlamaParts, act: Activations, pass: ForwardPass): void {
   const { shape: s, weights: w, invFreqs } = model;
   const family = s.family;
-  const { T, startPos, cache, position } = pass;
-  const tokens = { T, startPos, position };
+  const { T, startPos, cache, position, segments } = pass;
+  const tokens = { T, startPos, position, segments };
+  if (segments && (position || startPos !== 0 || cache.rings.some((r) => r))) {
+    throw new Error('a packed pass starts at row 0, with no position buffer, over a cache without rings');
+  }
 
   rec.embedding(act.x, w.tokenEmbedding, act.tokenIds, T, ...optional(family.embeddingScale, 1)); // x: [T, dim]
 

@@ -4,19 +4,67 @@
 // Each pass writes its K/V into the cache at its positions, like a prefill; passes run in order, so
 // a pass may go on from the positions an earlier pass of the same call wrote (a long input split
 // into chunks), and a pass at position 0 starts a new sequence over whatever the cache held. The
-// token ids of every pass are uploaded once and copied into the activations' token buffer before
-// each pass (queue writes would all land before the first pass ran).
+// token ids of every pass (and the packed passes' segment starts) are uploaded once and copied into
+// the activations' buffers before each pass (queue writes would all land before the first pass ran).
+//
+// A packed pass (HiddenPass.inputs) holds several whole inputs back to back from cache row 0: each
+// input's tokens take positions from 0 and attend only to its own rows (ForwardPass.segments, the
+// packed variants of rope and attention), so every input's hidden states are those of a pass of
+// its own, and the weights are read once for all of them.
 import type { KvCache } from './kv-cache.ts';
 import { recordForward, type Activations, type LlamaParts } from './forward.ts';
+
+/** Consecutive rows of a pass: from .. from + count - 1. */
+export interface RowRun {
+  readonly from: number;
+  readonly count: number;
+}
 
 /** One pass of a hidden-state run. */
 export interface HiddenPass {
   readonly tokens: readonly number[];
-  /** The first token's position. */
+  /** The first token's position (cache row); 0 for a packed pass. */
   readonly startPos: number;
-  /** The pass's rows whose hidden states are read back: rowFrom .. rowFrom + rowCount - 1 (0: none). */
-  readonly rowFrom: number;
-  readonly rowCount: number;
+  /** The pass's rows whose hidden states are read back, run after run in this order (none: nothing read). */
+  readonly rows: readonly RowRun[];
+  /**
+   * A packed pass: the token counts of the whole inputs it holds back to back (summing to the
+   * pass's tokens), each at positions from 0 and attending only to its own rows. The cache must
+   * have no rings (KvCache.rings: a sliding-window layer's ring takes one sequence).
+   */
+  readonly inputs?: readonly number[];
+}
+
+/** For each token of a packed pass of inputs of these lengths, the row its input starts at. */
+export function segmentStarts(inputs: readonly number[]): Uint32Array<ArrayBuffer> {
+  const starts = new Uint32Array(inputs.reduce((a, n) => a + n, 0));
+  let row = 0;
+  for (const n of inputs) {
+    starts.fill(row, row, row + n);
+    row += n;
+  }
+  return starts;
+}
+
+/** Throws unless `p` is a pass runHiddenPasses can run over `cache` with activations of `actTokens` tokens. */
+function checkPass(p: HiddenPass, actTokens: number, cache: KvCache): void {
+  const T = p.tokens.length;
+  if (T === 0) throw new Error('a hidden-state pass needs at least one token');
+  if (T > actTokens) throw new Error(`a pass of ${T} tokens exceeds the activations (${actTokens})`);
+  if (T > cache.maxPassTokens) throw new Error(`a pass of ${T} tokens exceeds what the cache's rings take in one pass (${cache.maxPassTokens})`);
+  if (p.startPos + T > cache.capacity) throw new Error(`sequence of ${p.startPos + T} positions exceeds the KV cache (${cache.capacity})`);
+  for (const r of p.rows) {
+    if (!(Number.isInteger(r.from) && Number.isInteger(r.count) && r.from >= 0 && r.count >= 0 && r.from + r.count <= T)) {
+      throw new Error(`rows ${r.from}..${r.from + r.count - 1} are outside a pass of ${T} tokens`);
+    }
+  }
+  if (p.inputs) {
+    if (p.startPos !== 0) throw new Error('a packed pass starts at row 0');
+    if (cache.rings.some((r) => r)) throw new Error('a packed pass needs a cache without rings');
+    if (!p.inputs.every((n) => Number.isInteger(n) && n > 0) || p.inputs.reduce((a, n) => a + n, 0) !== T) {
+      throw new Error(`a packed pass's inputs (${p.inputs.join(', ')}) must be positive and sum to its ${T} tokens`);
+    }
+  }
 }
 
 /**
@@ -30,16 +78,17 @@ export async function runHiddenPasses(model: LlamaParts, act: Activations, passe
   let tokenCount = 0;
   let rows = 0;
   for (const p of passes) {
-    const T = p.tokens.length;
-    if (T === 0) throw new Error('a hidden-state pass needs at least one token');
-    if (T > act.tokens) throw new Error(`a pass of ${T} tokens exceeds the activations (${act.tokens})`);
-    if (T > cache.maxPassTokens) throw new Error(`a pass of ${T} tokens exceeds what the cache's rings take in one pass (${cache.maxPassTokens})`);
-    if (p.startPos + T > cache.capacity) throw new Error(`sequence of ${p.startPos + T} positions exceeds the KV cache (${cache.capacity})`);
-    if (!(p.rowFrom >= 0 && p.rowCount >= 0 && p.rowFrom + p.rowCount <= T)) throw new Error(`rows ${p.rowFrom}..${p.rowFrom + p.rowCount - 1} are outside a pass of ${T} tokens`);
-    tokenCount += T;
-    rows += p.rowCount;
+    checkPass(p, act.tokens, cache);
+    tokenCount += p.tokens.length;
+    for (const r of p.rows) rows += r.count;
   }
   const device = model.ctx.device;
+  // The packed passes' segment starts, uploaded once and copied into act.segments before each.
+  const starts = Uint32Array.from(passes.flatMap((p) => (p.inputs ? Array.from(segmentStarts(p.inputs)) : [])));
+  const segmentIds = starts.length > 0
+    ? device.createBuffer({ label: 'hidden_segments', size: starts.byteLength, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST })
+    : undefined;
+  if (segmentIds) device.queue.writeBuffer(segmentIds, 0, starts);
   const tokenIds = device.createBuffer({ label: 'hidden_tokens', size: tokenCount * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
   const readback = device.createBuffer({ label: 'hidden_readback', size: Math.max(4, rows * rowBytes), usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
   const all = new Uint32Array(tokenCount);
@@ -53,15 +102,22 @@ export async function runHiddenPasses(model: LlamaParts, act: Activations, passe
   const batch = model.kernels.begin({ prefill: true });
   try {
     let tokenAt = 0;
+    let segmentAt = 0;
     let rowAt = 0;
     for (const p of passes) {
       const T = p.tokens.length;
       batch.copy(tokenIds, tokenAt * 4, act.tokenIds, 0, T * 4);
+      if (p.inputs) {
+        batch.copy(segmentIds!, segmentAt * 4, act.segments, 0, T * 4);
+        segmentAt += T;
+      }
       cache.noteWritten(p.startPos + T);
-      recordForward(batch, model, act, { T, startPos: p.startPos, cache, hiddenOnly: true }); // act.xb: [T, dim]
-      if (p.rowCount > 0) batch.copy(act.xb, p.rowFrom * rowBytes, readback, rowAt * rowBytes, p.rowCount * rowBytes);
+      recordForward(batch, model, act, { T, startPos: p.startPos, cache, hiddenOnly: true, segments: p.inputs ? act.segments : undefined }); // act.xb: [T, dim]
+      for (const r of p.rows) {
+        if (r.count > 0) batch.copy(act.xb, r.from * rowBytes, readback, rowAt * rowBytes, r.count * rowBytes);
+        rowAt += r.count;
+      }
       tokenAt += T;
-      rowAt += p.rowCount;
     }
     batch.submit();
     // No rows (the middle of a long input): it resolves once the GPU is done with the passes.
@@ -78,5 +134,6 @@ export async function runHiddenPasses(model: LlamaParts, act: Activations, passe
     // Legal right after submit: the buffers are freed once the submitted work is done with them.
     tokenIds.destroy();
     readback.destroy();
+    segmentIds?.destroy();
   }
 }

@@ -21,7 +21,7 @@ import type { LlamaWeights } from './weights.ts';
 export { ropeInverseFrequencies } from './rope-frequencies.ts';
 export { activationFloatsPerToken } from './forward.ts';
 export type { DecodeStep, DecodeStepOptions } from './decode-step.ts';
-export type { HiddenPass } from './hidden-states.ts';
+export type { HiddenPass, RowRun } from './hidden-states.ts';
 
 /**
  * Prefill activations are kept between prefills up to this size; larger ones (long prompts on

@@ -2,7 +2,7 @@
 // CPU reference: the final norm's hidden states (CpuLlama.hiddenStates) pooled and normalised here.
 // The model's q and k are scaled up so that attention is far from uniform: a vector that attended
 // across inputs, or to the wrong positions, would differ.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { LlamaGenerator } from '../../src/engine/generator.ts';
 import type { EmbeddingInfo, ModelInfo } from '../../src/engine/types.ts';
 import type { LlamaConfig } from '../../src/model/config.ts';
@@ -149,6 +149,80 @@ describe('batching', () => {
     const batch = randomInputs(3, 34, (i) => [45, 4, 1][i]!);
     const vectors = await g.embed(batch);
     batch.forEach((tokens, i) => expect(cosineDistance(vectors[i]!, reference(tokens, 'last', true))).toBeLessThan(1e-4));
+  });
+});
+
+describe('packing', () => {
+  /** The packed passes (HiddenPass.inputs) of what `run` embeds: their input counts. */
+  async function packedPasses<T>(run: () => Promise<T>): Promise<{ result: T; packed: number[] }> {
+    const spy = vi.spyOn(model, 'hiddenStates');
+    try {
+      const result = await run();
+      const packed = spy.mock.calls.flatMap(([passes]) => passes.filter((p) => p.inputs).map((p) => p.inputs!.length));
+      return { result, packed };
+    } finally {
+      spy.mockRestore();
+    }
+  }
+
+  const batch = randomInputs(16, 70, (i) => 1 + ((i * 5) % 17));
+  for (const pooling of ['last', 'mean', 'cls'] as const) {
+    it(`${pooling} pooling: 16 inputs of different lengths packed into a few passes give each input's vector alone (1e-5) and the reference's`, async () => {
+      const g = makeGenerator({ pooling, normalize: false });
+      const { result: together, packed } = await packedPasses(() => g.embed(batch));
+      // Several passes, each of several whole inputs (within the 48 rows of the cache).
+      expect(packed.length).toBeGreaterThan(1);
+      expect(packed.reduce((a, n) => a + n, 0)).toBe(batch.length);
+      for (let i = 0; i < batch.length; i++) {
+        const { result: [alone], packed: none } = await packedPasses(() => g.embed([batch[i]!]));
+        expect(none).toEqual([]); // an input alone runs the plain kernels
+        for (let k = 0; k < D; k++) expect(Math.abs(alone![k]! - together[i]![k]!)).toBeLessThan(1e-5);
+        expect(cosineDistance(together[i]!, reference(batch[i]!, pooling, false))).toBeLessThan(1e-4);
+      }
+    });
+  }
+
+  it('inputs longer than a pass run alone in passes of the chunk, the short ones between them packed', async () => {
+    const g = makeGenerator({ pooling: 'mean', normalize: true }, { prefillChunkTokens: 8 });
+    const mixed = randomInputs(7, 71, (i) => [3, 20, 2, 5, 1, 12, 4][i]!);
+    const { result, packed } = await packedPasses(() => g.embed(mixed));
+    // 3 alone (20 follows), 20 in passes of 8, 2 + 5 + 1 packed (8 tokens), 12 in passes, 4 alone.
+    expect(packed).toEqual([3]);
+    mixed.forEach((tokens, i) => expect(cosineDistance(result[i]!, reference(tokens, 'mean', true))).toBeLessThan(1e-4));
+  });
+
+  it('a model with sliding-window rings packs nothing: each input alone, as the reference', async () => {
+    const windowed = tinyConfig({ vocabSize: 97, contextLength: 64, slidingWindow: 6 });
+    const built = buildRandomModel(ctx, windowed, 'f32', 12);
+    const ringModel = await LlamaModel.create(ctx, windowed, built.gpu);
+    const cache = ringModel.createKvCache(CAPACITY, 'f16', 8);
+    expect(cache.rings.some((r) => r)).toBe(true);
+    const g = new LlamaGenerator(ringModel, new IdTokenizer(V), info({ pooling: 'mean', normalize: false }), cache, { prefillChunkTokens: 8 });
+    try {
+      const inputs = randomInputs(5, 74, (i) => [3, 2, 11, 1, 4][i]!);
+      const spy = vi.spyOn(ringModel, 'hiddenStates');
+      const vectors = await g.embed(inputs);
+      expect(spy.mock.calls.flatMap(([passes]) => passes.filter((p) => p.inputs))).toEqual([]);
+      inputs.forEach((tokens, i) => {
+        const hidden = new CpuLlama(windowed, built.cpu, CAPACITY, 'f16').hiddenStates(tokens, 0);
+        const want = new Float64Array(D);
+        for (let r = 0; r < tokens.length; r++) for (let k = 0; k < D; k++) want[k] += hidden[r * D + k]! / tokens.length;
+        expect(cosineDistance(vectors[i]!, want)).toBeLessThan(1e-4);
+      });
+    } finally {
+      g.destroy();
+    }
+  });
+
+  it('no input sees another: changing the first input of a packed pass leaves the others bit for bit', async () => {
+    const g = makeGenerator({ pooling: 'mean', normalize: false });
+    const inputs = randomInputs(4, 72, (i) => [9, 7, 1, 11][i]!);
+    const changed = [randomInputs(1, 73, () => 9)[0]!, ...inputs.slice(1)];
+    const { result: a, packed } = await packedPasses(() => g.embed(inputs));
+    expect(packed).toEqual([4]);
+    const b = await g.embed(changed);
+    expect(cosineDistance(a[0]!, b[0]!)).toBeGreaterThan(1e-3); // the first input's vector does change
+    for (let i = 1; i < inputs.length; i++) expect(Array.from(b[i]!)).toEqual(Array.from(a[i]!));
   });
 });
 

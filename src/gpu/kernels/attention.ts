@@ -3,7 +3,7 @@
 // helpers of the head dimension and the cache's element type; and the planning of their dispatches.
 // The batched decode attention (a batch of sequences) is attention-batch.ts.
 import type { ShaderSpec } from '../pipelines.ts';
-import { assertCount, assertDistinct, assertFits } from './checks.ts';
+import { assertCount, assertDistinct, assertFits, checkSegments } from './checks.ts';
 import { ropePairingCode, ropeParams, type KvDType, type RopeRotation } from './elementwise.ts';
 import { ATTENTION_ITEMS_PER_WORKGROUP, type KernelTuning } from './tuning.ts';
 import { paramStruct, type PlannedDispatch } from '../uniforms.ts';
@@ -11,8 +11,11 @@ import {
   headSlices,
   MAX_UNROLLED_SLICES,
   positionWgsl,
+  SEGMENT_WGSL,
+  takeWgslFunctions,
   unrollConstLoops,
   withPosition,
+  withSegments,
   type PositionSource,
   type TokenSpan,
 } from './wgsl.ts';
@@ -105,11 +108,25 @@ export type AttentionVariant = {
   softcap?: boolean;
   /** The caches' rows when they are a ring (kvRowWgsl). */
   ring?: number;
+  /** A packed pass (TokenSpan.segments): first_key starts at the query's input (PACKED_FIRST_KEY_WGSL); no ring, uniform position. */
+  packed?: boolean;
 };
 export const attentionKey = (v: AttentionVariant) =>
   `attention/${v.entry}/hd${v.headDim}/kv_${v.kvDType}/pos_${v.position ?? 'uniform'}/g${v.heads ?? 1}/q${v.queries ?? 1}/w${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}` +
   (v.softcap ? '/softcap' : '') +
-  ringKey(v.ring);
+  ringKey(v.ring) +
+  (v.packed ? '/packed' : '');
+
+/**
+ * The packed variant's `fn first_key(pos: u32) -> u32` (in place of online_softmax.wgsl's): the
+ * first row of the query's input, token_segment[pos - start_pos()], or with a window the later of
+ * that and the window's first row (rows and positions differ by the input's first row, so the
+ * window's rule on rows is the same). Non-decreasing in pos, as per_thread's key loops require.
+ */
+export const PACKED_FIRST_KEY_WGSL =
+  'fn first_key(pos: u32) -> u32 {\n  let segment = token_segment[pos - start_pos()];\n' +
+  '  if (params.window == 0u || pos < params.window) {\n    return segment;\n  }\n' +
+  '  return max(segment, pos + 1u - params.window);\n}\n';
 
 /**
  * `fn cap_score(s: f32) -> f32`, which the attention kernels apply to every score (after the
@@ -125,11 +142,15 @@ export function scoreCapWgsl(softcap: boolean): string {
 export const attentionSpec = (v: AttentionVariant): ShaderSpec => {
   const heads = v.heads ?? 1;
   const queries = v.queries ?? 1;
+  if (v.packed && (v.ring !== undefined || (v.position ?? 'uniform') !== 'uniform' || v.entry === 'split_combine')) {
+    throw new Error('packed attention: per_thread or per_workgroup, uniform position, no ring');
+  }
+  const softmax = v.packed ? `${SEGMENT_WGSL}${takeWgslFunctions(onlineSoftmaxWgsl, ['first_key']).rest}${PACKED_FIRST_KEY_WGSL}` : onlineSoftmaxWgsl;
   const code =
     `const HEAD_DIM: u32 = ${v.headDim}u;\nconst GROUP_HEADS: u32 = ${heads}u;\nconst QUERIES: u32 = ${queries}u;\n` +
     `const THREAD_WORKGROUP_SIZE: u32 = ${v.threads ?? ATTENTION_ITEMS_PER_WORKGROUP}u;\n` +
     `const HEADS: u32 = ${heads * queries}u;\n${attentionSliceWgsl(v.headDim % 4 === 0, v.kvDType)}${scoreCapWgsl(!!v.softcap)}` +
-    `${positionWgsl(v.position ?? 'uniform')}\n${onlineSoftmaxWgsl}\n${kvRowWgsl(v.ring)}${attentionWgsl}`;
+    `${positionWgsl(v.position ?? 'uniform')}\n${softmax}\n${kvRowWgsl(v.ring)}${attentionWgsl}`;
   // Unrolled: CPU devices index the slice arrays through memory otherwise. Measurements: docs/tuning.md#attention
   return { code: unrollAttentionLoops(code, v.headDim, heads * queries, { GROUP_HEADS: heads, QUERIES: queries }), entryPoint: v.entry };
 };
@@ -388,7 +409,7 @@ export function planAttention(
   prefill = false,
 ): PlannedDispatch | undefined {
   const { out, q, keys: kCache, values: vCache } = buffers;
-  const { T, startPos, position } = tokens;
+  const { T, startPos, position, segments } = tokens;
   const { heads: numHeads, kvHeads: numKvHeads, headDim, slidingWindow } = shape;
   assertCount(T, 'attention T', 0);
   assertCount(startPos, 'attention startPos', 0);
@@ -403,6 +424,10 @@ export function planAttention(
   const rowBytes = numKvHeads * headDim * (kvDType === 'f16' ? 2 : 4);
   checkShapeRing(shape, T, 'attention');
   const ring = shape.ring;
+  if (segments) {
+    checkSegments(segments, [out], T, position, 'attention');
+    if (ring) throw new Error('attention: a packed pass (segments) over a ring K/V cache is not supported');
+  }
   assertFits(kCache, (ring ? ring.rows : startPos + T) * rowBytes, 'attention kCache');
   assertFits(vCache, (ring ? ring.rows : startPos + T) * rowBytes, 'attention vCache');
   const items = T * numHeads;
@@ -428,6 +453,7 @@ export function planAttention(
       threads: entry === 'per_thread' ? workgroup : undefined,
       softcap: shape.softcap !== undefined,
       ring: ring?.rows,
+      ...(segments ? { packed: true } : {}),
     }),
     params: ATTENTION_PARAMS.pack({
       T,
@@ -440,7 +466,7 @@ export function planAttention(
       chunk_keys: 0,
       num_chunks: 0,
     }),
-    buffers: withPosition({ 1: out, 2: q, 3: kCache, 4: vCache }, position),
+    buffers: withSegments(withPosition({ 1: out, 2: q, 3: kCache, 4: vCache }, position), segments),
     workgroups: entry === 'per_thread' ? Math.ceil(threads / workgroup) : items,
   };
 }
@@ -462,6 +488,7 @@ export function planDecodeAttention(
   const { startPos, position } = at;
   const { heads: numHeads, kvHeads: numKvHeads, headDim, pairing, slidingWindow } = shape;
   assertCount(startPos, 'decodeAttention startPos', 0);
+  if (at.segments) throw new Error('decodeAttention: a packed pass (segments) runs the prefill attention');
   checkAttentionShape(shape, 'decodeAttention');
   if (headDim % 2 !== 0) throw new Error(`decodeAttention headDim must be even (RoPE pairs), got ${headDim}`);
   if (pairing !== 'adjacent' && pairing !== 'halves') throw new Error(`unknown rope pairing: ${String(pairing)}`);

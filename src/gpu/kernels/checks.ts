@@ -48,3 +48,14 @@ export function assertDistinct(output: GPUBuffer, inputs: (GPUBuffer | undefined
     throw new Error(`${what}: the output buffer '${output.label}' is also an input; use a separate buffer`);
   }
 }
+
+/**
+ * A packed pass's segments buffer (TokenSpan.segments), checked: a u32 for each of the T tokens,
+ * not one of the kernel's written buffers, and no position buffer with it (the packed variants
+ * take the position from their params).
+ */
+export function checkSegments(segments: GPUBuffer, written: GPUBuffer[], T: number, position: GPUBuffer | undefined, what: string): void {
+  if (position) throw new Error(`${what}: a packed pass (segments) takes no position buffer`);
+  assertFits(segments, T * 4, `${what} segments`);
+  for (const out of written) assertDistinct(out, [segments], what);
+}

@@ -2,7 +2,7 @@
 // residual.wgsl, softcap.wgsl and kv_cache.wgsl (the K/V append).
 import type { ShaderSpec } from '../pipelines.ts';
 import { paramStruct } from '../uniforms.ts';
-import { positionWgsl, type PositionSource } from './wgsl.ts';
+import { positionWgsl, replaceOnceWgsl, SEGMENT_WGSL, type PositionSource } from './wgsl.ts';
 import rmsnormWgsl from '../../../shaders/rmsnorm.wgsl?raw';
 import ropeWgsl from '../../../shaders/rope.wgsl?raw';
 import swigluWgsl from '../../../shaders/swiglu.wgsl?raw';
@@ -60,6 +60,17 @@ export const positionalSpec = (name: PositionalKernel, source: PositionSource, r
   code: `${positionWgsl(source)}\n${name === 'rope' ? '' : kvWriteIndexWgsl(ring)}${POSITIONAL_KERNELS[name].code}`,
   entryPoint: POSITIONAL_KERNELS[name].entryPoint,
 });
+
+/**
+ * rope.wgsl for a packed pass (TokenSpan.segments): token t's position is its cache row
+ * start_pos() + t less the first row of its input, token_segment[t]. The uniform position source only.
+ */
+export const PACKED_ROPE_KEY = 'rope/pos_uniform/packed';
+export const packedRopeSpec = (): ShaderSpec => {
+  const plain = positionalSpec('rope', 'uniform');
+  const code = replaceOnceWgsl(plain.code, 'f32(start_pos() + t)', 'f32(start_pos() + t - token_segment[t])');
+  return { code: SEGMENT_WGSL + code, entryPoint: plain.entryPoint };
+};
 
 /**
  * kv_cache.wgsl's `fn cache_index(i: u32) -> u32`: where word (or float) i of the T rows goes,

@@ -21,7 +21,7 @@ import {
 } from './attention.ts';
 import { planBatchDecodeAttention, type DecodeAttentionBatch } from './attention-batch.ts';
 import { planAdvanceBatchRows, planBatchEmbedding, planBatchGreedy, type BatchGreedyBuffers, type BatchGreedyShape } from './batch-rows.ts';
-import { assertCount, assertDistinct, assertFits, checkParts, checkSecondPassWeights } from './checks.ts';
+import { assertCount, assertDistinct, assertFits, checkParts, checkSecondPassWeights, checkSegments } from './checks.ts';
 import { planDecodeLayers, type DecodeLayerShape, type DecodeLayerWeights } from './decode-layer.ts';
 import {
   ELEMENTWISE_WORKGROUP,
@@ -43,7 +43,7 @@ import type { KernelRegistry } from './registry.ts';
 import { MATVEC_WORKGROUP, RMSNORM_ROWS_PER_WORKGROUP, type MatmulShape } from './tuning.ts';
 import { UniformArena, type PlannedDispatch, type UniformValue } from '../uniforms.ts';
 import { BIAS_BINDING, EMBEDDING_PARAMS, MATMUL_PARAMS, MATVEC_PARAMS, PAIR_BIAS_BINDING, PAIR_OUTPUT_BINDING, WEIGHT_BINDING, WEIGHT_UP_BINDING, type Projection } from './weights.ts';
-import { withPosition, type TokenSpan } from './wgsl.ts';
+import { withPosition, withSegments, type TokenSpan } from './wgsl.ts';
 
 /**
  * The kernels' dispatch methods, checked and planned once; where the dispatches go is the
@@ -262,10 +262,11 @@ export abstract class KernelRecorder {
    * Rotates x [T, shape.heads, shape.headDim] in place by the inverse frequencies invFreq
    * [rotaryDims / 2]; token t is at position tokens.startPos + t (plus tokens.position). With
    * shape.rotaryDims, only the first rotaryDims elements of each head rotate; with
-   * shape.magnitude, cos and sin are scaled by it (RopeRotation).
+   * shape.magnitude, cos and sin are scaled by it (RopeRotation). With tokens.segments (a packed
+   * pass) token t is at position startPos + t - segments[t] instead.
    */
   rope(x: GPUBuffer, invFreq: GPUBuffer, tokens: TokenSpan, shape: RopeShape): void {
-    const { T, startPos, position } = tokens;
+    const { T, startPos, position, segments } = tokens;
     const { heads: numHeads, headDim, pairing } = shape;
     assertCount(T, 'rope T', 0);
     assertCount(numHeads, 'rope numHeads');
@@ -278,9 +279,10 @@ export abstract class KernelRecorder {
     assertDistinct(x, [invFreq], 'rope');
     assertFits(x, T * numHeads * headDim * 4, 'rope x');
     assertFits(invFreq, (rotaryDims / 2) * 4, 'rope invFreq');
+    if (segments) checkSegments(segments, [x], T, position, 'rope');
     const pairs = T * numHeads * (rotaryDims / 2);
     this.dispatch(
-      this.kernels.positionalPipeline('rope', position ? 'buffer' : 'uniform'),
+      segments ? this.kernels.packedRopePipeline() : this.kernels.positionalPipeline('rope', position ? 'buffer' : 'uniform'),
       ROPE_PARAMS.pack({
         T,
         num_heads: numHeads,
@@ -290,7 +292,7 @@ export abstract class KernelRecorder {
         rotary_dims: rotaryDims,
         magnitude,
       }),
-      withPosition({ 1: x, 2: invFreq }, position),
+      withSegments(withPosition({ 1: x, 2: invFreq }, position), segments),
       Math.ceil(pairs / ELEMENTWISE_WORKGROUP),
     );
   }
@@ -307,6 +309,8 @@ export abstract class KernelRecorder {
    * many keys as the caches hold, and the dispatch grid does not depend on it. With shape.ring (a
    * sliding-window layer's ring, KvRing) position p is at row p mod ring.rows, which must be at
    * least slidingWindow + T - 1, and the entry is planned as for a cache of ring.positions rows.
+   * With tokens.segments (a packed pass; no position, no ring) the query of token t attends only
+   * to the rows from segments[t] on (within its window, if any).
    */
   attention(
     buffers: { out: GPUBuffer; q: GPUBuffer; keys: GPUBuffer; values: GPUBuffer },

@@ -19,6 +19,8 @@ import type { DecodeLayerDims } from './decode-layer-layout.ts';
 import {
   FIXED_KERNELS,
   POSITIONAL_KERNELS,
+  PACKED_ROPE_KEY,
+  packedRopeSpec,
   positionalKey,
   positionalSpec,
   rmsNormKey,
@@ -176,6 +178,11 @@ export class KernelRegistry {
   /** @internal The pipeline of a position-dependent kernel for one position source. */
   positionalPipeline(name: PositionalKernel, source: PositionSource, ring?: number): GPUComputePipeline {
     return this.pipelines.get(positionalKey(name, source, ring), () => positionalSpec(name, source, ring));
+  }
+
+  /** @internal rope.wgsl for a packed pass (TokenSpan.segments; compiled on first use). */
+  packedRopePipeline(): GPUComputePipeline {
+    return this.pipelines.get(PACKED_ROPE_KEY, packedRopeSpec);
   }
 
   /** @internal A decode_attention.wgsl pipeline (compiled on first use). */

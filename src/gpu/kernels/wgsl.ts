@@ -18,6 +18,33 @@ export interface TokenSpan {
   readonly T: number;
   readonly startPos: number;
   readonly position?: GPUBuffer;
+  /**
+   * A packed pass (rope and attention; not with `position`): u32 [T], for each token the cache
+   * row of the first token of the input it belongs to. Token t at row r = startPos + t is then at
+   * position r - segments[t] (positions restart with each input) and attends only to the rows
+   * segments[t] ..= r (a block-diagonal causal mask: no query sees another input's keys).
+   */
+  readonly segments?: GPUBuffer;
+}
+
+/** The binding of TokenSpan.segments in the packed variants of rope and attention. */
+export const SEGMENT_BINDING = 7;
+/** Declares TokenSpan.segments as `token_segment` (packed variants). */
+export const SEGMENT_WGSL = `@group(0) @binding(${SEGMENT_BINDING}) var<storage, read> token_segment: array<u32>;\n`;
+
+/** Adds the segments buffer at SEGMENT_BINDING when there is one. */
+export function withSegments(buffers: Record<number, GPUBuffer>, segments: GPUBuffer | undefined): Record<number, GPUBuffer> {
+  return segments ? { ...buffers, [SEGMENT_BINDING]: segments } : buffers;
+}
+
+/**
+ * `code` with its one occurrence of `from` replaced by `to`: how a packed variant changes one
+ * expression of a kernel while the kernel's file, and so its other variants, stay as they are.
+ */
+export function replaceOnceWgsl(code: string, from: string, to: string): string {
+  const at = code.indexOf(from);
+  if (at < 0 || code.indexOf(from, at + 1) >= 0) throw new Error(`WGSL composition: expected exactly one \`${from}\``);
+  return code.slice(0, at) + to + code.slice(at + from.length);
 }
 
 /** Adds the position buffer at POSITION_BINDING when there is one. */

@@ -5,10 +5,10 @@
 import { randomF32 } from '../../helpers/prng.ts';
 import { describe, expect, it } from 'vitest';
 import { attentionPlan, type KvDType } from '../../../src/gpu/kernels/index.ts';
-import { readBufferU32 } from '../../../src/gpu/buffers.ts';
+import { createU32Buffer, readBufferU32 } from '../../../src/gpu/buffers.ts';
 import { attentionRef, f32ToF16Bits, roundF16 } from '../../reference/cpu-ops.ts';
 import { expectClose, maxAbs, maxAbsDiff } from '../../helpers/compare.ts';
-import { device, input, kernels, output, read, tuned, useKernelGpu } from '../../helpers/kernel-runs.ts';
+import { device, input, kernels, output, read, track, tuned, useKernelGpu } from '../../helpers/kernel-runs.ts';
 
 useKernelGpu();
 
@@ -172,6 +172,81 @@ describe('attention', () => {
       }
     }
   }
+
+  // A packed pass (TokenSpan.segments): inputs of these lengths back to back from row 0, each query
+  // attending only to its own input's rows; the reference is each input's attention alone over its
+  // rows. Sharp scores (q and k scaled up), so a key of another input would show.
+  const segmentCases = [
+    { lengths: [3, 1, 5, 2, 6], numHeads: 6, numKvHeads: 2, headDim: 8 },
+    { lengths: [1, 1, 1, 4], numHeads: 4, numKvHeads: 4, headDim: 6 },
+    { lengths: [7, 9, 2], numHeads: 2, numKvHeads: 1, headDim: 64, window: 4 },
+    { lengths: [70, 3], numHeads: 2, numKvHeads: 1, headDim: 16 }, // per_workgroup's key blocks of 64
+  ];
+  async function runSegments(c: (typeof segmentCases)[number], entry: 'per_thread' | 'per_workgroup', kvDType: KvDType, queries: number) {
+    const { lengths, numHeads, numKvHeads, headDim } = c;
+    const window = 'window' in c ? c.window : undefined;
+    const T = lengths.reduce((a, b) => a + b, 0);
+    const kvRow = numKvHeads * headDim;
+    const qRow = numHeads * headDim;
+    const q = randomF32(T * qRow, 2000 + T, 4);
+    const kCache = randomF32(T * kvRow, 2100 + T, 4);
+    const vCache = randomF32(T * kvRow, 2200 + T);
+    const segments = new Uint32Array(T);
+    const starts: number[] = [];
+    for (let i = 0, s = 0; i < lengths.length; s += lengths[i]!, i++) {
+      starts.push(s);
+      segments.fill(s, s, s + lengths[i]!);
+    }
+    const forced = await tuned({ attentionPlan: () => entry, attentionQueries: () => queries });
+    const batch = forced.begin();
+    const out = output(T * qRow);
+    let kBuf = input(kCache);
+    let vBuf = input(vCache);
+    if (kvDType === 'f16') {
+      kBuf = output((T * kvRow) / 2);
+      vBuf = output((T * kvRow) / 2);
+      batch.writeKv({ keys: kBuf, values: vBuf, k: input(kCache), v: input(vCache) }, { T, startPos: 0 }, kvRow);
+    }
+    const segBuf = track(createU32Buffer(device, segments, 'segments'));
+    const shape = { heads: numHeads, kvHeads: numKvHeads, headDim, slidingWindow: window };
+    batch.attention({ out, q: input(q), keys: kBuf, values: vBuf }, { T, startPos: 0, segments: segBuf }, shape, kvDType);
+    batch.submit();
+    const k = kvDType === 'f16' ? roundF16(kCache) : kCache;
+    const v = kvDType === 'f16' ? roundF16(vCache) : vCache;
+    const want = new Float32Array(T * qRow);
+    const unpacked = attentionRef(q, k, v, T, 0, numHeads, numKvHeads, headDim, window); // one causal sequence
+    lengths.forEach((n, i) => {
+      const s = starts[i]!;
+      const alone = attentionRef(q.slice(s * qRow, (s + n) * qRow), k.slice(s * kvRow), v.slice(s * kvRow), n, 0, numHeads, numKvHeads, headDim, window);
+      want.set(alone, s * qRow);
+    });
+    return { got: await read(out, T * qRow), want, unpacked };
+  }
+  for (const c of segmentCases) {
+    for (const [entry, queries] of [['per_thread', 1], ['per_thread', 3], ['per_workgroup', 1]] as const) {
+      for (const kvDType of ['f32', 'f16'] as const) {
+        const window = 'window' in c ? `, window=${c.window}` : '';
+        it(`packed inputs [${c.lengths.join(', ')}], ${entry}, ${queries} tokens a thread, ${kvDType} cache${window}: each input's own attention`, async () => {
+          const { got, want, unpacked } = await runSegments(c, entry, kvDType, queries);
+          expectClose(got, want);
+          // Attending across inputs would change the answer by far more than the tolerance.
+          expect(maxAbsDiff(want, unpacked)).toBeGreaterThan(1e-2 * maxAbs(want));
+        });
+      }
+    }
+  }
+
+  it('refuses segments with a position buffer, too short, or over a ring', () => {
+    const b = output(64);
+    const batch = kernels.begin();
+    const shape = { heads: 1, kvHeads: 1, headDim: 8 };
+    const buffers = { out: output(64), q: b, keys: b, values: b };
+    expect(() => batch.attention(buffers, { T: 2, startPos: 0, segments: output(2), position: output(1) }, shape)).toThrow(/position/);
+    expect(() => batch.attention(buffers, { T: 3, startPos: 0, segments: output(2) }, shape)).toThrow(/segments/);
+    const ringShape = { ...shape, slidingWindow: 2, ring: { rows: 4, positions: 8 } };
+    expect(() => batch.attention(buffers, { T: 2, startPos: 0, segments: output(2) }, ringShape)).toThrow(/ring/);
+    batch.submit();
+  });
 
   it('refuses a score scale or softcap that is not a positive number', () => {
     const b = output(64);

@@ -7,7 +7,8 @@ import { describe, expect, it } from 'vitest';
 import { rmsNormPlan, RMSNORM_ROW_MAX_DIM } from '../../../src/gpu/kernels/index.ts';
 import { addRef, gatedRef, geluTanhRef, rmsNormRef, ropeInvFreq, ropeRef, softcapRef, swigluRef } from '../../reference/cpu-ops.ts';
 import { expectClose, maxAbs, maxAbsDiff } from '../../helpers/compare.ts';
-import { expectNoGpuErrors, input, kernels, output, read, tuned, useKernelGpu } from '../../helpers/kernel-runs.ts';
+import { device, expectNoGpuErrors, input, kernels, output, read, track, tuned, useKernelGpu } from '../../helpers/kernel-runs.ts';
+import { createU32Buffer } from '../../../src/gpu/buffers.ts';
 
 useKernelGpu();
 
@@ -153,6 +154,50 @@ describe('rope', () => {
       });
     }
   }
+
+  // A packed pass (TokenSpan.segments): inputs back to back from row 0, each token at its position
+  // within its input; the reference rotates each input alone from position 0. Partial rotary and a
+  // magnitude too; the tables (llama3, LongRoPE, linear scaling) are per-frequency and need no more.
+  const packedCases = [
+    { lengths: [3, 1, 6, 2], numHeads: 3, headDim: 8, rotaryDims: 8, magnitude: 1 },
+    { lengths: [1, 40, 1], numHeads: 2, headDim: 64, rotaryDims: 48, magnitude: 1.19 },
+  ];
+  for (const { lengths, numHeads, headDim, rotaryDims, magnitude } of packedCases) {
+    for (const pairing of ['adjacent', 'halves'] as const) {
+      it(`packed inputs [${lengths.join(', ')}], ${pairing}, ${rotaryDims} of ${headDim} dims, magnitude ${magnitude}: positions restart per input`, async () => {
+        const T = lengths.reduce((a, b) => a + b, 0);
+        const row = numHeads * headDim;
+        const x = randomF32(T * row, 870 + T);
+        const invFreq = ropeInvFreq(rotaryDims, 10000);
+        const segments = new Uint32Array(T);
+        const want = new Float32Array(T * row);
+        for (let i = 0, s = 0; i < lengths.length; s += lengths[i]!, i++) {
+          const n = lengths[i]!;
+          segments.fill(s, s, s + n);
+          want.set(ropeRef(x.slice(s * row, (s + n) * row), n, numHeads, headDim, 0, invFreq, pairing, { rotaryDims, magnitude }), s * row);
+        }
+        const xBuf = input(x);
+        const batch = kernels.begin();
+        const segBuf = track(createU32Buffer(device, segments, 'segments'));
+        batch.rope(xBuf, input(invFreq), { T, startPos: 0, segments: segBuf }, { heads: numHeads, headDim, pairing, rotaryDims, magnitude });
+        batch.submit();
+        const got = await read(xBuf, T * row);
+        expectClose(got, want);
+        // One sequence of T positions is far off.
+        const unpacked = ropeRef(x, T, numHeads, headDim, 0, invFreq, pairing, { rotaryDims, magnitude });
+        expect(maxAbsDiff(want, unpacked)).toBeGreaterThan(1e-2 * maxAbs(want));
+      });
+    }
+  }
+
+  it('refuses segments with a position buffer or too short', () => {
+    const x = output(64);
+    const batch = kernels.begin();
+    const shape = { heads: 1, headDim: 8, pairing: 'halves' } as const;
+    expect(() => batch.rope(x, output(4), { T: 2, startPos: 0, segments: output(2), position: output(1) }, shape)).toThrow(/position/);
+    expect(() => batch.rope(x, output(4), { T: 3, startPos: 0, segments: output(2) }, shape)).toThrow(/segments/);
+    batch.submit();
+  });
 
   it('refuses an odd or too large rotaryDims and a magnitude that is not a positive number', () => {
     const x = output(64);

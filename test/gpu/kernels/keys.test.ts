@@ -1,9 +1,9 @@
-// Pipeline keys of the kernel variants the model families add (issue 30): each feature on is a key
-// of its own, and with every feature off the keys are those of before, so the defaults compile
-// and cache the same pipelines. No GPU needed.
+// Pipeline keys of the kernel variants the model families and packed embedding passes add: each
+// feature on is a key of its own, and with every feature off the keys are those of before, so the
+// defaults compile and cache the same pipelines. No GPU needed.
 import { describe, expect, it } from 'vitest';
-import { attentionKey, decodeAttentionKey, type AttentionVariant, type DecodeAttentionVariant } from '../../../src/gpu/kernels/attention.ts';
-import { positionalKey, rmsNormKey } from '../../../src/gpu/kernels/elementwise.ts';
+import { attentionKey, attentionSpec, decodeAttentionKey, type AttentionVariant, type DecodeAttentionVariant } from '../../../src/gpu/kernels/attention.ts';
+import { PACKED_ROPE_KEY, packedRopeSpec, positionalKey, positionalSpec, rmsNormKey } from '../../../src/gpu/kernels/elementwise.ts';
 import { fusedKey, type FusedVariant } from '../../../src/gpu/kernels/fused-matvec.ts';
 import { weightKernelKey } from '../../../src/gpu/kernels/weights.ts';
 
@@ -33,6 +33,20 @@ describe('pipeline keys', () => {
     expect(decodeAttentionKey({ ...d, ring: 1023 })).toBe(`${decodeAttentionKey(d)}/ring1023`);
     expect(positionalKey('write_kv', 'buffer')).toBe('write_kv/pos_buffer');
     expect(positionalKey('write_kv', 'buffer', 1023)).toBe('write_kv/pos_buffer/ring1023');
+  });
+
+  it('a packed pass (TokenSpan.segments): attention\'s /packed key part and rope\'s own key; the plain sources do not read segments', () => {
+    const v: AttentionVariant = { entry: 'per_thread', headDim: 64, kvDType: 'f16', heads: 2, queries: 3, threads: 64 };
+    expect(attentionKey({ ...v, packed: false })).toBe(attentionKey(v));
+    expect(attentionKey({ ...v, packed: true })).toBe(`${attentionKey(v)}/packed`);
+    expect(attentionSpec({ ...v, packed: false }).code).toBe(attentionSpec(v).code);
+    expect(attentionSpec(v).code).not.toContain('token_segment');
+    expect(attentionSpec({ ...v, packed: true }).code).toContain('token_segment[pos - start_pos()]');
+    expect(() => attentionSpec({ ...v, packed: true, ring: 64 })).toThrow(/packed/);
+    expect(() => attentionSpec({ ...v, packed: true, position: 'buffer' })).toThrow(/packed/);
+    expect(PACKED_ROPE_KEY).not.toBe(positionalKey('rope', 'uniform'));
+    expect(positionalSpec('rope', 'uniform').code).not.toContain('token_segment');
+    expect(packedRopeSpec().code).toContain('f32(start_pos() + t - token_segment[t])');
   });
 
   it('rmsNorm in place, GeGLU matmul and fused matvec: keys of their own', () => {
