@@ -11,12 +11,9 @@ const SHIM_BASE = 'http://embed.test/v1';
 const KEY = 'sk-embed';
 
 let server: RunningServer | undefined;
-let uninstall: (() => void) | undefined;
 afterEach(async () => {
   await server?.close();
   server = undefined;
-  uninstall?.();
-  uninstall = undefined;
 });
 
 const clients = clientHosts(SHIM_BASE, { apiKey: KEY });
