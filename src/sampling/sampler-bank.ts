@@ -372,8 +372,6 @@ export class SamplerBank {
 
   /** One row on its own, in the state's own uniform slot for its record slot (GpuSampler.encodeInPass). */
   encodeOne(pass: GPUComputePassEncoder, row: SampleRow): void {
-    this.checkState(row.state);
-    this.checkSlot(row.slot);
     this.encode(pass, [row], this.soloStepOffset(row.state, row.slot));
   }
 
@@ -398,7 +396,7 @@ export class SamplerBank {
   }
 
   private encode(pass: GPUComputePassEncoder, rows: readonly SampleRow[], stepOffset: number): void {
-    const first = rows.map((row) => this.checkStep(row.state, row.step, row.slot));
+    const shapes = rows.map((row) => this.checkStep(row.state, row.step, row.slot));
     const logits = regionOf(rows[0]!.logits).buffer;
     const tokens = regionOf(rows[0]!.token).buffer;
     const seen = new Set<number>();
@@ -448,7 +446,7 @@ export class SamplerBank {
     const chunkGroups = Math.ceil(this.numChunks / CHUNK_WORKGROUP);
     run('prepare', chunkGroups);
     run('reduce', 1);
-    const sampled = first.filter((shape) => !shape.greedy);
+    const sampled = shapes.filter((shape) => !shape.greedy);
     if (sampled.length === 0) return;
     run('weigh', chunkGroups);
     run('reduce_weights', 1);
